@@ -1,0 +1,240 @@
+package boltstore
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/pawlcfg/pawl/server/internal/store"
+)
+
+// compactStepsPerTx bounds how many log entries one transaction compacts, so
+// that compaction never holds the writer for long: a long backlog is worked
+// off over several transactions.
+const compactStepsPerTx = 4096
+
+// request is one queued write. Exactly one of put, del and compactTo is set.
+type request struct {
+	ctx       context.Context
+	put       *store.Put
+	del       *store.Delete
+	compactTo int64
+	res       chan response // buffered(1): the writer never blocks on it
+}
+
+type response struct {
+	result store.Result
+	err    error
+}
+
+// submit queues r for the writer and waits for its answer.
+func (s *Store) submit(ctx context.Context, r *request) (store.Result, error) {
+	if err := ctx.Err(); err != nil {
+		return store.Result{}, err
+	}
+	r.res = make(chan response, 1)
+	select {
+	case s.requests <- r:
+	case <-s.ctx.Done():
+		return store.Result{}, store.ErrClosed
+	case <-ctx.Done():
+		return store.Result{}, ctx.Err()
+	}
+	// Once queued, wait for the answer even if ctx ends: the write may
+	// already be committing, and the caller must learn whether it did.
+	select {
+	case res := <-r.res:
+		return res.result, res.err
+	case <-s.done:
+		select {
+		case res := <-r.res:
+			return res.result, res.err
+		default:
+			return store.Result{}, store.ErrClosed
+		}
+	}
+}
+
+// runWriter is the only goroutine that writes. Its exit is Close cancelling
+// s.ctx; it then answers every queued request with ErrClosed.
+func (s *Store) runWriter() {
+	defer s.wg.Done()
+	defer close(s.done)
+	batch := make([]*request, 0, s.opts.maxBatch)
+	for {
+		select {
+		case <-s.ctx.Done():
+			for {
+				select {
+				case r := <-s.requests:
+					r.res <- response{err: store.ErrClosed}
+				default:
+					return
+				}
+			}
+		case r := <-s.requests:
+			batch = append(batch[:0], r)
+		drain:
+			for len(batch) < cap(batch) {
+				select {
+				case r := <-s.requests:
+					batch = append(batch, r)
+				default:
+					break drain
+				}
+			}
+			s.commit(batch)
+		}
+	}
+}
+
+// commit applies batch in one transaction, tells subscribers, then answers.
+func (s *Store) commit(batch []*request) {
+	results := make([]response, len(batch))
+	var events []store.Event
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		events = events[:0]
+		st := readStatus(tx)
+		now := s.opts.clock()
+		for i, r := range batch {
+			if err := r.ctx.Err(); err != nil {
+				results[i] = response{err: err}
+				continue
+			}
+			var ev *store.Event
+			var err error
+			switch {
+			case r.put != nil:
+				ev, results[i], err = applyPut(tx, r.put, st.Revision+1, now)
+			case r.del != nil:
+				ev, results[i], err = applyDelete(tx, r.del, st.Revision+1, now)
+			default:
+				err = compactTo(tx, &st, r.compactTo, compactStepsPerTx)
+			}
+			if err != nil {
+				return err
+			}
+			if ev != nil {
+				st.Revision++
+				events = append(events, *ev)
+			}
+		}
+		if len(events) > 0 {
+			if err := tx.Bucket(bucketMeta).Put(metaRev, revKey(st.Revision)); err != nil {
+				return err
+			}
+		}
+		if max := s.opts.maxEntries; max > 0 && st.Revision-st.CompactRevision > max {
+			return compactTo(tx, &st, st.Revision-max, compactStepsPerTx)
+		}
+		return nil
+	})
+	if err != nil {
+		err = fmt.Errorf("boltstore: commit: %w", err)
+		for i := range results {
+			results[i] = response{err: err}
+		}
+		events = nil
+	}
+	if len(events) > 0 {
+		s.subMu.Lock()
+		for _, fn := range s.subs {
+			fn(events)
+		}
+		s.subMu.Unlock()
+	}
+	for i, r := range batch {
+		r.res <- results[i]
+	}
+}
+
+// applyPut writes one put at revision rev, or returns its CAS failure in the
+// response. It returns a nil event when nothing was written.
+func applyPut(tx *bolt.Tx, p *store.Put, rev int64, now time.Time) (*store.Event, response, error) {
+	kvb := tx.Bucket(bucketKV)
+	prev, err := currentRecord(kvb, p.Key)
+	if err != nil {
+		return nil, response{}, err
+	}
+	if mismatch := checkExpected(p.Key, p.ExpectModRevision, prev); mismatch != nil {
+		return nil, response{err: mismatch}, nil
+	}
+	kv := store.KeyValue{Key: p.Key, Value: p.Value, CreateRevision: rev, ModRevision: rev, Version: 1}
+	ev := store.Event{Type: store.EventPut, KV: kv, Time: now}
+	if prev != nil {
+		ev.KV.CreateRevision = prev.CreateRevision
+		ev.KV.Version = prev.Version + 1
+		ev.PrevRevision = prev.ModRevision
+	}
+	if err := kvb.Put([]byte(p.Key), encodeRecord(ev.KV)); err != nil {
+		return nil, response{}, err
+	}
+	if err := appendLog(tx, ev); err != nil {
+		return nil, response{}, err
+	}
+	return &ev, response{result: store.Result{Revision: rev, Prev: prev}}, nil
+}
+
+// applyDelete is applyPut for a deletion.
+func applyDelete(tx *bolt.Tx, d *store.Delete, rev int64, now time.Time) (*store.Event, response, error) {
+	kvb := tx.Bucket(bucketKV)
+	prev, err := currentRecord(kvb, d.Key)
+	if err != nil {
+		return nil, response{}, err
+	}
+	if mismatch := checkExpected(d.Key, d.ExpectModRevision, prev); mismatch != nil {
+		return nil, response{err: mismatch}, nil
+	}
+	if prev == nil {
+		return nil, response{err: &store.NotFoundError{Key: d.Key, Revision: rev - 1}}, nil
+	}
+	ev := store.Event{
+		Type:         store.EventDelete,
+		KV:           store.KeyValue{Key: d.Key, ModRevision: rev},
+		PrevRevision: prev.ModRevision,
+		Time:         now,
+	}
+	if err := kvb.Delete([]byte(d.Key)); err != nil {
+		return nil, response{}, err
+	}
+	if err := appendLog(tx, ev); err != nil {
+		return nil, response{}, err
+	}
+	return &ev, response{result: store.Result{Revision: rev, Prev: prev}}, nil
+}
+
+func currentRecord(kvb *bolt.Bucket, key string) (*store.KeyValue, error) {
+	v := kvb.Get([]byte(key))
+	if v == nil {
+		return nil, nil
+	}
+	kv, err := decodeRecord(key, v)
+	if err != nil {
+		return nil, err
+	}
+	return &kv, nil
+}
+
+func checkExpected(key string, expect *int64, prev *store.KeyValue) error {
+	if expect == nil {
+		return nil
+	}
+	var actual int64
+	if prev != nil {
+		actual = prev.ModRevision
+	}
+	if actual != *expect {
+		return &store.RevisionMismatchError{Key: key, Expected: *expect, Actual: actual}
+	}
+	return nil
+}
+
+func appendLog(tx *bolt.Tx, ev store.Event) error {
+	rev := ev.Revision()
+	if err := tx.Bucket(bucketLog).Put(revKey(rev), encodeEvent(ev)); err != nil {
+		return err
+	}
+	return tx.Bucket(bucketIdx).Put(idxKey(ev.KV.Key, rev), nil)
+}

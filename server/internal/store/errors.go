@@ -1,0 +1,91 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+)
+
+var (
+	// ErrNotFound means the key does not exist at the revision read.
+	ErrNotFound = errors.New("store: key not found")
+	// ErrCompacted means the revision asked for is no longer retained. A
+	// watcher that receives it must take a snapshot and resubscribe.
+	ErrCompacted = errors.New("store: revision compacted")
+	// ErrFutureRevision means the revision asked for is after the current one.
+	ErrFutureRevision = errors.New("store: future revision")
+	// ErrRevisionMismatch means a compare-and-swap did not match.
+	ErrRevisionMismatch = errors.New("store: revision mismatch")
+	// ErrClosed means the store was closed.
+	ErrClosed = errors.New("store: closed")
+)
+
+// NotFoundError names the key that was not found. It matches ErrNotFound.
+type NotFoundError struct {
+	// Key is the key that does not exist.
+	Key string
+	// Revision is the revision the read was made at.
+	Revision int64
+}
+
+func (e *NotFoundError) Error() string {
+	return fmt.Sprintf("store: key %q not found at revision %d", e.Key, e.Revision)
+}
+
+// Is reports whether target is ErrNotFound.
+func (e *NotFoundError) Is(target error) bool { return target == ErrNotFound }
+
+// CompactedError says which revision was asked for and what is retained. It
+// matches ErrCompacted.
+type CompactedError struct {
+	// Requested is the revision asked for.
+	Requested int64
+	// CompactRevision is the store's compact revision.
+	CompactRevision int64
+	// Revision is the store's current revision: a snapshot can be read there.
+	Revision int64
+}
+
+func (e *CompactedError) Error() string {
+	return fmt.Sprintf("store: revision %d is compacted (compact revision %d, current revision %d)",
+		e.Requested, e.CompactRevision, e.Revision)
+}
+
+// Is reports whether target is ErrCompacted.
+func (e *CompactedError) Is(target error) bool { return target == ErrCompacted }
+
+// FutureRevisionError says a revision after the current one was asked for.
+// It matches ErrFutureRevision.
+type FutureRevisionError struct {
+	// Requested is the revision asked for.
+	Requested int64
+	// Revision is the store's current revision.
+	Revision int64
+}
+
+func (e *FutureRevisionError) Error() string {
+	return fmt.Sprintf("store: revision %d is in the future (current revision %d)", e.Requested, e.Revision)
+}
+
+// Is reports whether target is ErrFutureRevision.
+func (e *FutureRevisionError) Is(target error) bool { return target == ErrFutureRevision }
+
+// RevisionMismatchError reports a failed compare-and-swap. It matches
+// ErrRevisionMismatch.
+type RevisionMismatchError struct {
+	// Key is the key compared.
+	Key string
+	// Expected is the ModRevision the caller expected (0: absent).
+	Expected int64
+	// Actual is the key's ModRevision (0: absent).
+	Actual int64
+}
+
+func (e *RevisionMismatchError) Error() string {
+	if e.Actual == 0 {
+		return fmt.Sprintf("store: key %q does not exist, expected mod revision %d", e.Key, e.Expected)
+	}
+	return fmt.Sprintf("store: key %q is at mod revision %d, expected %d", e.Key, e.Actual, e.Expected)
+}
+
+// Is reports whether target is ErrRevisionMismatch.
+func (e *RevisionMismatchError) Is(target error) bool { return target == ErrRevisionMismatch }

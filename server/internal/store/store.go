@@ -1,0 +1,155 @@
+package store
+
+import (
+	"context"
+	"time"
+)
+
+// KeyValue is one key with its value and revisions.
+type KeyValue struct {
+	// Key is a UTF-8 path starting with "/".
+	Key string
+	// Value is the stored bytes; nil in a delete event.
+	Value []byte
+	// CreateRevision is the revision that created the key (since its last
+	// deletion).
+	CreateRevision int64
+	// ModRevision is the revision of the key's last change.
+	ModRevision int64
+	// Version counts the puts since the key was created; 0 after a delete.
+	Version int64
+}
+
+// EventType says what kind of change an Event is.
+type EventType uint8
+
+const (
+	// EventPut is a create or an overwrite.
+	EventPut EventType = 1
+	// EventDelete is a deletion.
+	EventDelete EventType = 2
+)
+
+// String returns "PUT" or "DELETE".
+func (t EventType) String() string {
+	switch t {
+	case EventPut:
+		return "PUT"
+	case EventDelete:
+		return "DELETE"
+	default:
+		return "UNKNOWN"
+	}
+}
+
+// Event is one committed change: exactly one per revision.
+type Event struct {
+	// Type is put or delete.
+	Type EventType
+	// KV is the key after the change; for a delete, Value is nil and
+	// ModRevision is the deletion's revision.
+	KV KeyValue
+	// PrevRevision is the key's ModRevision before the change, 0 if it did
+	// not exist.
+	PrevRevision int64
+	// Time is when the change was committed.
+	Time time.Time
+}
+
+// Revision is the revision of the change.
+func (e Event) Revision() int64 { return e.KV.ModRevision }
+
+// Status reports a store's revisions.
+type Status struct {
+	// Revision is the revision of the last committed change (0 when empty).
+	Revision int64
+	// CompactRevision is the highest revision no longer in the change log.
+	// Reads at revisions from CompactRevision on, and change-log reads from
+	// CompactRevision+1 on, succeed.
+	CompactRevision int64
+}
+
+// Put asks for one write.
+type Put struct {
+	// Key to write; the caller validates it with ValidateKey.
+	Key string
+	// Value to write.
+	Value []byte
+	// ExpectModRevision, when set, makes the put conditional: the key's
+	// current ModRevision must equal it (0: the key must not exist).
+	ExpectModRevision *int64
+}
+
+// Delete asks for one deletion.
+type Delete struct {
+	// Key to delete.
+	Key string
+	// ExpectModRevision, when set, makes the delete conditional.
+	ExpectModRevision *int64
+}
+
+// Result reports a successful mutation.
+type Result struct {
+	// Revision is the revision the mutation was committed at.
+	Revision int64
+	// Prev is the key before the mutation; nil if it did not exist.
+	Prev *KeyValue
+}
+
+// Page is one page of a listing.
+type Page struct {
+	// KVs are the keys of the page, in key order.
+	KVs []KeyValue
+	// Revision is the revision the page was read at.
+	Revision int64
+	// More says whether keys after the last one of the page exist.
+	More bool
+}
+
+// Changes is a stretch of the change log.
+type Changes struct {
+	// Events are the matching changes, in revision order.
+	Events []Event
+	// Through is the last revision examined: the next read starts at
+	// Through+1. It is at least the revision asked for minus one.
+	Through int64
+}
+
+// CommitFunc receives each committed batch of events, in revision order,
+// consecutive with the batch before it. It is called from the store's commit
+// path and must not block.
+type CommitFunc func(events []Event)
+
+// Store is a key space with revisions and a change log.
+//
+// All methods are safe for concurrent use. After Close, every method returns
+// ErrClosed.
+type Store interface {
+	// Put writes one key. It fails with a *RevisionMismatchError when the
+	// expected revision does not match.
+	Put(ctx context.Context, p Put) (Result, error)
+	// Delete removes one key. It fails with ErrNotFound when the key does not
+	// exist and with a *RevisionMismatchError on a mismatch.
+	Delete(ctx context.Context, d Delete) (Result, error)
+	// Get reads one key at a revision (0: current). It fails with ErrNotFound,
+	// *CompactedError or *FutureRevisionError.
+	Get(ctx context.Context, key string, revision int64) (KeyValue, int64, error)
+	// List reads up to limit keys with the prefix, after the key after (""
+	// for the first page), at a revision (0: current).
+	List(ctx context.Context, prefix string, revision int64, after string, limit int) (Page, error)
+	// Changes reads the change log from revision from (inclusive), examining
+	// at most limit revisions, and returns those under prefix. It fails with
+	// *CompactedError when from is at or below the compact revision.
+	Changes(ctx context.Context, from int64, prefix string, limit int) (Changes, error)
+	// Compact drops change-log entries at or below revision. Compacting to a
+	// revision at or below the current compact revision does nothing.
+	Compact(ctx context.Context, revision int64) error
+	// Status returns the current and compact revisions.
+	Status(ctx context.Context) (Status, error)
+	// Subscribe registers fn for every batch committed from now on and
+	// returns a function that unregisters it.
+	Subscribe(fn CommitFunc) (unsubscribe func())
+	// Close stops the store's goroutines and releases its files. Calls in
+	// flight finish or fail with ErrClosed. Close is idempotent.
+	Close() error
+}

@@ -1,0 +1,544 @@
+// Package storetest is the conformance suite every store.Store engine passes.
+// An engine's test calls Run with a function that opens a fresh, empty store.
+package storetest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/pawlcfg/pawl/server/internal/store"
+)
+
+// Opener returns a new, empty store; Run closes it.
+type Opener func(t *testing.T) store.Store
+
+// Run runs every conformance test against stores from open.
+func Run(t *testing.T, open Opener) {
+	tests := []struct {
+		name string
+		fn   func(t *testing.T, s store.Store)
+	}{
+		{"RevisionsIncrease", testRevisionsIncrease},
+		{"CompareAndSwap", testCompareAndSwap},
+		{"Delete", testDelete},
+		{"GetAtRevision", testGetAtRevision},
+		{"List", testList},
+		{"ListAtRevision", testListAtRevision},
+		{"Changes", testChanges},
+		{"Compact", testCompact},
+		{"Subscribe", testSubscribe},
+		{"ConcurrentWriters", testConcurrentWriters},
+		{"MatchesModel", testMatchesModel},
+		{"Closed", testClosed},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := open(t)
+			t.Cleanup(func() { _ = s.Close() })
+			tt.fn(t, s)
+		})
+	}
+}
+
+func ptr(v int64) *int64 { return &v }
+
+func mustPut(t *testing.T, s store.Store, key, value string) int64 {
+	t.Helper()
+	res, err := s.Put(context.Background(), store.Put{Key: key, Value: []byte(value)})
+	if err != nil {
+		t.Fatalf("Put(%s): %v", key, err)
+	}
+	return res.Revision
+}
+
+func mustDelete(t *testing.T, s store.Store, key string) int64 {
+	t.Helper()
+	res, err := s.Delete(context.Background(), store.Delete{Key: key})
+	if err != nil {
+		t.Fatalf("Delete(%s): %v", key, err)
+	}
+	return res.Revision
+}
+
+func revision(t *testing.T, s store.Store) int64 {
+	t.Helper()
+	st, err := s.Status(context.Background())
+	if err != nil {
+		t.Fatalf("Status: %v", err)
+	}
+	return st.Revision
+}
+
+func testRevisionsIncrease(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	if got := revision(t, s); got != 0 {
+		t.Fatalf("empty store at revision %d, want 0", got)
+	}
+	for i := int64(1); i <= 5; i++ {
+		if got := mustPut(t, s, "/a", fmt.Sprint(i)); got != i {
+			t.Fatalf("put %d got revision %d", i, got)
+		}
+	}
+	kv, at, err := s.Get(ctx, "/a", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := store.KeyValue{Key: "/a", Value: []byte("5"), CreateRevision: 1, ModRevision: 5, Version: 5}
+	if !equalKV(kv, want) || at != 5 {
+		t.Fatalf("Get = %+v at %d, want %+v at 5", kv, at, want)
+	}
+	res, err := s.Put(ctx, store.Put{Key: "/a", Value: []byte("6")})
+	if err != nil || res.Prev == nil || !equalKV(*res.Prev, want) {
+		t.Fatalf("Put prev = %+v, %v; want %+v", res.Prev, err, want)
+	}
+}
+
+func testCompareAndSwap(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	res, err := s.Put(ctx, store.Put{Key: "/cas", Value: []byte("1"), ExpectModRevision: ptr(0)})
+	if err != nil || res.Revision != 1 {
+		t.Fatalf("create-only put: %v, %v", res, err)
+	}
+	_, err = s.Put(ctx, store.Put{Key: "/cas", Value: []byte("x"), ExpectModRevision: ptr(0)})
+	var mismatch *store.RevisionMismatchError
+	if !errors.As(err, &mismatch) || !errors.Is(err, store.ErrRevisionMismatch) || mismatch.Actual != 1 || mismatch.Expected != 0 {
+		t.Fatalf("create-only put on existing key: %v, want mismatch at 1", err)
+	}
+	_, err = s.Put(ctx, store.Put{Key: "/cas", Value: []byte("x"), ExpectModRevision: ptr(7)})
+	if !errors.Is(err, store.ErrRevisionMismatch) {
+		t.Fatalf("put with wrong revision: %v", err)
+	}
+	if got := revision(t, s); got != 1 {
+		t.Fatalf("failed CAS advanced the revision to %d", got)
+	}
+	if kv, _, _ := s.Get(ctx, "/cas", 0); string(kv.Value) != "1" {
+		t.Fatalf("failed CAS changed the value to %q", kv.Value)
+	}
+	res, err = s.Put(ctx, store.Put{Key: "/cas", Value: []byte("2"), ExpectModRevision: ptr(1)})
+	if err != nil || res.Revision != 2 {
+		t.Fatalf("matching CAS: %v, %v", res, err)
+	}
+	_, err = s.Put(ctx, store.Put{Key: "/absent", Value: []byte("2"), ExpectModRevision: ptr(2)})
+	if !errors.As(err, &mismatch) || mismatch.Actual != 0 {
+		t.Fatalf("CAS on absent key: %v", err)
+	}
+}
+
+func testDelete(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	_, err := s.Delete(ctx, store.Delete{Key: "/nope"})
+	if !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("delete of absent key: %v", err)
+	}
+	if got := revision(t, s); got != 0 {
+		t.Fatalf("failed delete advanced the revision to %d", got)
+	}
+	mustPut(t, s, "/d", "v")
+	if _, err := s.Delete(ctx, store.Delete{Key: "/d", ExpectModRevision: ptr(9)}); !errors.Is(err, store.ErrRevisionMismatch) {
+		t.Fatalf("delete with wrong revision: %v", err)
+	}
+	res, err := s.Delete(ctx, store.Delete{Key: "/d", ExpectModRevision: ptr(1)})
+	if err != nil || res.Revision != 2 || res.Prev == nil || string(res.Prev.Value) != "v" {
+		t.Fatalf("delete: %+v, %v", res, err)
+	}
+	if _, _, err := s.Get(ctx, "/d", 0); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("get after delete: %v", err)
+	}
+	// A re-created key starts a new life: version 1, new create revision.
+	mustPut(t, s, "/d", "again")
+	kv, _, err := s.Get(ctx, "/d", 0)
+	if err != nil || kv.Version != 1 || kv.CreateRevision != 3 {
+		t.Fatalf("re-created key = %+v, %v", kv, err)
+	}
+}
+
+func testGetAtRevision(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	mustPut(t, s, "/g", "1")  // 1
+	mustPut(t, s, "/g2", "x") // 2
+	mustPut(t, s, "/g", "3")  // 3
+	mustDelete(t, s, "/g")    // 4
+	mustPut(t, s, "/g", "5")  // 5
+	want := map[int64]string{1: "1", 2: "1", 3: "3", 5: "5"}
+	for rev := int64(1); rev <= 5; rev++ {
+		kv, at, err := s.Get(ctx, "/g", rev)
+		if w, ok := want[rev]; ok {
+			if err != nil || string(kv.Value) != w || at != rev {
+				t.Errorf("Get(/g, %d) = %q at %d, %v; want %q", rev, kv.Value, at, err, w)
+			}
+		} else if !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("Get(/g, %d) = %q, %v; want not found", rev, kv.Value, err)
+		}
+	}
+	_, _, err := s.Get(ctx, "/g", 6)
+	var future *store.FutureRevisionError
+	if !errors.As(err, &future) || future.Revision != 5 {
+		t.Fatalf("Get at future revision: %v", err)
+	}
+	if _, _, err := s.Get(ctx, "/g2", 1); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("Get(/g2, 1) before it existed: %v", err)
+	}
+}
+
+func testList(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	for _, k := range []string{"/b/2", "/a", "/b/1", "/b/3", "/c", "/b"} {
+		mustPut(t, s, k, k)
+	}
+	page, err := s.List(ctx, "/b/", 0, "", 10)
+	if err != nil || keys(page.KVs) != "/b/1 /b/2 /b/3" || page.More || page.Revision != 6 {
+		t.Fatalf("List(/b/) = %q more=%v rev=%d, %v", keys(page.KVs), page.More, page.Revision, err)
+	}
+	page, err = s.List(ctx, "", 0, "", 2)
+	if err != nil || keys(page.KVs) != "/a /b" || !page.More {
+		t.Fatalf("List page 1 = %q more=%v, %v", keys(page.KVs), page.More, err)
+	}
+	page, err = s.List(ctx, "", 0, "/b", 3)
+	if err != nil || keys(page.KVs) != "/b/1 /b/2 /b/3" || !page.More {
+		t.Fatalf("List page 2 = %q more=%v, %v", keys(page.KVs), page.More, err)
+	}
+	page, err = s.List(ctx, "", 0, "/b/3", 3)
+	if err != nil || keys(page.KVs) != "/c" || page.More {
+		t.Fatalf("List page 3 = %q more=%v, %v", keys(page.KVs), page.More, err)
+	}
+}
+
+func testListAtRevision(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	mustPut(t, s, "/l/a", "1") // 1
+	mustPut(t, s, "/l/b", "2") // 2
+	mustPut(t, s, "/l/a", "3") // 3
+	mustDelete(t, s, "/l/b")   // 4
+	mustPut(t, s, "/l/c", "5") // 5
+	mustPut(t, s, "/m", "6")   // 6
+	for rev, want := range map[int64]string{1: "/l/a=1", 2: "/l/a=1 /l/b=2", 3: "/l/a=3 /l/b=2", 4: "/l/a=3", 5: "/l/a=3 /l/c=5"} {
+		page, err := s.List(ctx, "/l/", rev, "", 10)
+		if err != nil || keyValues(page.KVs) != want || page.Revision != rev {
+			t.Errorf("List(/l/, %d) = %q, %v; want %q", rev, keyValues(page.KVs), err, want)
+		}
+	}
+	page, err := s.List(ctx, "/l/", 3, "/l/a", 1)
+	if err != nil || keyValues(page.KVs) != "/l/b=2" || page.More {
+		t.Fatalf("List(/l/, 3, after /l/a) = %q more=%v, %v", keyValues(page.KVs), page.More, err)
+	}
+	page, err = s.List(ctx, "/l/", 2, "", 1)
+	if err != nil || keyValues(page.KVs) != "/l/a=1" || !page.More {
+		t.Fatalf("List(/l/, 2, limit 1) = %q more=%v, %v", keyValues(page.KVs), page.More, err)
+	}
+}
+
+func testChanges(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	mustPut(t, s, "/x/1", "a") // 1
+	mustPut(t, s, "/y/1", "b") // 2
+	mustPut(t, s, "/x/2", "c") // 3
+	mustDelete(t, s, "/x/1")   // 4
+	ch, err := s.Changes(ctx, 1, "/x/", 100)
+	if err != nil || ch.Through != 4 || len(ch.Events) != 3 {
+		t.Fatalf("Changes(1, /x/) = %+v, %v", ch, err)
+	}
+	want := []struct {
+		typ  store.EventType
+		key  string
+		rev  int64
+		prev int64
+	}{{store.EventPut, "/x/1", 1, 0}, {store.EventPut, "/x/2", 3, 0}, {store.EventDelete, "/x/1", 4, 1}}
+	for i, w := range want {
+		ev := ch.Events[i]
+		if ev.Type != w.typ || ev.KV.Key != w.key || ev.Revision() != w.rev || ev.PrevRevision != w.prev {
+			t.Errorf("event %d = %+v, want %+v", i, ev, w)
+		}
+	}
+	if string(ch.Events[1].KV.Value) != "c" || ch.Events[2].KV.Value != nil {
+		t.Errorf("event values = %q, %q", ch.Events[1].KV.Value, ch.Events[2].KV.Value)
+	}
+	ch, err = s.Changes(ctx, 2, "", 2)
+	if err != nil || ch.Through != 3 || len(ch.Events) != 2 || ch.Events[0].Revision() != 2 {
+		t.Fatalf("Changes(2, limit 2) = %+v, %v", ch, err)
+	}
+	ch, err = s.Changes(ctx, 5, "", 10)
+	if err != nil || ch.Through != 4 || len(ch.Events) != 0 {
+		t.Fatalf("Changes past the end = %+v, %v", ch, err)
+	}
+}
+
+func testCompact(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	mustPut(t, s, "/k/old", "1")  // 1: never written again
+	mustPut(t, s, "/k/a", "2")    // 2
+	mustPut(t, s, "/k/a", "3")    // 3
+	mustPut(t, s, "/k/gone", "4") // 4
+	mustDelete(t, s, "/k/gone")   // 5
+	mustPut(t, s, "/k/a", "6")    // 6
+	mustPut(t, s, "/k/back", "7") // 7
+	mustDelete(t, s, "/k/back")   // 8
+	mustPut(t, s, "/k/back", "9") // 9
+	if err := s.Compact(ctx, 5); err != nil {
+		t.Fatal(err)
+	}
+	st, err := s.Status(ctx)
+	if err != nil || st.CompactRevision != 5 || st.Revision != 9 {
+		t.Fatalf("Status after compact = %+v, %v", st, err)
+	}
+	_, _, err = s.Get(ctx, "/k/a", 4)
+	var compacted *store.CompactedError
+	if !errors.As(err, &compacted) || compacted.CompactRevision != 5 || compacted.Revision != 9 {
+		t.Fatalf("Get at compacted revision: %v", err)
+	}
+	for _, c := range []struct {
+		key  string
+		rev  int64
+		want string // "" means not found
+	}{
+		{"/k/old", 5, "1"}, {"/k/old", 9, "1"},
+		{"/k/a", 5, "3"}, {"/k/a", 6, "6"},
+		{"/k/gone", 5, ""}, {"/k/gone", 9, ""},
+		{"/k/back", 7, "7"}, {"/k/back", 8, ""}, {"/k/back", 9, "9"},
+	} {
+		kv, _, err := s.Get(ctx, c.key, c.rev)
+		switch {
+		case c.want == "" && !errors.Is(err, store.ErrNotFound):
+			t.Errorf("Get(%s, %d) = %q, %v; want not found", c.key, c.rev, kv.Value, err)
+		case c.want != "" && (err != nil || string(kv.Value) != c.want):
+			t.Errorf("Get(%s, %d) = %q, %v; want %q", c.key, c.rev, kv.Value, err, c.want)
+		}
+	}
+	page, err := s.List(ctx, "/k/", 5, "", 10)
+	if err != nil || keyValues(page.KVs) != "/k/a=3 /k/old=1" {
+		t.Fatalf("List at compact revision = %q, %v", keyValues(page.KVs), err)
+	}
+	if _, err := s.Changes(ctx, 5, "", 10); !errors.Is(err, store.ErrCompacted) {
+		t.Fatalf("Changes(5) after compacting to 5: %v", err)
+	}
+	ch, err := s.Changes(ctx, 6, "", 10)
+	if err != nil || len(ch.Events) != 4 || ch.Events[0].Revision() != 6 {
+		t.Fatalf("Changes(6) = %+v, %v", ch, err)
+	}
+	// Compacting again, past the kept entries, still answers reads.
+	if err := s.Compact(ctx, 9); err != nil {
+		t.Fatal(err)
+	}
+	page, err = s.List(ctx, "/k/", 9, "", 10)
+	if err != nil || keyValues(page.KVs) != "/k/a=6 /k/back=9 /k/old=1" {
+		t.Fatalf("List at compact revision 9 = %q, %v", keyValues(page.KVs), err)
+	}
+	if err := s.Compact(ctx, 3); err != nil {
+		t.Fatalf("Compact below the compact revision: %v", err)
+	}
+	if err := s.Compact(ctx, 10); !errors.Is(err, store.ErrFutureRevision) {
+		t.Fatalf("Compact past the current revision: %v", err)
+	}
+}
+
+func testSubscribe(t *testing.T, s store.Store) {
+	var mu sync.Mutex
+	var seen []int64
+	unsubscribe := s.Subscribe(func(events []store.Event) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, ev := range events {
+			seen = append(seen, ev.Revision())
+		}
+	})
+	for i := 1; i <= 3; i++ {
+		rev := mustPut(t, s, "/s", fmt.Sprint(i))
+		mu.Lock()
+		n := len(seen)
+		mu.Unlock()
+		if int64(n) != rev {
+			t.Fatalf("after put %d returned, subscriber had seen %d events", rev, n)
+		}
+	}
+	if _, err := s.Put(context.Background(), store.Put{Key: "/s", ExpectModRevision: ptr(1)}); err == nil {
+		t.Fatal("CAS mismatch succeeded")
+	}
+	unsubscribe()
+	mustPut(t, s, "/s", "after")
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(seen, []int64{1, 2, 3}) {
+		t.Fatalf("subscriber saw %v, want [1 2 3]", seen)
+	}
+}
+
+func testConcurrentWriters(t *testing.T, s store.Store) {
+	const writers, each = 16, 40
+	var wg sync.WaitGroup
+	revs := make([][]int64, writers)
+	errs := make(chan error, writers)
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				res, err := s.Put(context.Background(), store.Put{Key: fmt.Sprintf("/w/%d", w), Value: []byte(fmt.Sprint(i))})
+				if err != nil {
+					errs <- err
+					return
+				}
+				revs[w] = append(revs[w], res.Revision)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	var all []int64
+	for _, r := range revs {
+		if !slices.IsSorted(r) {
+			t.Fatalf("one writer's revisions are not increasing: %v", r)
+		}
+		all = append(all, r...)
+	}
+	slices.Sort(all)
+	for i, r := range all {
+		if r != int64(i+1) {
+			t.Fatalf("revisions are not 1..%d without gaps or repeats: position %d holds %d", writers*each, i, r)
+		}
+	}
+	ch, err := s.Changes(context.Background(), 1, "", writers*each+1)
+	if err != nil || len(ch.Events) != writers*each {
+		t.Fatalf("change log holds %d events, %v; want %d", len(ch.Events), err, writers*each)
+	}
+	for w := range writers {
+		kv, _, err := s.Get(context.Background(), fmt.Sprintf("/w/%d", w), 0)
+		if err != nil || string(kv.Value) != fmt.Sprint(each-1) || kv.Version != each {
+			t.Fatalf("/w/%d = %+v, %v", w, kv, err)
+		}
+	}
+}
+
+// testMatchesModel runs random puts, deletes and compactions and checks every
+// read at every retained revision against an in-memory model.
+func testMatchesModel(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(1, 2))
+	var history []map[string]string // history[r] is the key space at revision r
+	history = append(history, map[string]string{})
+	keysPool := []string{"/m/a", "/m/b", "/m/b/c", "/m/d", "/n"}
+	var compact int64
+	steps := 300
+	if testing.Short() {
+		steps = 100
+	}
+	for step := range steps {
+		cur := history[len(history)-1]
+		key := keysPool[rng.IntN(len(keysPool))]
+		switch op := rng.IntN(10); {
+		case op < 6:
+			v := fmt.Sprintf("v%d", step)
+			mustPut(t, s, key, v)
+			next := clone(cur)
+			next[key] = v
+			history = append(history, next)
+		case op < 8:
+			_, err := s.Delete(ctx, store.Delete{Key: key})
+			if _, ok := cur[key]; !ok {
+				if !errors.Is(err, store.ErrNotFound) {
+					t.Fatalf("delete of absent %s: %v", key, err)
+				}
+				continue
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			next := clone(cur)
+			delete(next, key)
+			history = append(history, next)
+		default:
+			rev := int64(len(history) - 1)
+			if rev == 0 {
+				continue
+			}
+			to := compact + rng.Int64N(rev-compact+1)
+			if err := s.Compact(ctx, to); err != nil {
+				t.Fatal(err)
+			}
+			compact = max(compact, to)
+		}
+		rev := int64(len(history) - 1)
+		at := max(compact, 1) + rng.Int64N(max(rev-max(compact, 1)+1, 1))
+		if rev == 0 {
+			continue
+		}
+		page, err := s.List(ctx, "/", at, "", 100)
+		if err != nil {
+			t.Fatalf("step %d: List at %d: %v", step, at, err)
+		}
+		if got, want := keyValues(page.KVs), render(history[at]); got != want {
+			t.Fatalf("step %d: List at %d (compact %d) = %q, want %q", step, at, compact, got, want)
+		}
+	}
+}
+
+func testClosed(t *testing.T, s store.Store) {
+	mustPut(t, s, "/c", "1")
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	ctx := context.Background()
+	if _, err := s.Put(ctx, store.Put{Key: "/c"}); !errors.Is(err, store.ErrClosed) {
+		t.Fatalf("Put after Close: %v", err)
+	}
+	if _, _, err := s.Get(ctx, "/c", 0); !errors.Is(err, store.ErrClosed) {
+		t.Fatalf("Get after Close: %v", err)
+	}
+}
+
+func clone(m map[string]string) map[string]string {
+	c := make(map[string]string, len(m))
+	for k, v := range m {
+		c[k] = v
+	}
+	return c
+}
+
+func render(m map[string]string) string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	var b strings.Builder
+	for i, k := range ks {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(k + "=" + m[k])
+	}
+	return b.String()
+}
+
+func keys(kvs []store.KeyValue) string {
+	ks := make([]string, len(kvs))
+	for i, kv := range kvs {
+		ks[i] = kv.Key
+	}
+	return strings.Join(ks, " ")
+}
+
+func keyValues(kvs []store.KeyValue) string {
+	ks := make([]string, len(kvs))
+	for i, kv := range kvs {
+		ks[i] = kv.Key + "=" + string(kv.Value)
+	}
+	return strings.Join(ks, " ")
+}
+
+func equalKV(a, b store.KeyValue) bool {
+	return a.Key == b.Key && bytes.Equal(a.Value, b.Value) && a.CreateRevision == b.CreateRevision &&
+		a.ModRevision == b.ModRevision && a.Version == b.Version
+}
