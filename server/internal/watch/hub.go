@@ -1,0 +1,306 @@
+package watch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/pawlcfg/pawl/server/internal/store"
+)
+
+// ErrClosed is returned by Watcher.Next once the hub is closed: the server is
+// shutting down and the client should resume elsewhere or later.
+var ErrClosed = errors.New("watch: hub closed")
+
+// Source is what the hub needs from a store: the commit feed, and the status
+// and change log for watchers that start in the past or fall behind.
+type Source interface {
+	Status(ctx context.Context) (store.Status, error)
+	Changes(ctx context.Context, from int64, prefix string, limit int) (store.Changes, error)
+	Subscribe(fn store.CommitFunc) (unsubscribe func())
+}
+
+// Hub fans committed events out to many watchers.
+//
+// # Design
+//
+// The hub keeps the most recent events in one ring buffer shared by every
+// watcher, bounded by an event count and a byte size. A watcher is a cursor
+// (the next revision it needs) and a one-slot notify channel; it has no
+// per-watcher event queue, so an idle watcher costs a few hundred bytes and
+// the publisher never waits for anyone.
+//
+// Publish runs on the store's commit path. It appends the batch to the ring,
+// evicting the oldest events, and then does a non-blocking send on the
+// notify channel of every watcher whose prefix matches an event of the
+// batch. It never blocks: a watcher whose notify slot is already full has a
+// wake-up pending and will read everything new when it runs.
+//
+// Each watcher is driven by its own stream's goroutine calling Next. Next
+// reads, under the read lock, the events of the ring from the watcher's
+// cursor on, filtered by prefix, and advances the cursor. A watcher whose
+// stream is slow (its client reads slowly, or the network is congested) just
+// falls behind in the ring; the ring is the bounded buffer. When the
+// watcher's cursor falls below the oldest event still in the ring, Next reads
+// the store's change log from the cursor instead, batch by batch, until the
+// cursor is back inside the ring, and then continues from the ring: it
+// rejoins the live stream without a gap and without a duplicate, because the
+// cursor alone decides what is delivered next. A watcher is never dropped.
+// Only when the change log itself no longer has the cursor's revision
+// (compaction) does Next fail, with a *store.CompactedError, and the stream
+// tells the client to take a snapshot.
+//
+// A revision gap in the commit feed (possible with a shared store whose feed
+// can lose messages) clears the ring: the events around the gap are then read
+// from the store's change log, which is the source of truth.
+//
+// Progress: a ticker owned by the hub marks every watcher "progress due" and
+// wakes it; a watcher that is caught up then reports the revision it is
+// current at. No per-watcher timer exists.
+//
+// Lock order: mu before wmu is never needed; Publish takes mu, releases it,
+// then takes wmu. Next takes only mu (read).
+type Hub struct {
+	src  Source
+	opts options
+
+	mu        sync.RWMutex
+	ring      []store.Event // circular; capacity opts.ringEvents
+	head      int           // index of the oldest event
+	size      int           // number of events in the ring
+	ringBytes int
+	newest    int64 // revision of the newest event published
+	closed    bool
+
+	wmu      sync.Mutex
+	watchers map[string]map[*Watcher]struct{} // by prefix
+
+	catchUps    atomic.Int64
+	ctx         context.Context
+	cancel      context.CancelFunc
+	wg          sync.WaitGroup
+	unsubscribe func()
+	closeOnce   sync.Once
+}
+
+// New starts a hub fed by src. Close stops it.
+func New(ctx context.Context, src Source, opts ...Option) (*Hub, error) {
+	o := defaultOptions()
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	hctx, cancel := context.WithCancel(context.Background())
+	h := &Hub{
+		src:      src,
+		opts:     o,
+		ring:     make([]store.Event, o.ringEvents),
+		watchers: make(map[string]map[*Watcher]struct{}),
+		ctx:      hctx,
+		cancel:   cancel,
+	}
+	// Subscribe before reading the revision: an event committed in between
+	// is then either below the revision (skipped) or published after it.
+	h.mu.Lock()
+	h.unsubscribe = src.Subscribe(h.Publish)
+	st, err := src.Status(ctx)
+	if err != nil {
+		h.mu.Unlock()
+		h.unsubscribe()
+		cancel()
+		return nil, fmt.Errorf("watch: read store status: %w", err)
+	}
+	h.newest = st.Revision
+	h.mu.Unlock()
+	h.wg.Add(1)
+	go h.runProgress()
+	return h, nil
+}
+
+// Close ends every watcher (their Next returns ErrClosed) and stops the
+// hub's goroutine. It is idempotent.
+func (h *Hub) Close() {
+	h.closeOnce.Do(func() {
+		h.unsubscribe()
+		h.mu.Lock()
+		h.closed = true
+		h.mu.Unlock()
+		h.cancel()
+		h.wg.Wait()
+	})
+}
+
+// Revision is the newest revision the hub has published.
+func (h *Hub) Revision() int64 {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	return h.newest
+}
+
+// Stats is a snapshot of the hub's counters.
+type Stats struct {
+	// Watchers is the number of open watchers.
+	Watchers int
+	// LogCatchUps counts the change-log reads made for watchers that had
+	// fallen out of the ring (or started before it).
+	LogCatchUps int64
+}
+
+// Stats returns the hub's counters.
+func (h *Hub) Stats() Stats {
+	h.wmu.Lock()
+	n := 0
+	for _, set := range h.watchers {
+		n += len(set)
+	}
+	h.wmu.Unlock()
+	return Stats{Watchers: n, LogCatchUps: h.catchUps.Load()}
+}
+
+// Publish adds committed events, in revision order, and wakes the watchers
+// they concern. It never blocks on a watcher. Events at or below the newest
+// revision already published are ignored.
+func (h *Hub) Publish(events []store.Event) {
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return
+	}
+	added := events[:0:0]
+	for _, ev := range events {
+		rev := ev.Revision()
+		if rev <= h.newest {
+			continue
+		}
+		if rev != h.newest+1 {
+			h.clearLocked()
+		}
+		h.appendLocked(ev)
+		h.newest = rev
+		added = append(added, ev)
+	}
+	h.mu.Unlock()
+	if len(added) == 0 {
+		return
+	}
+	h.wmu.Lock()
+	defer h.wmu.Unlock()
+	for prefix, set := range h.watchers {
+		if !anyUnder(added, prefix) {
+			continue
+		}
+		for w := range set {
+			w.wake()
+		}
+	}
+}
+
+func anyUnder(events []store.Event, prefix string) bool {
+	for _, ev := range events {
+		if strings.HasPrefix(ev.KV.Key, prefix) {
+			return true
+		}
+	}
+	return false
+}
+
+// appendLocked adds ev to the ring, evicting the oldest events while the ring
+// is over its count or byte limit. The caller holds mu.
+func (h *Hub) appendLocked(ev store.Event) {
+	n := eventBytes(ev)
+	for h.size > 0 && (h.size == len(h.ring) || h.ringBytes+n > h.opts.ringBytes) {
+		h.ringBytes -= eventBytes(h.ring[h.head])
+		h.ring[h.head] = store.Event{}
+		h.head = (h.head + 1) % len(h.ring)
+		h.size--
+	}
+	h.ring[(h.head+h.size)%len(h.ring)] = ev
+	h.size++
+	h.ringBytes += n
+}
+
+// clearLocked empties the ring. The caller holds mu.
+func (h *Hub) clearLocked() {
+	clear(h.ring)
+	h.head, h.size, h.ringBytes = 0, 0, 0
+}
+
+// oldestLocked is the revision of the oldest event in the ring, or newest+1
+// when it is empty. The caller holds mu.
+func (h *Hub) oldestLocked() int64 {
+	if h.size == 0 {
+		return h.newest + 1
+	}
+	return h.ring[h.head].Revision()
+}
+
+func eventBytes(ev store.Event) int { return len(ev.KV.Key) + len(ev.KV.Value) + 96 }
+
+// runProgress marks every watcher progress-due each interval. Its exit is
+// Close cancelling h.ctx.
+func (h *Hub) runProgress() {
+	defer h.wg.Done()
+	t := time.NewTicker(h.opts.progressInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-h.ctx.Done():
+			return
+		case <-t.C:
+			h.wmu.Lock()
+			for _, set := range h.watchers {
+				for w := range set {
+					w.progressDue.Store(true)
+					w.wake()
+				}
+			}
+			h.wmu.Unlock()
+		}
+	}
+}
+
+// Watch registers a watcher for keys under prefix, from revision start
+// (inclusive; 0 means after the newest revision). It fails with a
+// *store.CompactedError when start is compacted and a
+// *store.FutureRevisionError when start is more than one past the store's
+// revision. The caller must Close the watcher.
+func (h *Hub) Watch(ctx context.Context, prefix string, start int64) (*Watcher, error) {
+	w := &Watcher{hub: h, prefix: prefix, notify: make(chan struct{}, 1)}
+	if start > 0 {
+		st, err := h.src.Status(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("watch: read store status: %w", err)
+		}
+		switch {
+		case start <= st.CompactRevision:
+			return nil, &store.CompactedError{Requested: start, CompactRevision: st.CompactRevision, Revision: st.Revision}
+		case start > st.Revision+1:
+			return nil, &store.FutureRevisionError{Requested: start, Revision: st.Revision}
+		}
+		w.next = start
+	}
+	h.mu.RLock()
+	closed := h.closed
+	if start == 0 {
+		w.next = h.newest + 1
+	}
+	h.mu.RUnlock()
+	if closed {
+		return nil, ErrClosed
+	}
+	h.wmu.Lock()
+	set := h.watchers[prefix]
+	if set == nil {
+		set = make(map[*Watcher]struct{})
+		h.watchers[prefix] = set
+	}
+	set[w] = struct{}{}
+	h.wmu.Unlock()
+	return w, nil
+}

@@ -1,0 +1,292 @@
+package watch_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/pawlcfg/pawl/server/internal/store"
+	"github.com/pawlcfg/pawl/server/internal/store/boltstore"
+	"github.com/pawlcfg/pawl/server/internal/watch"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func newHub(t *testing.T, storeOpts []boltstore.Option, opts ...watch.Option) (*boltstore.Store, *watch.Hub) {
+	t.Helper()
+	st, err := boltstore.Open(context.Background(), t.TempDir(), storeOpts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hub, err := watch.New(context.Background(), st, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		hub.Close()
+		_ = st.Close()
+	})
+	return st, hub
+}
+
+func put(t *testing.T, s store.Store, key, value string) int64 {
+	t.Helper()
+	res, err := s.Put(context.Background(), store.Put{Key: key, Value: []byte(value)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res.Revision
+}
+
+func watchFrom(t *testing.T, hub *watch.Hub, prefix string, start int64) *watch.Watcher {
+	t.Helper()
+	w, err := hub.Watch(context.Background(), prefix, start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Close)
+	return w
+}
+
+// collect reads events until it has n of them, failing on progress gaps.
+func collect(t *testing.T, w *watch.Watcher, n int) []store.Event {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var out []store.Event
+	for len(out) < n {
+		b, err := w.Next(ctx)
+		if err != nil {
+			t.Fatalf("Next after %d events: %v", len(out), err)
+		}
+		out = append(out, b.Events...)
+	}
+	return out
+}
+
+func revisions(events []store.Event) []int64 {
+	r := make([]int64, len(events))
+	for i, ev := range events {
+		r[i] = ev.Revision()
+	}
+	return r
+}
+
+func expectConsecutive(t *testing.T, events []store.Event, from int64) {
+	t.Helper()
+	for i, ev := range events {
+		if ev.Revision() != from+int64(i) {
+			t.Fatalf("event %d has revision %d, want %d (got %v)", i, ev.Revision(), from+int64(i), revisions(events))
+		}
+	}
+}
+
+func TestWatchFromNowSeesOnlyLaterEvents(t *testing.T) {
+	st, hub := newHub(t, nil)
+	put(t, st, "/a", "before")
+	w := watchFrom(t, hub, "/", 0)
+	if w.StartedAt() != 1 {
+		t.Fatalf("StartedAt = %d, want 1", w.StartedAt())
+	}
+	for i := range 5 {
+		put(t, st, "/a", fmt.Sprint(i))
+	}
+	expectConsecutive(t, collect(t, w, 5), 2)
+}
+
+func TestWatchFiltersByPrefix(t *testing.T) {
+	st, hub := newHub(t, nil)
+	w := watchFrom(t, hub, "/app/", 0)
+	put(t, st, "/other", "x")
+	put(t, st, "/app/a", "1")
+	put(t, st, "/apple", "x")
+	put(t, st, "/app/b", "2")
+	got := collect(t, w, 2)
+	if len(got) != 2 || got[0].KV.Key != "/app/a" || got[1].KV.Key != "/app/b" {
+		t.Fatalf("got %+v", got)
+	}
+}
+
+func TestWatchFromPastRevisionReadsTheLog(t *testing.T) {
+	st, hub := newHub(t, nil, watch.WithRingEvents(2))
+	for i := range 10 {
+		put(t, st, "/k", fmt.Sprint(i))
+	}
+	w := watchFrom(t, hub, "/", 3)
+	if w.StartedAt() != 2 {
+		t.Fatalf("StartedAt = %d, want 2", w.StartedAt())
+	}
+	put(t, st, "/k", "live")
+	expectConsecutive(t, collect(t, w, 9), 3)
+	if hub.Stats().LogCatchUps == 0 {
+		t.Fatal("history older than the ring was not read from the change log")
+	}
+}
+
+// TestSlowWatcherCatchesUpFromTheLog lets a watcher fall far out of a small
+// ring while writes go on, then checks it receives every event in order.
+func TestSlowWatcherCatchesUpFromTheLog(t *testing.T) {
+	st, hub := newHub(t, nil, watch.WithRingEvents(8), watch.WithMaxBatch(4), watch.WithCatchUpBatch(5))
+	slow := watchFrom(t, hub, "/", 0)
+	fast := watchFrom(t, hub, "/", 0)
+	const total = 200
+	done := make(chan []store.Event)
+	go func() { done <- collect(t, fast, total) }()
+	for i := range total {
+		put(t, st, fmt.Sprintf("/k/%d", i%7), fmt.Sprint(i))
+	}
+	expectConsecutive(t, <-done, 1)
+	before := hub.Stats().LogCatchUps
+	expectConsecutive(t, collect(t, slow, total), 1)
+	if hub.Stats().LogCatchUps == before {
+		t.Fatal("the slow watcher never read the change log")
+	}
+	// Having caught up, it rejoins the live stream.
+	put(t, st, "/k/live", "x")
+	expectConsecutive(t, collect(t, slow, 1), total+1)
+}
+
+func TestWatchOfCompactedRevisionFails(t *testing.T) {
+	st, hub := newHub(t, []boltstore.Option{boltstore.WithMaxEntries(3)}, watch.WithRingEvents(2))
+	for i := range 10 {
+		put(t, st, "/k", fmt.Sprint(i))
+	}
+	_, err := hub.Watch(context.Background(), "/", 7)
+	var compacted *store.CompactedError
+	if !errors.As(err, &compacted) || compacted.CompactRevision != 7 || compacted.Revision != 10 {
+		t.Fatalf("Watch(7) = %v, want compacted at 7", err)
+	}
+	w := watchFrom(t, hub, "/", 8)
+	expectConsecutive(t, collect(t, w, 3), 8)
+
+	// A watcher that falls behind past the compaction is told so.
+	behind := watchFrom(t, hub, "/", 0)
+	for i := range 10 {
+		put(t, st, "/k", fmt.Sprint(i))
+	}
+	_, err = behind.Next(context.Background())
+	if !errors.As(err, &compacted) {
+		t.Fatalf("Next of a watcher behind the compaction = %v", err)
+	}
+}
+
+func TestWatchOfFutureRevisionFails(t *testing.T) {
+	st, hub := newHub(t, nil)
+	put(t, st, "/k", "1")
+	if _, err := hub.Watch(context.Background(), "/", 3); !errors.Is(err, store.ErrFutureRevision) {
+		t.Fatalf("Watch(3) at revision 1 = %v", err)
+	}
+	w := watchFrom(t, hub, "/", 2) // the next revision is fine
+	put(t, st, "/k", "2")
+	expectConsecutive(t, collect(t, w, 1), 2)
+}
+
+func TestProgressNotifications(t *testing.T) {
+	st, hub := newHub(t, nil, watch.WithProgressInterval(5*time.Millisecond))
+	w := watchFrom(t, hub, "/quiet/", 0)
+	rev := put(t, st, "/noisy", "x")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for {
+		b, err := w.Next(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(b.Events) > 0 {
+			t.Fatalf("events for another prefix: %+v", b.Events)
+		}
+		if b.Progress == rev {
+			return
+		}
+		if b.Progress > rev {
+			t.Fatalf("progress %d is past the revision %d", b.Progress, rev)
+		}
+	}
+}
+
+func TestRevisionGapInFeedIsFilledFromTheLog(t *testing.T) {
+	st, hub := newHub(t, nil)
+	w := watchFrom(t, hub, "/", 0)
+	for i := range 3 {
+		put(t, st, "/k", fmt.Sprint(i))
+	}
+	expectConsecutive(t, collect(t, w, 3), 1)
+	// Write 4 and 5 in the store, but publish only 6 to the hub, as a
+	// shared-store feed that lost two messages would.
+	put(t, st, "/k", "4")
+	put(t, st, "/k", "5")
+	six := put(t, st, "/k", "6")
+	ch, err := st.Changes(context.Background(), six, "", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hub.Publish(ch.Events) // a duplicate of what the store published: ignored
+	expectConsecutive(t, collect(t, w, 3), 4)
+}
+
+func TestCloseEndsWatchers(t *testing.T) {
+	_, hub := newHub(t, nil)
+	w := watchFrom(t, hub, "/", 0)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := w.Next(context.Background())
+		errc <- err
+	}()
+	hub.Close()
+	if err := <-errc; !errors.Is(err, watch.ErrClosed) {
+		t.Fatalf("Next after Close = %v", err)
+	}
+	if _, err := hub.Watch(context.Background(), "/", 0); !errors.Is(err, watch.ErrClosed) {
+		t.Fatalf("Watch after Close = %v", err)
+	}
+}
+
+// TestManyWatchersConcurrentWriters hammers the hub: every watcher must see
+// every event of its prefix, in order.
+func TestManyWatchersConcurrentWriters(t *testing.T) {
+	watchers, writers, each := 200, 8, 50
+	if testing.Short() {
+		watchers, each = 50, 20
+	}
+	st, hub := newHub(t, nil, watch.WithRingEvents(64))
+	ws := make([]*watch.Watcher, watchers)
+	for i := range ws {
+		ws[i] = watchFrom(t, hub, "/", 0)
+	}
+	total := writers * each
+	var wg sync.WaitGroup
+	results := make([][]store.Event, watchers)
+	for i, w := range ws {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i] = collect(t, w, total)
+		}()
+	}
+	var wwg sync.WaitGroup
+	for w := range writers {
+		wwg.Add(1)
+		go func() {
+			defer wwg.Done()
+			for i := range each {
+				if _, err := st.Put(context.Background(), store.Put{Key: fmt.Sprintf("/w/%d", w), Value: []byte(fmt.Sprint(i))}); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wwg.Wait()
+	wg.Wait()
+	for _, r := range results {
+		expectConsecutive(t, r, 1)
+	}
+	if n := hub.Stats().Watchers; n != watchers {
+		t.Fatalf("Stats().Watchers = %d, want %d", n, watchers)
+	}
+}

@@ -1,0 +1,127 @@
+package watch
+
+import (
+	"context"
+	"strings"
+	"sync/atomic"
+
+	"github.com/pawlcfg/pawl/server/internal/store"
+)
+
+// Watcher is one watch: a cursor over the hub's events under a prefix.
+//
+// Next and Close may be called from one goroutine at a time (the stream's
+// handler); the hub wakes the watcher concurrently.
+type Watcher struct {
+	hub         *Hub
+	prefix      string
+	next        int64         // the next revision to deliver; owned by Next's caller
+	notify      chan struct{} // buffered(1): a pending wake-up
+	progressDue atomic.Bool
+	closed      bool
+}
+
+// Batch is what Next delivers: events, or else a progress notification.
+type Batch struct {
+	// Events are matching changes in revision order; empty for progress.
+	Events []store.Event
+	// Progress, when Events is empty, is the revision the watcher is current
+	// at: every matching change up to it was delivered.
+	Progress int64
+}
+
+// StartedAt is the revision after which the watcher delivers changes, before
+// the first call to Next.
+func (w *Watcher) StartedAt() int64 { return w.next - 1 }
+
+// Next blocks until there are events for the watcher or a progress
+// notification is due, and returns them. It returns ctx.Err() when ctx ends,
+// ErrClosed when the hub closes, and a *store.CompactedError when the
+// watcher needs a revision the change log no longer holds; after an error,
+// only Close may be called.
+func (w *Watcher) Next(ctx context.Context) (Batch, error) {
+	h := w.hub
+	for {
+		events, needLog, err := w.fromRing()
+		if err != nil {
+			return Batch{}, err
+		}
+		if len(events) > 0 {
+			return Batch{Events: events}, nil
+		}
+		if needLog {
+			h.catchUps.Add(1)
+			ch, err := h.src.Changes(ctx, w.next, w.prefix, h.opts.catchUpBatch)
+			if err != nil {
+				return Batch{}, err
+			}
+			w.next = ch.Through + 1
+			if len(ch.Events) > 0 {
+				return Batch{Events: ch.Events}, nil
+			}
+			continue
+		}
+		if w.progressDue.Swap(false) {
+			return Batch{Progress: w.next - 1}, nil
+		}
+		select {
+		case <-w.notify:
+		case <-ctx.Done():
+			return Batch{}, ctx.Err()
+		case <-h.ctx.Done():
+			return Batch{}, ErrClosed
+		}
+	}
+}
+
+// fromRing copies the matching events of the ring from the cursor on, at
+// most opts.maxBatch of them, and advances the cursor past every event it
+// examined. needLog says that the cursor is older than the ring.
+func (w *Watcher) fromRing() (events []store.Event, needLog bool, err error) {
+	h := w.hub
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	if h.closed {
+		return nil, false, ErrClosed
+	}
+	if w.next > h.newest {
+		return nil, false, nil
+	}
+	oldest := h.oldestLocked()
+	if w.next < oldest {
+		return nil, true, nil
+	}
+	for i := int(w.next - oldest); i < h.size && len(events) < h.opts.maxBatch; i++ {
+		ev := h.ring[(h.head+i)%len(h.ring)]
+		w.next = ev.Revision() + 1
+		if strings.HasPrefix(ev.KV.Key, w.prefix) {
+			events = append(events, ev)
+		}
+	}
+	return events, false, nil
+}
+
+// wake makes a pending wake-up without blocking.
+func (w *Watcher) wake() {
+	select {
+	case w.notify <- struct{}{}:
+	default:
+	}
+}
+
+// Close unregisters the watcher. It is idempotent.
+func (w *Watcher) Close() {
+	if w.closed {
+		return
+	}
+	w.closed = true
+	h := w.hub
+	h.wmu.Lock()
+	defer h.wmu.Unlock()
+	if set := h.watchers[w.prefix]; set != nil {
+		delete(set, w)
+		if len(set) == 0 {
+			delete(h.watchers, w.prefix)
+		}
+	}
+}
