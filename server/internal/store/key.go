@@ -14,23 +14,44 @@ const MaxKeyBytes = 1024
 // ErrInvalidKey is matched by every error ValidateKey returns.
 var ErrInvalidKey = errors.New("store: invalid key")
 
+// InvalidKeyError says why a key or prefix was refused. It matches
+// ErrInvalidKey.
+type InvalidKeyError struct {
+	// Field is "key" or "prefix".
+	Field string
+	// Reason says which rule failed, for the client.
+	Reason string
+}
+
+func (e *InvalidKeyError) Error() string { return "store: invalid " + e.Field + ": " + e.Reason }
+
+// Is reports whether target is ErrInvalidKey.
+func (e *InvalidKeyError) Is(target error) bool { return target == ErrInvalidKey }
+
 // ValidateKey checks that key is a non-empty UTF-8 path that starts with "/",
 // has no NUL byte and is at most MaxKeyBytes long. The error says which rule
 // failed and matches ErrInvalidKey.
 func ValidateKey(key string) error {
-	switch {
-	case key == "":
-		return fmt.Errorf("%w: the key is empty; keys are paths such as /payments/limits.json", ErrInvalidKey)
-	case len(key) > MaxKeyBytes:
-		return fmt.Errorf("%w: the key is %d bytes; the limit is %d", ErrInvalidKey, len(key), MaxKeyBytes)
-	case key[0] != '/':
-		return fmt.Errorf("%w: key %q does not start with \"/\"", ErrInvalidKey, key)
-	case !utf8.ValidString(key):
-		return fmt.Errorf("%w: the key is not valid UTF-8", ErrInvalidKey)
-	case strings.IndexByte(key, 0) >= 0:
-		return fmt.Errorf("%w: the key contains a NUL byte", ErrInvalidKey)
+	if reason := keyProblem(key); reason != "" {
+		return &InvalidKeyError{Field: "key", Reason: reason}
 	}
 	return nil
+}
+
+func keyProblem(key string) string {
+	switch {
+	case key == "":
+		return "the key is empty; keys are paths such as /payments/limits.json"
+	case len(key) > MaxKeyBytes:
+		return fmt.Sprintf("the key is %d bytes; the limit is %d", len(key), MaxKeyBytes)
+	case key[0] != '/':
+		return fmt.Sprintf("key %q does not start with \"/\"", key)
+	case !utf8.ValidString(key):
+		return "the key is not valid UTF-8"
+	case strings.IndexByte(key, 0) >= 0:
+		return "the key contains a NUL byte"
+	}
+	return ""
 }
 
 // ValidatePrefix checks a watch or list prefix: empty (everything), or a
@@ -39,8 +60,8 @@ func ValidatePrefix(prefix string) error {
 	if prefix == "" {
 		return nil
 	}
-	if err := ValidateKey(prefix); err != nil {
-		return fmt.Errorf("prefix: %w", err)
+	if reason := keyProblem(prefix); reason != "" {
+		return &InvalidKeyError{Field: "prefix", Reason: strings.Replace(reason, "key", "prefix", 1)}
 	}
 	return nil
 }

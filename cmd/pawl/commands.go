@@ -1,0 +1,357 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"connectrpc.com/connect"
+	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	pawlv1 "github.com/pawlcfg/pawl/gen/pawl/v1"
+	"github.com/pawlcfg/pawl/gen/pawl/v1/pawlv1connect"
+)
+
+// DefaultServer is the server pawl talks to without --server or PAWL_SERVER.
+const DefaultServer = "http://127.0.0.1:7070"
+
+// usageError marks errors in the command line itself (exit code 2).
+type usageError struct{ error }
+
+func isUsage(err error) bool {
+	var u usageError
+	return errors.As(err, &u)
+}
+
+// globals are the flags every command shares.
+type globals struct {
+	server   string
+	output   string
+	protocol string
+	stdin    io.Reader
+	stdout   io.Writer
+}
+
+func newRootCommand(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
+	g := &globals{stdin: stdin, stdout: stdout}
+	root := &cobra.Command{
+		Use:           "pawl",
+		Short:         "pawl is the command-line client of the Pawl configuration release platform",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			switch g.output {
+			case "text", "json":
+			default:
+				return usageError{fmt.Errorf("-o %q: want text or json", g.output)}
+			}
+			switch g.protocol {
+			case "connect", "grpc", "grpc-web":
+			default:
+				return usageError{fmt.Errorf("--protocol %q: want connect, grpc or grpc-web", g.protocol)}
+			}
+			return nil
+		},
+	}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	server := os.Getenv("PAWL_SERVER")
+	if server == "" {
+		server = DefaultServer
+	}
+	root.PersistentFlags().StringVar(&g.server, "server", server, "Pawl server URL (env PAWL_SERVER)")
+	root.PersistentFlags().StringVarP(&g.output, "output", "o", "text", "output format: text or json")
+	root.PersistentFlags().StringVar(&g.protocol, "protocol", "connect", "wire protocol: connect, grpc or grpc-web")
+	root.AddCommand(putCommand(g), getCommand(g), delCommand(g), lsCommand(g), watchCommand(g))
+	return root
+}
+
+// kv returns a KVService client for the chosen server and protocol. The HTTP
+// client speaks HTTP/2 without TLS (prior knowledge) to http:// URLs, so
+// gRPC works against a plain pawld.
+func (g *globals) kv() pawlv1connect.KVServiceClient {
+	var protocols http.Protocols
+	protocols.SetHTTP1(true)
+	protocols.SetHTTP2(true)
+	if g.protocol != "connect" {
+		// gRPC needs HTTP/2; the Connect protocol is happy on HTTP/1.1.
+		protocols = http.Protocols{}
+		protocols.SetHTTP2(true)
+		protocols.SetUnencryptedHTTP2(true)
+	}
+	client := &http.Client{Transport: &http.Transport{Protocols: &protocols, ForceAttemptHTTP2: true}}
+	var opts []connect.ClientOption
+	switch g.protocol {
+	case "grpc":
+		opts = append(opts, connect.WithGRPC())
+	case "grpc-web":
+		opts = append(opts, connect.WithGRPCWeb())
+	}
+	return pawlv1connect.NewKVServiceClient(client, strings.TrimSuffix(g.server, "/"), opts...)
+}
+
+// printJSON writes m as one line of JSON.
+func (g *globals) printJSON(m proto.Message) error {
+	b, err := protojson.Marshal(m)
+	if err != nil {
+		return fmt.Errorf("encode output: %w", err)
+	}
+	_, err = fmt.Fprintf(g.stdout, "%s\n", b)
+	return err
+}
+
+func optionalRevision(cmd *cobra.Command, name string, v int64) *int64 {
+	if !cmd.Flags().Changed(name) {
+		return nil
+	}
+	return &v
+}
+
+func putCommand(g *globals) *cobra.Command {
+	var file string
+	var expect int64
+	cmd := &cobra.Command{
+		Use:   "put KEY [VALUE]",
+		Short: "Write a value (from VALUE, --file, or standard input with --file -)",
+		Args:  cobra.RangeArgs(1, 2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			value, err := readValue(g.stdin, args, file)
+			if err != nil {
+				return err
+			}
+			resp, err := g.kv().Put(cmd.Context(), connect.NewRequest(&pawlv1.PutRequest{
+				Key:                 args[0],
+				Value:               value,
+				ExpectedModRevision: optionalRevision(cmd, "expect-revision", expect),
+			}))
+			if err != nil {
+				return err
+			}
+			if g.output == "json" {
+				return g.printJSON(resp.Msg)
+			}
+			_, err = fmt.Fprintf(g.stdout, "revision %d\n", resp.Msg.GetRevision())
+			return err
+		},
+	}
+	cmd.Flags().StringVarP(&file, "file", "f", "", "read the value from this file (- for standard input)")
+	cmd.Flags().Int64Var(&expect, "expect-revision", 0, "write only if the key's mod revision is this (0: only if absent)")
+	return cmd
+}
+
+func readValue(stdin io.Reader, args []string, file string) ([]byte, error) {
+	switch {
+	case file != "" && len(args) == 2:
+		return nil, usageError{errors.New("give the value either as an argument or with --file, not both")}
+	case file == "-":
+		b, err := io.ReadAll(stdin)
+		if err != nil {
+			return nil, fmt.Errorf("read standard input: %w", err)
+		}
+		return b, nil
+	case file != "":
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return nil, fmt.Errorf("read value: %w", err)
+		}
+		return b, nil
+	case len(args) == 2:
+		return []byte(args[1]), nil
+	}
+	return nil, usageError{errors.New("give a VALUE argument or --file")}
+}
+
+func getCommand(g *globals) *cobra.Command {
+	var revision int64
+	cmd := &cobra.Command{
+		Use:   "get KEY",
+		Short: "Print a key's value, at the current revision or --revision N",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			resp, err := g.kv().Get(cmd.Context(), connect.NewRequest(&pawlv1.GetRequest{Key: args[0], Revision: revision}))
+			if err != nil {
+				return err
+			}
+			if g.output == "json" {
+				return g.printJSON(resp.Msg)
+			}
+			value := resp.Msg.GetKv().GetValue()
+			if _, err := g.stdout.Write(value); err != nil {
+				return err
+			}
+			if len(value) == 0 || value[len(value)-1] != '\n' {
+				_, err = io.WriteString(g.stdout, "\n")
+			}
+			return err
+		},
+	}
+	cmd.Flags().Int64Var(&revision, "revision", 0, "read at this past revision (0: current)")
+	return cmd
+}
+
+func delCommand(g *globals) *cobra.Command {
+	var expect int64
+	cmd := &cobra.Command{
+		Use:     "del KEY",
+		Aliases: []string{"delete", "rm"},
+		Short:   "Delete a key",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			resp, err := g.kv().Delete(cmd.Context(), connect.NewRequest(&pawlv1.DeleteRequest{
+				Key:                 args[0],
+				ExpectedModRevision: optionalRevision(cmd, "expect-revision", expect),
+			}))
+			if err != nil {
+				return err
+			}
+			if g.output == "json" {
+				return g.printJSON(resp.Msg)
+			}
+			_, err = fmt.Fprintf(g.stdout, "revision %d\n", resp.Msg.GetRevision())
+			return err
+		},
+	}
+	cmd.Flags().Int64Var(&expect, "expect-revision", 0, "delete only if the key's mod revision is this")
+	return cmd
+}
+
+func lsCommand(g *globals) *cobra.Command {
+	var revision int64
+	var pageSize int32
+	cmd := &cobra.Command{
+		Use:     "ls [PREFIX]",
+		Aliases: []string{"list"},
+		Short:   "List the keys under a prefix (all pages, read at one revision)",
+		Args:    cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			prefix := ""
+			if len(args) == 1 {
+				prefix = args[0]
+			}
+			kv := g.kv()
+			req := &pawlv1.ListRequest{Prefix: prefix, Revision: revision, PageSize: pageSize}
+			for {
+				resp, err := kv.List(cmd.Context(), connect.NewRequest(req))
+				if err != nil {
+					return err
+				}
+				if err := g.printList(resp.Msg); err != nil {
+					return err
+				}
+				if resp.Msg.GetNextPageToken() == "" {
+					return nil
+				}
+				req.PageToken = resp.Msg.GetNextPageToken()
+			}
+		},
+	}
+	cmd.Flags().Int64Var(&revision, "revision", 0, "list as of this past revision (0: current)")
+	cmd.Flags().Int32Var(&pageSize, "page-size", 0, "keys per request (0: the server's default)")
+	return cmd
+}
+
+// printList prints one page: in text, one "KEY<TAB>MOD_REVISION<TAB>VALUE"
+// line per key; in JSON, one line per page.
+func (g *globals) printList(resp *pawlv1.ListResponse) error {
+	if g.output == "json" {
+		return g.printJSON(resp)
+	}
+	for _, kv := range resp.GetKvs() {
+		if _, err := fmt.Fprintf(g.stdout, "%s\t%d\t%s\n", kv.GetKey(), kv.GetModRevision(), printable(kv.GetValue())); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func watchCommand(g *globals) *cobra.Command {
+	var from int64
+	var progress bool
+	cmd := &cobra.Command{
+		Use:   "watch [PREFIX]",
+		Short: "Print every change under a prefix, one line per event, until interrupted",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			prefix := ""
+			if len(args) == 1 {
+				prefix = args[0]
+			}
+			return g.watch(cmd.Context(), prefix, from, progress)
+		},
+	}
+	cmd.Flags().Int64Var(&from, "from-revision", 0, "first revision to print (0: changes from now on)")
+	cmd.Flags().BoolVar(&progress, "progress", false, "also print progress notifications (text output)")
+	return cmd
+}
+
+// watch streams until ctx ends (an interrupt), which is a success.
+func (g *globals) watch(ctx context.Context, prefix string, from int64, progress bool) error {
+	stream, err := g.kv().Watch(ctx, connect.NewRequest(&pawlv1.WatchRequest{Prefix: prefix, StartRevision: from}))
+	if err != nil {
+		return err
+	}
+	defer stream.Close()
+	for stream.Receive() {
+		msg := stream.Msg()
+		if g.output == "json" {
+			if err := g.printJSON(msg); err != nil {
+				return err
+			}
+		} else if err := printWatchText(g.stdout, msg, progress); err != nil {
+			return err
+		}
+		if c := msg.GetCompacted(); c != nil {
+			return fmt.Errorf("revision %d is compacted (oldest retained change: %d); list at revision %d and watch with --from-revision %d",
+				max(from, 1), c.GetCompactRevision()+1, c.GetSnapshotRevision(), c.GetSnapshotRevision()+1)
+		}
+	}
+	if ctx.Err() != nil {
+		return nil
+	}
+	if err := stream.Err(); err != nil {
+		return err
+	}
+	return errors.New("the server ended the watch")
+}
+
+func printWatchText(w io.Writer, msg *pawlv1.WatchResponse, progress bool) error {
+	var err error
+	switch kind := msg.GetKind().(type) {
+	case *pawlv1.WatchResponse_Events:
+		for _, ev := range kind.Events.GetEvents() {
+			kv := ev.GetKv()
+			if ev.GetType() == pawlv1.EventType_EVENT_TYPE_DELETE {
+				_, err = fmt.Fprintf(w, "DELETE %s rev=%d\n", kv.GetKey(), kv.GetModRevision())
+			} else {
+				_, err = fmt.Fprintf(w, "PUT %s rev=%d %s\n", kv.GetKey(), kv.GetModRevision(), printable(kv.GetValue()))
+			}
+			if err != nil {
+				return err
+			}
+		}
+	case *pawlv1.WatchResponse_Progress:
+		if progress {
+			_, err = fmt.Fprintf(w, "PROGRESS rev=%d\n", kind.Progress.GetRevision())
+		}
+	}
+	return err
+}
+
+// printable returns v as text when it is one line of printable UTF-8, and
+// quoted otherwise, so that each event stays on one line.
+func printable(v []byte) string {
+	s := string(v)
+	if utf8.ValidString(s) && strconv.CanBackquote(s) && !strings.ContainsAny(s, "\n\r\t") {
+		return s
+	}
+	return strconv.Quote(s)
+}

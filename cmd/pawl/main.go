@@ -1,0 +1,43 @@
+// Command pawl is the Pawl command-line client.
+//
+//	pawl put /payments/limits.json --file limits.json
+//	pawl get /payments/limits.json
+//	pawl ls /payments/
+//	pawl watch /payments/ --from-revision 42
+//	pawl del /payments/limits.json --expect-revision 43
+//
+// The server is --server, or $PAWL_SERVER, or http://127.0.0.1:7070. Every
+// command takes -o json for machine-readable output, and exits non-zero with
+// the server's message when a call fails.
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// run executes one pawl command line and returns the exit code: 0 on
+// success, 1 when the command failed, 2 for a usage error.
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	cmd := newRootCommand(stdin, stdout, stderr)
+	cmd.SetArgs(args)
+	if err := cmd.ExecuteContext(ctx); err != nil {
+		fmt.Fprintln(stderr, "pawl:", err)
+		if isUsage(err) {
+			return 2
+		}
+		return 1
+	}
+	return 0
+}

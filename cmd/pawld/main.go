@@ -1,0 +1,104 @@
+// Command pawld is the Pawl server. With no flags it listens on
+// 127.0.0.1:7070 and keeps its embedded store in ./pawl-data:
+//
+//	go run ./cmd/pawld
+//
+// It serves Connect, gRPC and gRPC-Web on one port, with gRPC health
+// checking and reflection, and stops gracefully on SIGINT or SIGTERM.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/pawlcfg/pawl/server"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stderr); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0)
+		}
+		fmt.Fprintln(os.Stderr, "pawld:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("pawld", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	listen := fs.String("listen", "127.0.0.1:7070", "address to serve Connect, gRPC and gRPC-Web on")
+	data := fs.String("data", server.DefaultDataDir, "data directory of the embedded store")
+	maxValue := fs.Int("max-value-bytes", server.DefaultMaxValueBytes, "largest value a put accepts, in bytes")
+	retainRevs := fs.Int64("retain-revisions", server.DefaultRetainRevisions, "revisions kept in the change log (0: no count limit)")
+	retainFor := fs.Duration("retain-for", server.DefaultRetainFor, "age after which change-log revisions are compacted (0: no age limit)")
+	progress := fs.Duration("progress-interval", server.DefaultProgressInterval, "how often idle watch streams get a progress notification")
+	tlsCert := fs.String("tls-cert", "", "PEM certificate file; with --tls-key, serve TLS")
+	tlsKey := fs.String("tls-key", "", "PEM private key file for --tls-cert")
+	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
+	logFormat := fs.String("log-format", "text", "log format: text or json")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q; pawld takes only flags (see pawld -h)", fs.Args())
+	}
+	log, err := newLogger(stderr, *logLevel, *logFormat)
+	if err != nil {
+		return err
+	}
+	srv, err := server.New(ctx,
+		server.WithDataDir(*data),
+		server.WithMaxValueBytes(*maxValue),
+		server.WithRetention(*retainRevs, *retainFor),
+		server.WithProgressInterval(*progress),
+		server.WithTLS(*tlsCert, *tlsKey),
+		server.WithLogger(log),
+	)
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", *listen, err)
+	}
+	scheme := "http"
+	if *tlsCert != "" {
+		scheme = "https"
+	}
+	log.Info("pawld listening", "addr", ln.Addr().String(), "url", scheme+"://"+ln.Addr().String(), "data", *data)
+	if err := srv.Serve(ctx, ln); err != nil {
+		return err
+	}
+	if err := srv.Close(); err != nil {
+		return err
+	}
+	log.Info("pawld stopped")
+	return nil
+}
+
+func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: l}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: want text or json", format)
+}

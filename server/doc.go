@@ -1,0 +1,20 @@
+// Package server runs Pawl: it opens the store, starts the watch hub, and
+// serves the Connect handlers (Connect, gRPC and gRPC-Web on one port), with
+// gRPC health checking and server reflection.
+//
+// A program needs four things from it:
+//
+//	srv, err := server.New(ctx, server.WithDataDir("./pawl-data"))
+//	...
+//	err = srv.Serve(ctx, listener) // until ctx is done, then a graceful stop
+//	...
+//	err = srv.Close()              // closes the store
+//
+// Imports go one way: cmd → server → server/internal/* → gen. The parts:
+//
+//	server/internal/store      the storage contract, with its conformance suite in storetest
+//	server/internal/store/boltstore  the embedded bbolt engine (the default)
+//	server/internal/watch      the watch hub
+//	server/internal/kvservice  pawl.v1.KVService
+//	server/internal/apierr     domain errors to Connect codes
+package server

@@ -1,0 +1,91 @@
+// Package apierr maps Pawl's domain errors to Connect errors at the API edge.
+// It is the one place where codes are chosen: handlers return domain errors
+// wrapped with %w, and call Connect once, so a wrapped error still maps to
+// the right code.
+package apierr
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"connectrpc.com/connect"
+
+	"github.com/pawlcfg/pawl/server/internal/store"
+	"github.com/pawlcfg/pawl/server/internal/watch"
+)
+
+// Connect returns err as a *connect.Error with the code DESIGN.md assigns and
+// a message that says what was wrong and what to do. A *connect.Error passes
+// through unchanged. Errors with no mapping become Internal, logged on log
+// with the procedure name.
+func Connect(log *slog.Logger, procedure string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		return ce
+	}
+	if code, ok := contextCode(err); ok {
+		return connect.NewError(code, err)
+	}
+	var (
+		notFound  *store.NotFoundError
+		compacted *store.CompactedError
+		future    *store.FutureRevisionError
+		mismatch  *store.RevisionMismatchError
+		badKey    *store.InvalidKeyError
+	)
+	switch {
+	case errors.As(err, &notFound):
+		return newError(connect.CodeNotFound, "key %q does not exist at revision %d", notFound.Key, notFound.Revision)
+	case errors.As(err, &compacted):
+		return newError(connect.CodeFailedPrecondition,
+			"revision %d is compacted: the oldest readable revision is %d (current revision %d); read at a later revision",
+			compacted.Requested, compacted.CompactRevision, compacted.Revision)
+	case errors.As(err, &future):
+		return newError(connect.CodeInvalidArgument,
+			"revision %d is in the future: the current revision is %d", future.Requested, future.Revision)
+	case errors.As(err, &mismatch):
+		if mismatch.Actual == 0 {
+			return newError(connect.CodeFailedPrecondition,
+				"compare-and-swap failed: key %q does not exist (expected mod revision %d)", mismatch.Key, mismatch.Expected)
+		}
+		return newError(connect.CodeFailedPrecondition,
+			"compare-and-swap failed: key %q is at mod revision %d, not %d; read it again and retry",
+			mismatch.Key, mismatch.Actual, mismatch.Expected)
+	case errors.As(err, &badKey):
+		return newError(connect.CodeInvalidArgument, "invalid %s: %s", badKey.Field, badKey.Reason)
+	case errors.Is(err, store.ErrClosed), errors.Is(err, watch.ErrClosed):
+		return newError(connect.CodeUnavailable, "the server is shutting down; retry shortly or against another replica")
+	}
+	log.Error("internal error", "procedure", procedure, "error", err)
+	return newError(connect.CodeInternal, "internal error in %s; the server log has the details", procedure)
+}
+
+// InvalidArgument is a shorthand for a CodeInvalidArgument error.
+func InvalidArgument(format string, args ...any) error {
+	return newError(connect.CodeInvalidArgument, format, args...)
+}
+
+// ResourceExhausted is a shorthand for a CodeResourceExhausted error.
+func ResourceExhausted(format string, args ...any) error {
+	return newError(connect.CodeResourceExhausted, format, args...)
+}
+
+func newError(code connect.Code, format string, args ...any) *connect.Error {
+	return connect.NewError(code, fmt.Errorf(format, args...))
+}
+
+// contextCode maps context errors, wherever they are in the chain.
+func contextCode(err error) (connect.Code, bool) {
+	switch {
+	case errors.Is(err, context.Canceled):
+		return connect.CodeCanceled, true
+	case errors.Is(err, context.DeadlineExceeded):
+		return connect.CodeDeadlineExceeded, true
+	}
+	return 0, false
+}

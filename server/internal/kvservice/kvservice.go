@@ -1,0 +1,234 @@
+// Package kvservice implements pawl.v1.KVService over a store and a watch
+// hub: it validates requests, converts between wire and domain types, and
+// maps errors to Connect codes through apierr.
+package kvservice
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"connectrpc.com/connect"
+
+	pawlv1 "github.com/pawlcfg/pawl/gen/pawl/v1"
+	"github.com/pawlcfg/pawl/gen/pawl/v1/pawlv1connect"
+	"github.com/pawlcfg/pawl/server/internal/apierr"
+	"github.com/pawlcfg/pawl/server/internal/store"
+	"github.com/pawlcfg/pawl/server/internal/watch"
+)
+
+const (
+	// DefaultPageSize is the List page size when the request gives none.
+	DefaultPageSize = 100
+	// MaxPageSize is the largest List page; larger requests get this many.
+	MaxPageSize = 1000
+)
+
+// Service is the KVService handler.
+type Service struct {
+	store         store.Store
+	hub           *watch.Hub
+	maxValueBytes int
+	log           *slog.Logger
+}
+
+var _ pawlv1connect.KVServiceHandler = (*Service)(nil)
+
+// New returns a KVService over st and hub that refuses values longer than
+// maxValueBytes.
+func New(st store.Store, hub *watch.Hub, maxValueBytes int, log *slog.Logger) *Service {
+	return &Service{store: st, hub: hub, maxValueBytes: maxValueBytes, log: log}
+}
+
+// Put implements pawl.v1.KVService.Put.
+func (s *Service) Put(ctx context.Context, req *connect.Request[pawlv1.PutRequest]) (*connect.Response[pawlv1.PutResponse], error) {
+	m := req.Msg
+	if err := s.checkWrite(m.GetKey(), m.ExpectedModRevision); err != nil {
+		return nil, err
+	}
+	if len(m.GetValue()) > s.maxValueBytes {
+		return nil, apierr.ResourceExhausted("the value is %d bytes; the limit is %d bytes (pawld --max-value-bytes)",
+			len(m.GetValue()), s.maxValueBytes)
+	}
+	res, err := s.store.Put(ctx, store.Put{Key: m.GetKey(), Value: m.GetValue(), ExpectModRevision: m.ExpectedModRevision})
+	if err != nil {
+		return nil, s.error(req.Spec(), err)
+	}
+	return connect.NewResponse(&pawlv1.PutResponse{Revision: res.Revision, PrevKv: toProtoKVPtr(res.Prev)}), nil
+}
+
+// Get implements pawl.v1.KVService.Get.
+func (s *Service) Get(ctx context.Context, req *connect.Request[pawlv1.GetRequest]) (*connect.Response[pawlv1.GetResponse], error) {
+	m := req.Msg
+	if err := store.ValidateKey(m.GetKey()); err != nil {
+		return nil, s.error(req.Spec(), err)
+	}
+	if err := checkRevision("revision", m.GetRevision()); err != nil {
+		return nil, err
+	}
+	kv, at, err := s.store.Get(ctx, m.GetKey(), m.GetRevision())
+	if err != nil {
+		return nil, s.error(req.Spec(), err)
+	}
+	return connect.NewResponse(&pawlv1.GetResponse{Kv: toProtoKV(kv), Revision: at}), nil
+}
+
+// Delete implements pawl.v1.KVService.Delete.
+func (s *Service) Delete(ctx context.Context, req *connect.Request[pawlv1.DeleteRequest]) (*connect.Response[pawlv1.DeleteResponse], error) {
+	m := req.Msg
+	if err := s.checkWrite(m.GetKey(), m.ExpectedModRevision); err != nil {
+		return nil, err
+	}
+	res, err := s.store.Delete(ctx, store.Delete{Key: m.GetKey(), ExpectModRevision: m.ExpectedModRevision})
+	if err != nil {
+		return nil, s.error(req.Spec(), err)
+	}
+	return connect.NewResponse(&pawlv1.DeleteResponse{Revision: res.Revision, PrevKv: toProtoKVPtr(res.Prev)}), nil
+}
+
+// List implements pawl.v1.KVService.List.
+func (s *Service) List(ctx context.Context, req *connect.Request[pawlv1.ListRequest]) (*connect.Response[pawlv1.ListResponse], error) {
+	m := req.Msg
+	if err := store.ValidatePrefix(m.GetPrefix()); err != nil {
+		return nil, s.error(req.Spec(), err)
+	}
+	if err := checkRevision("revision", m.GetRevision()); err != nil {
+		return nil, err
+	}
+	size := int(m.GetPageSize())
+	switch {
+	case size < 0:
+		return nil, apierr.InvalidArgument("page_size is %d; it must be 0 (default %d) or positive", size, DefaultPageSize)
+	case size == 0:
+		size = DefaultPageSize
+	case size > MaxPageSize:
+		size = MaxPageSize
+	}
+	revision, after := m.GetRevision(), ""
+	if m.GetPageToken() != "" {
+		tok, err := decodePageToken(m.GetPageToken())
+		if err != nil || tok.prefix != m.GetPrefix() {
+			return nil, apierr.InvalidArgument("page_token is not a token of a listing of prefix %q; start again without it", m.GetPrefix())
+		}
+		revision, after = tok.revision, tok.after
+	}
+	page, err := s.store.List(ctx, m.GetPrefix(), revision, after, size)
+	if err != nil {
+		return nil, s.error(req.Spec(), err)
+	}
+	resp := &pawlv1.ListResponse{Revision: page.Revision, Kvs: make([]*pawlv1.KeyValue, len(page.KVs))}
+	for i, kv := range page.KVs {
+		resp.Kvs[i] = toProtoKV(kv)
+	}
+	if page.More {
+		resp.NextPageToken = pageToken{prefix: m.GetPrefix(), revision: page.Revision, after: page.KVs[len(page.KVs)-1].Key}.encode()
+	}
+	return connect.NewResponse(resp), nil
+}
+
+// Watch implements pawl.v1.KVService.Watch. The stream ends with no error
+// after a WatchCompacted message, and with Unavailable when the server shuts
+// down.
+func (s *Service) Watch(ctx context.Context, req *connect.Request[pawlv1.WatchRequest], stream *connect.ServerStream[pawlv1.WatchResponse]) error {
+	m := req.Msg
+	if err := store.ValidatePrefix(m.GetPrefix()); err != nil {
+		return s.error(req.Spec(), err)
+	}
+	if err := checkRevision("start_revision", m.GetStartRevision()); err != nil {
+		return err
+	}
+	w, err := s.hub.Watch(ctx, m.GetPrefix(), m.GetStartRevision())
+	var compacted *store.CompactedError
+	if errors.As(err, &compacted) {
+		return sendCompacted(stream, compacted)
+	}
+	if err != nil {
+		return s.error(req.Spec(), err)
+	}
+	defer w.Close()
+	if err := stream.Send(&pawlv1.WatchResponse{Kind: &pawlv1.WatchResponse_Started{Started: &pawlv1.WatchStarted{Revision: w.StartedAt()}}}); err != nil {
+		return err
+	}
+	for {
+		batch, err := w.Next(ctx)
+		if errors.As(err, &compacted) {
+			return sendCompacted(stream, compacted)
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil // the client went away
+			}
+			return s.error(req.Spec(), err)
+		}
+		if err := stream.Send(toProtoBatch(batch)); err != nil {
+			return err
+		}
+	}
+}
+
+func sendCompacted(stream *connect.ServerStream[pawlv1.WatchResponse], c *store.CompactedError) error {
+	return stream.Send(&pawlv1.WatchResponse{Kind: &pawlv1.WatchResponse_Compacted{Compacted: &pawlv1.WatchCompacted{
+		CompactRevision:  c.CompactRevision,
+		SnapshotRevision: c.Revision,
+	}}})
+}
+
+func (s *Service) checkWrite(key string, expect *int64) error {
+	if err := store.ValidateKey(key); err != nil {
+		return apierr.Connect(s.log, "", err)
+	}
+	if expect != nil && *expect < 0 {
+		return apierr.InvalidArgument("expected_mod_revision is %d; it must be 0 (key absent) or a revision", *expect)
+	}
+	return nil
+}
+
+func (s *Service) error(spec connect.Spec, err error) error {
+	return apierr.Connect(s.log, spec.Procedure, err)
+}
+
+func checkRevision(field string, rev int64) error {
+	if rev < 0 {
+		return apierr.InvalidArgument("%s is %d; it must be 0 (current) or a positive revision", field, rev)
+	}
+	return nil
+}
+
+func toProtoKV(kv store.KeyValue) *pawlv1.KeyValue {
+	return &pawlv1.KeyValue{
+		Key:            kv.Key,
+		Value:          kv.Value,
+		CreateRevision: kv.CreateRevision,
+		ModRevision:    kv.ModRevision,
+		Version:        kv.Version,
+	}
+}
+
+func toProtoKVPtr(kv *store.KeyValue) *pawlv1.KeyValue {
+	if kv == nil {
+		return nil
+	}
+	return toProtoKV(*kv)
+}
+
+func toProtoBatch(b watch.Batch) *pawlv1.WatchResponse {
+	if len(b.Events) == 0 {
+		return &pawlv1.WatchResponse{Kind: &pawlv1.WatchResponse_Progress{Progress: &pawlv1.WatchProgress{Revision: b.Progress}}}
+	}
+	events := make([]*pawlv1.Event, len(b.Events))
+	for i, ev := range b.Events {
+		events[i] = &pawlv1.Event{Type: toProtoType(ev.Type), Kv: toProtoKV(ev.KV), PrevRevision: ev.PrevRevision}
+	}
+	return &pawlv1.WatchResponse{Kind: &pawlv1.WatchResponse_Events{Events: &pawlv1.WatchEvents{Events: events}}}
+}
+
+func toProtoType(t store.EventType) pawlv1.EventType {
+	switch t {
+	case store.EventPut:
+		return pawlv1.EventType_EVENT_TYPE_PUT
+	case store.EventDelete:
+		return pawlv1.EventType_EVENT_TYPE_DELETE
+	}
+	panic(fmt.Sprintf("kvservice: unknown event type %d", t))
+}

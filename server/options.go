@@ -1,0 +1,111 @@
+package server
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/pawlcfg/pawl/server/internal/store/boltstore"
+)
+
+// Option configures New.
+type Option func(*config)
+
+type config struct {
+	dataDir          string
+	maxValueBytes    int
+	retainRevisions  int64
+	retainFor        time.Duration
+	progressInterval time.Duration
+	watchRingEvents  int
+	shutdownTimeout  time.Duration
+	maxStreams       uint32
+	tlsCert, tlsKey  string
+	log              *slog.Logger
+}
+
+const (
+	// DefaultDataDir is where the embedded store lives unless told otherwise.
+	DefaultDataDir = "./pawl-data"
+	// DefaultMaxValueBytes is the largest value accepted: 1 MiB, as etcd's
+	// default request limit, which keeps one watch message small.
+	DefaultMaxValueBytes = 1 << 20
+	// DefaultRetainRevisions is how many revisions the change log keeps.
+	DefaultRetainRevisions = boltstore.DefaultMaxEntries
+	// DefaultRetainFor is how long the change log keeps a revision.
+	DefaultRetainFor = boltstore.DefaultMaxAge
+	// DefaultProgressInterval is how often an idle watch stream gets a
+	// progress notification.
+	DefaultProgressInterval = 10 * time.Second
+)
+
+func defaultConfig() config {
+	return config{
+		dataDir:          DefaultDataDir,
+		maxValueBytes:    DefaultMaxValueBytes,
+		retainRevisions:  DefaultRetainRevisions,
+		retainFor:        DefaultRetainFor,
+		progressInterval: DefaultProgressInterval,
+		watchRingEvents:  4096,
+		// Long enough for in-flight writes to commit, short enough that an
+		// orchestrator's kill timeout (often 30s) does not strike first.
+		shutdownTimeout: 10 * time.Second,
+		// Each instance in a fleet holds one or two streams, but a proxy or a
+		// test client multiplexes thousands on one connection.
+		maxStreams: 10_000,
+		log:        slog.Default(),
+	}
+}
+
+func (c config) validate() error {
+	switch {
+	case c.dataDir == "":
+		return fmt.Errorf("server: WithDataDir: the data directory is empty")
+	case c.maxValueBytes <= 0:
+		return fmt.Errorf("server: WithMaxValueBytes(%d): must be positive", c.maxValueBytes)
+	case c.retainRevisions < 0:
+		return fmt.Errorf("server: WithRetention(%d, _): must be 0 (no limit) or positive", c.retainRevisions)
+	case c.retainFor < 0:
+		return fmt.Errorf("server: WithRetention(_, %s): must be 0 (no limit) or positive", c.retainFor)
+	case c.progressInterval <= 0:
+		return fmt.Errorf("server: WithProgressInterval(%s): must be positive", c.progressInterval)
+	case c.watchRingEvents <= 0:
+		return fmt.Errorf("server: WithWatchRing(%d): must be positive", c.watchRingEvents)
+	case (c.tlsCert == "") != (c.tlsKey == ""):
+		return fmt.Errorf("server: WithTLS: give both a certificate and a key")
+	}
+	return nil
+}
+
+// WithDataDir sets the directory of the embedded store (default ./pawl-data).
+func WithDataDir(dir string) Option { return func(c *config) { c.dataDir = dir } }
+
+// WithMaxValueBytes sets the largest value a Put accepts (default 1 MiB).
+func WithMaxValueBytes(n int) Option { return func(c *config) { c.maxValueBytes = n } }
+
+// WithRetention sets how much of the change log is kept: at most revisions
+// revisions and none older than age (0 disables either limit). Watchers and
+// reads at older revisions are told the revision was compacted.
+func WithRetention(revisions int64, age time.Duration) Option {
+	return func(c *config) { c.retainRevisions, c.retainFor = revisions, age }
+}
+
+// WithProgressInterval sets how often idle watch streams get a progress
+// notification (default 10s).
+func WithProgressInterval(d time.Duration) Option { return func(c *config) { c.progressInterval = d } }
+
+// WithWatchRing sets how many recent events the watch hub keeps in memory;
+// a watcher further behind reads the change log.
+func WithWatchRing(events int) Option { return func(c *config) { c.watchRingEvents = events } }
+
+// WithShutdownTimeout bounds how long Serve waits for in-flight requests
+// after its context ends (default 10s).
+func WithShutdownTimeout(d time.Duration) Option { return func(c *config) { c.shutdownTimeout = d } }
+
+// WithTLS makes Serve use TLS with the PEM certificate and key files.
+func WithTLS(certFile, keyFile string) Option {
+	return func(c *config) { c.tlsCert, c.tlsKey = certFile, keyFile }
+}
+
+// WithLogger sets the structured logger (default slog.Default()).
+func WithLogger(log *slog.Logger) Option { return func(c *config) { c.log = log } }

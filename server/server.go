@@ -1,0 +1,141 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+	"connectrpc.com/grpchealth"
+	"connectrpc.com/grpcreflect"
+
+	"github.com/pawlcfg/pawl/gen/pawl/v1/pawlv1connect"
+	"github.com/pawlcfg/pawl/server/internal/kvservice"
+	"github.com/pawlcfg/pawl/server/internal/store"
+	"github.com/pawlcfg/pawl/server/internal/store/boltstore"
+	"github.com/pawlcfg/pawl/server/internal/watch"
+)
+
+// Server is a running Pawl node: its store, watch hub and handlers. Create
+// one with New and Close it when done.
+type Server struct {
+	cfg     config
+	store   store.Store
+	hub     *watch.Hub
+	health  *grpchealth.StaticChecker
+	handler http.Handler
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// services are the names served, for health checking and reflection.
+var services = []string{pawlv1connect.KVServiceName}
+
+// New opens the store in the data directory and starts the watch hub.
+func New(ctx context.Context, opts ...Option) (*Server, error) {
+	cfg := defaultConfig()
+	for _, opt := range opts {
+		opt(&cfg)
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	st, err := boltstore.Open(ctx, cfg.dataDir,
+		boltstore.WithMaxEntries(cfg.retainRevisions), boltstore.WithMaxAge(cfg.retainFor))
+	if err != nil {
+		return nil, fmt.Errorf("server: %w", err)
+	}
+	hub, err := watch.New(ctx, st, watch.WithProgressInterval(cfg.progressInterval), watch.WithRingEvents(cfg.watchRingEvents))
+	if err != nil {
+		_ = st.Close()
+		return nil, fmt.Errorf("server: %w", err)
+	}
+	s := &Server{cfg: cfg, store: st, hub: hub, health: grpchealth.NewStaticChecker(services...)}
+	s.handler = s.routes()
+	return s, nil
+}
+
+func (s *Server) routes() http.Handler {
+	// Values up to the limit must reach the handler, which refuses larger
+	// ones with a message naming the limit; the slack covers the key and
+	// the envelope. Anything far larger is refused by Connect unread.
+	readMax := s.cfg.maxValueBytes + 64<<10
+	opts := []connect.HandlerOption{
+		connect.WithReadMaxBytes(readMax),
+		connect.WithInterceptors(logInterceptor(s.cfg.log)),
+	}
+	mux := http.NewServeMux()
+	mux.Handle(pawlv1connect.NewKVServiceHandler(kvservice.New(s.store, s.hub, s.cfg.maxValueBytes, s.cfg.log), opts...))
+	mux.Handle(grpchealth.NewHandler(s.health))
+	reflector := grpcreflect.NewStaticReflector(append([]string{grpchealth.HealthV1ServiceName}, services...)...)
+	mux.Handle(grpcreflect.NewHandlerV1(reflector))
+	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
+	return mux
+}
+
+// Handler serves every Pawl API over Connect, gRPC and gRPC-Web. It needs an
+// HTTP/2-capable server for gRPC; Serve provides one.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Serve serves on ln until ctx is done; then it reports NOT_SERVING to
+// health checks, ends every watch stream with Unavailable (clients resume
+// from their last revision elsewhere or after a restart), and waits up to
+// the shutdown timeout for in-flight requests. It returns nil after a
+// graceful stop. The caller still owns Close.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	var protocols http.Protocols
+	protocols.SetHTTP1(true)
+	protocols.SetUnencryptedHTTP2(true)
+	protocols.SetHTTP2(true)
+	srv := &http.Server{
+		Handler:           s.handler,
+		Protocols:         &protocols,
+		HTTP2:             &http.HTTP2Config{MaxConcurrentStreams: int(s.cfg.maxStreams)},
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(s.cfg.log.Handler(), slog.LevelWarn),
+	}
+	errc := make(chan error, 1)
+	go func() {
+		if s.cfg.tlsCert != "" {
+			errc <- srv.ServeTLS(ln, s.cfg.tlsCert, s.cfg.tlsKey)
+			return
+		}
+		errc <- srv.Serve(ln)
+	}()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("server: serve: %w", err)
+	case <-ctx.Done():
+	}
+	for _, name := range services {
+		s.health.SetStatus(name, grpchealth.StatusNotServing)
+	}
+	s.hub.Close()
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), s.cfg.shutdownTimeout)
+	defer cancel()
+	err := srv.Shutdown(shutdownCtx)
+	if serveErr := <-errc; !errors.Is(serveErr, http.ErrServerClosed) && err == nil {
+		err = serveErr
+	}
+	if err != nil {
+		_ = srv.Close()
+		return fmt.Errorf("server: shutdown: %w", err)
+	}
+	return nil
+}
+
+// Close stops the watch hub and closes the store. Call it after Serve has
+// returned; it is idempotent.
+func (s *Server) Close() error {
+	s.closeOnce.Do(func() {
+		s.hub.Close()
+		s.closeErr = s.store.Close()
+	})
+	return s.closeErr
+}
