@@ -139,3 +139,18 @@ func (s *Server) Close() error {
 	})
 	return s.closeErr
 }
+
+// WatchStats are the watch hub's counters.
+type WatchStats struct {
+	// Watchers is the number of open watch streams.
+	Watchers int
+	// LogCatchUps counts change-log reads for watchers that were behind
+	// the hub's in-memory ring.
+	LogCatchUps int64
+}
+
+// WatchStats returns the watch hub's counters.
+func (s *Server) WatchStats() WatchStats {
+	st := s.hub.Stats()
+	return WatchStats{Watchers: st.Watchers, LogCatchUps: st.LogCatchUps}
+}
