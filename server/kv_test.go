@@ -150,7 +150,10 @@ func TestBadInputIsRefusedAndChangesNothing(t *testing.T) {
 			connect.CodeInvalidArgument, `does not start with "/"`},
 		{"key over 1 KiB", func() error { _, err := kv.Put(ctx, connect.NewRequest(&pawlv1.PutRequest{Key: longKey})); return err },
 			connect.CodeInvalidArgument, "the key is 1025 bytes; the limit is 1024"},
-		{"key with NUL", func() error { _, err := kv.Put(ctx, connect.NewRequest(&pawlv1.PutRequest{Key: "/a\x00b"})); return err },
+		{"key with NUL", func() error {
+			_, err := kv.Put(ctx, connect.NewRequest(&pawlv1.PutRequest{Key: "/a\x00b"}))
+			return err
+		},
 			connect.CodeInvalidArgument, "NUL"},
 		{"value over the limit", func() error {
 			_, err := kv.Put(ctx, connect.NewRequest(&pawlv1.PutRequest{Key: "/big", Value: make([]byte, 1025)}))
@@ -180,7 +183,10 @@ func TestBadInputIsRefusedAndChangesNothing(t *testing.T) {
 			_, err := kv.Delete(ctx, connect.NewRequest(&pawlv1.DeleteRequest{Key: "/missing"}))
 			return err
 		}, connect.CodeNotFound, `key "/missing" does not exist`},
-		{"get of a missing key", func() error { _, err := kv.Get(ctx, connect.NewRequest(&pawlv1.GetRequest{Key: "/missing"})); return err },
+		{"get of a missing key", func() error {
+			_, err := kv.Get(ctx, connect.NewRequest(&pawlv1.GetRequest{Key: "/missing"}))
+			return err
+		},
 			connect.CodeNotFound, `key "/missing" does not exist at revision 1`},
 		{"negative revision", func() error {
 			_, err := kv.Get(ctx, connect.NewRequest(&pawlv1.GetRequest{Key: "/exists", Revision: -2}))
@@ -192,9 +198,15 @@ func TestBadInputIsRefusedAndChangesNothing(t *testing.T) {
 		}, connect.CodeInvalidArgument, "revision 9 is in the future: the current revision is 1"},
 		{"list future revision", func() error { _, err := kv.List(ctx, connect.NewRequest(&pawlv1.ListRequest{Revision: 2})); return err },
 			connect.CodeInvalidArgument, "current revision is 1"},
-		{"list bad prefix", func() error { _, err := kv.List(ctx, connect.NewRequest(&pawlv1.ListRequest{Prefix: "app"})); return err },
+		{"list bad prefix", func() error {
+			_, err := kv.List(ctx, connect.NewRequest(&pawlv1.ListRequest{Prefix: "app"}))
+			return err
+		},
 			connect.CodeInvalidArgument, "invalid prefix"},
-		{"list negative page size", func() error { _, err := kv.List(ctx, connect.NewRequest(&pawlv1.ListRequest{PageSize: -1})); return err },
+		{"list negative page size", func() error {
+			_, err := kv.List(ctx, connect.NewRequest(&pawlv1.ListRequest{PageSize: -1}))
+			return err
+		},
 			connect.CodeInvalidArgument, "page_size is -1"},
 		{"list bad page token", func() error {
 			_, err := kv.List(ctx, connect.NewRequest(&pawlv1.ListRequest{PageToken: "garbage!"}))

@@ -26,6 +26,16 @@ const DefaultServer = "http://127.0.0.1:7070"
 // usageError marks errors in the command line itself (exit code 2).
 type usageError struct{ error }
 
+// usageArgs makes a positional-argument check's error a usage error.
+func usageArgs(check cobra.PositionalArgs) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if err := check(cmd, args); err != nil {
+			return usageError{err}
+		}
+		return nil
+	}
+}
+
 func isUsage(err error) bool {
 	var u usageError
 	return errors.As(err, &u)
@@ -122,7 +132,7 @@ func putCommand(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "put KEY [VALUE]",
 		Short: "Write a value (from VALUE, --file, or standard input with --file -)",
-		Args:  cobra.RangeArgs(1, 2),
+		Args:  usageArgs(cobra.RangeArgs(1, 2)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			value, err := readValue(g.stdin, args, file)
 			if err != nil {
@@ -175,7 +185,7 @@ func getCommand(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "get KEY",
 		Short: "Print a key's value, at the current revision or --revision N",
-		Args:  cobra.ExactArgs(1),
+		Args:  usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			resp, err := g.kv().Get(cmd.Context(), connect.NewRequest(&pawlv1.GetRequest{Key: args[0], Revision: revision}))
 			if err != nil {
@@ -204,7 +214,7 @@ func delCommand(g *globals) *cobra.Command {
 		Use:     "del KEY",
 		Aliases: []string{"delete", "rm"},
 		Short:   "Delete a key",
-		Args:    cobra.ExactArgs(1),
+		Args:    usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			resp, err := g.kv().Delete(cmd.Context(), connect.NewRequest(&pawlv1.DeleteRequest{
 				Key:                 args[0],
@@ -231,7 +241,7 @@ func lsCommand(g *globals) *cobra.Command {
 		Use:     "ls [PREFIX]",
 		Aliases: []string{"list"},
 		Short:   "List the keys under a prefix (all pages, read at one revision)",
-		Args:    cobra.MaximumNArgs(1),
+		Args:    usageArgs(cobra.MaximumNArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			prefix := ""
 			if len(args) == 1 {
@@ -279,7 +289,7 @@ func watchCommand(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "watch [PREFIX]",
 		Short: "Print every change under a prefix, one line per event, until interrupted",
-		Args:  cobra.MaximumNArgs(1),
+		Args:  usageArgs(cobra.MaximumNArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			prefix := ""
 			if len(args) == 1 {
