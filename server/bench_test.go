@@ -1,0 +1,108 @@
+package server_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	pawlv1 "github.com/pawlcfg/pawl/gen/pawl/v1"
+	"github.com/pawlcfg/pawl/gen/pawl/v1/pawlv1connect"
+	"github.com/pawlcfg/pawl/internal/testserver"
+)
+
+// BenchmarkPut measures acknowledged (fsynced) puts over gRPC on loopback,
+// from one writer and from 16 concurrent writers.
+func BenchmarkPut(b *testing.B) {
+	value := make([]byte, 256)
+	for _, writers := range []int{1, 16} {
+		b.Run(fmt.Sprintf("writers-%d", writers), func(b *testing.B) {
+			srv := testserver.Start(b)
+			kv, _ := clientFor(b, srv)
+			b.ReportAllocs()
+			var next atomic.Int64
+			start := time.Now()
+			b.ResetTimer()
+			var wg sync.WaitGroup
+			for w := range writers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for next.Add(1) <= int64(b.N) {
+						if _, err := kv.Put(context.Background(), connect.NewRequest(&pawlv1.PutRequest{Key: fmt.Sprintf("/bench/%d", w), Value: value})); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			b.StopTimer()
+			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "puts/s")
+		})
+	}
+}
+
+// BenchmarkPutToDelivery measures, for each put, the time from sending it to
+// every one of N watch streams on the prefix having received its event. The
+// watchers read in this process, over real HTTP/2 connections, so the
+// figure includes client-side work too.
+func BenchmarkPutToDelivery(b *testing.B) {
+	for _, n := range []int{1, 100, 1000, 10000} {
+		b.Run(fmt.Sprintf("watchers-%d", n), func(b *testing.B) {
+			srv := testserver.Start(b)
+			conns := n/1000 + 1
+			clients := make([]pawlv1connect.KVServiceClient, conns)
+			for i := range clients {
+				clients[i], _ = clientFor(b, srv)
+			}
+			var received, target atomic.Int64
+			allDone := make(chan struct{}, 1)
+			var wg sync.WaitGroup
+			for i := range n {
+				w := openWatch(b, clients[i%conns], "/fleet/", 0)
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for w.Receive() {
+						for range w.Msg().GetEvents().GetEvents() {
+							if received.Add(1) == target.Load() {
+								allDone <- struct{}{}
+							}
+						}
+					}
+				}()
+			}
+			b.Cleanup(wg.Wait) // the streams end at cleanup, before the server stops
+			writer, _ := clientFor(b, srv)
+			value := make([]byte, 256)
+			var latencies []time.Duration
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				target.Add(int64(n))
+				start := time.Now()
+				if _, err := writer.Put(context.Background(), connect.NewRequest(&pawlv1.PutRequest{Key: "/fleet/config", Value: value})); err != nil {
+					b.Fatal(err)
+				}
+				select {
+				case <-allDone:
+				case <-time.After(time.Minute):
+					b.Fatalf("%d of %d watchers got the event", received.Load()-target.Load()+int64(n), n)
+				}
+				latencies = append(latencies, time.Since(start))
+			}
+			b.StopTimer()
+			slices.Sort(latencies)
+			b.ReportMetric(ms(latencies[len(latencies)/2]), "p50-ms")
+			b.ReportMetric(ms(latencies[(len(latencies)*99)/100]), "p99-ms")
+		})
+	}
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
