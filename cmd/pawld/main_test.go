@@ -47,7 +47,7 @@ type pawld struct {
 
 // startPawld runs the real binary on a free port and waits for its
 // "pawld listening" log line.
-func startPawld(t *testing.T, dataDir string) *pawld {
+func startPawld(t testing.TB, dataDir string) *pawld {
 	t.Helper()
 	cmd := exec.Command(pawldBinary, "--listen", "127.0.0.1:0", "--data", dataDir, "--log-format", "json")
 	stderr, err := cmd.StderrPipe()
@@ -80,7 +80,7 @@ func startPawld(t *testing.T, dataDir string) *pawld {
 	return p
 }
 
-func (p *pawld) await(t *testing.T, msg string) map[string]any {
+func (p *pawld) await(t testing.TB, msg string) map[string]any {
 	t.Helper()
 	timeout := time.After(30 * time.Second)
 	for {
@@ -106,7 +106,7 @@ func (p *pawld) drain() error {
 }
 
 // stop sends SIGTERM and expects a clean exit.
-func (p *pawld) stop(t *testing.T) {
+func (p *pawld) stop(t testing.TB) {
 	t.Helper()
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
@@ -117,7 +117,7 @@ func (p *pawld) stop(t *testing.T) {
 	}
 }
 
-func (p *pawld) client(t *testing.T) pawlv1connect.KVServiceClient {
+func (p *pawld) client(t testing.TB) pawlv1connect.KVServiceClient {
 	var protocols http.Protocols
 	protocols.SetUnencryptedHTTP2(true)
 	tr := &http.Transport{Protocols: &protocols}
