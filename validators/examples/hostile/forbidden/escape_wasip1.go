@@ -1,0 +1,4 @@
+package main
+
+//go:wasmimport env pawl_escape
+func escape() int32

@@ -1,0 +1,84 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+var (
+	// ErrDigestMismatch means the module bytes do not hash to the digest
+	// they were loaded under.
+	ErrDigestMismatch = errors.New("validator: digest mismatch")
+	// ErrNotWasm means the bytes are not a valid WebAssembly module.
+	ErrNotWasm = errors.New("validator: not a WebAssembly module")
+	// ErrABI means the module's imports or exports fall outside ABI v1.
+	ErrABI = errors.New("validator: module does not follow ABI v1")
+	// ErrTimeout means a call ran past its deadline. It also matches
+	// context.DeadlineExceeded.
+	ErrTimeout = errors.New("validator: deadline exceeded")
+	// ErrMemoryLimit means the module tried to grow past the memory limit.
+	ErrMemoryLimit = errors.New("validator: memory limit exceeded")
+	// ErrOutputTooLarge means the module's result is over the output limit.
+	ErrOutputTooLarge = errors.New("validator: output too large")
+	// ErrTrap means the module trapped or exited during a call.
+	ErrTrap = errors.New("validator: module trapped")
+	// ErrBadOutput means the module returned bytes that are not a result.
+	ErrBadOutput = errors.New("validator: malformed result")
+	// ErrClosed means the runtime was closed.
+	ErrClosed = errors.New("validator: runtime closed")
+)
+
+// ABIError lists every way a module departs from ABI v1. It matches ErrABI.
+type ABIError struct {
+	// Problems are the offending imports and missing or mistyped exports.
+	Problems []string
+}
+
+func (e *ABIError) Error() string {
+	return "validator: module does not follow ABI v1: " + strings.Join(e.Problems, "; ")
+}
+
+// Is reports whether target is ErrABI.
+func (e *ABIError) Is(target error) bool { return target == ErrABI }
+
+// TimeoutError says a call ran past its limit. It matches ErrTimeout and
+// context.DeadlineExceeded.
+type TimeoutError struct {
+	// Limit is the per-call deadline that was exceeded.
+	Limit time.Duration
+}
+
+func (e *TimeoutError) Error() string {
+	return fmt.Sprintf("validator: ran longer than the %s limit and was stopped", e.Limit)
+}
+
+// Is reports whether target is ErrTimeout or context.DeadlineExceeded.
+func (e *TimeoutError) Is(target error) bool {
+	return target == ErrTimeout || target == context.DeadlineExceeded
+}
+
+// TrapError says the module trapped or exited; Detail holds what it wrote
+// to stderr (truncated), which for a Go module is the panic message.
+type TrapError struct {
+	// Cause is wazero's error.
+	Cause error
+	// Detail is the module's stderr, truncated.
+	Detail string
+}
+
+func (e *TrapError) Error() string {
+	msg := "validator: module trapped: " + e.Cause.Error()
+	if e.Detail != "" {
+		msg += ": " + e.Detail
+	}
+	return msg
+}
+
+// Is reports whether target is ErrTrap.
+func (e *TrapError) Is(target error) bool { return target == ErrTrap }
+
+// Unwrap returns the cause.
+func (e *TrapError) Unwrap() error { return e.Cause }

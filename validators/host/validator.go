@@ -1,0 +1,270 @@
+package host
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/sys"
+)
+
+// Input is one validation request.
+type Input struct {
+	// Config is the content to validate.
+	Config []byte
+	// MediaType is its media type, e.g. application/json.
+	MediaType string
+	// Name is the config's name or key.
+	Name string
+	// Params are the validator's parameters as JSON; nil for none.
+	Params []byte
+}
+
+// Violation is one problem the validator found.
+type Violation struct {
+	// Path locates the problem (a JSON Pointer where it applies).
+	Path string `json:"path"`
+	// Message says what is wrong.
+	Message string `json:"message"`
+	// Severity is "error" or "warning".
+	Severity string `json:"severity"`
+}
+
+// Result is a validator's verdict.
+type Result struct {
+	// Valid is false when the config must not be released.
+	Valid bool `json:"valid"`
+	// Violations are the problems found.
+	Violations []Violation `json:"violations"`
+}
+
+// Validator is one loaded module with its pool of instances. Validate may be
+// called from many goroutines; at most the pool size run at once, the rest
+// wait their turn.
+type Validator struct {
+	r        *Runtime
+	compiled wazero.CompiledModule
+	info     Info
+
+	slots chan struct{}  // one token per running call
+	idle  chan *instance // instances ready for a call
+
+	closeOnce sync.Once
+}
+
+// Info describes the module.
+func (v *Validator) Info() Info { return v.info }
+
+// Close releases the module's instances and compiled code.
+func (v *Validator) Close(ctx context.Context) error {
+	var err error
+	v.closeOnce.Do(func() {
+		for {
+			select {
+			case inst := <-v.idle:
+				inst.close(ctx)
+				continue
+			default:
+			}
+			break
+		}
+		err = v.compiled.Close(ctx)
+	})
+	return err
+}
+
+// Validate runs the module on in. Errors: *TimeoutError, ErrMemoryLimit,
+// ErrOutputTooLarge, *TrapError, ErrBadOutput, or ctx's error while waiting
+// for a free instance. The instance of a failed call is discarded.
+func (v *Validator) Validate(ctx context.Context, in Input) (Result, error) {
+	select {
+	case v.slots <- struct{}{}:
+	case <-ctx.Done():
+		return Result{}, ctx.Err()
+	}
+	defer func() { <-v.slots }()
+	var inst *instance
+	select {
+	case inst = <-v.idle:
+	default:
+		var err error
+		if inst, err = v.instantiate(ctx); err != nil {
+			return Result{}, err
+		}
+	}
+	res, err := inst.validate(ctx, in, v.r.opts)
+	if err != nil {
+		inst.close(context.Background())
+		return Result{}, err
+	}
+	v.idle <- inst // never blocks: at most cap(slots) instances exist outside idle
+	return res, nil
+}
+
+// instance is one instantiated module; used by one call at a time.
+type instance struct {
+	mod        api.Module
+	alloc      api.Function
+	validateFn api.Function
+	version    api.Function
+	stderr     *limitedBuffer
+}
+
+func (v *Validator) instantiate(ctx context.Context) (*instance, error) {
+	stderr := &limitedBuffer{max: 4 << 10}
+	cfg := wazero.NewModuleConfig().
+		WithName("").
+		WithStartFunctions("_initialize").
+		WithStderr(stderr).
+		WithWalltime(func() (int64, int32) { return fixedTime.Unix(), int32(fixedTime.Nanosecond()) }, sys.ClockResolution(1)).
+		WithNanotime(steadyClock(), sys.ClockResolution(1)).
+		WithNanosleep(func(int64) {}).
+		WithRandSource(zeroReader{})
+	ictx, cancel := context.WithTimeout(ctx, v.r.opts.timeout)
+	defer cancel()
+	mod, err := v.r.rt.InstantiateModule(ictx, v.compiled, cfg)
+	if err != nil {
+		return nil, callError(ictx, err, nil, stderr, v.r.opts)
+	}
+	return &instance{
+		mod:        mod,
+		alloc:      mod.ExportedFunction("pawl_alloc"),
+		validateFn: mod.ExportedFunction("pawl_validate"),
+		version:    mod.ExportedFunction("pawl_abi_version"),
+		stderr:     stderr,
+	}, nil
+}
+
+func (i *instance) close(ctx context.Context) { _ = i.mod.Close(ctx) }
+
+func (i *instance) abiVersion(ctx context.Context, limit time.Duration) (int, error) {
+	cctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	res, err := i.version.Call(cctx)
+	if err != nil {
+		return 0, callError(cctx, err, i.mod, i.stderr, options{timeout: limit})
+	}
+	return int(api.DecodeI32(res[0])), nil
+}
+
+func (i *instance) validate(ctx context.Context, in Input, o options) (Result, error) {
+	cctx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
+	i.stderr.Reset()
+	input := encodeInput(in)
+	res, err := i.alloc.Call(cctx, api.EncodeI32(int32(len(input))))
+	if err != nil {
+		return Result{}, callError(cctx, err, i.mod, i.stderr, o)
+	}
+	ptr := uint32(res[0])
+	if !i.mod.Memory().Write(ptr, input) {
+		return Result{}, fmt.Errorf("%w: pawl_alloc returned %d, outside memory for %d bytes", ErrBadOutput, ptr, len(input))
+	}
+	res, err = i.validateFn.Call(cctx, api.EncodeI32(int32(ptr)), api.EncodeI32(int32(len(input))))
+	if err != nil {
+		return Result{}, callError(cctx, err, i.mod, i.stderr, o)
+	}
+	outPtr, outLen := uint32(res[0]>>32), uint32(res[0])
+	if int64(outLen) > int64(o.maxOutput) {
+		return Result{}, fmt.Errorf("%w: the module returned %d bytes; the limit is %d", ErrOutputTooLarge, outLen, o.maxOutput)
+	}
+	out, ok := i.mod.Memory().Read(outPtr, outLen)
+	if !ok {
+		return Result{}, fmt.Errorf("%w: result at %d+%d is outside memory", ErrBadOutput, outPtr, outLen)
+	}
+	var result Result
+	if err := json.Unmarshal(out, &result); err != nil {
+		return Result{}, fmt.Errorf("%w: %v", ErrBadOutput, err)
+	}
+	for _, vio := range result.Violations {
+		if vio.Severity != "warning" {
+			result.Valid = false
+		}
+	}
+	if result.Violations == nil {
+		result.Violations = []Violation{}
+	}
+	return result, nil
+}
+
+// callError classifies a failed call: the deadline, the memory limit, or a
+// trap (with what the module wrote to stderr).
+func callError(ctx context.Context, err error, mod api.Module, stderr *limitedBuffer, o options) error {
+	var exit *sys.ExitError
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) ||
+		(errors.As(err, &exit) && exit.ExitCode() == sys.ExitCodeDeadlineExceeded) {
+		return &TimeoutError{Limit: o.timeout}
+	}
+	if errors.Is(ctx.Err(), context.Canceled) {
+		return ctx.Err()
+	}
+	detail := strings.TrimSpace(stderr.String())
+	outOfMemory := strings.Contains(detail, "out of memory")
+	if mod != nil && o.memoryLimit > 0 {
+		if mem := mod.Memory(); mem != nil && int(mem.Size())+wasmPageSize > o.memoryLimit {
+			outOfMemory = true
+		}
+	}
+	if outOfMemory {
+		return fmt.Errorf("%w: the module needed more than %d MiB", ErrMemoryLimit, o.memoryLimit>>20)
+	}
+	return &TrapError{Cause: err, Detail: detail}
+}
+
+func encodeInput(in Input) []byte {
+	fields := [][]byte{in.Config, []byte(in.MediaType), []byte(in.Name), in.Params}
+	n := 0
+	for _, f := range fields {
+		n += 4 + len(f)
+	}
+	b := make([]byte, 0, n)
+	for _, f := range fields {
+		b = binary.LittleEndian.AppendUint32(b, uint32(len(f)))
+		b = append(b, f...)
+	}
+	return b
+}
+
+// steadyClock is a validator's monotonic clock: it starts at 1 and advances
+// one microsecond per reading, so time moves (the Go runtime insists) but
+// the readings do not depend on the machine.
+func steadyClock() sys.Nanotime {
+	var now atomic.Int64
+	return func() int64 { return now.Add(int64(time.Microsecond)) }
+}
+
+// limitedBuffer keeps the first max bytes written to it.
+type limitedBuffer struct {
+	mu  sync.Mutex
+	max int
+	buf []byte
+}
+
+func (b *limitedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if room := b.max - len(b.buf); room > 0 {
+		b.buf = append(b.buf, p[:min(room, len(p))]...)
+	}
+	return len(p), nil
+}
+
+func (b *limitedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return string(b.buf)
+}
+
+func (b *limitedBuffer) Reset() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.buf = b.buf[:0]
+}

@@ -1,0 +1,95 @@
+// Package wasmbuild compiles the validators under validators/examples to
+// WebAssembly for tests, with the Go toolchain running the tests, once per
+// test process (the Go build cache makes repeat builds cheap).
+package wasmbuild
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+)
+
+var (
+	mu    sync.Mutex
+	built = map[string][]byte{}
+	dir   string
+)
+
+// Examples is the directory of the example validators.
+func Examples() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..", "examples")
+}
+
+// Build returns the module built from validators/examples/<name>, e.g.
+// "routing" or "hostile/loop". Modules are built with -buildmode=c-shared
+// (a WASI reactor) except "hostile/noabi", an ordinary WASI program.
+func Build(tb testing.TB, name string) []byte {
+	tb.Helper()
+	wasm, err := build(name)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return wasm
+}
+
+func build(name string) ([]byte, error) {
+	mu.Lock()
+	defer mu.Unlock()
+	if b, ok := built[name]; ok {
+		return b, nil
+	}
+	if dir == "" {
+		d, err := os.MkdirTemp("", "pawl-wasm")
+		if err != nil {
+			return nil, err
+		}
+		dir = d
+	}
+	out := filepath.Join(dir, strings.ReplaceAll(name, "/", "_")+".wasm")
+	args := []string{"build", "-trimpath", "-o", out}
+	if name != "hostile/noabi" {
+		args = append(args, "-buildmode=c-shared")
+	}
+	args = append(args, "./"+name)
+	cmd := exec.Command(goTool(), args...)
+	cmd.Dir = Examples()
+	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm", "CGO_ENABLED=0")
+	if msg, err := cmd.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("wasmbuild: build %s: %v\n%s", name, err, msg)
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		return nil, err
+	}
+	built[name] = b
+	return b, nil
+}
+
+func goTool() string {
+	if p := filepath.Join(runtime.GOROOT(), "bin", "go"); fileExists(p) {
+		return p
+	}
+	return "go"
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
+
+// Cleanup removes the built modules; call it at the end of TestMain.
+func Cleanup() {
+	mu.Lock()
+	defer mu.Unlock()
+	if dir != "" {
+		_ = os.RemoveAll(dir)
+		dir = ""
+		built = map[string][]byte{}
+	}
+}
