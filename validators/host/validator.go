@@ -120,13 +120,14 @@ type instance struct {
 
 func (v *Validator) instantiate(ctx context.Context) (*instance, error) {
 	stderr := &limitedBuffer{max: 4 << 10}
+	clock := &virtualClock{}
 	cfg := wazero.NewModuleConfig().
 		WithName("").
 		WithStartFunctions("_initialize").
 		WithStderr(stderr).
 		WithWalltime(func() (int64, int32) { return fixedTime.Unix(), int32(fixedTime.Nanosecond()) }, sys.ClockResolution(1)).
-		WithNanotime(steadyClock(), sys.ClockResolution(1)).
-		WithNanosleep(func(int64) {}).
+		WithNanotime(clock.nanotime, sys.ClockResolution(1)).
+		WithNanosleep(clock.nanosleep).
 		WithRandSource(zeroReader{})
 	ictx, cancel := context.WithTimeout(ctx, v.r.opts.timeout)
 	defer cancel()
@@ -233,13 +234,15 @@ func encodeInput(in Input) []byte {
 	return b
 }
 
-// steadyClock is a validator's monotonic clock: it starts at 1 and advances
-// one microsecond per reading, so time moves (the Go runtime insists) but
-// the readings do not depend on the machine.
-func steadyClock() sys.Nanotime {
-	var now atomic.Int64
-	return func() int64 { return now.Add(int64(time.Microsecond)) }
-}
+// virtualClock is an instance's monotonic clock. It does not follow the
+// machine: it advances one nanosecond per reading (the Go runtime insists
+// that time moves) and, when the module sleeps, by the time slept, at once.
+// A module waiting on a timer therefore never spins or blocks, and what it
+// reads depends only on what it did.
+type virtualClock struct{ now atomic.Int64 }
+
+func (c *virtualClock) nanotime() int64    { return c.now.Add(1) }
+func (c *virtualClock) nanosleep(ns int64) { c.now.Add(max(ns, 0)) }
 
 // limitedBuffer keeps the first max bytes written to it.
 type limitedBuffer struct {
