@@ -21,6 +21,9 @@ type config struct {
 	shutdownTimeout  time.Duration
 	maxStreams       uint32
 	tlsCert, tlsKey  string
+	maxWasmBytes     int
+	wasmCacheDir     string
+	validatorTimeout time.Duration
 	log              *slog.Logger
 }
 
@@ -30,6 +33,10 @@ const (
 	// DefaultMaxValueBytes is the largest value accepted: 1 MiB, as etcd's
 	// default request limit, which keeps one watch message small.
 	DefaultMaxValueBytes = 1 << 20
+	// DefaultMaxValidatorBytes is the largest validator module accepted.
+	DefaultMaxValidatorBytes = 16 << 20
+	// DefaultValidatorTimeout bounds one validation.
+	DefaultValidatorTimeout = time.Second
 	// DefaultRetainRevisions is how many revisions the change log keeps.
 	DefaultRetainRevisions = boltstore.DefaultMaxEntries
 	// DefaultRetainFor is how long the change log keeps a revision.
@@ -52,8 +59,10 @@ func defaultConfig() config {
 		shutdownTimeout: 10 * time.Second,
 		// Each instance in a fleet holds one or two streams, but a proxy or a
 		// test client multiplexes thousands on one connection.
-		maxStreams: 10_000,
-		log:        slog.Default(),
+		maxStreams:       10_000,
+		maxWasmBytes:     DefaultMaxValidatorBytes,
+		validatorTimeout: DefaultValidatorTimeout,
+		log:              slog.Default(),
 	}
 }
 
@@ -71,6 +80,10 @@ func (c config) validate() error {
 		return fmt.Errorf("server: WithProgressInterval(%s): must be positive", c.progressInterval)
 	case c.watchRingEvents <= 0:
 		return fmt.Errorf("server: WithWatchRing(%d): must be positive", c.watchRingEvents)
+	case c.maxWasmBytes <= 0:
+		return fmt.Errorf("server: WithMaxValidatorBytes(%d): must be positive", c.maxWasmBytes)
+	case c.validatorTimeout <= 0:
+		return fmt.Errorf("server: WithValidatorTimeout(%s): must be positive", c.validatorTimeout)
 	case (c.tlsCert == "") != (c.tlsKey == ""):
 		return fmt.Errorf("server: WithTLS: give both a certificate and a key")
 	}
@@ -109,3 +122,14 @@ func WithTLS(certFile, keyFile string) Option {
 
 // WithLogger sets the structured logger (default slog.Default()).
 func WithLogger(log *slog.Logger) Option { return func(c *config) { c.log = log } }
+
+// WithMaxValidatorBytes sets the largest validator module Upload accepts
+// (default 16 MiB).
+func WithMaxValidatorBytes(n int) Option { return func(c *config) { c.maxWasmBytes = n } }
+
+// WithValidatorCacheDir sets where compiled validators are cached (default
+// wasm-cache under the data directory), so a restart does not recompile.
+func WithValidatorCacheDir(dir string) Option { return func(c *config) { c.wasmCacheDir = dir } }
+
+// WithValidatorTimeout bounds one validation (default 1s).
+func WithValidatorTimeout(d time.Duration) Option { return func(c *config) { c.validatorTimeout = d } }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -18,7 +19,9 @@ import (
 	"github.com/pawlcfg/pawl/server/internal/kvservice"
 	"github.com/pawlcfg/pawl/server/internal/store"
 	"github.com/pawlcfg/pawl/server/internal/store/boltstore"
+	"github.com/pawlcfg/pawl/server/internal/validatorservice"
 	"github.com/pawlcfg/pawl/server/internal/watch"
+	"github.com/pawlcfg/pawl/validators/host"
 )
 
 // Server is a running Pawl node: its store, watch hub and handlers. Create
@@ -27,6 +30,8 @@ type Server struct {
 	cfg     config
 	store   store.Store
 	hub     *watch.Hub
+	wasm    *host.Runtime
+	vals    *validatorservice.Service
 	health  *grpchealth.StaticChecker
 	handler http.Handler
 
@@ -38,7 +43,7 @@ type Server struct {
 const compressMinBytes = 4 << 10
 
 // services are the names served, for health checking and reflection.
-var services = []string{pawlv1connect.KVServiceName}
+var services = []string{pawlv1connect.KVServiceName, pawlv1connect.ValidatorServiceName}
 
 // New opens the store in the data directory and starts the watch hub.
 func New(ctx context.Context, opts ...Option) (*Server, error) {
@@ -59,7 +64,18 @@ func New(ctx context.Context, opts ...Option) (*Server, error) {
 		_ = st.Close()
 		return nil, fmt.Errorf("server: %w", err)
 	}
-	s := &Server{cfg: cfg, store: st, hub: hub, health: grpchealth.NewStaticChecker(services...)}
+	cacheDir := cfg.wasmCacheDir
+	if cacheDir == "" {
+		cacheDir = filepath.Join(cfg.dataDir, "wasm-cache")
+	}
+	rt, err := host.New(ctx, host.WithCacheDir(cacheDir), host.WithTimeout(cfg.validatorTimeout))
+	if err != nil {
+		hub.Close()
+		_ = st.Close()
+		return nil, fmt.Errorf("server: %w", err)
+	}
+	s := &Server{cfg: cfg, store: st, hub: hub, wasm: rt, health: grpchealth.NewStaticChecker(services...)}
+	s.vals = validatorservice.New(st, rt, cfg.maxWasmBytes, cfg.maxValueBytes, cfg.log)
 	s.handler = s.routes()
 	return s, nil
 }
@@ -80,6 +96,12 @@ func (s *Server) routes() http.Handler {
 	}
 	mux := http.NewServeMux()
 	mux.Handle(pawlv1connect.NewKVServiceHandler(kvservice.New(s.store, s.hub, s.cfg.maxValueBytes, s.cfg.log), opts...))
+	validatorOpts := []connect.HandlerOption{
+		connect.WithReadMaxBytes(s.cfg.maxWasmBytes + 64<<10),
+		connect.WithCompressMinBytes(compressMinBytes),
+		connect.WithInterceptors(logInterceptor(s.cfg.log)),
+	}
+	mux.Handle(pawlv1connect.NewValidatorServiceHandler(s.vals, validatorOpts...))
 	mux.Handle(grpchealth.NewHandler(s.health))
 	reflector := grpcreflect.NewStaticReflector(append([]string{grpchealth.HealthV1ServiceName}, services...)...)
 	mux.Handle(grpcreflect.NewHandlerV1(reflector))
@@ -138,12 +160,13 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	return nil
 }
 
-// Close stops the watch hub and closes the store. Call it after Serve has
+// Close stops the watch hub, releases the validators and closes the store. Call it after Serve has
 // returned; it is idempotent.
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
 		s.hub.Close()
-		s.closeErr = s.store.Close()
+		s.vals.Close(context.Background())
+		s.closeErr = errors.Join(s.wasm.Close(context.Background()), s.store.Close())
 	})
 	return s.closeErr
 }

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/pawlcfg/pawl/internal/wasmbuild"
 	"github.com/pawlcfg/pawl/server"
 )
 
@@ -41,7 +42,8 @@ func StartIn(t testing.TB, dir string, opts ...server.Option) *Server {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	srv, err := server.New(ctx, append([]server.Option{server.WithDataDir(dir), server.WithLogger(quiet)}, opts...)...)
+	base := []server.Option{server.WithDataDir(dir), server.WithLogger(quiet), server.WithValidatorCacheDir(wasmbuild.CacheDir(t))}
+	srv, err := server.New(ctx, append(base, opts...)...)
 	if err != nil {
 		cancel()
 		t.Fatalf("testserver: %v", err)

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/pawlcfg/pawl/validators/host"
-	"github.com/pawlcfg/pawl/validators/internal/wasmbuild"
+	"github.com/pawlcfg/pawl/internal/wasmbuild"
 )
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

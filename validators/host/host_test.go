@@ -13,20 +13,11 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/pawlcfg/pawl/validators/host"
-	"github.com/pawlcfg/pawl/validators/internal/wasmbuild"
+	"github.com/pawlcfg/pawl/internal/wasmbuild"
 )
 
-// cacheDir is shared by the tests' runtimes, so each module is compiled once
-// per run rather than once per test.
-var cacheDir string
-
 func TestMain(m *testing.M) {
-	var err error
-	if cacheDir, err = os.MkdirTemp("", "pawl-host-test"); err != nil {
-		panic(err)
-	}
 	code := m.Run()
-	os.RemoveAll(cacheDir)
 	wasmbuild.Cleanup()
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
@@ -39,7 +30,7 @@ func TestMain(m *testing.M) {
 
 func newRuntime(t testing.TB, opts ...host.Option) *host.Runtime {
 	t.Helper()
-	r, err := host.New(context.Background(), append([]host.Option{host.WithCacheDir(cacheDir)}, opts...)...)
+	r, err := host.New(context.Background(), append([]host.Option{host.WithCacheDir(wasmbuild.CacheDir(t))}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/pawlcfg/pawl/server/internal/store"
 	"github.com/pawlcfg/pawl/server/internal/watch"
+	"github.com/pawlcfg/pawl/validators/host"
 )
 
 // Connect returns err as a *connect.Error with the code DESIGN.md assigns and
@@ -28,6 +29,7 @@ func Connect(log *slog.Logger, procedure string, err error) error {
 	if errors.As(err, &ce) {
 		return ce
 	}
+	// A validator's *host.TimeoutError matches context.DeadlineExceeded.
 	if code, ok := contextCode(err); ok {
 		return connect.NewError(code, err)
 	}
@@ -58,7 +60,12 @@ func Connect(log *slog.Logger, procedure string, err error) error {
 			mismatch.Key, mismatch.Actual, mismatch.Expected)
 	case errors.As(err, &badKey):
 		return newError(connect.CodeInvalidArgument, "invalid %s: %s", badKey.Field, badKey.Reason)
-	case errors.Is(err, store.ErrClosed), errors.Is(err, watch.ErrClosed):
+	case errors.Is(err, host.ErrNotWasm), errors.Is(err, host.ErrABI), errors.Is(err, host.ErrTrap),
+		errors.Is(err, host.ErrBadOutput), errors.Is(err, host.ErrDigestMismatch):
+		return connect.NewError(connect.CodeInvalidArgument, err)
+	case errors.Is(err, host.ErrMemoryLimit), errors.Is(err, host.ErrOutputTooLarge):
+		return connect.NewError(connect.CodeResourceExhausted, err)
+	case errors.Is(err, store.ErrClosed), errors.Is(err, watch.ErrClosed), errors.Is(err, host.ErrClosed):
 		return newError(connect.CodeUnavailable, "the server is shutting down; retry shortly or against another replica")
 	}
 	log.Error("internal error", "procedure", procedure, "error", err)

@@ -115,6 +115,18 @@ type Changes struct {
 	Through int64
 }
 
+// Blob is an immutable object stored beside the key space, outside its
+// revisions and watches: validator modules, for one.
+type Blob struct {
+	// ID names the object within its kind; for content-addressed objects,
+	// the digest.
+	ID string
+	// Meta is the caller's metadata, stored with the object.
+	Meta []byte
+	// Data is the object; empty in listings.
+	Data []byte
+}
+
 // CommitFunc receives each committed batch of events, in revision order,
 // consecutive with the batch before it. It is called from the store's commit
 // path and must not block.
@@ -146,6 +158,16 @@ type Store interface {
 	Compact(ctx context.Context, revision int64) error
 	// Status returns the current and compact revisions.
 	Status(ctx context.Context) (Status, error)
+	// PutBlob stores an object of a kind under id, durably, unless one with
+	// that id exists: objects are immutable. It reports whether it stored
+	// this one.
+	PutBlob(ctx context.Context, kind string, b Blob) (created bool, err error)
+	// GetBlob returns an object, with its data only when withData is set.
+	// It fails with ErrNotFound (a *NotFoundError naming the id).
+	GetBlob(ctx context.Context, kind, id string, withData bool) (Blob, error)
+	// ListBlobs returns up to limit objects (without data) in id order,
+	// after the id after, and whether more follow.
+	ListBlobs(ctx context.Context, kind, after string, limit int) ([]Blob, bool, error)
 	// Subscribe registers fn for every batch committed from now on and
 	// returns a function that unregisters it.
 	Subscribe(fn CommitFunc) (unsubscribe func())

@@ -37,6 +37,7 @@ func Run(t *testing.T, open Opener) {
 		{"Subscribe", testSubscribe},
 		{"ConcurrentWriters", testConcurrentWriters},
 		{"MatchesModel", testMatchesModel},
+		{"Blobs", testBlobs},
 		{"Closed", testClosed},
 	}
 	for _, tt := range tests {
@@ -478,6 +479,44 @@ func testMatchesModel(t *testing.T, s store.Store) {
 		if got, want := keyValues(page.KVs), render(history[at]); got != want {
 			t.Fatalf("step %d: List at %d (compact %d) = %q, want %q", step, at, compact, got, want)
 		}
+	}
+}
+
+func testBlobs(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	if _, err := s.GetBlob(ctx, "v", "a", false); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("GetBlob of nothing: %v", err)
+	}
+	for _, id := range []string{"b", "a", "c"} {
+		created, err := s.PutBlob(ctx, "v", store.Blob{ID: id, Meta: []byte("meta-" + id), Data: []byte("data-" + id)})
+		if err != nil || !created {
+			t.Fatalf("PutBlob(%s) = %v, %v", id, created, err)
+		}
+	}
+	created, err := s.PutBlob(ctx, "v", store.Blob{ID: "a", Meta: []byte("other"), Data: []byte("other")})
+	if err != nil || created {
+		t.Fatalf("second PutBlob(a) = %v, %v; want no change", created, err)
+	}
+	b, err := s.GetBlob(ctx, "v", "a", true)
+	if err != nil || string(b.Meta) != "meta-a" || string(b.Data) != "data-a" {
+		t.Fatalf("GetBlob(a) = %+v, %v", b, err)
+	}
+	if b, _ := s.GetBlob(ctx, "v", "a", false); b.Data != nil {
+		t.Fatalf("GetBlob without data returned data")
+	}
+	list, more, err := s.ListBlobs(ctx, "v", "", 2)
+	if err != nil || len(list) != 2 || list[0].ID != "a" || list[1].ID != "b" || !more {
+		t.Fatalf("ListBlobs page 1 = %+v, %v, %v", list, more, err)
+	}
+	list, more, err = s.ListBlobs(ctx, "v", "b", 2)
+	if err != nil || len(list) != 1 || list[0].ID != "c" || more {
+		t.Fatalf("ListBlobs page 2 = %+v, %v, %v", list, more, err)
+	}
+	if list, _, _ := s.ListBlobs(ctx, "other-kind", "", 10); len(list) != 0 {
+		t.Fatalf("kinds are not separate: %+v", list)
+	}
+	if st, _ := s.Status(ctx); st.Revision != 0 {
+		t.Fatalf("blobs took revisions: %d", st.Revision)
 	}
 }
 

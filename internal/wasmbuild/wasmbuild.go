@@ -23,7 +23,7 @@ var (
 // Examples is the directory of the example validators.
 func Examples() string {
 	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..", "examples")
+	return filepath.Join(filepath.Dir(file), "..", "..", "validators", "examples")
 }
 
 // Build returns the module built from validators/examples/<name>, e.g.
@@ -92,4 +92,17 @@ func Cleanup() {
 		dir = ""
 		built = map[string][]byte{}
 	}
+}
+
+// CacheDir is a wazero compilation cache directory shared by every test
+// process on the machine, kept between runs: wazero keys entries by module
+// hash and wazero version and writes them atomically, so sharing is safe,
+// and each module is compiled once per machine rather than once per test.
+func CacheDir(tb testing.TB) string {
+	tb.Helper()
+	d := filepath.Join(os.TempDir(), "pawl-test-wasm-cache")
+	if err := os.MkdirAll(d, 0o755); err != nil {
+		tb.Fatal(err)
+	}
+	return d
 }
