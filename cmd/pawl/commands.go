@@ -81,14 +81,21 @@ func newRootCommand(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
 	root.PersistentFlags().StringVar(&g.server, "server", server, "Pawl server URL (env PAWL_SERVER)")
 	root.PersistentFlags().StringVarP(&g.output, "output", "o", "text", "output format: text or json")
 	root.PersistentFlags().StringVar(&g.protocol, "protocol", "connect", "wire protocol: connect, grpc or grpc-web")
-	root.AddCommand(putCommand(g), getCommand(g), delCommand(g), lsCommand(g), watchCommand(g))
+	root.AddCommand(putCommand(g), getCommand(g), delCommand(g), lsCommand(g), watchCommand(g),
+		validatorCommand(g), validateCommand(g))
 	return root
 }
 
-// kv returns a KVService client for the chosen server and protocol. The HTTP
-// client speaks HTTP/2 without TLS (prior knowledge) to http:// URLs, so
-// gRPC works against a plain pawld.
+// kv returns a KVService client for the chosen server and protocol.
 func (g *globals) kv() pawlv1connect.KVServiceClient {
+	client, opts := g.transport()
+	return pawlv1connect.NewKVServiceClient(client, strings.TrimSuffix(g.server, "/"), opts...)
+}
+
+// transport returns the HTTP client and Connect options for the chosen
+// protocol. For gRPC it speaks HTTP/2 without TLS (prior knowledge) to
+// http:// URLs, so gRPC works against a plain pawld.
+func (g *globals) transport() (*http.Client, []connect.ClientOption) {
 	var protocols http.Protocols
 	protocols.SetHTTP1(true)
 	protocols.SetHTTP2(true)
@@ -106,7 +113,7 @@ func (g *globals) kv() pawlv1connect.KVServiceClient {
 	case "grpc-web":
 		opts = append(opts, connect.WithGRPCWeb())
 	}
-	return pawlv1connect.NewKVServiceClient(client, strings.TrimSuffix(g.server, "/"), opts...)
+	return client, opts
 }
 
 // printJSON writes m as one line of JSON.

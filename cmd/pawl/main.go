@@ -13,6 +13,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -33,6 +34,9 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	cmd := newRootCommand(stdin, stdout, stderr)
 	cmd.SetArgs(args)
 	if err := cmd.ExecuteContext(ctx); err != nil {
+		if errors.Is(err, errInvalid) {
+			return 1 // the violations are already printed
+		}
 		fmt.Fprintln(stderr, "pawl:", err)
 		if isUsage(err) {
 			return 2
