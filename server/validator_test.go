@@ -231,7 +231,6 @@ func TestConcurrentValidationsOverTheAPI(t *testing.T) {
 	}
 }
 
-
 func TestValidatorsSurviveRestart(t *testing.T) {
 	dir := t.TempDir()
 	srv := testserver.StartIn(t, dir)

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pawlcfg/pawl/validators/host"
 	"github.com/pawlcfg/pawl/internal/wasmbuild"
+	"github.com/pawlcfg/pawl/validators/host"
 )
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

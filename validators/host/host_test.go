@@ -12,8 +12,8 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/pawlcfg/pawl/validators/host"
 	"github.com/pawlcfg/pawl/internal/wasmbuild"
+	"github.com/pawlcfg/pawl/validators/host"
 )
 
 func TestMain(m *testing.M) {
