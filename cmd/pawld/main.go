@@ -43,6 +43,9 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	retainRevs := fs.Int64("retain-revisions", server.DefaultRetainRevisions, "revisions kept in the change log (0: no count limit)")
 	retainFor := fs.Duration("retain-for", server.DefaultRetainFor, "age after which change-log revisions are compacted (0: no age limit)")
 	progress := fs.Duration("progress-interval", server.DefaultProgressInterval, "how often idle watch streams get a progress notification")
+	maxValidator := fs.Int("max-validator-bytes", server.DefaultMaxValidatorBytes, "largest validator module an upload accepts, in bytes")
+	validatorTimeout := fs.Duration("validator-timeout", server.DefaultValidatorTimeout, "time limit of one validation")
+	validatorCache := fs.String("validator-cache", "", "compilation cache of validators (default: wasm-cache in the data directory)")
 	tlsCert := fs.String("tls-cert", "", "PEM certificate file; with --tls-key, serve TLS")
 	tlsKey := fs.String("tls-key", "", "PEM private key file for --tls-cert")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
@@ -62,6 +65,9 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		server.WithMaxValueBytes(*maxValue),
 		server.WithRetention(*retainRevs, *retainFor),
 		server.WithProgressInterval(*progress),
+		server.WithMaxValidatorBytes(*maxValidator),
+		server.WithValidatorTimeout(*validatorTimeout),
+		server.WithValidatorCacheDir(*validatorCache),
 		server.WithTLS(*tlsCert, *tlsKey),
 		server.WithLogger(log),
 	)
