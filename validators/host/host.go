@@ -29,10 +29,12 @@ import (
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
+
+	"github.com/pawlcfg/pawl/validators/abi"
 )
 
 // ABIVersion is the validator ABI this package runs.
-const ABIVersion = 1
+const ABIVersion = abi.Version
 
 // Digest returns the content address of module bytes: "sha256:<hex>".
 func Digest(wasm []byte) string {

@@ -2,7 +2,6 @@ package host
 
 import (
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,37 +13,18 @@ import (
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/sys"
+
+	"github.com/pawlcfg/pawl/validators/abi"
 )
 
 // Input is one validation request.
-type Input struct {
-	// Config is the content to validate.
-	Config []byte
-	// MediaType is its media type, e.g. application/json.
-	MediaType string
-	// Name is the config's name or key.
-	Name string
-	// Params are the validator's parameters as JSON; nil for none.
-	Params []byte
-}
+type Input = abi.Input
 
 // Violation is one problem the validator found.
-type Violation struct {
-	// Path locates the problem (a JSON Pointer where it applies).
-	Path string `json:"path"`
-	// Message says what is wrong.
-	Message string `json:"message"`
-	// Severity is "error" or "warning".
-	Severity string `json:"severity"`
-}
+type Violation = abi.Violation
 
 // Result is a validator's verdict.
-type Result struct {
-	// Valid is false when the config must not be released.
-	Valid bool `json:"valid"`
-	// Violations are the problems found.
-	Violations []Violation `json:"violations"`
-}
+type Result = abi.Result
 
 // Validator is one loaded module with its pool of instances. Validate may be
 // called from many goroutines; at most the pool size run at once, the rest
@@ -160,7 +140,7 @@ func (i *instance) validate(ctx context.Context, in Input, o options) (Result, e
 	cctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
 	i.stderr.Reset()
-	input := encodeInput(in)
+	input := abi.EncodeInput(in)
 	res, err := i.alloc.Call(cctx, api.EncodeI32(int32(len(input))))
 	if err != nil {
 		return Result{}, callError(cctx, err, i.mod, i.stderr, o)
@@ -185,14 +165,7 @@ func (i *instance) validate(ctx context.Context, in Input, o options) (Result, e
 	if err := json.Unmarshal(out, &result); err != nil {
 		return Result{}, fmt.Errorf("%w: %v", ErrBadOutput, err)
 	}
-	for _, vio := range result.Violations {
-		if vio.Severity != "warning" {
-			result.Valid = false
-		}
-	}
-	if result.Violations == nil {
-		result.Violations = []Violation{}
-	}
+	result.Normalize()
 	return result, nil
 }
 
@@ -218,20 +191,6 @@ func callError(ctx context.Context, err error, mod api.Module, stderr *limitedBu
 		return fmt.Errorf("%w: the module needed more than %d MiB", ErrMemoryLimit, o.memoryLimit>>20)
 	}
 	return &TrapError{Cause: err, Detail: detail}
-}
-
-func encodeInput(in Input) []byte {
-	fields := [][]byte{in.Config, []byte(in.MediaType), []byte(in.Name), in.Params}
-	n := 0
-	for _, f := range fields {
-		n += 4 + len(f)
-	}
-	b := make([]byte, 0, n)
-	for _, f := range fields {
-		b = binary.LittleEndian.AppendUint32(b, uint32(len(f)))
-		b = append(b, f...)
-	}
-	return b
 }
 
 // virtualClock is an instance's monotonic clock. It does not follow the
