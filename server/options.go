@@ -24,6 +24,7 @@ type config struct {
 	maxWasmBytes     int
 	wasmCacheDir     string
 	validatorTimeout time.Duration
+	validatorMemory  int
 	log              *slog.Logger
 }
 
@@ -37,6 +38,8 @@ const (
 	DefaultMaxValidatorBytes = 16 << 20
 	// DefaultValidatorTimeout bounds one validation.
 	DefaultValidatorTimeout = time.Second
+	// DefaultValidatorMemory bounds one validator instance's memory.
+	DefaultValidatorMemory = 64 << 20
 	// DefaultRetainRevisions is how many revisions the change log keeps.
 	DefaultRetainRevisions = boltstore.DefaultMaxEntries
 	// DefaultRetainFor is how long the change log keeps a revision.
@@ -62,6 +65,7 @@ func defaultConfig() config {
 		maxStreams:       10_000,
 		maxWasmBytes:     DefaultMaxValidatorBytes,
 		validatorTimeout: DefaultValidatorTimeout,
+		validatorMemory:  DefaultValidatorMemory,
 		log:              slog.Default(),
 	}
 }
@@ -133,3 +137,7 @@ func WithValidatorCacheDir(dir string) Option { return func(c *config) { c.wasmC
 
 // WithValidatorTimeout bounds one validation (default 1s).
 func WithValidatorTimeout(d time.Duration) Option { return func(c *config) { c.validatorTimeout = d } }
+
+// WithValidatorMemoryLimit bounds each validator instance's memory, in bytes
+// (a multiple of 64 KiB; default 64 MiB).
+func WithValidatorMemoryLimit(n int) Option { return func(c *config) { c.validatorMemory = n } }

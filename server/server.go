@@ -68,7 +68,7 @@ func New(ctx context.Context, opts ...Option) (*Server, error) {
 	if cacheDir == "" {
 		cacheDir = filepath.Join(cfg.dataDir, "wasm-cache")
 	}
-	rt, err := host.New(ctx, host.WithCacheDir(cacheDir), host.WithTimeout(cfg.validatorTimeout))
+	rt, err := host.New(ctx, host.WithCacheDir(cacheDir), host.WithTimeout(cfg.validatorTimeout), host.WithMemoryLimit(cfg.validatorMemory))
 	if err != nil {
 		hub.Close()
 		_ = st.Close()

@@ -45,6 +45,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	progress := fs.Duration("progress-interval", server.DefaultProgressInterval, "how often idle watch streams get a progress notification")
 	maxValidator := fs.Int("max-validator-bytes", server.DefaultMaxValidatorBytes, "largest validator module an upload accepts, in bytes")
 	validatorTimeout := fs.Duration("validator-timeout", server.DefaultValidatorTimeout, "time limit of one validation")
+	validatorMemory := fs.Int("validator-memory-bytes", server.DefaultValidatorMemory, "memory limit of one validator instance, a multiple of 65536")
 	validatorCache := fs.String("validator-cache", "", "compilation cache of validators (default: wasm-cache in the data directory)")
 	tlsCert := fs.String("tls-cert", "", "PEM certificate file; with --tls-key, serve TLS")
 	tlsKey := fs.String("tls-key", "", "PEM private key file for --tls-cert")
@@ -68,6 +69,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		server.WithMaxValidatorBytes(*maxValidator),
 		server.WithValidatorTimeout(*validatorTimeout),
 		server.WithValidatorCacheDir(*validatorCache),
+		server.WithValidatorMemoryLimit(*validatorMemory),
 		server.WithTLS(*tlsCert, *tlsKey),
 		server.WithLogger(log),
 	)
