@@ -232,4 +232,3 @@ func formatNumber(f float64) string {
 	}
 	return sign + s + "e-" + strconv.Itoa(1-n)
 }
-
