@@ -126,6 +126,19 @@ func (g *globals) printJSON(m proto.Message) error {
 	return err
 }
 
+// printMutation prints a put's or delete's revision, or in JSON the whole
+// response.
+func (g *globals) printMutation(resp interface {
+	proto.Message
+	GetRevision() int64
+}) error {
+	if g.output == "json" {
+		return g.printJSON(resp)
+	}
+	_, err := fmt.Fprintf(g.stdout, "revision %d\n", resp.GetRevision())
+	return err
+}
+
 func optionalRevision(cmd *cobra.Command, name string, v int64) *int64 {
 	if !cmd.Flags().Changed(name) {
 		return nil
@@ -153,11 +166,7 @@ func putCommand(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if g.output == "json" {
-				return g.printJSON(resp.Msg)
-			}
-			_, err = fmt.Fprintf(g.stdout, "revision %d\n", resp.Msg.GetRevision())
-			return err
+			return g.printMutation(resp.Msg)
 		},
 	}
 	cmd.Flags().StringVarP(&file, "file", "f", "", "read the value from this file (- for standard input)")
@@ -230,11 +239,7 @@ func delCommand(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if g.output == "json" {
-				return g.printJSON(resp.Msg)
-			}
-			_, err = fmt.Fprintf(g.stdout, "revision %d\n", resp.Msg.GetRevision())
-			return err
+			return g.printMutation(resp.Msg)
 		},
 	}
 	cmd.Flags().Int64Var(&expect, "expect-revision", 0, "delete only if the key's mod revision is this")

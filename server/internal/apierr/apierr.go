@@ -72,6 +72,26 @@ func Connect(log *slog.Logger, procedure string, err error) error {
 	return newError(connect.CodeInternal, "internal error in %s; the server log has the details", procedure)
 }
 
+const (
+	// DefaultPageSize is the page size of a listing that asks for none.
+	DefaultPageSize = 100
+	// MaxPageSize is the largest page; larger requests get this many.
+	MaxPageSize = 1000
+)
+
+// PageSize resolves a listing's requested page size: 0 means
+// DefaultPageSize, more than MaxPageSize means MaxPageSize, and a negative
+// size is an InvalidArgument error.
+func PageSize(requested int32) (int, error) {
+	switch {
+	case requested < 0:
+		return 0, InvalidArgument("page_size is %d; it must be 0 (default %d) or positive", requested, DefaultPageSize)
+	case requested == 0:
+		return DefaultPageSize, nil
+	}
+	return min(int(requested), MaxPageSize), nil
+}
+
 // InvalidArgument is a shorthand for a CodeInvalidArgument error.
 func InvalidArgument(format string, args ...any) error {
 	return newError(connect.CodeInvalidArgument, format, args...)

@@ -18,13 +18,6 @@ import (
 	"github.com/pawlcfg/pawl/server/internal/watch"
 )
 
-const (
-	// DefaultPageSize is the List page size when the request gives none.
-	DefaultPageSize = 100
-	// MaxPageSize is the largest List page; larger requests get this many.
-	MaxPageSize = 1000
-)
-
 // Service is the KVService handler.
 type Service struct {
 	store         store.Store
@@ -96,14 +89,9 @@ func (s *Service) List(ctx context.Context, req *connect.Request[pawlv1.ListRequ
 	if err := checkRevision("revision", m.GetRevision()); err != nil {
 		return nil, err
 	}
-	size := int(m.GetPageSize())
-	switch {
-	case size < 0:
-		return nil, apierr.InvalidArgument("page_size is %d; it must be 0 (default %d) or positive", size, DefaultPageSize)
-	case size == 0:
-		size = DefaultPageSize
-	case size > MaxPageSize:
-		size = MaxPageSize
+	size, err := apierr.PageSize(m.GetPageSize())
+	if err != nil {
+		return nil, err
 	}
 	revision, after := m.GetRevision(), ""
 	if m.GetPageToken() != "" {

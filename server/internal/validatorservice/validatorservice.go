@@ -145,14 +145,9 @@ func (s *Service) GetValidator(ctx context.Context, req *connect.Request[pawlv1.
 // ListValidators implements pawl.v1.ValidatorService.ListValidators. The
 // page token is the last digest of the previous page.
 func (s *Service) ListValidators(ctx context.Context, req *connect.Request[pawlv1.ListValidatorsRequest]) (*connect.Response[pawlv1.ListValidatorsResponse], error) {
-	size := int(req.Msg.GetPageSize())
-	switch {
-	case size < 0:
-		return nil, apierr.InvalidArgument("page_size is %d; it must be 0 (default 100) or positive", size)
-	case size == 0:
-		size = 100
-	case size > 1000:
-		size = 1000
+	size, err := apierr.PageSize(req.Msg.GetPageSize())
+	if err != nil {
+		return nil, err
 	}
 	after := req.Msg.GetPageToken()
 	if after != "" && !digestPattern.MatchString(after) {
