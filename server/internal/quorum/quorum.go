@@ -1,0 +1,244 @@
+// Package quorum evaluates a rollout stage's ACK policy against the
+// membership frozen in its release (DESIGN.md, "Quorum").
+//
+// Evaluate is a pure function of the policy, the frozen membership and the
+// latest ACK state of each instance. It counts only members: an instance
+// that registered after the freeze, or an ACK from anyone else, changes
+// nothing, so late joiners never dilute the denominator. A stage passes when
+// its policy holds with HEALTHY_ACKED members; it fails when more members
+// have rejected than the policy tolerates. Deadlines and health windows are
+// the caller's: it evaluates at the right moments and keeps a failure once
+// recorded.
+package quorum
+
+import (
+	"fmt"
+	"math"
+	"sort"
+)
+
+// Kind is the shape of an ACK policy.
+type Kind int
+
+const (
+	// All needs every member healthy.
+	All Kind = iota + 1
+	// Fraction needs at least ceil(Fraction x members) healthy members.
+	Fraction
+	// ZoneQuorum needs, in every zone (fault domain) of the membership, at
+	// least ceil(Fraction x the zone's members) healthy members.
+	ZoneQuorum
+	// CriticalRole needs every member with Role healthy; a membership with no
+	// such member fails, since the policy can then mean nothing.
+	CriticalRole
+	// TrafficWeight needs healthy members carrying at least Fraction of the
+	// membership's total traffic weight.
+	TrafficWeight
+)
+
+// String names the kind as the API does.
+func (k Kind) String() string {
+	switch k {
+	case All:
+		return "all"
+	case Fraction:
+		return "fraction"
+	case ZoneQuorum:
+		return "zone-quorum"
+	case CriticalRole:
+		return "critical-role"
+	case TrafficWeight:
+		return "traffic-weight"
+	}
+	return fmt.Sprintf("Kind(%d)", int(k))
+}
+
+// Policy is one stage's ACK policy.
+type Policy struct {
+	// Kind is the shape of the policy.
+	Kind Kind
+	// Fraction, in (0, 1], is the share Fraction, ZoneQuorum and
+	// TrafficWeight need.
+	Fraction float64
+	// Role is the critical role CriticalRole needs.
+	Role string
+	// MaxRejected is how many rejecting members the stage tolerates; one
+	// more fails it.
+	MaxRejected int
+}
+
+// Validate reports a policy that cannot be evaluated.
+func (p Policy) Validate() error {
+	switch p.Kind {
+	case All:
+	case Fraction, ZoneQuorum, TrafficWeight:
+		if !(p.Fraction > 0 && p.Fraction <= 1) {
+			return fmt.Errorf("quorum: %s policy needs a fraction in (0, 1], not %v", p.Kind, p.Fraction)
+		}
+	case CriticalRole:
+		if p.Role == "" {
+			return fmt.Errorf("quorum: critical-role policy needs a role")
+		}
+	default:
+		return fmt.Errorf("quorum: unknown policy kind %d", p.Kind)
+	}
+	if p.MaxRejected < 0 {
+		return fmt.Errorf("quorum: max rejected is %d; it must be 0 or more", p.MaxRejected)
+	}
+	return nil
+}
+
+// Member is one instance of the frozen membership.
+type Member struct {
+	// ID is the workload identity.
+	ID string
+	// Zone is the fault domain.
+	Zone string
+	// Role is the instance's role.
+	Role string
+	// Weight is the instance's traffic weight (0 or more).
+	Weight float64
+}
+
+// State is the latest state an instance reported for the release.
+type State int
+
+const (
+	// Pending means no counting ACK yet (any state before HEALTHY_ACKED).
+	Pending State = iota
+	// Healthy means HEALTHY_ACKED after the health window.
+	Healthy
+	// Rejected means REJECTED.
+	Rejected
+)
+
+// Outcome is a stage's verdict.
+type Outcome int
+
+const (
+	// Waiting means the policy does not hold yet and has not failed.
+	Waiting Outcome = iota
+	// Passed means the policy holds.
+	Passed
+	// Failed means too many members rejected, or the policy cannot hold.
+	Failed
+)
+
+// String names the outcome.
+func (o Outcome) String() string {
+	return [...]string{"waiting", "passed", "failed"}[o]
+}
+
+// ZoneTally counts one zone's members.
+type ZoneTally struct {
+	// Members, Healthy and Rejected count the zone's members by state.
+	Members, Healthy, Rejected int
+	// Needed is how many healthy members the zone needs (ZoneQuorum only).
+	Needed int
+}
+
+// Evaluation is the verdict with its evidence.
+type Evaluation struct {
+	// Outcome is the verdict.
+	Outcome Outcome
+	// Reason says why, for people: what passed, or what is waited on.
+	Reason string
+	// Members, Healthy and Rejected count the membership by state.
+	Members, Healthy, Rejected int
+	// HealthyWeight and TotalWeight are traffic weights.
+	HealthyWeight, TotalWeight float64
+	// Zones tallies each zone.
+	Zones map[string]ZoneTally
+}
+
+// Evaluate applies p to the frozen membership with the latest state of
+// each instance. States of instances outside the membership are ignored.
+func Evaluate(p Policy, membership []Member, states map[string]State) Evaluation {
+	ev := Evaluation{Zones: map[string]ZoneTally{}}
+	if err := p.Validate(); err != nil {
+		ev.Outcome, ev.Reason = Failed, err.Error()
+		return ev
+	}
+	roleMembers, roleHealthy := 0, 0
+	for _, m := range membership {
+		st := states[m.ID]
+		z := ev.Zones[m.Zone]
+		z.Members++
+		ev.Members++
+		ev.TotalWeight += m.Weight
+		switch st {
+		case Healthy:
+			z.Healthy++
+			ev.Healthy++
+			ev.HealthyWeight += m.Weight
+		case Rejected:
+			z.Rejected++
+			ev.Rejected++
+		}
+		if m.Role == p.Role {
+			roleMembers++
+			if st == Healthy {
+				roleHealthy++
+			}
+		}
+		ev.Zones[m.Zone] = z
+	}
+	if ev.Members == 0 {
+		ev.Outcome, ev.Reason = Failed, "the frozen membership is empty: no instance can acknowledge"
+		return ev
+	}
+	if ev.Rejected > p.MaxRejected {
+		ev.Outcome = Failed
+		ev.Reason = fmt.Sprintf("%d members rejected; the stage tolerates %d", ev.Rejected, p.MaxRejected)
+		return ev
+	}
+	switch p.Kind {
+	case All:
+		ev.decide(ev.Healthy == ev.Members, fmt.Sprintf("%d of %d members healthy; all are needed", ev.Healthy, ev.Members))
+	case Fraction:
+		need := atLeast(p.Fraction, ev.Members)
+		ev.decide(ev.Healthy >= need, fmt.Sprintf("%d of %d members healthy; %d are needed", ev.Healthy, ev.Members, need))
+	case ZoneQuorum:
+		var short []string
+		for name, z := range ev.Zones {
+			z.Needed = atLeast(p.Fraction, z.Members)
+			ev.Zones[name] = z
+			if z.Healthy < z.Needed {
+				short = append(short, fmt.Sprintf("zone %q has %d of %d healthy, needs %d", name, z.Healthy, z.Members, z.Needed))
+			}
+		}
+		sort.Strings(short)
+		reason := fmt.Sprintf("every zone has its quorum (%d zones)", len(ev.Zones))
+		if len(short) > 0 {
+			reason = fmt.Sprint(short)
+		}
+		ev.decide(len(short) == 0, reason)
+	case CriticalRole:
+		if roleMembers == 0 {
+			ev.Outcome, ev.Reason = Failed, fmt.Sprintf("no member has the critical role %q", p.Role)
+			return ev
+		}
+		ev.decide(roleHealthy == roleMembers, fmt.Sprintf("%d of %d %q members healthy; all are needed", roleHealthy, roleMembers, p.Role))
+	case TrafficWeight:
+		if ev.TotalWeight <= 0 {
+			ev.Outcome, ev.Reason = Failed, "the membership carries no traffic weight"
+			return ev
+		}
+		need := p.Fraction * ev.TotalWeight
+		ev.decide(ev.HealthyWeight >= need-1e-9*ev.TotalWeight,
+			fmt.Sprintf("healthy members carry %.4g of %.4g traffic weight; %.4g is needed", ev.HealthyWeight, ev.TotalWeight, need))
+	}
+	return ev
+}
+
+func (ev *Evaluation) decide(ok bool, reason string) {
+	ev.Reason = reason
+	if ok {
+		ev.Outcome = Passed
+	}
+}
+
+// atLeast is ceil(f x n), computed so that f = k/n gives exactly k.
+func atLeast(f float64, n int) int {
+	return int(math.Ceil(f*float64(n) - 1e-9))
+}
