@@ -88,6 +88,26 @@ type Delete struct {
 	ExpectModRevision *int64
 }
 
+// Compare is a condition of a transaction: the key's ModRevision must equal
+// ModRevision (0: the key must not exist).
+type Compare struct {
+	// Key is the key compared.
+	Key string
+	// ModRevision is the expected ModRevision; 0 means absent.
+	ModRevision int64
+}
+
+// Txn asks for several puts that commit together, or not at all, when every
+// compare holds.
+type Txn struct {
+	// Compares must all hold at commit.
+	Compares []Compare
+	// Puts are applied in order; their ExpectModRevision is ignored (use
+	// Compares). Each gets the next revision: the puts of one transaction
+	// have consecutive revisions and are delivered to watchers together.
+	Puts []Put
+}
+
 // Result reports a successful mutation.
 type Result struct {
 	// Revision is the revision the mutation was committed at.
@@ -143,6 +163,10 @@ type Store interface {
 	// Delete removes one key. It fails with ErrNotFound when the key does not
 	// exist and with a *RevisionMismatchError on a mismatch.
 	Delete(ctx context.Context, d Delete) (Result, error)
+	// Txn commits t's puts atomically if every compare holds; otherwise it
+	// fails with the first *RevisionMismatchError and writes nothing. The
+	// Result's Revision is the last put's; Prev is nil.
+	Txn(ctx context.Context, t Txn) (Result, error)
 	// Get reads one key at a revision (0: current). It fails with ErrNotFound,
 	// *CompactedError or *FutureRevisionError.
 	Get(ctx context.Context, key string, revision int64) (KeyValue, int64, error)

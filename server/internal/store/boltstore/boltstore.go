@@ -144,6 +144,14 @@ func (s *Store) Delete(ctx context.Context, d store.Delete) (store.Result, error
 	return s.submit(ctx, &request{ctx: ctx, del: &d})
 }
 
+// Txn implements store.Store.
+func (s *Store) Txn(ctx context.Context, t store.Txn) (store.Result, error) {
+	if len(t.Puts) == 0 {
+		return store.Result{}, fmt.Errorf("boltstore: a transaction needs at least one put")
+	}
+	return s.submit(ctx, &request{ctx: ctx, txn: &t})
+}
+
 // Compact implements store.Store. It returns when the compaction is durable.
 func (s *Store) Compact(ctx context.Context, revision int64) error {
 	st, err := s.Status(ctx)

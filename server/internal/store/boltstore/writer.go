@@ -15,11 +15,13 @@ import (
 // off over several transactions.
 const compactStepsPerTx = 4096
 
-// request is one queued write. Exactly one of put, del and compactTo is set.
+// request is one queued write. Exactly one of put, del, txn and compactTo
+// is set.
 type request struct {
 	ctx       context.Context
 	put       *store.Put
 	del       *store.Delete
+	txn       *store.Txn
 	compactTo int64
 	res       chan response // buffered(1): the writer never blocks on it
 }
@@ -104,12 +106,15 @@ func (s *Store) commit(batch []*request) {
 				continue
 			}
 			var ev *store.Event
+			var evs []store.Event
 			var err error
 			switch {
 			case r.put != nil:
 				ev, results[i], err = applyPut(tx, r.put, st.Revision+1, now)
 			case r.del != nil:
 				ev, results[i], err = applyDelete(tx, r.del, st.Revision+1, now)
+			case r.txn != nil:
+				evs, results[i], err = applyTxn(tx, r.txn, st.Revision+1, now)
 			default:
 				err = compactTo(tx, &st, r.compactTo, compactStepsPerTx)
 			}
@@ -117,9 +122,10 @@ func (s *Store) commit(batch []*request) {
 				return err
 			}
 			if ev != nil {
-				st.Revision++
-				events = append(events, *ev)
+				evs = append(evs, *ev)
 			}
+			st.Revision += int64(len(evs))
+			events = append(events, evs...)
 		}
 		if len(events) > 0 {
 			if err := tx.Bucket(bucketMeta).Put(metaRev, revKey(st.Revision)); err != nil {
@@ -203,6 +209,33 @@ func applyDelete(tx *bolt.Tx, d *store.Delete, rev int64, now time.Time) (*store
 		return nil, response{}, err
 	}
 	return &ev, response{result: store.Result{Revision: rev, Prev: prev}}, nil
+}
+
+// applyTxn checks every compare, then writes the puts at revisions rev,
+// rev+1, ... A failed compare is the response's error and writes nothing.
+func applyTxn(tx *bolt.Tx, t *store.Txn, rev int64, now time.Time) ([]store.Event, response, error) {
+	kvb := tx.Bucket(bucketKV)
+	for _, c := range t.Compares {
+		cur, err := currentRecord(kvb, c.Key)
+		if err != nil {
+			return nil, response{}, err
+		}
+		expect := c.ModRevision
+		if mismatch := checkExpected(c.Key, &expect, cur); mismatch != nil {
+			return nil, response{err: mismatch}, nil
+		}
+	}
+	events := make([]store.Event, 0, len(t.Puts))
+	for i := range t.Puts {
+		p := t.Puts[i]
+		p.ExpectModRevision = nil
+		ev, _, err := applyPut(tx, &p, rev+int64(i), now)
+		if err != nil {
+			return nil, response{}, err
+		}
+		events = append(events, *ev)
+	}
+	return events, response{result: store.Result{Revision: rev + int64(len(t.Puts)) - 1}}, nil
 }
 
 func currentRecord(kvb *bolt.Bucket, key string) (*store.KeyValue, error) {

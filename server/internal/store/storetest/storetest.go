@@ -37,6 +37,8 @@ func Run(t *testing.T, open Opener) {
 		{"Subscribe", testSubscribe},
 		{"ConcurrentWriters", testConcurrentWriters},
 		{"MatchesModel", testMatchesModel},
+		{"Txn", testTxn},
+		{"ConcurrentTxnOneWins", testConcurrentTxnOneWins},
 		{"Blobs", testBlobs},
 		{"Closed", testClosed},
 	}
@@ -479,6 +481,91 @@ func testMatchesModel(t *testing.T, s store.Store) {
 		if got, want := keyValues(page.KVs), render(history[at]); got != want {
 			t.Fatalf("step %d: List at %d (compact %d) = %q, want %q", step, at, compact, got, want)
 		}
+	}
+}
+
+func testTxn(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	mustPut(t, s, "/ptr", "gen-1") // 1
+	var events []store.Event
+	var mu sync.Mutex
+	defer s.Subscribe(func(evs []store.Event) {
+		mu.Lock()
+		defer mu.Unlock()
+		events = append(events, evs...)
+	})()
+	// A failed compare writes nothing.
+	_, err := s.Txn(ctx, store.Txn{
+		Compares: []store.Compare{{Key: "/ptr", ModRevision: 1}, {Key: "/receipt/k1", ModRevision: 5}},
+		Puts:     []store.Put{{Key: "/ptr", Value: []byte("gen-2")}, {Key: "/receipt/k1", Value: []byte("r")}},
+	})
+	var mismatch *store.RevisionMismatchError
+	if !errors.As(err, &mismatch) || mismatch.Key != "/receipt/k1" {
+		t.Fatalf("Txn with a failing compare = %v", err)
+	}
+	if rev := revision(t, s); rev != 1 {
+		t.Fatalf("a failed transaction moved the revision to %d", rev)
+	}
+	res, err := s.Txn(ctx, store.Txn{
+		Compares: []store.Compare{{Key: "/ptr", ModRevision: 1}, {Key: "/receipt/k1", ModRevision: 0}},
+		Puts:     []store.Put{{Key: "/receipt/k1", Value: []byte("r")}, {Key: "/ptr", Value: []byte("gen-2"), ExpectModRevision: ptr(99)}},
+	})
+	if err != nil || res.Revision != 3 {
+		t.Fatalf("Txn = %+v, %v; want revision 3", res, err)
+	}
+	if kv, _, err := s.Get(ctx, "/ptr", 0); err != nil || string(kv.Value) != "gen-2" || kv.ModRevision != 3 {
+		t.Fatalf("/ptr after Txn = %+v, %v", kv, err)
+	}
+	if kv, _, err := s.Get(ctx, "/receipt/k1", 0); err != nil || kv.ModRevision != 2 {
+		t.Fatalf("/receipt/k1 after Txn = %+v, %v", kv, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(events) != 2 || events[0].Revision() != 2 || events[1].Revision() != 3 {
+		t.Fatalf("subscriber saw %+v", events)
+	}
+	if _, err := s.Txn(ctx, store.Txn{}); err == nil {
+		t.Fatal("an empty transaction succeeded")
+	}
+}
+
+// testConcurrentTxnOneWins races 50 transactions that all expect the same
+// pointer revision: exactly one commits.
+func testConcurrentTxnOneWins(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	start := mustPut(t, s, "/ptr", "0")
+	const racers = 50
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var wins []int
+	for i := range racers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := s.Txn(ctx, store.Txn{
+				Compares: []store.Compare{{Key: "/ptr", ModRevision: start}},
+				Puts:     []store.Put{{Key: fmt.Sprintf("/receipt/%d", i), Value: []byte("r")}, {Key: "/ptr", Value: []byte(fmt.Sprint(i))}},
+			})
+			switch {
+			case err == nil:
+				mu.Lock()
+				wins = append(wins, i)
+				mu.Unlock()
+			case !errors.Is(err, store.ErrRevisionMismatch):
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if len(wins) != 1 {
+		t.Fatalf("%d transactions won: %v", len(wins), wins)
+	}
+	page, err := s.List(ctx, "/receipt/", 0, "", 100)
+	if err != nil || len(page.KVs) != 1 || page.KVs[0].Key != fmt.Sprintf("/receipt/%d", wins[0]) {
+		t.Fatalf("receipts = %+v, %v", page.KVs, err)
+	}
+	if kv, _, _ := s.Get(ctx, "/ptr", 0); string(kv.Value) != fmt.Sprint(wins[0]) {
+		t.Fatalf("pointer = %q, winner %d", kv.Value, wins[0])
 	}
 }
 
