@@ -15,10 +15,16 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/pawlcfg/pawl/internal/testserver"
+	"github.com/pawlcfg/pawl/internal/wasmbuild"
 	"github.com/pawlcfg/pawl/server"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+		wasmbuild.Cleanup()
+		os.Exit(code)
+	}))
+}
 
 // pawl runs one command line against srv and returns its exit code and
 // output.
