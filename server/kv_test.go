@@ -170,6 +170,14 @@ func TestBadInputIsRefusedAndChangesNothing(t *testing.T) {
 			_, err := kv.Put(ctx, connect.NewRequest(&pawlv1.PutRequest{Key: "/big", Value: make([]byte, 1<<20)}))
 			return err
 		}, connect.CodeResourceExhausted, ""},
+		{"system key", func() error {
+			_, err := kv.Put(ctx, connect.NewRequest(&pawlv1.PutRequest{Key: "/_pawl/configs/x/head", Value: []byte("9")}))
+			return err
+		}, connect.CodePermissionDenied, "keys under /_pawl/ are Pawl's own records"},
+		{"system key delete", func() error {
+			_, err := kv.Delete(ctx, connect.NewRequest(&pawlv1.DeleteRequest{Key: "/_pawl/configs/x/head"}))
+			return err
+		}, connect.CodePermissionDenied, "can be read but change only through their services"},
 		{"negative expected revision", func() error {
 			_, err := kv.Put(ctx, connect.NewRequest(&pawlv1.PutRequest{Key: "/exists", ExpectedModRevision: ptr(-1)}))
 			return err

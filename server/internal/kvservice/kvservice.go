@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 
 	"connectrpc.com/connect"
 
@@ -165,6 +166,10 @@ func sendCompacted(stream *connect.ServerStream[pawlv1.WatchResponse], c *store.
 func (s *Service) checkWrite(key string, expect *int64) error {
 	if err := store.ValidateKey(key); err != nil {
 		return apierr.Connect(s.log, "", err)
+	}
+	if strings.HasPrefix(key, store.SystemPrefix) {
+		return connect.NewError(connect.CodePermissionDenied, fmt.Errorf(
+			"keys under %s are Pawl's own records (releases, pointers, receipts); they can be read but change only through their services", store.SystemPrefix))
 	}
 	if expect != nil && *expect < 0 {
 		return apierr.InvalidArgument("expected_mod_revision is %d; it must be 0 (key absent) or a revision", *expect)

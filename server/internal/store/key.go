@@ -7,6 +7,10 @@ import (
 	"unicode/utf8"
 )
 
+// SystemPrefix holds Pawl's own records (releases, pointers, receipts,
+// instances). Clients cannot write under it through the KV API.
+const SystemPrefix = "/_pawl/"
+
 // MaxKeyBytes is the longest key accepted, in bytes. Keys are paths, not
 // payloads; 1 KiB keeps index entries small.
 const MaxKeyBytes = 1024

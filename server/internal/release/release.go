@@ -1,0 +1,307 @@
+// Package release keeps releases: immutable generations of a config, each
+// naming the canonical digest of its content and the validator that passed
+// it. Records live in the key space under store.SystemPrefix, so the watch
+// hub carries them like any other change; a release is written once and
+// never updated (its rollout state will move forward in records of its own).
+//
+// Layout, for config ID C and generation G (20 digits, zero-padded so that
+// key order is generation order):
+//
+//	/_pawl/configs/C/head              the latest generation, as decimal
+//	/_pawl/configs/C/releases/G        the release, as JSON
+//
+// Create assigns the next generation with a transaction that compares the
+// head's revision, so concurrent creators of one config get distinct,
+// gap-free generations.
+package release
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"time"
+
+	"github.com/pawlcfg/pawl/server/internal/canonical"
+	"github.com/pawlcfg/pawl/server/internal/quorum"
+	"github.com/pawlcfg/pawl/server/internal/store"
+	"github.com/pawlcfg/pawl/validators/host"
+)
+
+// State is a release's rollout state.
+type State string
+
+// StateCandidate is the state of every new release.
+const StateCandidate State = "CANDIDATE"
+
+var (
+	// ErrInvalid means the release request is malformed.
+	ErrInvalid = errors.New("release: invalid request")
+	// ErrRejected means the validator found the content invalid; the
+	// *RejectedError carries the violations.
+	ErrRejected = errors.New("release: content rejected by its validator")
+	// ErrNotFound means no such release.
+	ErrNotFound = errors.New("release: not found")
+	// ErrContended means too many concurrent creators raced for the config.
+	ErrContended = errors.New("release: lost the race for the next generation too often")
+)
+
+// RejectedError carries a validator's violations. It matches ErrRejected.
+type RejectedError struct {
+	// Digest is the validator that rejected.
+	Digest string
+	// Violations are what it found.
+	Violations []host.Violation
+}
+
+func (e *RejectedError) Error() string {
+	return fmt.Sprintf("release: validator %s rejected the content with %d violations", e.Digest, len(e.Violations))
+}
+
+// Is reports whether target is ErrRejected.
+func (e *RejectedError) Is(target error) bool { return target == ErrRejected }
+
+// Spec is what a caller asks to release.
+type Spec struct {
+	// ConfigID names the config: lower-case letters, digits, '.', '_' and
+	// '-', 1 to 128 characters.
+	ConfigID string `json:"config_id"`
+	// Content and MediaType are the config.
+	Content   []byte `json:"content"`
+	MediaType string `json:"media_type"`
+	// ValidatorDigest names the validator that must pass the content.
+	ValidatorDigest string `json:"validator_digest"`
+	// ValidatorParams are its parameters (JSON), if any.
+	ValidatorParams json.RawMessage `json:"validator_params,omitempty"`
+	// Selector chooses the target instances (labels that must match).
+	Selector map[string]string `json:"selector,omitempty"`
+	// Dependencies are versions of other configs this one needs.
+	Dependencies map[string]int64 `json:"dependencies,omitempty"`
+	// SecretRefs name secret versions; never secret values.
+	SecretRefs []string `json:"secret_refs,omitempty"`
+	// MinAppVersion is the oldest app version that may apply it.
+	MinAppVersion string `json:"min_app_version,omitempty"`
+	// Stages is the rollout plan, in order.
+	Stages []Stage `json:"stages"`
+	// HealthWindow is how long an instance must stay healthy before its ACK
+	// counts.
+	HealthWindow time.Duration `json:"health_window"`
+	// Deadline bounds the whole rollout.
+	Deadline time.Duration `json:"deadline"`
+}
+
+// Stage is one step of the rollout plan.
+type Stage struct {
+	// Name is the stage's name, e.g. "canary" or "zone-a".
+	Name string `json:"name"`
+	// Selector narrows the release's targets for this stage.
+	Selector map[string]string `json:"selector,omitempty"`
+	// Policy is its ACK policy.
+	Policy quorum.Policy `json:"policy"`
+}
+
+// Release is an immutable generation of a config.
+type Release struct {
+	Spec
+	// Generation is the config's generation, from 1.
+	Generation int64 `json:"generation"`
+	// Predecessor is the previous generation, 0 for the first.
+	Predecessor int64 `json:"predecessor"`
+	// ContentDigest is the canonical content digest (docs/CANONICAL.md).
+	ContentDigest string `json:"content_digest"`
+	// Membership is the snapshot of matching instances frozen at creation.
+	Membership []quorum.Member `json:"membership"`
+	// State is CANDIDATE at creation.
+	State State `json:"state"`
+	// CreatedAt and CreatedBy say when and by whom.
+	CreatedAt time.Time `json:"created_at"`
+	CreatedBy string    `json:"created_by"`
+	// Revision is the store revision of the record (not stored in it).
+	Revision int64 `json:"-"`
+}
+
+// ValidateFunc runs a stored validator on content.
+type ValidateFunc func(ctx context.Context, digest string, in host.Input) (host.Result, error)
+
+// MembersFunc returns the registered instances matching a selector, to
+// freeze in the release.
+type MembersFunc func(ctx context.Context, selector map[string]string) ([]quorum.Member, error)
+
+// Releases creates and reads releases in a store.
+type Releases struct {
+	store    store.Store
+	validate ValidateFunc
+	members  MembersFunc
+	now      func() time.Time
+}
+
+// New returns a Releases over st that validates with validate and freezes
+// the membership members returns.
+func New(st store.Store, validate ValidateFunc, members MembersFunc) *Releases {
+	return &Releases{store: st, validate: validate, members: members, now: time.Now}
+}
+
+var configIDPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,127}$`)
+
+func headKey(config string) string { return store.SystemPrefix + "configs/" + config + "/head" }
+
+func releaseKey(config string, gen int64) string {
+	return fmt.Sprintf("%sconfigs/%s/releases/%020d", store.SystemPrefix, config, gen)
+}
+
+// maxCreateAttempts bounds retries when concurrent creators race for a
+// config's head; each retry means another creator succeeded.
+const maxCreateAttempts = 16
+
+// Create validates spec, runs its validator on the server (a rejected
+// config never becomes a release), computes the content digest, freezes the
+// membership and stores the next generation as a CANDIDATE.
+func (r *Releases) Create(ctx context.Context, spec Spec, actor string) (Release, error) {
+	if err := checkSpec(spec); err != nil {
+		return Release{}, err
+	}
+	digest, err := canonical.Digest(spec.MediaType, spec.Content)
+	if err != nil {
+		return Release{}, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	res, err := r.validate(ctx, spec.ValidatorDigest, host.Input{
+		Config: spec.Content, MediaType: spec.MediaType, Name: spec.ConfigID, Params: spec.ValidatorParams,
+	})
+	if err != nil {
+		return Release{}, fmt.Errorf("release: run validator %s: %w", spec.ValidatorDigest, err)
+	}
+	if !res.Valid {
+		return Release{}, &RejectedError{Digest: spec.ValidatorDigest, Violations: res.Violations}
+	}
+	members, err := r.members(ctx, spec.Selector)
+	if err != nil {
+		return Release{}, fmt.Errorf("release: freeze membership: %w", err)
+	}
+	rel := Release{
+		Spec: spec, ContentDigest: digest, Membership: members, State: StateCandidate,
+		CreatedAt: r.now().UTC(), CreatedBy: actor,
+	}
+	for range maxCreateAttempts {
+		head, headRev, err := r.head(ctx, spec.ConfigID)
+		if err != nil {
+			return Release{}, err
+		}
+		rel.Generation, rel.Predecessor = head+1, head
+		record, err := json.Marshal(rel)
+		if err != nil {
+			return Release{}, fmt.Errorf("release: encode: %w", err)
+		}
+		result, err := r.store.Txn(ctx, store.Txn{
+			Compares: []store.Compare{{Key: headKey(spec.ConfigID), ModRevision: headRev}},
+			Puts: []store.Put{
+				{Key: releaseKey(spec.ConfigID, rel.Generation), Value: record},
+				{Key: headKey(spec.ConfigID), Value: []byte(strconv.FormatInt(rel.Generation, 10))},
+			},
+		})
+		if errors.Is(err, store.ErrRevisionMismatch) {
+			continue // another release of this config won; take the next generation
+		}
+		if err != nil {
+			return Release{}, fmt.Errorf("release: store: %w", err)
+		}
+		rel.Revision = result.Revision - 1
+		return rel, nil
+	}
+	return Release{}, ErrContended
+}
+
+// head returns the config's latest generation and the head key's revision
+// (0, 0 before the first release).
+func (r *Releases) head(ctx context.Context, config string) (int64, int64, error) {
+	kv, _, err := r.store.Get(ctx, headKey(config), 0)
+	if errors.Is(err, store.ErrNotFound) {
+		return 0, 0, nil
+	}
+	if err != nil {
+		return 0, 0, fmt.Errorf("release: read head of %s: %w", config, err)
+	}
+	gen, err := strconv.ParseInt(string(kv.Value), 10, 64)
+	if err != nil {
+		return 0, 0, fmt.Errorf("release: head of %s is %q: %w", config, kv.Value, err)
+	}
+	return gen, kv.ModRevision, nil
+}
+
+// Get reads one release.
+func (r *Releases) Get(ctx context.Context, config string, gen int64) (Release, error) {
+	if !configIDPattern.MatchString(config) || gen <= 0 {
+		return Release{}, fmt.Errorf("%w: config %q generation %d", ErrInvalid, config, gen)
+	}
+	kv, _, err := r.store.Get(ctx, releaseKey(config, gen), 0)
+	if errors.Is(err, store.ErrNotFound) {
+		return Release{}, fmt.Errorf("%w: config %s has no generation %d", ErrNotFound, config, gen)
+	}
+	if err != nil {
+		return Release{}, err
+	}
+	return decode(kv)
+}
+
+// List reads a config's releases in generation order.
+func (r *Releases) List(ctx context.Context, config string) ([]Release, error) {
+	if !configIDPattern.MatchString(config) {
+		return nil, fmt.Errorf("%w: config %q", ErrInvalid, config)
+	}
+	var out []Release
+	after := ""
+	for {
+		page, err := r.store.List(ctx, store.SystemPrefix+"configs/"+config+"/releases/", 0, after, 100)
+		if err != nil {
+			return nil, err
+		}
+		for _, kv := range page.KVs {
+			rel, err := decode(kv)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, rel)
+		}
+		if !page.More {
+			return out, nil
+		}
+		after = page.KVs[len(page.KVs)-1].Key
+	}
+}
+
+func decode(kv store.KeyValue) (Release, error) {
+	var rel Release
+	if err := json.Unmarshal(kv.Value, &rel); err != nil {
+		return Release{}, fmt.Errorf("release: record %s: %w", kv.Key, err)
+	}
+	rel.Revision = kv.ModRevision
+	return rel, nil
+}
+
+func checkSpec(s Spec) error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case !configIDPattern.MatchString(s.ConfigID):
+		return bad("config ID %q must be 1-128 of a-z 0-9 . _ - and start with a letter or digit", s.ConfigID)
+	case s.ValidatorDigest == "":
+		return bad("a validator digest is required: every release names the validator that passed it")
+	case len(s.Stages) == 0:
+		return bad("the stage plan is empty")
+	case s.HealthWindow < 0 || s.Deadline <= 0:
+		return bad("the health window must be 0 or more and the deadline positive")
+	}
+	names := map[string]bool{}
+	for i, st := range s.Stages {
+		if st.Name == "" || names[st.Name] {
+			return bad("stage %d needs a unique name", i)
+		}
+		names[st.Name] = true
+		if err := st.Policy.Validate(); err != nil {
+			return bad("stage %q: %v", st.Name, err)
+		}
+	}
+	return nil
+}
