@@ -25,6 +25,7 @@ type config struct {
 	wasmCacheDir     string
 	validatorTimeout time.Duration
 	validatorMemory  int
+	instanceLease    time.Duration
 	log              *slog.Logger
 }
 
@@ -40,6 +41,10 @@ const (
 	DefaultValidatorTimeout = time.Second
 	// DefaultValidatorMemory bounds one validator instance's memory.
 	DefaultValidatorMemory = 64 << 20
+	// DefaultInstanceLease is how long a registration or heartbeat keeps an
+	// instance live: instances heartbeat at a third of it, so two lost
+	// heartbeats are survived.
+	DefaultInstanceLease = 30 * time.Second
 	// DefaultRetainRevisions is how many revisions the change log keeps.
 	DefaultRetainRevisions = boltstore.DefaultMaxEntries
 	// DefaultRetainFor is how long the change log keeps a revision.
@@ -66,6 +71,7 @@ func defaultConfig() config {
 		maxWasmBytes:     DefaultMaxValidatorBytes,
 		validatorTimeout: DefaultValidatorTimeout,
 		validatorMemory:  DefaultValidatorMemory,
+		instanceLease:    DefaultInstanceLease,
 		log:              slog.Default(),
 	}
 }
@@ -88,6 +94,8 @@ func (c config) validate() error {
 		return fmt.Errorf("server: WithMaxValidatorBytes(%d): must be positive", c.maxWasmBytes)
 	case c.validatorTimeout <= 0:
 		return fmt.Errorf("server: WithValidatorTimeout(%s): must be positive", c.validatorTimeout)
+	case c.instanceLease <= 0:
+		return fmt.Errorf("server: WithInstanceLease(%s): must be positive", c.instanceLease)
 	case (c.tlsCert == "") != (c.tlsKey == ""):
 		return fmt.Errorf("server: WithTLS: give both a certificate and a key")
 	}
@@ -141,3 +149,7 @@ func WithValidatorTimeout(d time.Duration) Option { return func(c *config) { c.v
 // WithValidatorMemoryLimit bounds each validator instance's memory, in bytes
 // (a multiple of 64 KiB; default 64 MiB).
 func WithValidatorMemoryLimit(n int) Option { return func(c *config) { c.validatorMemory = n } }
+
+// WithInstanceLease sets how long a registration or heartbeat keeps an
+// instance live (default 30s).
+func WithInstanceLease(d time.Duration) Option { return func(c *config) { c.instanceLease = d } }

@@ -16,7 +16,10 @@ import (
 	"connectrpc.com/grpcreflect"
 
 	"github.com/pawlcfg/pawl/gen/pawl/v1/pawlv1connect"
+	"github.com/pawlcfg/pawl/server/internal/instance"
 	"github.com/pawlcfg/pawl/server/internal/kvservice"
+	"github.com/pawlcfg/pawl/server/internal/release"
+	"github.com/pawlcfg/pawl/server/internal/rolloutservice"
 	"github.com/pawlcfg/pawl/server/internal/store"
 	"github.com/pawlcfg/pawl/server/internal/store/boltstore"
 	"github.com/pawlcfg/pawl/server/internal/validatorservice"
@@ -43,7 +46,10 @@ type Server struct {
 const compressMinBytes = 4 << 10
 
 // services are the names served, for health checking and reflection.
-var services = []string{pawlv1connect.KVServiceName, pawlv1connect.ValidatorServiceName}
+var services = []string{
+	pawlv1connect.KVServiceName, pawlv1connect.ValidatorServiceName,
+	pawlv1connect.ReleaseServiceName, pawlv1connect.InstanceServiceName,
+}
 
 // New opens the store in the data directory and starts the watch hub.
 func New(ctx context.Context, opts ...Option) (*Server, error) {
@@ -102,6 +108,10 @@ func (s *Server) routes() http.Handler {
 		connect.WithInterceptors(logInterceptor(s.cfg.log)),
 	}
 	mux.Handle(pawlv1connect.NewValidatorServiceHandler(s.vals, validatorOpts...))
+	registry := instance.New(s.store, s.cfg.instanceLease)
+	releases := release.New(s.store, s.vals.Run, registry.Members)
+	mux.Handle(pawlv1connect.NewReleaseServiceHandler(rolloutservice.NewReleases(releases, s.cfg.log), opts...))
+	mux.Handle(pawlv1connect.NewInstanceServiceHandler(rolloutservice.NewInstances(registry, s.cfg.log), opts...))
 	mux.Handle(grpchealth.NewHandler(s.health))
 	reflector := grpcreflect.NewStaticReflector(append([]string{grpchealth.HealthV1ServiceName}, services...)...)
 	mux.Handle(grpcreflect.NewHandlerV1(reflector))

@@ -12,6 +12,8 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/pawlcfg/pawl/server/internal/instance"
+	"github.com/pawlcfg/pawl/server/internal/release"
 	"github.com/pawlcfg/pawl/server/internal/store"
 	"github.com/pawlcfg/pawl/server/internal/watch"
 	"github.com/pawlcfg/pawl/validators/host"
@@ -65,6 +67,14 @@ func Connect(log *slog.Logger, procedure string, err error) error {
 		return connect.NewError(connect.CodeInvalidArgument, err)
 	case errors.Is(err, host.ErrMemoryLimit), errors.Is(err, host.ErrOutputTooLarge):
 		return connect.NewError(connect.CodeResourceExhausted, err)
+	case errors.Is(err, release.ErrInvalid), errors.Is(err, instance.ErrInvalid):
+		return connect.NewError(connect.CodeInvalidArgument, err)
+	case errors.Is(err, release.ErrNotFound), errors.Is(err, instance.ErrNotFound):
+		return connect.NewError(connect.CodeNotFound, err)
+	case errors.Is(err, release.ErrContended):
+		return connect.NewError(connect.CodeAborted, err)
+	case errors.Is(err, instance.ErrStaleBoot):
+		return connect.NewError(connect.CodeFailedPrecondition, err)
 	case errors.Is(err, store.ErrClosed), errors.Is(err, watch.ErrClosed), errors.Is(err, host.ErrClosed):
 		return newError(connect.CodeUnavailable, "the server is shutting down; retry shortly or against another replica")
 	}

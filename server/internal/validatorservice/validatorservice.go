@@ -222,6 +222,16 @@ func (s *Service) Validate(ctx context.Context, req *connect.Request[pawlv1.Vali
 	return connect.NewResponse(resp), nil
 }
 
+// Run validates in with the stored validator digest, loading it on first
+// use: the server-side check of CreateRelease.
+func (s *Service) Run(ctx context.Context, digest string, in host.Input) (host.Result, error) {
+	v, err := s.validator(ctx, digest)
+	if err != nil {
+		return host.Result{}, err
+	}
+	return v.Validate(ctx, in)
+}
+
 // blob reads a stored module by digest.
 func (s *Service) blob(ctx context.Context, digest string, withData bool) (store.Blob, error) {
 	if !digestPattern.MatchString(digest) {

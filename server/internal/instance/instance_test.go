@@ -1,0 +1,65 @@
+package instance
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/pawlcfg/pawl/server/internal/store/boltstore"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestLeasesAndMembership(t *testing.T) {
+	st, err := boltstore.Open(context.Background(), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	r := New(st, 30*time.Second)
+	r.now = func() time.Time { return now }
+	ctx := context.Background()
+	for _, in := range []Instance{
+		{WorkloadIdentity: "a", BootID: "1", Zone: "z1", Labels: map[string]string{"env": "prod"}, TrafficWeight: 2},
+		{WorkloadIdentity: "b", BootID: "1", Zone: "z2", Labels: map[string]string{"env": "prod"}},
+		{WorkloadIdentity: "c", BootID: "1", Zone: "z1", Labels: map[string]string{"env": "dev"}},
+	} {
+		if _, err := r.Register(ctx, in); err != nil {
+			t.Fatal(err)
+		}
+	}
+	now = now.Add(20 * time.Second)
+	if _, err := r.Heartbeat(ctx, "a", "1"); err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(20 * time.Second) // b's lease (30s) has expired, a's was renewed
+	members, err := r.Members(ctx, map[string]string{"env": "prod"})
+	if err != nil || len(members) != 1 || members[0].ID != "a" || members[0].Weight != 2 {
+		t.Fatalf("Members = %+v, %v", members, err)
+	}
+	all, err := r.Members(ctx, nil)
+	if err != nil || len(all) != 1 {
+		t.Fatalf("Members(all) = %+v, %v", all, err)
+	}
+	recs, err := r.List(ctx)
+	if err != nil || len(recs) != 3 || recs[1].Live(now) {
+		t.Fatalf("List = %+v, %v; the expired record stays, not live", recs, err)
+	}
+	// A restart re-registers with a new boot; the old boot's heartbeat fails.
+	if _, err := r.Register(ctx, Instance{WorkloadIdentity: "a", BootID: "2", Zone: "z1"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Heartbeat(ctx, "a", "1"); !errors.Is(err, ErrStaleBoot) {
+		t.Fatalf("old boot heartbeat = %v", err)
+	}
+	if _, err := r.Heartbeat(ctx, "zz", "1"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("unknown heartbeat = %v", err)
+	}
+	if _, err := r.Register(ctx, Instance{WorkloadIdentity: "", BootID: "1"}); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("empty identity = %v", err)
+	}
+}

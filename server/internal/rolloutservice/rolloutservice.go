@@ -1,0 +1,230 @@
+// Package rolloutservice implements pawl.v1.ReleaseService and
+// pawl.v1.InstanceService over the release and instance packages.
+package rolloutservice
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	pawlv1 "github.com/pawlcfg/pawl/gen/pawl/v1"
+	"github.com/pawlcfg/pawl/gen/pawl/v1/pawlv1connect"
+	"github.com/pawlcfg/pawl/server/internal/apierr"
+	"github.com/pawlcfg/pawl/server/internal/instance"
+	"github.com/pawlcfg/pawl/server/internal/quorum"
+	"github.com/pawlcfg/pawl/server/internal/release"
+)
+
+// ActorHeader names who is calling; it is recorded as the creator.
+const ActorHeader = "Pawl-Actor"
+
+// Releases is the ReleaseService handler.
+type Releases struct {
+	releases *release.Releases
+	log      *slog.Logger
+}
+
+var _ pawlv1connect.ReleaseServiceHandler = (*Releases)(nil)
+
+// NewReleases returns the ReleaseService handler.
+func NewReleases(r *release.Releases, log *slog.Logger) *Releases {
+	return &Releases{releases: r, log: log}
+}
+
+// CreateRelease implements pawl.v1.ReleaseService.CreateRelease.
+func (h *Releases) CreateRelease(ctx context.Context, req *connect.Request[pawlv1.CreateReleaseRequest]) (*connect.Response[pawlv1.CreateReleaseResponse], error) {
+	spec, err := fromProtoSpec(req.Msg.GetSpec())
+	if err != nil {
+		return nil, err
+	}
+	actor := req.Header().Get(ActorHeader)
+	if actor == "" {
+		actor = req.Peer().Addr
+	}
+	rel, err := h.releases.Create(ctx, spec, actor)
+	var rejected *release.RejectedError
+	if errors.As(err, &rejected) {
+		return nil, rejectedError(rejected)
+	}
+	if err != nil {
+		return nil, apierr.Connect(h.log, req.Spec().Procedure, err)
+	}
+	h.log.Info("release created", "config", rel.ConfigID, "generation", rel.Generation, "content_digest", rel.ContentDigest,
+		"members", len(rel.Membership), "actor", actor)
+	return connect.NewResponse(&pawlv1.CreateReleaseResponse{Release: toProtoRelease(rel)}), nil
+}
+
+// GetRelease implements pawl.v1.ReleaseService.GetRelease.
+func (h *Releases) GetRelease(ctx context.Context, req *connect.Request[pawlv1.GetReleaseRequest]) (*connect.Response[pawlv1.GetReleaseResponse], error) {
+	rel, err := h.releases.Get(ctx, req.Msg.GetConfigId(), req.Msg.GetGeneration())
+	if err != nil {
+		return nil, apierr.Connect(h.log, req.Spec().Procedure, err)
+	}
+	return connect.NewResponse(&pawlv1.GetReleaseResponse{Release: toProtoRelease(rel)}), nil
+}
+
+// ListReleases implements pawl.v1.ReleaseService.ListReleases.
+func (h *Releases) ListReleases(ctx context.Context, req *connect.Request[pawlv1.ListReleasesRequest]) (*connect.Response[pawlv1.ListReleasesResponse], error) {
+	rels, err := h.releases.List(ctx, req.Msg.GetConfigId())
+	if err != nil {
+		return nil, apierr.Connect(h.log, req.Spec().Procedure, err)
+	}
+	resp := &pawlv1.ListReleasesResponse{}
+	for _, rel := range rels {
+		resp.Releases = append(resp.Releases, toProtoRelease(rel))
+	}
+	return connect.NewResponse(resp), nil
+}
+
+// rejectedError lists the violations in the message, for people, and in a
+// ReleaseRejected detail, for programs.
+func rejectedError(r *release.RejectedError) error {
+	detail := &pawlv1.ReleaseRejected{ValidatorDigest: r.Digest}
+	var lines []string
+	for _, v := range r.Violations {
+		sev := pawlv1.Severity_SEVERITY_ERROR
+		if v.Severity == "warning" {
+			sev = pawlv1.Severity_SEVERITY_WARNING
+		}
+		detail.Violations = append(detail.Violations, &pawlv1.Violation{Path: v.Path, Message: v.Message, Severity: sev})
+		lines = append(lines, fmt.Sprintf("%s: %s", v.Path, v.Message))
+	}
+	err := connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("validator %s rejected the content, so no release was created: %s",
+		r.Digest, strings.Join(lines, "; ")))
+	if d, derr := connect.NewErrorDetail(detail); derr == nil {
+		err.AddDetail(d)
+	}
+	return err
+}
+
+var kinds = map[pawlv1.AckPolicyKind]quorum.Kind{
+	pawlv1.AckPolicyKind_ACK_POLICY_KIND_ALL:            quorum.All,
+	pawlv1.AckPolicyKind_ACK_POLICY_KIND_FRACTION:       quorum.Fraction,
+	pawlv1.AckPolicyKind_ACK_POLICY_KIND_ZONE_QUORUM:    quorum.ZoneQuorum,
+	pawlv1.AckPolicyKind_ACK_POLICY_KIND_CRITICAL_ROLE:  quorum.CriticalRole,
+	pawlv1.AckPolicyKind_ACK_POLICY_KIND_TRAFFIC_WEIGHT: quorum.TrafficWeight,
+}
+
+func fromProtoSpec(s *pawlv1.ReleaseSpec) (release.Spec, error) {
+	if s == nil {
+		return release.Spec{}, apierr.InvalidArgument("spec is required")
+	}
+	spec := release.Spec{
+		ConfigID: s.GetConfigId(), Content: s.GetContent(), MediaType: s.GetMediaType(),
+		ValidatorDigest: s.GetValidatorDigest(), ValidatorParams: s.GetValidatorParams(),
+		Selector: s.GetSelector(), Dependencies: s.GetDependencies(), SecretRefs: s.GetSecretRefs(),
+		MinAppVersion: s.GetMinAppVersion(),
+		HealthWindow:  s.GetHealthWindow().AsDuration(), Deadline: s.GetDeadline().AsDuration(),
+	}
+	for i, st := range s.GetStages() {
+		kind, ok := kinds[st.GetPolicy().GetKind()]
+		if !ok {
+			return release.Spec{}, apierr.InvalidArgument("stage %d (%q): the ACK policy kind is missing or unknown", i, st.GetName())
+		}
+		spec.Stages = append(spec.Stages, release.Stage{
+			Name: st.GetName(), Selector: st.GetSelector(),
+			Policy: quorum.Policy{Kind: kind, Fraction: st.GetPolicy().GetFraction(), Role: st.GetPolicy().GetRole(), MaxRejected: int(st.GetPolicy().GetMaxRejected())},
+		})
+	}
+	return spec, nil
+}
+
+func toProtoRelease(r release.Release) *pawlv1.Release {
+	spec := &pawlv1.ReleaseSpec{
+		ConfigId: r.ConfigID, Content: r.Content, MediaType: r.MediaType,
+		ValidatorDigest: r.ValidatorDigest, ValidatorParams: r.ValidatorParams,
+		Selector: r.Selector, Dependencies: r.Dependencies, SecretRefs: r.SecretRefs, MinAppVersion: r.MinAppVersion,
+		HealthWindow: durationpb.New(r.HealthWindow), Deadline: durationpb.New(r.Deadline),
+	}
+	for _, st := range r.Stages {
+		var kind pawlv1.AckPolicyKind
+		for k, v := range kinds {
+			if v == st.Policy.Kind {
+				kind = k
+			}
+		}
+		spec.Stages = append(spec.Stages, &pawlv1.Stage{Name: st.Name, Selector: st.Selector, Policy: &pawlv1.AckPolicy{
+			Kind: kind, Fraction: st.Policy.Fraction, Role: st.Policy.Role, MaxRejected: int32(st.Policy.MaxRejected),
+		}})
+	}
+	out := &pawlv1.Release{
+		Spec: spec, Generation: r.Generation, Predecessor: r.Predecessor, ContentDigest: r.ContentDigest,
+		State: pawlv1.ReleaseState_RELEASE_STATE_CANDIDATE, CreatedAt: timestamppb.New(r.CreatedAt),
+		CreatedBy: r.CreatedBy, Revision: r.Revision,
+	}
+	for _, m := range r.Membership {
+		out.Membership = append(out.Membership, &pawlv1.Member{WorkloadIdentity: m.ID, Zone: m.Zone, Role: m.Role, TrafficWeight: m.Weight})
+	}
+	return out
+}
+
+// Instances is the InstanceService handler.
+type Instances struct {
+	registry *instance.Registry
+	log      *slog.Logger
+	now      func() time.Time
+}
+
+var _ pawlv1connect.InstanceServiceHandler = (*Instances)(nil)
+
+// NewInstances returns the InstanceService handler.
+func NewInstances(r *instance.Registry, log *slog.Logger) *Instances {
+	return &Instances{registry: r, log: log, now: time.Now}
+}
+
+// Register implements pawl.v1.InstanceService.Register.
+func (h *Instances) Register(ctx context.Context, req *connect.Request[pawlv1.RegisterRequest]) (*connect.Response[pawlv1.RegisterResponse], error) {
+	in := req.Msg.GetInstance()
+	rec, err := h.registry.Register(ctx, instance.Instance{
+		WorkloadIdentity: in.GetWorkloadIdentity(), BootID: in.GetBootId(), Zone: in.GetZone(), Role: in.GetRole(),
+		TrafficWeight: in.GetTrafficWeight(), AppVersion: in.GetAppVersion(), Labels: in.GetLabels(),
+	})
+	if err != nil {
+		return nil, apierr.Connect(h.log, req.Spec().Procedure, err)
+	}
+	return connect.NewResponse(&pawlv1.RegisterResponse{
+		Record:            h.toProto(rec),
+		HeartbeatInterval: durationpb.New(h.registry.Lease() / 3),
+	}), nil
+}
+
+// Heartbeat implements pawl.v1.InstanceService.Heartbeat.
+func (h *Instances) Heartbeat(ctx context.Context, req *connect.Request[pawlv1.HeartbeatRequest]) (*connect.Response[pawlv1.HeartbeatResponse], error) {
+	rec, err := h.registry.Heartbeat(ctx, req.Msg.GetWorkloadIdentity(), req.Msg.GetBootId())
+	if err != nil {
+		return nil, apierr.Connect(h.log, req.Spec().Procedure, err)
+	}
+	return connect.NewResponse(&pawlv1.HeartbeatResponse{Record: h.toProto(rec)}), nil
+}
+
+// ListInstances implements pawl.v1.InstanceService.ListInstances.
+func (h *Instances) ListInstances(ctx context.Context, req *connect.Request[pawlv1.ListInstancesRequest]) (*connect.Response[pawlv1.ListInstancesResponse], error) {
+	recs, err := h.registry.List(ctx)
+	if err != nil {
+		return nil, apierr.Connect(h.log, req.Spec().Procedure, err)
+	}
+	resp := &pawlv1.ListInstancesResponse{}
+	for _, rec := range recs {
+		resp.Instances = append(resp.Instances, h.toProto(rec))
+	}
+	return connect.NewResponse(resp), nil
+}
+
+func (h *Instances) toProto(rec instance.Record) *pawlv1.InstanceRecord {
+	return &pawlv1.InstanceRecord{
+		Instance: &pawlv1.Instance{
+			WorkloadIdentity: rec.WorkloadIdentity, BootId: rec.BootID, Zone: rec.Zone, Role: rec.Role,
+			TrafficWeight: rec.TrafficWeight, AppVersion: rec.AppVersion, Labels: rec.Labels,
+		},
+		LeaseExpiresAt: timestamppb.New(rec.LeaseExpiresAt),
+		Live:           rec.Live(h.now()),
+		RegisteredAt:   timestamppb.New(rec.RegisteredAt),
+	}
+}

@@ -1,0 +1,129 @@
+package server_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	pawlv1 "github.com/pawlcfg/pawl/gen/pawl/v1"
+	"github.com/pawlcfg/pawl/gen/pawl/v1/pawlv1connect"
+	"github.com/pawlcfg/pawl/internal/testserver"
+)
+
+func register(t *testing.T, is pawlv1connect.InstanceServiceClient, id, boot, zone string, labels map[string]string) {
+	t.Helper()
+	_, err := is.Register(context.Background(), connect.NewRequest(&pawlv1.RegisterRequest{Instance: &pawlv1.Instance{
+		WorkloadIdentity: id, BootId: boot, Zone: zone, Role: "worker", TrafficWeight: 1, AppVersion: "1.0.0", Labels: labels,
+	}}))
+	if err != nil {
+		t.Fatalf("Register(%s): %v", id, err)
+	}
+}
+
+func releaseSpec(digest, content string) *pawlv1.ReleaseSpec {
+	return &pawlv1.ReleaseSpec{
+		ConfigId: "payments.routing", Content: []byte(content), MediaType: "application/json",
+		ValidatorDigest: digest, Selector: map[string]string{"env": "prod"},
+		Stages: []*pawlv1.Stage{
+			{Name: "canary", Policy: &pawlv1.AckPolicy{Kind: pawlv1.AckPolicyKind_ACK_POLICY_KIND_FRACTION, Fraction: 0.1}},
+			{Name: "zones", Policy: &pawlv1.AckPolicy{Kind: pawlv1.AckPolicyKind_ACK_POLICY_KIND_ZONE_QUORUM, Fraction: 1}},
+		},
+		HealthWindow: durationpb.New(time.Minute), Deadline: durationpb.New(time.Hour),
+	}
+}
+
+func TestInstancesAndReleasesEndToEnd(t *testing.T) {
+	srv := testserver.Start(t)
+	client := testserver.HTTPClient(t)
+	is := pawlv1connect.NewInstanceServiceClient(client, srv.URL, connect.WithGRPC())
+	rs := pawlv1connect.NewReleaseServiceClient(client, srv.URL, connect.WithGRPC())
+	ctx := context.Background()
+	prod := map[string]string{"env": "prod"}
+	register(t, is, "pay-1", "boot-a", "zone-a", prod)
+	register(t, is, "pay-2", "boot-a", "zone-b", prod)
+	register(t, is, "pay-staging", "boot-a", "zone-a", map[string]string{"env": "staging"})
+
+	if _, err := is.Heartbeat(ctx, connect.NewRequest(&pawlv1.HeartbeatRequest{WorkloadIdentity: "pay-1", BootId: "boot-a"})); err != nil {
+		t.Fatal(err)
+	}
+	register(t, is, "pay-2", "boot-b", "zone-b", prod) // pay-2 restarted
+	_, err := is.Heartbeat(ctx, connect.NewRequest(&pawlv1.HeartbeatRequest{WorkloadIdentity: "pay-2", BootId: "boot-a"}))
+	if connect.CodeOf(err) != connect.CodeFailedPrecondition || !strings.Contains(err.Error(), "previous boot") {
+		t.Fatalf("heartbeat of the old boot = %v", err)
+	}
+	_, err = is.Heartbeat(ctx, connect.NewRequest(&pawlv1.HeartbeatRequest{WorkloadIdentity: "nobody", BootId: "x"}))
+	if connect.CodeOf(err) != connect.CodeNotFound {
+		t.Fatalf("heartbeat of an unknown instance = %v", err)
+	}
+	_, err = is.Register(ctx, connect.NewRequest(&pawlv1.RegisterRequest{Instance: &pawlv1.Instance{WorkloadIdentity: "no boot"}}))
+	if connect.CodeOf(err) != connect.CodeInvalidArgument {
+		t.Fatalf("bad registration = %v", err)
+	}
+	list, err := is.ListInstances(ctx, connect.NewRequest(&pawlv1.ListInstancesRequest{}))
+	if err != nil || len(list.Msg.GetInstances()) != 3 || !list.Msg.GetInstances()[0].GetLive() {
+		t.Fatalf("ListInstances = %v, %v", list, err)
+	}
+
+	digest := upload(t, newValidators(t, srv), "routing")
+	req := connect.NewRequest(&pawlv1.CreateReleaseRequest{Spec: releaseSpec(digest, `{"upstreams":[{"host":"a","weight":100}]}`)})
+	req.Header().Set("Pawl-Actor", "alice")
+	created, err := rs.CreateRelease(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel := created.Msg.GetRelease()
+	var members []string
+	for _, m := range rel.GetMembership() {
+		members = append(members, m.GetWorkloadIdentity()+"@"+m.GetZone())
+	}
+	if rel.GetGeneration() != 1 || rel.GetState() != pawlv1.ReleaseState_RELEASE_STATE_CANDIDATE || rel.GetCreatedBy() != "alice" ||
+		!strings.HasPrefix(rel.GetContentDigest(), "sha256:") || strings.Join(members, ",") != "pay-1@zone-a,pay-2@zone-b" {
+		t.Fatalf("release = %v (members %v)", rel, members)
+	}
+
+	// A config its validator rejects never becomes a release.
+	_, err = rs.CreateRelease(ctx, connect.NewRequest(&pawlv1.CreateReleaseRequest{Spec: releaseSpec(digest, `{"upstreams":[{"host":"a","weight":50}]}`)}))
+	if connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), "/upstreams: weights sum to 50; they must sum to 100") {
+		t.Fatalf("rejected CreateRelease = %v", err)
+	}
+	var ce *connect.Error
+	if !errors.As(err, &ce) || len(ce.Details()) != 1 {
+		t.Fatalf("rejected CreateRelease has no detail: %v", err)
+	}
+	detail, derr := ce.Details()[0].Value()
+	if rejected, ok := detail.(*pawlv1.ReleaseRejected); derr != nil || !ok || rejected.GetViolations()[0].GetPath() != "/upstreams" {
+		t.Fatalf("detail = %v, %v", detail, derr)
+	}
+
+	second, err := rs.CreateRelease(ctx, connect.NewRequest(&pawlv1.CreateReleaseRequest{Spec: releaseSpec(digest, `{"upstreams":[{"host":"b","weight":100}]}`)}))
+	if err != nil || second.Msg.GetRelease().GetGeneration() != 2 || second.Msg.GetRelease().GetPredecessor() != 1 {
+		t.Fatalf("second release = %v, %v", second, err)
+	}
+	got, err := rs.GetRelease(ctx, connect.NewRequest(&pawlv1.GetReleaseRequest{ConfigId: "payments.routing", Generation: 1}))
+	if err != nil || got.Msg.GetRelease().GetContentDigest() != rel.GetContentDigest() {
+		t.Fatalf("GetRelease = %v, %v", got, err)
+	}
+	all, err := rs.ListReleases(ctx, connect.NewRequest(&pawlv1.ListReleasesRequest{ConfigId: "payments.routing"}))
+	if err != nil || len(all.Msg.GetReleases()) != 2 {
+		t.Fatalf("ListReleases = %v, %v", all, err)
+	}
+	_, err = rs.GetRelease(ctx, connect.NewRequest(&pawlv1.GetReleaseRequest{ConfigId: "payments.routing", Generation: 3}))
+	if connect.CodeOf(err) != connect.CodeNotFound {
+		t.Fatalf("GetRelease(3) = %v", err)
+	}
+	bad := releaseSpec(digest, `{}`)
+	bad.Stages[0].Policy.Kind = pawlv1.AckPolicyKind_ACK_POLICY_KIND_UNSPECIFIED
+	if _, err := rs.CreateRelease(ctx, connect.NewRequest(&pawlv1.CreateReleaseRequest{Spec: bad})); connect.CodeOf(err) != connect.CodeInvalidArgument {
+		t.Fatalf("CreateRelease with no policy kind = %v", err)
+	}
+	// Release records are readable through the KV API, and not writable.
+	kv := newKV(t, srv)
+	if _, err := kv.Get(ctx, connect.NewRequest(&pawlv1.GetRequest{Key: "/_pawl/configs/payments.routing/head"})); err != nil {
+		t.Fatalf("reading the head through KV: %v", err)
+	}
+}
