@@ -46,6 +46,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	maxValidator := fs.Int("max-validator-bytes", server.DefaultMaxValidatorBytes, "largest validator module an upload accepts, in bytes")
 	validatorTimeout := fs.Duration("validator-timeout", server.DefaultValidatorTimeout, "time limit of one validation")
 	validatorMemory := fs.Int("validator-memory-bytes", server.DefaultValidatorMemory, "memory limit of one validator instance, a multiple of 65536")
+	instanceLease := fs.Duration("instance-lease", server.DefaultInstanceLease, "how long a registration or heartbeat keeps an instance live")
 	validatorCache := fs.String("validator-cache", "", "compilation cache of validators (default: wasm-cache in the data directory)")
 	tlsCert := fs.String("tls-cert", "", "PEM certificate file; with --tls-key, serve TLS")
 	tlsKey := fs.String("tls-key", "", "PEM private key file for --tls-cert")
@@ -70,6 +71,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		server.WithValidatorTimeout(*validatorTimeout),
 		server.WithValidatorCacheDir(*validatorCache),
 		server.WithValidatorMemoryLimit(*validatorMemory),
+		server.WithInstanceLease(*instanceLease),
 		server.WithTLS(*tlsCert, *tlsKey),
 		server.WithLogger(log),
 	)

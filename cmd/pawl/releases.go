@@ -1,0 +1,199 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	pawlv1 "github.com/pawlcfg/pawl/gen/pawl/v1"
+	"github.com/pawlcfg/pawl/gen/pawl/v1/pawlv1connect"
+)
+
+func (g *globals) releases() pawlv1connect.ReleaseServiceClient {
+	client, opts := g.transport()
+	return pawlv1connect.NewReleaseServiceClient(client, strings.TrimSuffix(g.server, "/"), opts...)
+}
+
+func (g *globals) instances() pawlv1connect.InstanceServiceClient {
+	client, opts := g.transport()
+	return pawlv1connect.NewInstanceServiceClient(client, strings.TrimSuffix(g.server, "/"), opts...)
+}
+
+var policyKinds = map[string]pawlv1.AckPolicyKind{
+	"all":            pawlv1.AckPolicyKind_ACK_POLICY_KIND_ALL,
+	"fraction":       pawlv1.AckPolicyKind_ACK_POLICY_KIND_FRACTION,
+	"zone-quorum":    pawlv1.AckPolicyKind_ACK_POLICY_KIND_ZONE_QUORUM,
+	"critical-role":  pawlv1.AckPolicyKind_ACK_POLICY_KIND_CRITICAL_ROLE,
+	"traffic-weight": pawlv1.AckPolicyKind_ACK_POLICY_KIND_TRAFFIC_WEIGHT,
+}
+
+// parseStage reads NAME:KIND[=VALUE][:max-rejected=N], e.g.
+// canary:fraction=0.05, zones:zone-quorum=0.5:max-rejected=2,
+// primaries:critical-role=primary, everyone:all.
+func parseStage(s string) (*pawlv1.Stage, error) {
+	parts := strings.Split(s, ":")
+	if len(parts) < 2 || len(parts) > 3 || parts[0] == "" {
+		return nil, fmt.Errorf("--stage %q: want NAME:KIND[=VALUE][:max-rejected=N]", s)
+	}
+	kindName, value, _ := strings.Cut(parts[1], "=")
+	kind, ok := policyKinds[kindName]
+	if !ok {
+		return nil, fmt.Errorf("--stage %q: kind %q is not one of all, fraction, zone-quorum, critical-role, traffic-weight", s, kindName)
+	}
+	policy := &pawlv1.AckPolicy{Kind: kind}
+	switch {
+	case kindName == "critical-role":
+		policy.Role = value
+	case kindName != "all":
+		f, err := strconv.ParseFloat(value, 64)
+		if err != nil {
+			return nil, fmt.Errorf("--stage %q: %s needs a fraction, e.g. %s=0.5", s, kindName, kindName)
+		}
+		policy.Fraction = f
+	}
+	if len(parts) == 3 {
+		n, ok := strings.CutPrefix(parts[2], "max-rejected=")
+		max, err := strconv.Atoi(n)
+		if !ok || err != nil {
+			return nil, fmt.Errorf("--stage %q: the third part must be max-rejected=N", s)
+		}
+		policy.MaxRejected = int32(max)
+	}
+	return &pawlv1.Stage{Name: parts[0], Policy: policy}, nil
+}
+
+func releaseCommand(g *globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "release", Short: "Create and read releases"}
+	var file, validator, mediaType, params, actor string
+	var selector map[string]string
+	var stages []string
+	var healthWindow, deadline time.Duration
+	create := &cobra.Command{
+		Use:   "create CONFIG --file F --validator sha256:... --stage NAME:KIND[=V] ...",
+		Short: "Validate content on the server and store it as the config's next generation",
+		Args:  usageArgs(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if file == "" || validator == "" || len(stages) == 0 {
+				return usageError{errors.New("give --file, --validator and at least one --stage")}
+			}
+			content, err := readValue(g.stdin, nil, file)
+			if err != nil {
+				return err
+			}
+			spec := &pawlv1.ReleaseSpec{
+				ConfigId: args[0], Content: content, MediaType: mediaType, ValidatorDigest: validator,
+				Selector: selector, HealthWindow: durationpb.New(healthWindow), Deadline: durationpb.New(deadline),
+			}
+			if params != "" {
+				if spec.ValidatorParams, err = os.ReadFile(params); err != nil {
+					return fmt.Errorf("read params: %w", err)
+				}
+			}
+			for _, s := range stages {
+				st, err := parseStage(s)
+				if err != nil {
+					return usageError{err}
+				}
+				spec.Stages = append(spec.Stages, st)
+			}
+			req := connect.NewRequest(&pawlv1.CreateReleaseRequest{Spec: spec})
+			if actor != "" {
+				req.Header().Set("Pawl-Actor", actor)
+			}
+			resp, err := g.releases().CreateRelease(cmd.Context(), req)
+			if err != nil {
+				return err
+			}
+			if g.output == "json" {
+				return g.printJSON(resp.Msg)
+			}
+			r := resp.Msg.GetRelease()
+			_, err = fmt.Fprintf(g.stdout, "%s generation %d %s members=%d\n", r.GetSpec().GetConfigId(), r.GetGeneration(), r.GetContentDigest(), len(r.GetMembership()))
+			return err
+		},
+	}
+	create.Flags().StringVarP(&file, "file", "f", "", "the config content (- for standard input)")
+	create.Flags().StringVar(&validator, "validator", "", "digest of the validator that must pass it")
+	create.Flags().StringVar(&mediaType, "media-type", "application/json", "the content's media type")
+	create.Flags().StringVar(&params, "params", "", "a JSON file of validator parameters")
+	create.Flags().StringToStringVar(&selector, "selector", nil, "labels the target instances must have (k=v,...)")
+	create.Flags().StringArrayVar(&stages, "stage", nil, "a stage NAME:KIND[=VALUE][:max-rejected=N], in order; repeat")
+	create.Flags().DurationVar(&healthWindow, "health-window", time.Minute, "how long an instance must stay healthy before its ACK counts")
+	create.Flags().DurationVar(&deadline, "deadline", time.Hour, "how long the rollout may take")
+	create.Flags().StringVar(&actor, "actor", os.Getenv("PAWL_ACTOR"), "who is releasing (env PAWL_ACTOR)")
+
+	ls := &cobra.Command{
+		Use:   "ls CONFIG",
+		Short: "List a config's releases: GENERATION<TAB>STATE<TAB>CONTENT_DIGEST<TAB>MEMBERS<TAB>CREATED<TAB>BY",
+		Args:  usageArgs(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			resp, err := g.releases().ListReleases(cmd.Context(), connect.NewRequest(&pawlv1.ListReleasesRequest{ConfigId: args[0]}))
+			if err != nil {
+				return err
+			}
+			if g.output == "json" {
+				return g.printJSON(resp.Msg)
+			}
+			for _, r := range resp.Msg.GetReleases() {
+				if _, err := fmt.Fprintf(g.stdout, "%d\t%s\t%s\t%d\t%s\t%s\n", r.GetGeneration(), strings.TrimPrefix(r.GetState().String(), "RELEASE_STATE_"),
+					r.GetContentDigest(), len(r.GetMembership()), r.GetCreatedAt().AsTime().Format(time.RFC3339), r.GetCreatedBy()); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+	}
+	show := &cobra.Command{
+		Use:   "show CONFIG GENERATION",
+		Short: "Print one release as JSON",
+		Args:  usageArgs(cobra.ExactArgs(2)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			gen, err := strconv.ParseInt(args[1], 10, 64)
+			if err != nil {
+				return usageError{fmt.Errorf("generation %q is not a number", args[1])}
+			}
+			resp, err := g.releases().GetRelease(cmd.Context(), connect.NewRequest(&pawlv1.GetReleaseRequest{ConfigId: args[0], Generation: gen}))
+			if err != nil {
+				return err
+			}
+			return g.printJSON(resp.Msg.GetRelease())
+		},
+	}
+	cmd.AddCommand(create, ls, show)
+	return cmd
+}
+
+func instancesCommand(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "instances",
+		Short: "List registered instances: IDENTITY<TAB>ZONE<TAB>ROLE<TAB>APP_VERSION<TAB>live|expired<TAB>BOOT",
+		Args:  usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			resp, err := g.instances().ListInstances(cmd.Context(), connect.NewRequest(&pawlv1.ListInstancesRequest{}))
+			if err != nil {
+				return err
+			}
+			if g.output == "json" {
+				return g.printJSON(resp.Msg)
+			}
+			for _, r := range resp.Msg.GetInstances() {
+				in := r.GetInstance()
+				state := "expired"
+				if r.GetLive() {
+					state = "live"
+				}
+				if _, err := fmt.Fprintf(g.stdout, "%s\t%s\t%s\t%s\t%s\t%s\n", in.GetWorkloadIdentity(), in.GetZone(), in.GetRole(), in.GetAppVersion(), state, in.GetBootId()); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+	}
+}

@@ -1,0 +1,65 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"connectrpc.com/connect"
+
+	pawlv1 "github.com/pawlcfg/pawl/gen/pawl/v1"
+	"github.com/pawlcfg/pawl/gen/pawl/v1/pawlv1connect"
+	"github.com/pawlcfg/pawl/internal/testserver"
+	"github.com/pawlcfg/pawl/internal/wasmbuild"
+	"github.com/pawlcfg/pawl/validators/host"
+)
+
+func TestReleaseCreateLsShowAndInstances(t *testing.T) {
+	srv := testserver.Start(t)
+	is := pawlv1connect.NewInstanceServiceClient(testserver.HTTPClient(t), srv.URL)
+	for _, id := range []string{"pay-1", "pay-2"} {
+		if _, err := is.Register(context.Background(), connect.NewRequest(&pawlv1.RegisterRequest{Instance: &pawlv1.Instance{
+			WorkloadIdentity: id, BootId: "b1", Zone: "zone-" + id[4:], Role: "worker", AppVersion: "1.2.0", Labels: map[string]string{"env": "prod"},
+		}})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	code, out, _ := pawl(t, srv, "", "instances")
+	if code != 0 || out != "pay-1\tzone-1\tworker\t1.2.0\tlive\tb1\npay-2\tzone-2\tworker\t1.2.0\tlive\tb1\n" {
+		t.Fatalf("instances = %d, %q", code, out)
+	}
+
+	wasm := wasmbuild.Build(t, "routing")
+	digest := host.Digest(wasm)
+	expect(t, srv, digest+"\n", "validator", "upload", writeFile(t, "routing.wasm", wasm))
+	good := writeFile(t, "routing.json", []byte(`{"upstreams":[{"host":"a","weight":100}]}`))
+	stages := []string{"--stage", "canary:fraction=0.5", "--stage", "zones:zone-quorum=1:max-rejected=1"}
+
+	code, out, errOut := pawl(t, srv, "", append([]string{"release", "create", "payments.routing", "--file", good, "--validator", digest,
+		"--selector", "env=prod", "--actor", "alice"}, stages...)...)
+	if code != 0 || !strings.HasPrefix(out, "payments.routing generation 1 sha256:") || !strings.HasSuffix(out, " members=2\n") {
+		t.Fatalf("release create = %d, %q, %q", code, out, errOut)
+	}
+	bad := writeFile(t, "bad.json", []byte(`{"upstreams":[{"host":"a","weight":99}]}`))
+	code, _, errOut = pawl(t, srv, "", append([]string{"release", "create", "payments.routing", "--file", bad, "--validator", digest}, stages...)...)
+	if code != 1 || !strings.Contains(errOut, "weights sum to 99; they must sum to 100") {
+		t.Fatalf("release create of a rejected config = %d, %q", code, errOut)
+	}
+	code, _, errOut = pawl(t, srv, "", "release", "create", "payments.routing", "--file", good, "--validator", digest, "--stage", "canary:sometimes")
+	if code != 2 || !strings.Contains(errOut, `kind "sometimes" is not one of`) {
+		t.Fatalf("bad --stage = %d, %q", code, errOut)
+	}
+
+	code, out, _ = pawl(t, srv, "", "release", "ls", "payments.routing")
+	if code != 0 || !strings.HasPrefix(out, "1\tCANDIDATE\tsha256:") || !strings.Contains(out, "\t2\t") || !strings.HasSuffix(out, "\talice\n") {
+		t.Fatalf("release ls = %d, %q", code, out)
+	}
+	code, out, _ = pawl(t, srv, "", "release", "show", "payments.routing", "1")
+	if code != 0 || !strings.Contains(out, `"generation":"1"`) || !strings.Contains(out, `"workloadIdentity":"pay-1"`) {
+		t.Fatalf("release show = %d, %q", code, out)
+	}
+	code, _, errOut = pawl(t, srv, "", "release", "show", "payments.routing", "7")
+	if code != 1 || !strings.Contains(errOut, "not_found") {
+		t.Fatalf("release show of a missing generation = %d, %q", code, errOut)
+	}
+}
