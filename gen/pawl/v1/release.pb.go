@@ -286,6 +286,8 @@ type Member struct {
 	Role string `protobuf:"bytes,3,opt,name=role,proto3" json:"role,omitempty"`
 	// The traffic weight.
 	TrafficWeight float64 `protobuf:"fixed64,4,opt,name=traffic_weight,json=trafficWeight,proto3" json:"traffic_weight,omitempty"`
+	// The instance's labels, which stage selectors match.
+	Labels        map[string]string `protobuf:"bytes,5,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -346,6 +348,13 @@ func (x *Member) GetTrafficWeight() float64 {
 		return x.TrafficWeight
 	}
 	return 0
+}
+
+func (x *Member) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
 }
 
 // ReleaseSpec is what a caller asks to release.
@@ -967,12 +976,16 @@ const file_pawl_v1_release_proto_rawDesc = "" +
 	"\x06policy\x18\x03 \x01(\v2\x12.pawl.v1.AckPolicyR\x06policy\x1a;\n" +
 	"\rSelectorEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x84\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xf4\x01\n" +
 	"\x06Member\x12+\n" +
 	"\x11workload_identity\x18\x01 \x01(\tR\x10workloadIdentity\x12\x12\n" +
 	"\x04zone\x18\x02 \x01(\tR\x04zone\x12\x12\n" +
 	"\x04role\x18\x03 \x01(\tR\x04role\x12%\n" +
-	"\x0etraffic_weight\x18\x04 \x01(\x01R\rtrafficWeight\"\xab\x05\n" +
+	"\x0etraffic_weight\x18\x04 \x01(\x01R\rtrafficWeight\x123\n" +
+	"\x06labels\x18\x05 \x03(\v2\x1b.pawl.v1.Member.LabelsEntryR\x06labels\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xab\x05\n" +
 	"\vReleaseSpec\x12\x1b\n" +
 	"\tconfig_id\x18\x01 \x01(\tR\bconfigId\x12\x18\n" +
 	"\acontent\x18\x02 \x01(\fR\acontent\x12\x1d\n" +
@@ -1060,7 +1073,7 @@ func file_pawl_v1_release_proto_rawDescGZIP() []byte {
 }
 
 var file_pawl_v1_release_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_pawl_v1_release_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_pawl_v1_release_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_pawl_v1_release_proto_goTypes = []any{
 	(AckPolicyKind)(0),            // 0: pawl.v1.AckPolicyKind
 	(ReleaseState)(0),             // 1: pawl.v1.ReleaseState
@@ -1077,41 +1090,43 @@ var file_pawl_v1_release_proto_goTypes = []any{
 	(*ListReleasesRequest)(nil),   // 12: pawl.v1.ListReleasesRequest
 	(*ListReleasesResponse)(nil),  // 13: pawl.v1.ListReleasesResponse
 	nil,                           // 14: pawl.v1.Stage.SelectorEntry
-	nil,                           // 15: pawl.v1.ReleaseSpec.SelectorEntry
-	nil,                           // 16: pawl.v1.ReleaseSpec.DependenciesEntry
-	(*durationpb.Duration)(nil),   // 17: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 18: google.protobuf.Timestamp
-	(*Violation)(nil),             // 19: pawl.v1.Violation
+	nil,                           // 15: pawl.v1.Member.LabelsEntry
+	nil,                           // 16: pawl.v1.ReleaseSpec.SelectorEntry
+	nil,                           // 17: pawl.v1.ReleaseSpec.DependenciesEntry
+	(*durationpb.Duration)(nil),   // 18: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 19: google.protobuf.Timestamp
+	(*Violation)(nil),             // 20: pawl.v1.Violation
 }
 var file_pawl_v1_release_proto_depIdxs = []int32{
 	0,  // 0: pawl.v1.AckPolicy.kind:type_name -> pawl.v1.AckPolicyKind
 	14, // 1: pawl.v1.Stage.selector:type_name -> pawl.v1.Stage.SelectorEntry
 	2,  // 2: pawl.v1.Stage.policy:type_name -> pawl.v1.AckPolicy
-	15, // 3: pawl.v1.ReleaseSpec.selector:type_name -> pawl.v1.ReleaseSpec.SelectorEntry
-	16, // 4: pawl.v1.ReleaseSpec.dependencies:type_name -> pawl.v1.ReleaseSpec.DependenciesEntry
-	3,  // 5: pawl.v1.ReleaseSpec.stages:type_name -> pawl.v1.Stage
-	17, // 6: pawl.v1.ReleaseSpec.health_window:type_name -> google.protobuf.Duration
-	17, // 7: pawl.v1.ReleaseSpec.deadline:type_name -> google.protobuf.Duration
-	5,  // 8: pawl.v1.Release.spec:type_name -> pawl.v1.ReleaseSpec
-	4,  // 9: pawl.v1.Release.membership:type_name -> pawl.v1.Member
-	1,  // 10: pawl.v1.Release.state:type_name -> pawl.v1.ReleaseState
-	18, // 11: pawl.v1.Release.created_at:type_name -> google.protobuf.Timestamp
-	19, // 12: pawl.v1.ReleaseRejected.violations:type_name -> pawl.v1.Violation
-	5,  // 13: pawl.v1.CreateReleaseRequest.spec:type_name -> pawl.v1.ReleaseSpec
-	6,  // 14: pawl.v1.CreateReleaseResponse.release:type_name -> pawl.v1.Release
-	6,  // 15: pawl.v1.GetReleaseResponse.release:type_name -> pawl.v1.Release
-	6,  // 16: pawl.v1.ListReleasesResponse.releases:type_name -> pawl.v1.Release
-	8,  // 17: pawl.v1.ReleaseService.CreateRelease:input_type -> pawl.v1.CreateReleaseRequest
-	10, // 18: pawl.v1.ReleaseService.GetRelease:input_type -> pawl.v1.GetReleaseRequest
-	12, // 19: pawl.v1.ReleaseService.ListReleases:input_type -> pawl.v1.ListReleasesRequest
-	9,  // 20: pawl.v1.ReleaseService.CreateRelease:output_type -> pawl.v1.CreateReleaseResponse
-	11, // 21: pawl.v1.ReleaseService.GetRelease:output_type -> pawl.v1.GetReleaseResponse
-	13, // 22: pawl.v1.ReleaseService.ListReleases:output_type -> pawl.v1.ListReleasesResponse
-	20, // [20:23] is the sub-list for method output_type
-	17, // [17:20] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	15, // 3: pawl.v1.Member.labels:type_name -> pawl.v1.Member.LabelsEntry
+	16, // 4: pawl.v1.ReleaseSpec.selector:type_name -> pawl.v1.ReleaseSpec.SelectorEntry
+	17, // 5: pawl.v1.ReleaseSpec.dependencies:type_name -> pawl.v1.ReleaseSpec.DependenciesEntry
+	3,  // 6: pawl.v1.ReleaseSpec.stages:type_name -> pawl.v1.Stage
+	18, // 7: pawl.v1.ReleaseSpec.health_window:type_name -> google.protobuf.Duration
+	18, // 8: pawl.v1.ReleaseSpec.deadline:type_name -> google.protobuf.Duration
+	5,  // 9: pawl.v1.Release.spec:type_name -> pawl.v1.ReleaseSpec
+	4,  // 10: pawl.v1.Release.membership:type_name -> pawl.v1.Member
+	1,  // 11: pawl.v1.Release.state:type_name -> pawl.v1.ReleaseState
+	19, // 12: pawl.v1.Release.created_at:type_name -> google.protobuf.Timestamp
+	20, // 13: pawl.v1.ReleaseRejected.violations:type_name -> pawl.v1.Violation
+	5,  // 14: pawl.v1.CreateReleaseRequest.spec:type_name -> pawl.v1.ReleaseSpec
+	6,  // 15: pawl.v1.CreateReleaseResponse.release:type_name -> pawl.v1.Release
+	6,  // 16: pawl.v1.GetReleaseResponse.release:type_name -> pawl.v1.Release
+	6,  // 17: pawl.v1.ListReleasesResponse.releases:type_name -> pawl.v1.Release
+	8,  // 18: pawl.v1.ReleaseService.CreateRelease:input_type -> pawl.v1.CreateReleaseRequest
+	10, // 19: pawl.v1.ReleaseService.GetRelease:input_type -> pawl.v1.GetReleaseRequest
+	12, // 20: pawl.v1.ReleaseService.ListReleases:input_type -> pawl.v1.ListReleasesRequest
+	9,  // 21: pawl.v1.ReleaseService.CreateRelease:output_type -> pawl.v1.CreateReleaseResponse
+	11, // 22: pawl.v1.ReleaseService.GetRelease:output_type -> pawl.v1.GetReleaseResponse
+	13, // 23: pawl.v1.ReleaseService.ListReleases:output_type -> pawl.v1.ListReleasesResponse
+	21, // [21:24] is the sub-list for method output_type
+	18, // [18:21] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_pawl_v1_release_proto_init() }
@@ -1126,7 +1141,7 @@ func file_pawl_v1_release_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pawl_v1_release_proto_rawDesc), len(file_pawl_v1_release_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   15,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -129,15 +129,16 @@ func (r *Registry) Members(ctx context.Context, selector map[string]string) ([]q
 	now := r.now()
 	var out []quorum.Member
 	for _, rec := range recs {
-		if !rec.Live(now) || !matches(rec.Labels, selector) {
+		if !rec.Live(now) || !Matches(rec.Labels, selector) {
 			continue
 		}
-		out = append(out, quorum.Member{ID: rec.WorkloadIdentity, Zone: rec.Zone, Role: rec.Role, Weight: rec.TrafficWeight})
+		out = append(out, quorum.Member{ID: rec.WorkloadIdentity, Zone: rec.Zone, Role: rec.Role, Weight: rec.TrafficWeight, Labels: rec.Labels})
 	}
 	return out, nil
 }
 
-func matches(labels, selector map[string]string) bool {
+// Matches reports whether labels include every selector label.
+func Matches(labels, selector map[string]string) bool {
 	for k, v := range selector {
 		if labels[k] != v {
 			return false

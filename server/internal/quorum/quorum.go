@@ -98,6 +98,8 @@ type Member struct {
 	Role string
 	// Weight is the instance's traffic weight (0 or more).
 	Weight float64
+	// Labels are the instance's labels, for stage selectors.
+	Labels map[string]string `json:",omitempty"`
 }
 
 // State is the latest state an instance reported for the release.

@@ -160,7 +160,7 @@ func toProtoRelease(r release.Release) *pawlv1.Release {
 		CreatedBy: r.CreatedBy, Revision: r.Revision,
 	}
 	for _, m := range r.Membership {
-		out.Membership = append(out.Membership, &pawlv1.Member{WorkloadIdentity: m.ID, Zone: m.Zone, Role: m.Role, TrafficWeight: m.Weight})
+		out.Membership = append(out.Membership, &pawlv1.Member{WorkloadIdentity: m.ID, Zone: m.Zone, Role: m.Role, TrafficWeight: m.Weight, Labels: m.Labels})
 	}
 	return out
 }

@@ -1,0 +1,268 @@
+package rollout_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/pawlcfg/pawl/internal/wasmbuild"
+	"github.com/pawlcfg/pawl/server/internal/instance"
+	"github.com/pawlcfg/pawl/server/internal/quorum"
+	"github.com/pawlcfg/pawl/server/internal/release"
+	"github.com/pawlcfg/pawl/server/internal/rollout"
+	"github.com/pawlcfg/pawl/server/internal/store/boltstore"
+	"github.com/pawlcfg/pawl/validators/host"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+		wasmbuild.Cleanup()
+		os.Exit(code)
+	}))
+}
+
+type env struct {
+	registry *instance.Registry
+	releases *release.Releases
+	rollouts *rollout.Rollouts
+	digest   string
+}
+
+// newEnv wires the real store, registry, releases (validated by the real
+// routing module) and rollouts, with six instances in three zones.
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	ctx := context.Background()
+	st, err := boltstore.Open(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	rt, err := host.New(ctx, host.WithCacheDir(wasmbuild.CacheDir(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rt.Close(ctx) })
+	wasm := wasmbuild.Build(t, "routing")
+	v, err := rt.Load(ctx, host.Digest(wasm), wasm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{registry: instance.New(st, time.Hour), digest: host.Digest(wasm)}
+	e.releases = release.New(st, func(ctx context.Context, _ string, in host.Input) (host.Result, error) { return v.Validate(ctx, in) }, e.registry.Members)
+	e.rollouts = rollout.New(st, e.releases, e.registry)
+	for i := range 6 {
+		e.register(t, fmt.Sprintf("i%d", i), "boot-1", fmt.Sprintf("zone-%c", 'a'+i%3))
+	}
+	return e
+}
+
+func (e *env) register(t *testing.T, id, boot, zone string) {
+	t.Helper()
+	if _, err := e.registry.Register(context.Background(), instance.Instance{WorkloadIdentity: id, BootID: boot, Zone: zone, Role: "worker", TrafficWeight: 1}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (e *env) release(t *testing.T, weight int) release.Release {
+	t.Helper()
+	rel, err := e.releases.Create(context.Background(), release.Spec{
+		ConfigID: "routing", MediaType: "application/json", ValidatorDigest: e.digest,
+		Content:  []byte(fmt.Sprintf(`{"upstreams":[{"host":"a","weight":%d},{"host":"b","weight":%d}]}`, weight, 100-weight)),
+		Stages:   []release.Stage{{Name: "zones", Policy: quorum.Policy{Kind: quorum.ZoneQuorum, Fraction: 1}}},
+		Deadline: time.Hour,
+	}, "ci")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rel
+}
+
+func (e *env) ack(t *testing.T, rel release.Release, id, boot string, seq int64, state rollout.AckState) rollout.Ack {
+	t.Helper()
+	a, err := e.rollouts.RecordAck(context.Background(), rollout.Ack{
+		ConfigID: rel.ConfigID, Generation: rel.Generation, WorkloadIdentity: id, BootID: boot, ApplySequence: seq,
+		ContentDigest: rel.ContentDigest, ValidatorDigest: rel.ValidatorDigest, State: state, HealthOK: true,
+		TraceParent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+func TestStageBlocksUntilEveryZoneAcksThenPromotes(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	rel := e.release(t, 50)
+	for _, id := range []string{"i0", "i1", "i3", "i4"} { // zone-c (i2, i5) never ACKs
+		e.ack(t, rel, id, "boot-1", 1, rollout.HealthyAcked)
+	}
+	move := rollout.Move{ConfigID: "routing", To: rel.Generation, IdempotencyKey: "promote-1", Actor: "alice"}
+	_, err := e.rollouts.Promote(ctx, move)
+	if !errors.Is(err, rollout.ErrNotReady) || !strings.Contains(err.Error(), `zone "zone-c" has 0 of 2 healthy`) {
+		t.Fatalf("Promote with zone-c silent = %v", err)
+	}
+	e.ack(t, rel, "i2", "boot-1", 1, rollout.HealthyAcked)
+	e.ack(t, rel, "i5", "boot-1", 1, rollout.HealthyAcked)
+	rc, err := e.rollouts.Promote(ctx, move)
+	if err != nil || rc.From != 0 || rc.To != 1 || rc.Epoch != 0 || rc.Actor != "alice" || len(rc.Evidence) != 1 || rc.Evidence[0].Healthy != 6 {
+		t.Fatalf("Promote = %+v, %v", rc, err)
+	}
+	// The same idempotency key again: the same receipt, nothing new.
+	again, err := e.rollouts.Promote(ctx, move)
+	if err != nil || again.Revision != rc.Revision {
+		t.Fatalf("repeat Promote = %+v, %v", again, err)
+	}
+	ptr, err := e.rollouts.Pointer(ctx, "routing")
+	if err != nil || ptr.Generation != 1 || ptr.Epoch != 0 || !strings.HasSuffix(ptr.ReceiptKey, "/receipts/promote-1") {
+		t.Fatalf("pointer = %+v, %v", ptr, err)
+	}
+	// A stale expectation is refused with the pointer as it is.
+	_, err = e.rollouts.Promote(ctx, rollout.Move{ConfigID: "routing", To: 1, IdempotencyKey: "other"})
+	var moved *rollout.PointerError
+	if !errors.As(err, &moved) || moved.Pointer.Generation != 1 {
+		t.Fatalf("Promote with a stale expectation = %v", err)
+	}
+}
+
+func TestAcksThatDoNotCountAreKeptWithTheirReason(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	rel := e.release(t, 50)
+	e.register(t, "late-joiner", "boot-1", "zone-a") // after the freeze
+	if a := e.ack(t, rel, "late-joiner", "boot-1", 1, rollout.HealthyAcked); a.Counted || !strings.Contains(a.Why, "not in the release's frozen membership") {
+		t.Fatalf("late joiner ACK = %+v", a)
+	}
+	if a := e.ack(t, rel, "i0", "boot-1", 3, rollout.HealthyAcked); !a.Counted {
+		t.Fatalf("good ACK = %+v", a)
+	}
+	if a := e.ack(t, rel, "i0", "boot-1", 3, rollout.HealthyAcked); a.Counted || !strings.Contains(a.Why, "duplicate or out of order") {
+		t.Fatalf("duplicate ACK = %+v", a)
+	}
+	e.register(t, "i1", "boot-2", "zone-b") // i1 restarted
+	if a := e.ack(t, rel, "i1", "boot-1", 1, rollout.HealthyAcked); a.Counted || !strings.Contains(a.Why, "stale boot boot-1") {
+		t.Fatalf("old boot ACK = %+v", a)
+	}
+	wrong, err := e.rollouts.RecordAck(ctx, rollout.Ack{ConfigID: "routing", Generation: 1, WorkloadIdentity: "i2", BootID: "boot-1", ApplySequence: 1,
+		ContentDigest: "sha256:00", ValidatorDigest: rel.ValidatorDigest, State: rollout.HealthyAcked, HealthOK: true})
+	if err != nil || wrong.Counted || !strings.Contains(wrong.Why, "content digest sha256:00 is not the release's") {
+		t.Fatalf("wrong-digest ACK = %+v, %v", wrong, err)
+	}
+	acks, err := e.rollouts.Acks(ctx, "routing", 1)
+	if err != nil || len(acks) != 5 {
+		t.Fatalf("audit trail holds %d ACKs, %v; want all 5", len(acks), err)
+	}
+	if states := rollout.States(acks); len(states) != 1 || states["i0"] != quorum.Healthy {
+		t.Fatalf("counted states = %v", states)
+	}
+	if _, err := e.rollouts.RecordAck(ctx, rollout.Ack{ConfigID: "routing", Generation: 1, State: "MAYBE"}); !errors.Is(err, rollout.ErrInvalid) {
+		t.Fatalf("malformed ACK = %v", err)
+	}
+}
+
+func TestRejectionsFailTheStage(t *testing.T) {
+	e := newEnv(t)
+	rel := e.release(t, 50)
+	for i := range 5 {
+		e.ack(t, rel, fmt.Sprintf("i%d", i), "boot-1", 1, rollout.HealthyAcked)
+	}
+	e.ack(t, rel, "i5", "boot-1", 1, rollout.Rejected)
+	_, stages, err := e.rollouts.Evaluate(context.Background(), "routing", 1)
+	if err != nil || stages[0].Evaluation.Outcome != quorum.Failed {
+		t.Fatalf("stage = %+v, %v", stages, err)
+	}
+	if _, err := e.rollouts.Promote(context.Background(), rollout.Move{ConfigID: "routing", To: 1, IdempotencyKey: "k"}); !errors.Is(err, rollout.ErrNotReady) {
+		t.Fatalf("Promote of a failed stage = %v", err)
+	}
+}
+
+func ackAll(t *testing.T, e *env, rel release.Release) {
+	for i := range 6 {
+		e.ack(t, rel, fmt.Sprintf("i%d", i), "boot-1", rel.Generation, rollout.HealthyAcked)
+	}
+}
+
+func TestFiftyConcurrentPromotionsWriteOneReceipt(t *testing.T) {
+	e := newEnv(t)
+	rel := e.release(t, 50)
+	ackAll(t, e, rel)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var wins int
+	for i := range 50 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := e.rollouts.Promote(context.Background(), rollout.Move{ConfigID: "routing", To: 1, IdempotencyKey: fmt.Sprintf("racer-%d", i)})
+			var moved *rollout.PointerError
+			switch {
+			case err == nil:
+				mu.Lock()
+				wins++
+				mu.Unlock()
+			case errors.As(err, &moved):
+				if moved.Pointer.Generation != 1 {
+					t.Errorf("loser saw pointer %+v", moved.Pointer)
+				}
+			default:
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	receipts, err := e.rollouts.Receipts(context.Background(), "routing")
+	if err != nil || wins != 1 || len(receipts) != 1 {
+		t.Fatalf("%d wins, %d receipts (%v)", wins, len(receipts), err)
+	}
+}
+
+func TestRollbackWritesANewReceiptAndKeepsEverything(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	first := e.release(t, 50)
+	ackAll(t, e, first)
+	if _, err := e.rollouts.Promote(ctx, rollout.Move{ConfigID: "routing", To: 1, IdempotencyKey: "p1"}); err != nil {
+		t.Fatal(err)
+	}
+	second := e.release(t, 70)
+	ackAll(t, e, second)
+	if _, err := e.rollouts.Promote(ctx, rollout.Move{ConfigID: "routing", To: 2, ExpectedGeneration: 1, IdempotencyKey: "p2"}); err != nil {
+		t.Fatal(err)
+	}
+	// ACKs of generation 1 after it was promoted past are late.
+	if a := e.ack(t, first, "i0", "boot-1", 9, rollout.HealthyAcked); a.Counted || !strings.Contains(a.Why, "late") {
+		t.Fatalf("late ACK = %+v", a)
+	}
+	rc, err := e.rollouts.Rollback(ctx, rollout.Move{ConfigID: "routing", ExpectedGeneration: 2, IdempotencyKey: "rb1", Actor: "oncall"})
+	if err != nil || !rc.Rollback || rc.From != 2 || rc.To != 1 || rc.Epoch != 1 {
+		t.Fatalf("Rollback = %+v, %v", rc, err)
+	}
+	ptr, _ := e.rollouts.Pointer(ctx, "routing")
+	if ptr.Generation != 1 || ptr.Epoch != 1 {
+		t.Fatalf("pointer after rollback = %+v", ptr)
+	}
+	receipts, err := e.rollouts.Receipts(ctx, "routing")
+	if err != nil || len(receipts) != 3 || receipts[2].IdempotencyKey != "rb1" {
+		t.Fatalf("receipts = %+v, %v", receipts, err)
+	}
+	if rel, err := e.releases.Get(ctx, "routing", 2); err != nil || rel.Generation != 2 {
+		t.Fatalf("the rolled-back release is gone: %v", err)
+	}
+	if acks, err := e.rollouts.Acks(ctx, "routing", 2); err != nil || len(acks) != 6 {
+		t.Fatalf("the rolled-back release's ACKs: %d, %v", len(acks), err)
+	}
+	if got, err := e.rollouts.GetPromotion(ctx, "routing", "p2"); err != nil || got.To != 2 {
+		t.Fatalf("GetPromotion(p2) = %+v, %v", got, err)
+	}
+	if _, err := e.rollouts.GetPromotion(ctx, "routing", "never"); !errors.Is(err, rollout.ErrNoPromotion) {
+		t.Fatalf("GetPromotion(never) = %v", err)
+	}
+}
