@@ -3,7 +3,9 @@ package server_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -125,5 +127,65 @@ func TestInstancesAndReleasesEndToEnd(t *testing.T) {
 	kv := newKV(t, srv)
 	if _, err := kv.Get(ctx, connect.NewRequest(&pawlv1.GetRequest{Key: "/_pawl/configs/payments.routing/head"})); err != nil {
 		t.Fatalf("reading the head through KV: %v", err)
+	}
+}
+
+// TestFiftyConcurrentPromoteCallsOverTheAPI: exactly one receipt, the others
+// ABORTED with the pointer as it now is.
+func TestFiftyConcurrentPromoteCallsOverTheAPI(t *testing.T) {
+	srv := testserver.Start(t)
+	client := testserver.HTTPClient(t)
+	is := pawlv1connect.NewInstanceServiceClient(client, srv.URL, connect.WithGRPC())
+	rs := pawlv1connect.NewReleaseServiceClient(client, srv.URL, connect.WithGRPC())
+	ro := pawlv1connect.NewRolloutServiceClient(client, srv.URL, connect.WithGRPC())
+	ctx := context.Background()
+	register(t, is, "pay-1", "b", "zone-a", map[string]string{"env": "prod"})
+	digest := upload(t, newValidators(t, srv), "routing")
+	created, err := rs.CreateRelease(ctx, connect.NewRequest(&pawlv1.CreateReleaseRequest{Spec: releaseSpec(digest, `{"upstreams":[{"host":"a","weight":100}]}`)}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel := created.Msg.GetRelease()
+	if _, err := ro.Ack(ctx, connect.NewRequest(&pawlv1.AckRequest{Ack: &pawlv1.Ack{
+		ConfigId: "payments.routing", Generation: 1, WorkloadIdentity: "pay-1", BootId: "b", ApplySequence: 1,
+		ContentDigest: rel.GetContentDigest(), ValidatorDigest: digest, State: pawlv1.InstanceState_INSTANCE_STATE_HEALTHY_ACKED, HealthOk: true,
+	}})); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	results := make(chan error, 50)
+	for i := range 50 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := ro.Promote(ctx, connect.NewRequest(&pawlv1.PromoteRequest{ConfigId: "payments.routing", Generation: 1, IdempotencyKey: fmt.Sprintf("k%d", i)}))
+			results <- err
+		}()
+	}
+	wg.Wait()
+	close(results)
+	wins := 0
+	for err := range results {
+		switch {
+		case err == nil:
+			wins++
+		case connect.CodeOf(err) == connect.CodeAborted:
+			if !strings.Contains(err.Error(), "the active pointer is at generation 1 epoch 0") {
+				t.Fatalf("loser's error = %v", err)
+			}
+		default:
+			t.Fatalf("Promote = %v", err)
+		}
+	}
+	if wins != 1 {
+		t.Fatalf("%d promotions won", wins)
+	}
+	ptr, err := ro.GetPointer(ctx, connect.NewRequest(&pawlv1.GetPointerRequest{ConfigId: "payments.routing"}))
+	if err != nil || ptr.Msg.GetPointer().GetGeneration() != 1 {
+		t.Fatalf("pointer = %v, %v", ptr, err)
+	}
+	list, err := newKV(t, srv).List(ctx, connect.NewRequest(&pawlv1.ListRequest{Prefix: "/_pawl/configs/payments.routing/receipts/"}))
+	if err != nil || len(list.Msg.GetKvs()) != 1 {
+		t.Fatalf("receipts = %v, %v", list, err)
 	}
 }

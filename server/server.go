@@ -19,6 +19,7 @@ import (
 	"github.com/pawlcfg/pawl/server/internal/instance"
 	"github.com/pawlcfg/pawl/server/internal/kvservice"
 	"github.com/pawlcfg/pawl/server/internal/release"
+	"github.com/pawlcfg/pawl/server/internal/rollout"
 	"github.com/pawlcfg/pawl/server/internal/rolloutservice"
 	"github.com/pawlcfg/pawl/server/internal/store"
 	"github.com/pawlcfg/pawl/server/internal/store/boltstore"
@@ -48,7 +49,7 @@ const compressMinBytes = 4 << 10
 // services are the names served, for health checking and reflection.
 var services = []string{
 	pawlv1connect.KVServiceName, pawlv1connect.ValidatorServiceName,
-	pawlv1connect.ReleaseServiceName, pawlv1connect.InstanceServiceName,
+	pawlv1connect.ReleaseServiceName, pawlv1connect.InstanceServiceName, pawlv1connect.RolloutServiceName,
 }
 
 // New opens the store in the data directory and starts the watch hub.
@@ -112,6 +113,8 @@ func (s *Server) routes() http.Handler {
 	releases := release.New(s.store, s.vals.Run, registry.Members)
 	mux.Handle(pawlv1connect.NewReleaseServiceHandler(rolloutservice.NewReleases(releases, s.cfg.log), opts...))
 	mux.Handle(pawlv1connect.NewInstanceServiceHandler(rolloutservice.NewInstances(registry, s.cfg.log), opts...))
+	rollouts := rollout.New(s.store, releases, registry)
+	mux.Handle(pawlv1connect.NewRolloutServiceHandler(rolloutservice.NewRollouts(rollouts, s.cfg.log), opts...))
 	mux.Handle(grpchealth.NewHandler(s.health))
 	reflector := grpcreflect.NewStaticReflector(append([]string{grpchealth.HealthV1ServiceName}, services...)...)
 	mux.Handle(grpcreflect.NewHandlerV1(reflector))

@@ -82,7 +82,8 @@ func newRootCommand(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
 	root.PersistentFlags().StringVarP(&g.output, "output", "o", "text", "output format: text or json")
 	root.PersistentFlags().StringVar(&g.protocol, "protocol", "connect", "wire protocol: connect, grpc or grpc-web")
 	root.AddCommand(putCommand(g), getCommand(g), delCommand(g), lsCommand(g), watchCommand(g),
-		validatorCommand(g), validateCommand(g), releaseCommand(g), instancesCommand(g))
+		validatorCommand(g), validateCommand(g), releaseCommand(g), instancesCommand(g),
+		promoteCommand(g), rollbackCommand(g), promotionCommand(g), rolloutCommand(g))
 	return root
 }
 
@@ -377,3 +378,6 @@ func printable(v []byte) string {
 	}
 	return strconv.Quote(s)
 }
+
+// envActor is who the user is, from PAWL_ACTOR.
+func envActor() string { return os.Getenv("PAWL_ACTOR") }

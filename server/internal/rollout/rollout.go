@@ -111,6 +111,7 @@ type Receipt struct {
 	Epoch          int64               `json:"epoch"`
 	Rollback       bool                `json:"rollback"`
 	Evidence       []quorum.Evaluation `json:"evidence,omitempty"`
+	StageNames     []string            `json:"stage_names,omitempty"`
 	Actor          string              `json:"actor"`
 	Time           time.Time           `json:"time"`
 	IdempotencyKey string              `json:"idempotency_key"`
@@ -195,12 +196,20 @@ func (r *Rollouts) judge(ctx context.Context, rel release.Release, ack Ack) (boo
 		return false, fmt.Sprintf("content digest %s is not the release's %s", ack.ContentDigest, rel.ContentDigest), nil
 	case ack.ValidatorDigest != rel.ValidatorDigest:
 		return false, fmt.Sprintf("validator digest %s is not the release's %s", ack.ValidatorDigest, rel.ValidatorDigest), nil
-	case ptr.Generation >= rel.Generation:
-		return false, fmt.Sprintf("late: generation %d was already promoted past (active generation %d)", rel.Generation, ptr.Generation), nil
+	case ptr.Generation > rel.Generation:
+		// ACKs of the active release still count: after promotion they
+		// are its health, which a rollback decision reads.
+		return false, fmt.Sprintf("late: generation %d was superseded (active generation %d)", rel.Generation, ptr.Generation), nil
 	}
 	for _, p := range prev {
-		if p.BootID == ack.BootID && p.Counted && p.ApplySequence >= ack.ApplySequence {
-			return false, fmt.Sprintf("duplicate or out of order: apply sequence %d after %d", ack.ApplySequence, p.ApplySequence), nil
+		if p.BootID != ack.BootID || !p.Counted {
+			continue
+		}
+		switch {
+		case p.ApplySequence > ack.ApplySequence:
+			return false, fmt.Sprintf("out of order: apply sequence %d after %d", ack.ApplySequence, p.ApplySequence), nil
+		case p.ApplySequence == ack.ApplySequence && p.State == ack.State:
+			return false, fmt.Sprintf("duplicate: %s at apply sequence %d was already counted", ack.State, ack.ApplySequence), nil
 		}
 	}
 	return true, "", nil
@@ -350,13 +359,15 @@ func (r *Rollouts) Promote(ctx context.Context, m Move) (Receipt, error) {
 		return Receipt{}, fmt.Errorf("%w: its deadline passed at %s", ErrNotReady, deadline.Format(time.RFC3339))
 	}
 	var evidence []quorum.Evaluation
+	var names []string
 	for _, s := range stages {
 		if s.Evaluation.Outcome != quorum.Passed {
 			return Receipt{}, fmt.Errorf("%w: stage %q is %s: %s", ErrNotReady, s.Name, s.Evaluation.Outcome, s.Evaluation.Reason)
 		}
 		evidence = append(evidence, s.Evaluation)
+		names = append(names, s.Name)
 	}
-	return r.write(ctx, m, ptr, Receipt{ConfigID: m.ConfigID, From: ptr.Generation, To: m.To, Epoch: ptr.Epoch, Evidence: evidence})
+	return r.write(ctx, m, ptr, Receipt{ConfigID: m.ConfigID, From: ptr.Generation, To: m.To, Epoch: ptr.Epoch, Evidence: evidence, StageNames: names})
 }
 
 // Rollback moves the pointer back to the active release's predecessor, as

@@ -144,8 +144,11 @@ func TestAcksThatDoNotCountAreKeptWithTheirReason(t *testing.T) {
 	if a := e.ack(t, rel, "i0", "boot-1", 3, rollout.HealthyAcked); !a.Counted {
 		t.Fatalf("good ACK = %+v", a)
 	}
-	if a := e.ack(t, rel, "i0", "boot-1", 3, rollout.HealthyAcked); a.Counted || !strings.Contains(a.Why, "duplicate or out of order") {
+	if a := e.ack(t, rel, "i0", "boot-1", 3, rollout.HealthyAcked); a.Counted || !strings.Contains(a.Why, "duplicate: HEALTHY_ACKED at apply sequence 3") {
 		t.Fatalf("duplicate ACK = %+v", a)
+	}
+	if a := e.ack(t, rel, "i0", "boot-1", 2, rollout.Applied); a.Counted || !strings.Contains(a.Why, "out of order: apply sequence 2 after 3") {
+		t.Fatalf("out-of-order ACK = %+v", a)
 	}
 	e.register(t, "i1", "boot-2", "zone-b") // i1 restarted
 	if a := e.ack(t, rel, "i1", "boot-1", 1, rollout.HealthyAcked); a.Counted || !strings.Contains(a.Why, "stale boot boot-1") {
@@ -157,8 +160,8 @@ func TestAcksThatDoNotCountAreKeptWithTheirReason(t *testing.T) {
 		t.Fatalf("wrong-digest ACK = %+v, %v", wrong, err)
 	}
 	acks, err := e.rollouts.Acks(ctx, "routing", 1)
-	if err != nil || len(acks) != 5 {
-		t.Fatalf("audit trail holds %d ACKs, %v; want all 5", len(acks), err)
+	if err != nil || len(acks) != 6 {
+		t.Fatalf("audit trail holds %d ACKs, %v; want all 6", len(acks), err)
 	}
 	if states := rollout.States(acks); len(states) != 1 || states["i0"] != quorum.Healthy {
 		t.Fatalf("counted states = %v", states)

@@ -1,0 +1,215 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+
+	"connectrpc.com/connect"
+	"github.com/spf13/cobra"
+
+	pawlv1 "github.com/pawlcfg/pawl/gen/pawl/v1"
+	"github.com/pawlcfg/pawl/gen/pawl/v1/pawlv1connect"
+)
+
+func (g *globals) rollouts() pawlv1connect.RolloutServiceClient {
+	client, opts := g.transport()
+	return pawlv1connect.NewRolloutServiceClient(client, strings.TrimSuffix(g.server, "/"), opts...)
+}
+
+func newIdempotencyKey() string {
+	b := make([]byte, 12)
+	_, _ = rand.Read(b)
+	return "cli-" + hex.EncodeToString(b)
+}
+
+// moveFunc sends one Promote or Rollback and returns its receipt.
+type moveFunc func(ctx context.Context, ptr *pawlv1.Pointer, key string) (*pawlv1.Receipt, error)
+
+// move reads the pointer, sends the move, and when the response is lost
+// (the call failed without an answer from the server) resolves it with
+// GetPromotion: a receipt under the key means the move happened.
+func (g *globals) move(ctx context.Context, config, key string, send moveFunc) error {
+	rs := g.rollouts()
+	ptrResp, err := rs.GetPointer(ctx, connect.NewRequest(&pawlv1.GetPointerRequest{ConfigId: config}))
+	if err != nil {
+		return err
+	}
+	if key == "" {
+		key = newIdempotencyKey()
+	}
+	rc, err := send(ctx, ptrResp.Msg.GetPointer(), key)
+	if err != nil && isLostResponse(err) {
+		got, gerr := rs.GetPromotion(ctx, connect.NewRequest(&pawlv1.GetPromotionRequest{ConfigId: config, IdempotencyKey: key}))
+		switch {
+		case gerr == nil:
+			rc, err = got.Msg.GetReceipt(), nil
+		case connect.CodeOf(gerr) == connect.CodeNotFound:
+			return fmt.Errorf("%w; the promotion did not happen (no receipt under key %s): retry with --key %s", err, key, key)
+		default:
+			return fmt.Errorf("%w; whether it happened is unknown: run pawl promotion %s %s", err, config, key)
+		}
+	}
+	if err != nil {
+		return err
+	}
+	if g.output == "json" {
+		return g.printJSON(rc)
+	}
+	kind := "promoted"
+	if rc.GetRollback() {
+		kind = "rolled back"
+	}
+	_, err = fmt.Fprintf(g.stdout, "%s %s: generation %d -> %d, epoch %d, receipt %s by %s\n", config, kind,
+		rc.GetFromGeneration(), rc.GetToGeneration(), rc.GetEpoch(), rc.GetIdempotencyKey(), rc.GetActor())
+	return err
+}
+
+// isLostResponse reports a failure with no answer from the server, after
+// which the request may or may not have been carried out.
+func isLostResponse(err error) bool {
+	code := connect.CodeOf(err)
+	return code == connect.CodeUnavailable || code == connect.CodeDeadlineExceeded || code == connect.CodeUnknown || code == connect.CodeCanceled
+}
+
+func promoteCommand(g *globals) *cobra.Command {
+	var key, actor string
+	cmd := &cobra.Command{
+		Use:   "promote CONFIG GENERATION",
+		Short: "Move the config's active pointer to a release whose stages passed (compare-and-swap, with a receipt)",
+		Args:  usageArgs(cobra.ExactArgs(2)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			gen, err := strconv.ParseInt(args[1], 10, 64)
+			if err != nil {
+				return usageError{fmt.Errorf("generation %q is not a number", args[1])}
+			}
+			return g.move(cmd.Context(), args[0], key, func(ctx context.Context, ptr *pawlv1.Pointer, key string) (*pawlv1.Receipt, error) {
+				req := connect.NewRequest(&pawlv1.PromoteRequest{ConfigId: args[0], Generation: gen,
+					ExpectedGeneration: ptr.GetGeneration(), ExpectedEpoch: ptr.GetEpoch(), IdempotencyKey: key})
+				setActor(req, actor)
+				resp, err := g.rollouts().Promote(ctx, req)
+				if err != nil {
+					return nil, err
+				}
+				return resp.Msg.GetReceipt(), nil
+			})
+		},
+	}
+	cmd.Flags().StringVar(&key, "key", "", "idempotency key (default: a new random one)")
+	cmd.Flags().StringVar(&actor, "actor", "", "who is promoting (env PAWL_ACTOR)")
+	return cmd
+}
+
+func rollbackCommand(g *globals) *cobra.Command {
+	var key, actor string
+	cmd := &cobra.Command{
+		Use:   "rollback CONFIG",
+		Short: "Move the active pointer back to the active release's predecessor, as a new receipt",
+		Args:  usageArgs(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return g.move(cmd.Context(), args[0], key, func(ctx context.Context, ptr *pawlv1.Pointer, key string) (*pawlv1.Receipt, error) {
+				req := connect.NewRequest(&pawlv1.RollbackRequest{ConfigId: args[0],
+					ExpectedGeneration: ptr.GetGeneration(), ExpectedEpoch: ptr.GetEpoch(), IdempotencyKey: key})
+				setActor(req, actor)
+				resp, err := g.rollouts().Rollback(ctx, req)
+				if err != nil {
+					return nil, err
+				}
+				return resp.Msg.GetReceipt(), nil
+			})
+		},
+	}
+	cmd.Flags().StringVar(&key, "key", "", "idempotency key (default: a new random one)")
+	cmd.Flags().StringVar(&actor, "actor", "", "who is rolling back (env PAWL_ACTOR)")
+	return cmd
+}
+
+func setActor(req connect.AnyRequest, actor string) {
+	if actor == "" {
+		actor = envActor()
+	}
+	if actor != "" {
+		req.Header().Set("Pawl-Actor", actor)
+	}
+}
+
+func promotionCommand(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "promotion CONFIG IDEMPOTENCY_KEY",
+		Short: "Print the receipt written for an idempotency key",
+		Args:  usageArgs(cobra.ExactArgs(2)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			resp, err := g.rollouts().GetPromotion(cmd.Context(), connect.NewRequest(&pawlv1.GetPromotionRequest{ConfigId: args[0], IdempotencyKey: args[1]}))
+			if err != nil {
+				return err
+			}
+			return g.printJSON(resp.Msg.GetReceipt())
+		},
+	}
+}
+
+func rolloutCommand(g *globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "rollout", Short: "Follow rollouts"}
+	var gen int64
+	status := &cobra.Command{
+		Use:   "status CONFIG",
+		Short: "Show each stage and zone of a release: healthy, rejected, waiting on what",
+		Args:  usageArgs(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			if gen == 0 {
+				list, err := g.releases().ListReleases(ctx, connect.NewRequest(&pawlv1.ListReleasesRequest{ConfigId: args[0]}))
+				if err != nil {
+					return err
+				}
+				rels := list.Msg.GetReleases()
+				if len(rels) == 0 {
+					return errors.New("the config has no releases")
+				}
+				gen = rels[len(rels)-1].GetGeneration()
+			}
+			resp, err := g.rollouts().GetRolloutStatus(ctx, connect.NewRequest(&pawlv1.GetRolloutStatusRequest{ConfigId: args[0], Generation: gen}))
+			if err != nil {
+				return err
+			}
+			if g.output == "json" {
+				return g.printJSON(resp.Msg)
+			}
+			return printStatus(g, args[0], gen, resp.Msg)
+		},
+	}
+	status.Flags().Int64Var(&gen, "generation", 0, "the release (default: the latest)")
+	cmd.AddCommand(status)
+	return cmd
+}
+
+func printStatus(g *globals, config string, gen int64, st *pawlv1.GetRolloutStatusResponse) error {
+	w := g.stdout
+	fmt.Fprintf(w, "%s generation %d (active: generation %d, epoch %d)\n", config, gen, st.GetPointer().GetGeneration(), st.GetPointer().GetEpoch())
+	for _, s := range st.GetStages() {
+		fmt.Fprintf(w, "stage %s: %s, %d/%d healthy, %d rejected: %s\n", s.GetName(), s.GetOutcome(), s.GetHealthy(), s.GetMembers(), s.GetRejected(), s.GetReason())
+		zones := make([]string, 0, len(s.GetZones()))
+		for z := range s.GetZones() {
+			zones = append(zones, z)
+		}
+		sort.Strings(zones)
+		for _, z := range zones {
+			zs := s.GetZones()[z]
+			fmt.Fprintf(w, "  zone %s: %d/%d healthy, %d rejected\n", z, zs.GetHealthy(), zs.GetMembers(), zs.GetRejected())
+		}
+	}
+	for _, a := range st.GetAcks() {
+		switch {
+		case a.GetState() == pawlv1.InstanceState_INSTANCE_STATE_REJECTED && a.GetCounted():
+			fmt.Fprintf(w, "rejected by %s: %s\n", a.GetWorkloadIdentity(), a.GetReason())
+		case !a.GetCounted():
+			fmt.Fprintf(w, "not counted: %s %s: %s\n", a.GetWorkloadIdentity(), strings.TrimPrefix(a.GetState().String(), "INSTANCE_STATE_"), a.GetNotCountedReason())
+		}
+	}
+	return nil
+}

@@ -1,0 +1,184 @@
+package rolloutservice
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	pawlv1 "github.com/pawlcfg/pawl/gen/pawl/v1"
+	"github.com/pawlcfg/pawl/gen/pawl/v1/pawlv1connect"
+	"github.com/pawlcfg/pawl/server/internal/apierr"
+	"github.com/pawlcfg/pawl/server/internal/quorum"
+	"github.com/pawlcfg/pawl/server/internal/rollout"
+)
+
+// Rollouts is the RolloutService handler.
+type Rollouts struct {
+	rollouts *rollout.Rollouts
+	log      *slog.Logger
+}
+
+var _ pawlv1connect.RolloutServiceHandler = (*Rollouts)(nil)
+
+// NewRollouts returns the RolloutService handler.
+func NewRollouts(r *rollout.Rollouts, log *slog.Logger) *Rollouts {
+	return &Rollouts{rollouts: r, log: log}
+}
+
+// Ack implements pawl.v1.RolloutService.Ack.
+func (h *Rollouts) Ack(ctx context.Context, req *connect.Request[pawlv1.AckRequest]) (*connect.Response[pawlv1.AckResponse], error) {
+	a := req.Msg.GetAck()
+	stored, err := h.rollouts.RecordAck(ctx, rollout.Ack{
+		ConfigID: a.GetConfigId(), Generation: a.GetGeneration(), WorkloadIdentity: a.GetWorkloadIdentity(), BootID: a.GetBootId(),
+		MembershipEpoch: a.GetMembershipEpoch(), ContentDigest: a.GetContentDigest(), ValidatorDigest: a.GetValidatorDigest(),
+		AppArtifact: a.GetAppArtifact(), ApplySequence: a.GetApplySequence(),
+		State:    rollout.AckState(strings.TrimPrefix(a.GetState().String(), "INSTANCE_STATE_")),
+		HealthOK: a.GetHealthOk(), Reason: a.GetReason(), TraceParent: a.GetTraceparent(),
+	})
+	if err != nil {
+		return nil, h.error(req.Spec(), err)
+	}
+	return connect.NewResponse(&pawlv1.AckResponse{Ack: toProtoAck(stored)}), nil
+}
+
+// GetRolloutStatus implements pawl.v1.RolloutService.GetRolloutStatus.
+func (h *Rollouts) GetRolloutStatus(ctx context.Context, req *connect.Request[pawlv1.GetRolloutStatusRequest]) (*connect.Response[pawlv1.GetRolloutStatusResponse], error) {
+	_, stages, err := h.rollouts.Evaluate(ctx, req.Msg.GetConfigId(), req.Msg.GetGeneration())
+	if err != nil {
+		return nil, h.error(req.Spec(), err)
+	}
+	acks, err := h.rollouts.Acks(ctx, req.Msg.GetConfigId(), req.Msg.GetGeneration())
+	if err != nil {
+		return nil, h.error(req.Spec(), err)
+	}
+	ptr, err := h.rollouts.Pointer(ctx, req.Msg.GetConfigId())
+	if err != nil {
+		return nil, h.error(req.Spec(), err)
+	}
+	resp := &pawlv1.GetRolloutStatusResponse{Pointer: toProtoPointer(ptr)}
+	for _, s := range stages {
+		resp.Stages = append(resp.Stages, toProtoStage(s.Name, s.Evaluation))
+	}
+	for _, a := range acks {
+		resp.Acks = append(resp.Acks, toProtoAck(a))
+	}
+	return connect.NewResponse(resp), nil
+}
+
+// Promote implements pawl.v1.RolloutService.Promote.
+func (h *Rollouts) Promote(ctx context.Context, req *connect.Request[pawlv1.PromoteRequest]) (*connect.Response[pawlv1.PromoteResponse], error) {
+	m := req.Msg
+	rc, err := h.rollouts.Promote(ctx, rollout.Move{
+		ConfigID: m.GetConfigId(), To: m.GetGeneration(), ExpectedGeneration: m.GetExpectedGeneration(),
+		ExpectedEpoch: m.GetExpectedEpoch(), IdempotencyKey: m.GetIdempotencyKey(), Actor: actor(req),
+	})
+	if err != nil {
+		return nil, h.error(req.Spec(), err)
+	}
+	h.log.Info("promoted", "config", rc.ConfigID, "from", rc.From, "to", rc.To, "epoch", rc.Epoch, "actor", rc.Actor, "key", rc.IdempotencyKey)
+	return connect.NewResponse(&pawlv1.PromoteResponse{Receipt: toProtoReceipt(rc)}), nil
+}
+
+// Rollback implements pawl.v1.RolloutService.Rollback.
+func (h *Rollouts) Rollback(ctx context.Context, req *connect.Request[pawlv1.RollbackRequest]) (*connect.Response[pawlv1.RollbackResponse], error) {
+	m := req.Msg
+	rc, err := h.rollouts.Rollback(ctx, rollout.Move{
+		ConfigID: m.GetConfigId(), ExpectedGeneration: m.GetExpectedGeneration(), ExpectedEpoch: m.GetExpectedEpoch(),
+		IdempotencyKey: m.GetIdempotencyKey(), Actor: actor(req),
+	})
+	if err != nil {
+		return nil, h.error(req.Spec(), err)
+	}
+	h.log.Info("rolled back", "config", rc.ConfigID, "from", rc.From, "to", rc.To, "epoch", rc.Epoch, "actor", rc.Actor, "key", rc.IdempotencyKey)
+	return connect.NewResponse(&pawlv1.RollbackResponse{Receipt: toProtoReceipt(rc)}), nil
+}
+
+// GetPromotion implements pawl.v1.RolloutService.GetPromotion.
+func (h *Rollouts) GetPromotion(ctx context.Context, req *connect.Request[pawlv1.GetPromotionRequest]) (*connect.Response[pawlv1.GetPromotionResponse], error) {
+	rc, err := h.rollouts.GetPromotion(ctx, req.Msg.GetConfigId(), req.Msg.GetIdempotencyKey())
+	if err != nil {
+		return nil, h.error(req.Spec(), err)
+	}
+	return connect.NewResponse(&pawlv1.GetPromotionResponse{Receipt: toProtoReceipt(rc)}), nil
+}
+
+// GetPointer implements pawl.v1.RolloutService.GetPointer.
+func (h *Rollouts) GetPointer(ctx context.Context, req *connect.Request[pawlv1.GetPointerRequest]) (*connect.Response[pawlv1.GetPointerResponse], error) {
+	ptr, err := h.rollouts.Pointer(ctx, req.Msg.GetConfigId())
+	if err != nil {
+		return nil, h.error(req.Spec(), err)
+	}
+	return connect.NewResponse(&pawlv1.GetPointerResponse{Pointer: toProtoPointer(ptr)}), nil
+}
+
+func (h *Rollouts) error(spec connect.Spec, err error) error {
+	var moved *rollout.PointerError
+	switch {
+	case errors.As(err, &moved):
+		return connect.NewError(connect.CodeAborted, err)
+	case errors.Is(err, rollout.ErrNotReady):
+		return connect.NewError(connect.CodeFailedPrecondition, err)
+	case errors.Is(err, rollout.ErrNoPromotion):
+		return connect.NewError(connect.CodeNotFound, err)
+	case errors.Is(err, rollout.ErrInvalid):
+		return connect.NewError(connect.CodeInvalidArgument, err)
+	}
+	return apierr.Connect(h.log, spec.Procedure, err)
+}
+
+func actor(req connect.AnyRequest) string {
+	if a := req.Header().Get(ActorHeader); a != "" {
+		return a
+	}
+	return req.Peer().Addr
+}
+
+func toProtoAck(a rollout.Ack) *pawlv1.Ack {
+	return &pawlv1.Ack{
+		ConfigId: a.ConfigID, Generation: a.Generation, WorkloadIdentity: a.WorkloadIdentity, BootId: a.BootID,
+		MembershipEpoch: a.MembershipEpoch, ContentDigest: a.ContentDigest, ValidatorDigest: a.ValidatorDigest,
+		AppArtifact: a.AppArtifact, ApplySequence: a.ApplySequence,
+		State:    pawlv1.InstanceState(pawlv1.InstanceState_value["INSTANCE_STATE_"+string(a.State)]),
+		HealthOk: a.HealthOK, Reason: a.Reason, Traceparent: a.TraceParent, ReceivedAt: timestamppb.New(a.ReceivedAt),
+		Counted: a.Counted, NotCountedReason: a.Why,
+	}
+}
+
+func toProtoStage(name string, ev quorum.Evaluation) *pawlv1.StageStatus {
+	st := &pawlv1.StageStatus{
+		Name: name, Outcome: ev.Outcome.String(), Reason: ev.Reason,
+		Members: int32(ev.Members), Healthy: int32(ev.Healthy), Rejected: int32(ev.Rejected),
+		Zones: map[string]*pawlv1.ZoneStatus{},
+	}
+	for zone, z := range ev.Zones {
+		st.Zones[zone] = &pawlv1.ZoneStatus{Members: int32(z.Members), Healthy: int32(z.Healthy), Rejected: int32(z.Rejected)}
+	}
+	return st
+}
+
+func toProtoPointer(p rollout.Pointer) *pawlv1.Pointer {
+	return &pawlv1.Pointer{Generation: p.Generation, Epoch: p.Epoch, ReceiptKey: p.ReceiptKey}
+}
+
+func toProtoReceipt(rc rollout.Receipt) *pawlv1.Receipt {
+	out := &pawlv1.Receipt{
+		ConfigId: rc.ConfigID, FromGeneration: rc.From, ToGeneration: rc.To, Epoch: rc.Epoch, Rollback: rc.Rollback,
+		Actor: rc.Actor, Time: timestamppb.New(rc.Time), IdempotencyKey: rc.IdempotencyKey, Revision: rc.Revision,
+	}
+	for i, ev := range rc.Evidence {
+		out.Evidence = append(out.Evidence, toProtoStage(stageName(rc, i), ev))
+	}
+	return out
+}
+
+// stageName names the i-th stage of a receipt's evidence.
+func stageName(rc rollout.Receipt, i int) string {
+	if i < len(rc.StageNames) {
+		return rc.StageNames[i]
+	}
+	return ""
+}
