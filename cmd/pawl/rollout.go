@@ -193,6 +193,7 @@ func printStatus(g *globals, config string, gen int64, st *pawlv1.GetRolloutStat
 	fmt.Fprintf(w, "%s generation %d (active: generation %d, epoch %d)\n", config, gen, st.GetPointer().GetGeneration(), st.GetPointer().GetEpoch())
 	for _, s := range st.GetStages() {
 		fmt.Fprintf(w, "stage %s: %s, %d/%d healthy, %d rejected: %s\n", s.GetName(), s.GetOutcome(), s.GetHealthy(), s.GetMembers(), s.GetRejected(), s.GetReason())
+		fmt.Fprintf(w, "  states: %s\n", stateCounts(s.GetStates()))
 		zones := make([]string, 0, len(s.GetZones()))
 		for z := range s.GetZones() {
 			zones = append(zones, z)
@@ -200,7 +201,7 @@ func printStatus(g *globals, config string, gen int64, st *pawlv1.GetRolloutStat
 		sort.Strings(zones)
 		for _, z := range zones {
 			zs := s.GetZones()[z]
-			fmt.Fprintf(w, "  zone %s: %d/%d healthy, %d rejected\n", z, zs.GetHealthy(), zs.GetMembers(), zs.GetRejected())
+			fmt.Fprintf(w, "  zone %s: %d/%d healthy, %d rejected (%s)\n", z, zs.GetHealthy(), zs.GetMembers(), zs.GetRejected(), stateCounts(zs.GetStates()))
 		}
 	}
 	for _, a := range st.GetAcks() {
@@ -212,4 +213,18 @@ func printStatus(g *globals, config string, gen int64, st *pawlv1.GetRolloutStat
 		}
 	}
 	return nil
+}
+
+// stateCounts renders {"APPLIED": 2, "NO_ACK": 1} as "APPLIED=2 NO_ACK=1".
+func stateCounts(m map[string]int32) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s=%d", k, m[k])
+	}
+	return strings.Join(parts, " ")
 }

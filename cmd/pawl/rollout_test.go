@@ -71,7 +71,8 @@ func TestRolloutFromTheCLI(t *testing.T) {
 		"routing generation 1 (active: generation 0, epoch 0)",
 		"stage canary: passed, 4/6 healthy",
 		"stage zones: waiting, 4/6 healthy, 0 rejected: [zone \"zone-c\" has 0 of 2 healthy, needs 2]",
-		"  zone zone-c: 0/2 healthy, 0 rejected",
+		"  zone zone-c: 0/2 healthy, 0 rejected (NO_ACK=2)",
+		"  states: HEALTHY_ACKED=4 NO_ACK=2",
 	} {
 		if code != 0 || !strings.Contains(out, want) {
 			t.Fatalf("rollout status = %d, %q; missing %q", code, out, want)

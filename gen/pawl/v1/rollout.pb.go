@@ -443,7 +443,10 @@ type StageStatus struct {
 	// Rejecting members.
 	Rejected int32 `protobuf:"varint,6,opt,name=rejected,proto3" json:"rejected,omitempty"`
 	// Per zone.
-	Zones         map[string]*ZoneStatus `protobuf:"bytes,7,rep,name=zones,proto3" json:"zones,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Zones map[string]*ZoneStatus `protobuf:"bytes,7,rep,name=zones,proto3" json:"zones,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// How many of the stage's members are at each state (their latest
+	// counted ACK; NO_ACK for none).
+	States        map[string]int32 `protobuf:"bytes,8,rep,name=states,proto3" json:"states,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -527,6 +530,13 @@ func (x *StageStatus) GetZones() map[string]*ZoneStatus {
 	return nil
 }
 
+func (x *StageStatus) GetStates() map[string]int32 {
+	if x != nil {
+		return x.States
+	}
+	return nil
+}
+
 // ZoneStatus counts one zone of a stage.
 type ZoneStatus struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -535,7 +545,9 @@ type ZoneStatus struct {
 	// Healthy ones.
 	Healthy int32 `protobuf:"varint,2,opt,name=healthy,proto3" json:"healthy,omitempty"`
 	// Rejecting ones.
-	Rejected      int32 `protobuf:"varint,3,opt,name=rejected,proto3" json:"rejected,omitempty"`
+	Rejected int32 `protobuf:"varint,3,opt,name=rejected,proto3" json:"rejected,omitempty"`
+	// How many are at each state, as in StageStatus.states.
+	States        map[string]int32 `protobuf:"bytes,4,rep,name=states,proto3" json:"states,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -589,6 +601,13 @@ func (x *ZoneStatus) GetRejected() int32 {
 		return x.Rejected
 	}
 	return 0
+}
+
+func (x *ZoneStatus) GetStates() map[string]int32 {
+	if x != nil {
+		return x.States
+	}
+	return nil
 }
 
 // GetRolloutStatusResponse is the status.
@@ -1322,7 +1341,7 @@ const file_pawl_v1_rollout_proto_rawDesc = "" +
 	"\tconfig_id\x18\x01 \x01(\tR\bconfigId\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x02 \x01(\x03R\n" +
-	"generation\"\xa9\x02\n" +
+	"generation\"\x9e\x03\n" +
 	"\vStageStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aoutcome\x18\x02 \x01(\tR\aoutcome\x12\x16\n" +
@@ -1330,16 +1349,24 @@ const file_pawl_v1_rollout_proto_rawDesc = "" +
 	"\amembers\x18\x04 \x01(\x05R\amembers\x12\x18\n" +
 	"\ahealthy\x18\x05 \x01(\x05R\ahealthy\x12\x1a\n" +
 	"\brejected\x18\x06 \x01(\x05R\brejected\x125\n" +
-	"\x05zones\x18\a \x03(\v2\x1f.pawl.v1.StageStatus.ZonesEntryR\x05zones\x1aM\n" +
+	"\x05zones\x18\a \x03(\v2\x1f.pawl.v1.StageStatus.ZonesEntryR\x05zones\x128\n" +
+	"\x06states\x18\b \x03(\v2 .pawl.v1.StageStatus.StatesEntryR\x06states\x1aM\n" +
 	"\n" +
 	"ZonesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12)\n" +
-	"\x05value\x18\x02 \x01(\v2\x13.pawl.v1.ZoneStatusR\x05value:\x028\x01\"\\\n" +
+	"\x05value\x18\x02 \x01(\v2\x13.pawl.v1.ZoneStatusR\x05value:\x028\x01\x1a9\n" +
+	"\vStatesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"\xd0\x01\n" +
 	"\n" +
 	"ZoneStatus\x12\x18\n" +
 	"\amembers\x18\x01 \x01(\x05R\amembers\x12\x18\n" +
 	"\ahealthy\x18\x02 \x01(\x05R\ahealthy\x12\x1a\n" +
-	"\brejected\x18\x03 \x01(\x05R\brejected\"\x96\x01\n" +
+	"\brejected\x18\x03 \x01(\x05R\brejected\x127\n" +
+	"\x06states\x18\x04 \x03(\v2\x1f.pawl.v1.ZoneStatus.StatesEntryR\x06states\x1a9\n" +
+	"\vStatesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"\x96\x01\n" +
 	"\x18GetRolloutStatusResponse\x12,\n" +
 	"\x06stages\x18\x01 \x03(\v2\x14.pawl.v1.StageStatusR\x06stages\x12 \n" +
 	"\x04acks\x18\x02 \x03(\v2\f.pawl.v1.AckR\x04acks\x12*\n" +
@@ -1421,7 +1448,7 @@ func file_pawl_v1_rollout_proto_rawDescGZIP() []byte {
 }
 
 var file_pawl_v1_rollout_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_pawl_v1_rollout_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_pawl_v1_rollout_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_pawl_v1_rollout_proto_goTypes = []any{
 	(InstanceState)(0),               // 0: pawl.v1.InstanceState
 	(*Ack)(nil),                      // 1: pawl.v1.Ack
@@ -1442,41 +1469,45 @@ var file_pawl_v1_rollout_proto_goTypes = []any{
 	(*GetPointerRequest)(nil),        // 16: pawl.v1.GetPointerRequest
 	(*GetPointerResponse)(nil),       // 17: pawl.v1.GetPointerResponse
 	nil,                              // 18: pawl.v1.StageStatus.ZonesEntry
-	(*timestamppb.Timestamp)(nil),    // 19: google.protobuf.Timestamp
+	nil,                              // 19: pawl.v1.StageStatus.StatesEntry
+	nil,                              // 20: pawl.v1.ZoneStatus.StatesEntry
+	(*timestamppb.Timestamp)(nil),    // 21: google.protobuf.Timestamp
 }
 var file_pawl_v1_rollout_proto_depIdxs = []int32{
 	0,  // 0: pawl.v1.Ack.state:type_name -> pawl.v1.InstanceState
-	19, // 1: pawl.v1.Ack.received_at:type_name -> google.protobuf.Timestamp
+	21, // 1: pawl.v1.Ack.received_at:type_name -> google.protobuf.Timestamp
 	1,  // 2: pawl.v1.AckRequest.ack:type_name -> pawl.v1.Ack
 	1,  // 3: pawl.v1.AckResponse.ack:type_name -> pawl.v1.Ack
 	18, // 4: pawl.v1.StageStatus.zones:type_name -> pawl.v1.StageStatus.ZonesEntry
-	5,  // 5: pawl.v1.GetRolloutStatusResponse.stages:type_name -> pawl.v1.StageStatus
-	1,  // 6: pawl.v1.GetRolloutStatusResponse.acks:type_name -> pawl.v1.Ack
-	8,  // 7: pawl.v1.GetRolloutStatusResponse.pointer:type_name -> pawl.v1.Pointer
-	5,  // 8: pawl.v1.Receipt.evidence:type_name -> pawl.v1.StageStatus
-	19, // 9: pawl.v1.Receipt.time:type_name -> google.protobuf.Timestamp
-	9,  // 10: pawl.v1.PromoteResponse.receipt:type_name -> pawl.v1.Receipt
-	9,  // 11: pawl.v1.RollbackResponse.receipt:type_name -> pawl.v1.Receipt
-	9,  // 12: pawl.v1.GetPromotionResponse.receipt:type_name -> pawl.v1.Receipt
-	8,  // 13: pawl.v1.GetPointerResponse.pointer:type_name -> pawl.v1.Pointer
-	6,  // 14: pawl.v1.StageStatus.ZonesEntry.value:type_name -> pawl.v1.ZoneStatus
-	2,  // 15: pawl.v1.RolloutService.Ack:input_type -> pawl.v1.AckRequest
-	4,  // 16: pawl.v1.RolloutService.GetRolloutStatus:input_type -> pawl.v1.GetRolloutStatusRequest
-	10, // 17: pawl.v1.RolloutService.Promote:input_type -> pawl.v1.PromoteRequest
-	12, // 18: pawl.v1.RolloutService.Rollback:input_type -> pawl.v1.RollbackRequest
-	14, // 19: pawl.v1.RolloutService.GetPromotion:input_type -> pawl.v1.GetPromotionRequest
-	16, // 20: pawl.v1.RolloutService.GetPointer:input_type -> pawl.v1.GetPointerRequest
-	3,  // 21: pawl.v1.RolloutService.Ack:output_type -> pawl.v1.AckResponse
-	7,  // 22: pawl.v1.RolloutService.GetRolloutStatus:output_type -> pawl.v1.GetRolloutStatusResponse
-	11, // 23: pawl.v1.RolloutService.Promote:output_type -> pawl.v1.PromoteResponse
-	13, // 24: pawl.v1.RolloutService.Rollback:output_type -> pawl.v1.RollbackResponse
-	15, // 25: pawl.v1.RolloutService.GetPromotion:output_type -> pawl.v1.GetPromotionResponse
-	17, // 26: pawl.v1.RolloutService.GetPointer:output_type -> pawl.v1.GetPointerResponse
-	21, // [21:27] is the sub-list for method output_type
-	15, // [15:21] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	19, // 5: pawl.v1.StageStatus.states:type_name -> pawl.v1.StageStatus.StatesEntry
+	20, // 6: pawl.v1.ZoneStatus.states:type_name -> pawl.v1.ZoneStatus.StatesEntry
+	5,  // 7: pawl.v1.GetRolloutStatusResponse.stages:type_name -> pawl.v1.StageStatus
+	1,  // 8: pawl.v1.GetRolloutStatusResponse.acks:type_name -> pawl.v1.Ack
+	8,  // 9: pawl.v1.GetRolloutStatusResponse.pointer:type_name -> pawl.v1.Pointer
+	5,  // 10: pawl.v1.Receipt.evidence:type_name -> pawl.v1.StageStatus
+	21, // 11: pawl.v1.Receipt.time:type_name -> google.protobuf.Timestamp
+	9,  // 12: pawl.v1.PromoteResponse.receipt:type_name -> pawl.v1.Receipt
+	9,  // 13: pawl.v1.RollbackResponse.receipt:type_name -> pawl.v1.Receipt
+	9,  // 14: pawl.v1.GetPromotionResponse.receipt:type_name -> pawl.v1.Receipt
+	8,  // 15: pawl.v1.GetPointerResponse.pointer:type_name -> pawl.v1.Pointer
+	6,  // 16: pawl.v1.StageStatus.ZonesEntry.value:type_name -> pawl.v1.ZoneStatus
+	2,  // 17: pawl.v1.RolloutService.Ack:input_type -> pawl.v1.AckRequest
+	4,  // 18: pawl.v1.RolloutService.GetRolloutStatus:input_type -> pawl.v1.GetRolloutStatusRequest
+	10, // 19: pawl.v1.RolloutService.Promote:input_type -> pawl.v1.PromoteRequest
+	12, // 20: pawl.v1.RolloutService.Rollback:input_type -> pawl.v1.RollbackRequest
+	14, // 21: pawl.v1.RolloutService.GetPromotion:input_type -> pawl.v1.GetPromotionRequest
+	16, // 22: pawl.v1.RolloutService.GetPointer:input_type -> pawl.v1.GetPointerRequest
+	3,  // 23: pawl.v1.RolloutService.Ack:output_type -> pawl.v1.AckResponse
+	7,  // 24: pawl.v1.RolloutService.GetRolloutStatus:output_type -> pawl.v1.GetRolloutStatusResponse
+	11, // 25: pawl.v1.RolloutService.Promote:output_type -> pawl.v1.PromoteResponse
+	13, // 26: pawl.v1.RolloutService.Rollback:output_type -> pawl.v1.RollbackResponse
+	15, // 27: pawl.v1.RolloutService.GetPromotion:output_type -> pawl.v1.GetPromotionResponse
+	17, // 28: pawl.v1.RolloutService.GetPointer:output_type -> pawl.v1.GetPointerResponse
+	23, // [23:29] is the sub-list for method output_type
+	17, // [17:23] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_pawl_v1_rollout_proto_init() }
@@ -1490,7 +1521,7 @@ func file_pawl_v1_rollout_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pawl_v1_rollout_proto_rawDesc), len(file_pawl_v1_rollout_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   18,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -276,6 +276,25 @@ func States(acks []Ack) map[string]quorum.State {
 type StageResult struct {
 	Name       string
 	Evaluation quorum.Evaluation
+	// States counts the stage's members by their latest counted state
+	// ("NO_ACK" for none), overall and per zone.
+	States     map[string]int
+	ZoneStates map[string]map[string]int
+}
+
+// latestStates is each member's latest counted state.
+func latestStates(acks []Ack) map[string]AckState {
+	latest := map[string]Ack{}
+	for _, a := range acks {
+		if l, ok := latest[a.WorkloadIdentity]; a.Counted && (!ok || a.ApplySequence >= l.ApplySequence) {
+			latest[a.WorkloadIdentity] = a
+		}
+	}
+	out := map[string]AckState{}
+	for id, a := range latest {
+		out[id] = a.State
+	}
+	return out
 }
 
 // Evaluate evaluates every stage of a release against its members.
@@ -289,15 +308,28 @@ func (r *Rollouts) Evaluate(ctx context.Context, config string, gen int64) (rele
 		return release.Release{}, nil, err
 	}
 	states := States(acks)
+	latest := latestStates(acks)
 	var out []StageResult
 	for _, st := range rel.Stages {
+		res := StageResult{Name: st.Name, States: map[string]int{}, ZoneStates: map[string]map[string]int{}}
 		var members []quorum.Member
 		for _, m := range rel.Membership {
-			if instance.Matches(m.Labels, st.Selector) {
-				members = append(members, m)
+			if !instance.Matches(m.Labels, st.Selector) {
+				continue
 			}
+			members = append(members, m)
+			state := string(latest[m.ID])
+			if state == "" {
+				state = "NO_ACK"
+			}
+			res.States[state]++
+			if res.ZoneStates[m.Zone] == nil {
+				res.ZoneStates[m.Zone] = map[string]int{}
+			}
+			res.ZoneStates[m.Zone][state]++
 		}
-		out = append(out, StageResult{Name: st.Name, Evaluation: quorum.Evaluate(st.Policy, members, states)})
+		res.Evaluation = quorum.Evaluate(st.Policy, members, states)
+		out = append(out, res)
 	}
 	return rel, out, nil
 }

@@ -61,7 +61,12 @@ func (h *Rollouts) GetRolloutStatus(ctx context.Context, req *connect.Request[pa
 	}
 	resp := &pawlv1.GetRolloutStatusResponse{Pointer: toProtoPointer(ptr)}
 	for _, s := range stages {
-		resp.Stages = append(resp.Stages, toProtoStage(s.Name, s.Evaluation))
+		st := toProtoStage(s.Name, s.Evaluation)
+		st.States = counts(s.States)
+		for zone, zs := range st.Zones {
+			zs.States = counts(s.ZoneStates[zone])
+		}
+		resp.Stages = append(resp.Stages, st)
 	}
 	for _, a := range acks {
 		resp.Acks = append(resp.Acks, toProtoAck(a))
@@ -181,4 +186,12 @@ func stageName(rc rollout.Receipt, i int) string {
 		return rc.StageNames[i]
 	}
 	return ""
+}
+
+func counts(m map[string]int) map[string]int32 {
+	out := make(map[string]int32, len(m))
+	for k, v := range m {
+		out[k] = int32(v)
+	}
+	return out
 }
