@@ -96,6 +96,12 @@ func (r *Registry) Heartbeat(ctx context.Context, identity, bootID string) (Reco
 	return rec, r.write(ctx, rec, &rev)
 }
 
+// Get returns one instance's record.
+func (r *Registry) Get(ctx context.Context, identity string) (Record, error) {
+	rec, _, err := r.read(ctx, identity)
+	return rec, err
+}
+
 // List returns every record, live or not, by workload identity.
 func (r *Registry) List(ctx context.Context) ([]Record, error) {
 	var out []Record

@@ -180,12 +180,10 @@ func (r *Rollouts) judge(ctx context.Context, rel release.Release, ack Ack) (boo
 		return false, "", err
 	}
 	current := ""
-	if recs, err := r.registry.List(ctx); err == nil {
-		for _, rec := range recs {
-			if rec.WorkloadIdentity == ack.WorkloadIdentity {
-				current = rec.BootID
-			}
-		}
+	if rec, err := r.registry.Get(ctx, ack.WorkloadIdentity); err == nil {
+		current = rec.BootID
+	} else if !errors.Is(err, instance.ErrNotFound) {
+		return false, "", err
 	}
 	switch {
 	case !member:
