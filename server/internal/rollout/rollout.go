@@ -156,11 +156,19 @@ func (r *Rollouts) RecordAck(ctx context.Context, ack Ack) (Ack, error) {
 	if err != nil {
 		return Ack{}, fmt.Errorf("rollout: encode ACK: %w", err)
 	}
-	key := configKey(ack.ConfigID, fmt.Sprintf("acks/%020d/%s/%020d", ack.Generation, ack.WorkloadIdentity, ack.ReceivedAt.UnixNano()))
-	if _, err := r.store.Put(ctx, store.Put{Key: key, Value: b, ExpectModRevision: new(int64)}); err != nil {
-		return Ack{}, fmt.Errorf("rollout: store ACK: %w", err)
+	// The key orders an instance's ACKs by arrival; two arriving in the
+	// same nanosecond take the next free one.
+	for nanos := ack.ReceivedAt.UnixNano(); ; nanos++ {
+		key := configKey(ack.ConfigID, fmt.Sprintf("acks/%020d/%s/%020d", ack.Generation, ack.WorkloadIdentity, nanos))
+		_, err := r.store.Put(ctx, store.Put{Key: key, Value: b, ExpectModRevision: new(int64)})
+		if errors.Is(err, store.ErrRevisionMismatch) {
+			continue
+		}
+		if err != nil {
+			return Ack{}, fmt.Errorf("rollout: store ACK: %w", err)
+		}
+		return ack, nil
 	}
-	return ack, nil
 }
 
 // judge decides whether ack counts.
