@@ -14,6 +14,7 @@ import (
 
 	"github.com/pawlcfg/pawl/server/internal/instance"
 	"github.com/pawlcfg/pawl/server/internal/release"
+	"github.com/pawlcfg/pawl/server/internal/rollout"
 	"github.com/pawlcfg/pawl/server/internal/store"
 	"github.com/pawlcfg/pawl/server/internal/watch"
 	"github.com/pawlcfg/pawl/validators/host"
@@ -67,7 +68,13 @@ func Connect(log *slog.Logger, procedure string, err error) error {
 		return connect.NewError(connect.CodeInvalidArgument, err)
 	case errors.Is(err, host.ErrMemoryLimit), errors.Is(err, host.ErrOutputTooLarge):
 		return connect.NewError(connect.CodeResourceExhausted, err)
-	case errors.Is(err, release.ErrInvalid), errors.Is(err, instance.ErrInvalid):
+	case errors.Is(err, rollout.ErrPointerMoved):
+		return connect.NewError(connect.CodeAborted, err)
+	case errors.Is(err, rollout.ErrNotReady):
+		return connect.NewError(connect.CodeFailedPrecondition, err)
+	case errors.Is(err, rollout.ErrNoPromotion):
+		return connect.NewError(connect.CodeNotFound, err)
+	case errors.Is(err, release.ErrInvalid), errors.Is(err, instance.ErrInvalid), errors.Is(err, rollout.ErrInvalid):
 		return connect.NewError(connect.CodeInvalidArgument, err)
 	case errors.Is(err, release.ErrNotFound), errors.Is(err, instance.ErrNotFound):
 		return connect.NewError(connect.CodeNotFound, err)

@@ -2,7 +2,6 @@ package rolloutservice
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"strings"
 
@@ -121,17 +120,6 @@ func (h *Rollouts) GetPointer(ctx context.Context, req *connect.Request[pawlv1.G
 }
 
 func (h *Rollouts) error(spec connect.Spec, err error) error {
-	var moved *rollout.PointerError
-	switch {
-	case errors.As(err, &moved):
-		return connect.NewError(connect.CodeAborted, err)
-	case errors.Is(err, rollout.ErrNotReady):
-		return connect.NewError(connect.CodeFailedPrecondition, err)
-	case errors.Is(err, rollout.ErrNoPromotion):
-		return connect.NewError(connect.CodeNotFound, err)
-	case errors.Is(err, rollout.ErrInvalid):
-		return connect.NewError(connect.CodeInvalidArgument, err)
-	}
 	return apierr.Connect(h.log, spec.Procedure, err)
 }
 
