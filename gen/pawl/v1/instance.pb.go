@@ -481,6 +481,190 @@ func (x *ListInstancesResponse) GetInstances() []*InstanceRecord {
 	return nil
 }
 
+// WatchAssignmentsRequest names the instance.
+type WatchAssignmentsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The instance.
+	WorkloadIdentity string `protobuf:"bytes,1,opt,name=workload_identity,json=workloadIdentity,proto3" json:"workload_identity,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *WatchAssignmentsRequest) Reset() {
+	*x = WatchAssignmentsRequest{}
+	mi := &file_pawl_v1_instance_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchAssignmentsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchAssignmentsRequest) ProtoMessage() {}
+
+func (x *WatchAssignmentsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pawl_v1_instance_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchAssignmentsRequest.ProtoReflect.Descriptor instead.
+func (*WatchAssignmentsRequest) Descriptor() ([]byte, []int) {
+	return file_pawl_v1_instance_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *WatchAssignmentsRequest) GetWorkloadIdentity() string {
+	if x != nil {
+		return x.WorkloadIdentity
+	}
+	return ""
+}
+
+// Assignment is one config's generation that an instance must run.
+type Assignment struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The config.
+	ConfigId string `protobuf:"bytes,1,opt,name=config_id,json=configId,proto3" json:"config_id,omitempty"`
+	// The generation to run.
+	Generation int64 `protobuf:"varint,2,opt,name=generation,proto3" json:"generation,omitempty"`
+	// Its canonical content digest, to verify after download.
+	ContentDigest string `protobuf:"bytes,3,opt,name=content_digest,json=contentDigest,proto3" json:"content_digest,omitempty"`
+	// The validator to run before applying.
+	ValidatorDigest string `protobuf:"bytes,4,opt,name=validator_digest,json=validatorDigest,proto3" json:"validator_digest,omitempty"`
+	// Empty for the active generation; the stage's name for a canary
+	// assignment of a release not yet promoted.
+	Stage         string `protobuf:"bytes,5,opt,name=stage,proto3" json:"stage,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Assignment) Reset() {
+	*x = Assignment{}
+	mi := &file_pawl_v1_instance_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Assignment) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Assignment) ProtoMessage() {}
+
+func (x *Assignment) ProtoReflect() protoreflect.Message {
+	mi := &file_pawl_v1_instance_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Assignment.ProtoReflect.Descriptor instead.
+func (*Assignment) Descriptor() ([]byte, []int) {
+	return file_pawl_v1_instance_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *Assignment) GetConfigId() string {
+	if x != nil {
+		return x.ConfigId
+	}
+	return ""
+}
+
+func (x *Assignment) GetGeneration() int64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *Assignment) GetContentDigest() string {
+	if x != nil {
+		return x.ContentDigest
+	}
+	return ""
+}
+
+func (x *Assignment) GetValidatorDigest() string {
+	if x != nil {
+		return x.ValidatorDigest
+	}
+	return ""
+}
+
+func (x *Assignment) GetStage() string {
+	if x != nil {
+		return x.Stage
+	}
+	return ""
+}
+
+// WatchAssignmentsResponse is the instance's full set of assignments.
+type WatchAssignmentsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One per config that has an active or canary generation for it.
+	Assignments []*Assignment `protobuf:"bytes,1,rep,name=assignments,proto3" json:"assignments,omitempty"`
+	// The store revision the set was computed at.
+	Revision      int64 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchAssignmentsResponse) Reset() {
+	*x = WatchAssignmentsResponse{}
+	mi := &file_pawl_v1_instance_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchAssignmentsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchAssignmentsResponse) ProtoMessage() {}
+
+func (x *WatchAssignmentsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_pawl_v1_instance_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchAssignmentsResponse.ProtoReflect.Descriptor instead.
+func (*WatchAssignmentsResponse) Descriptor() ([]byte, []int) {
+	return file_pawl_v1_instance_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *WatchAssignmentsResponse) GetAssignments() []*Assignment {
+	if x != nil {
+		return x.Assignments
+	}
+	return nil
+}
+
+func (x *WatchAssignmentsResponse) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
 var File_pawl_v1_instance_proto protoreflect.FileDescriptor
 
 const file_pawl_v1_instance_proto_rawDesc = "" +
@@ -515,10 +699,25 @@ const file_pawl_v1_instance_proto_rawDesc = "" +
 	"\x06record\x18\x01 \x01(\v2\x17.pawl.v1.InstanceRecordR\x06record\"\x16\n" +
 	"\x14ListInstancesRequest\"N\n" +
 	"\x15ListInstancesResponse\x125\n" +
-	"\tinstances\x18\x01 \x03(\v2\x17.pawl.v1.InstanceRecordR\tinstances2\xef\x01\n" +
+	"\tinstances\x18\x01 \x03(\v2\x17.pawl.v1.InstanceRecordR\tinstances\"F\n" +
+	"\x17WatchAssignmentsRequest\x12+\n" +
+	"\x11workload_identity\x18\x01 \x01(\tR\x10workloadIdentity\"\xb1\x01\n" +
+	"\n" +
+	"Assignment\x12\x1b\n" +
+	"\tconfig_id\x18\x01 \x01(\tR\bconfigId\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x02 \x01(\x03R\n" +
+	"generation\x12%\n" +
+	"\x0econtent_digest\x18\x03 \x01(\tR\rcontentDigest\x12)\n" +
+	"\x10validator_digest\x18\x04 \x01(\tR\x0fvalidatorDigest\x12\x14\n" +
+	"\x05stage\x18\x05 \x01(\tR\x05stage\"m\n" +
+	"\x18WatchAssignmentsResponse\x125\n" +
+	"\vassignments\x18\x01 \x03(\v2\x13.pawl.v1.AssignmentR\vassignments\x12\x1a\n" +
+	"\brevision\x18\x02 \x01(\x03R\brevision2\xcf\x02\n" +
 	"\x0fInstanceService\x12A\n" +
 	"\bRegister\x12\x18.pawl.v1.RegisterRequest\x1a\x19.pawl.v1.RegisterResponse\"\x00\x12D\n" +
-	"\tHeartbeat\x12\x19.pawl.v1.HeartbeatRequest\x1a\x1a.pawl.v1.HeartbeatResponse\"\x00\x12S\n" +
+	"\tHeartbeat\x12\x19.pawl.v1.HeartbeatRequest\x1a\x1a.pawl.v1.HeartbeatResponse\"\x00\x12^\n" +
+	"\x10WatchAssignments\x12 .pawl.v1.WatchAssignmentsRequest\x1a!.pawl.v1.WatchAssignmentsResponse\"\x03\x90\x02\x010\x01\x12S\n" +
 	"\rListInstances\x12\x1d.pawl.v1.ListInstancesRequest\x1a\x1e.pawl.v1.ListInstancesResponse\"\x03\x90\x02\x01B,Z*github.com/pawlcfg/pawl/gen/pawl/v1;pawlv1b\x06proto3"
 
 var (
@@ -533,41 +732,47 @@ func file_pawl_v1_instance_proto_rawDescGZIP() []byte {
 	return file_pawl_v1_instance_proto_rawDescData
 }
 
-var file_pawl_v1_instance_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_pawl_v1_instance_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_pawl_v1_instance_proto_goTypes = []any{
-	(*Instance)(nil),              // 0: pawl.v1.Instance
-	(*InstanceRecord)(nil),        // 1: pawl.v1.InstanceRecord
-	(*RegisterRequest)(nil),       // 2: pawl.v1.RegisterRequest
-	(*RegisterResponse)(nil),      // 3: pawl.v1.RegisterResponse
-	(*HeartbeatRequest)(nil),      // 4: pawl.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),     // 5: pawl.v1.HeartbeatResponse
-	(*ListInstancesRequest)(nil),  // 6: pawl.v1.ListInstancesRequest
-	(*ListInstancesResponse)(nil), // 7: pawl.v1.ListInstancesResponse
-	nil,                           // 8: pawl.v1.Instance.LabelsEntry
-	(*timestamppb.Timestamp)(nil), // 9: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 10: google.protobuf.Duration
+	(*Instance)(nil),                 // 0: pawl.v1.Instance
+	(*InstanceRecord)(nil),           // 1: pawl.v1.InstanceRecord
+	(*RegisterRequest)(nil),          // 2: pawl.v1.RegisterRequest
+	(*RegisterResponse)(nil),         // 3: pawl.v1.RegisterResponse
+	(*HeartbeatRequest)(nil),         // 4: pawl.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),        // 5: pawl.v1.HeartbeatResponse
+	(*ListInstancesRequest)(nil),     // 6: pawl.v1.ListInstancesRequest
+	(*ListInstancesResponse)(nil),    // 7: pawl.v1.ListInstancesResponse
+	(*WatchAssignmentsRequest)(nil),  // 8: pawl.v1.WatchAssignmentsRequest
+	(*Assignment)(nil),               // 9: pawl.v1.Assignment
+	(*WatchAssignmentsResponse)(nil), // 10: pawl.v1.WatchAssignmentsResponse
+	nil,                              // 11: pawl.v1.Instance.LabelsEntry
+	(*timestamppb.Timestamp)(nil),    // 12: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),      // 13: google.protobuf.Duration
 }
 var file_pawl_v1_instance_proto_depIdxs = []int32{
-	8,  // 0: pawl.v1.Instance.labels:type_name -> pawl.v1.Instance.LabelsEntry
+	11, // 0: pawl.v1.Instance.labels:type_name -> pawl.v1.Instance.LabelsEntry
 	0,  // 1: pawl.v1.InstanceRecord.instance:type_name -> pawl.v1.Instance
-	9,  // 2: pawl.v1.InstanceRecord.lease_expires_at:type_name -> google.protobuf.Timestamp
-	9,  // 3: pawl.v1.InstanceRecord.registered_at:type_name -> google.protobuf.Timestamp
+	12, // 2: pawl.v1.InstanceRecord.lease_expires_at:type_name -> google.protobuf.Timestamp
+	12, // 3: pawl.v1.InstanceRecord.registered_at:type_name -> google.protobuf.Timestamp
 	0,  // 4: pawl.v1.RegisterRequest.instance:type_name -> pawl.v1.Instance
 	1,  // 5: pawl.v1.RegisterResponse.record:type_name -> pawl.v1.InstanceRecord
-	10, // 6: pawl.v1.RegisterResponse.heartbeat_interval:type_name -> google.protobuf.Duration
+	13, // 6: pawl.v1.RegisterResponse.heartbeat_interval:type_name -> google.protobuf.Duration
 	1,  // 7: pawl.v1.HeartbeatResponse.record:type_name -> pawl.v1.InstanceRecord
 	1,  // 8: pawl.v1.ListInstancesResponse.instances:type_name -> pawl.v1.InstanceRecord
-	2,  // 9: pawl.v1.InstanceService.Register:input_type -> pawl.v1.RegisterRequest
-	4,  // 10: pawl.v1.InstanceService.Heartbeat:input_type -> pawl.v1.HeartbeatRequest
-	6,  // 11: pawl.v1.InstanceService.ListInstances:input_type -> pawl.v1.ListInstancesRequest
-	3,  // 12: pawl.v1.InstanceService.Register:output_type -> pawl.v1.RegisterResponse
-	5,  // 13: pawl.v1.InstanceService.Heartbeat:output_type -> pawl.v1.HeartbeatResponse
-	7,  // 14: pawl.v1.InstanceService.ListInstances:output_type -> pawl.v1.ListInstancesResponse
-	12, // [12:15] is the sub-list for method output_type
-	9,  // [9:12] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	9,  // 9: pawl.v1.WatchAssignmentsResponse.assignments:type_name -> pawl.v1.Assignment
+	2,  // 10: pawl.v1.InstanceService.Register:input_type -> pawl.v1.RegisterRequest
+	4,  // 11: pawl.v1.InstanceService.Heartbeat:input_type -> pawl.v1.HeartbeatRequest
+	8,  // 12: pawl.v1.InstanceService.WatchAssignments:input_type -> pawl.v1.WatchAssignmentsRequest
+	6,  // 13: pawl.v1.InstanceService.ListInstances:input_type -> pawl.v1.ListInstancesRequest
+	3,  // 14: pawl.v1.InstanceService.Register:output_type -> pawl.v1.RegisterResponse
+	5,  // 15: pawl.v1.InstanceService.Heartbeat:output_type -> pawl.v1.HeartbeatResponse
+	10, // 16: pawl.v1.InstanceService.WatchAssignments:output_type -> pawl.v1.WatchAssignmentsResponse
+	7,  // 17: pawl.v1.InstanceService.ListInstances:output_type -> pawl.v1.ListInstancesResponse
+	14, // [14:18] is the sub-list for method output_type
+	10, // [10:14] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_pawl_v1_instance_proto_init() }
@@ -581,7 +786,7 @@ func file_pawl_v1_instance_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pawl_v1_instance_proto_rawDesc), len(file_pawl_v1_instance_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   9,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

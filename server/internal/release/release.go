@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"regexp"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/pawlcfg/pawl/server/internal/canonical"
@@ -147,6 +148,10 @@ var configIDPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,127}$`)
 
 func headKey(config string) string { return store.SystemPrefix + "configs/" + config + "/head" }
 
+// indexPrefix lists every config that has a release, one key each, so that
+// they can be enumerated without scanning their ACKs.
+var indexPrefix = store.SystemPrefix + "index/configs/"
+
 func releaseKey(config string, gen int64) string {
 	return fmt.Sprintf("%sconfigs/%s/releases/%020d", store.SystemPrefix, config, gen)
 }
@@ -193,12 +198,16 @@ func (r *Releases) Create(ctx context.Context, spec Spec, actor string) (Release
 		if err != nil {
 			return Release{}, fmt.Errorf("release: encode: %w", err)
 		}
+		puts := []store.Put{
+			{Key: releaseKey(spec.ConfigID, rel.Generation), Value: record},
+			{Key: headKey(spec.ConfigID), Value: []byte(strconv.FormatInt(rel.Generation, 10))},
+		}
+		if head == 0 {
+			puts = append(puts, store.Put{Key: indexPrefix + spec.ConfigID})
+		}
 		result, err := r.store.Txn(ctx, store.Txn{
 			Compares: []store.Compare{{Key: headKey(spec.ConfigID), ModRevision: headRev}},
-			Puts: []store.Put{
-				{Key: releaseKey(spec.ConfigID, rel.Generation), Value: record},
-				{Key: headKey(spec.ConfigID), Value: []byte(strconv.FormatInt(rel.Generation, 10))},
-			},
+			Puts:     puts,
 		})
 		if errors.Is(err, store.ErrRevisionMismatch) {
 			continue // another release of this config won; take the next generation
@@ -206,7 +215,7 @@ func (r *Releases) Create(ctx context.Context, spec Spec, actor string) (Release
 		if err != nil {
 			return Release{}, fmt.Errorf("release: store: %w", err)
 		}
-		rel.Revision = result.Revision - 1
+		rel.Revision = result.Revision - int64(len(puts)) + 1
 		return rel, nil
 	}
 	return Release{}, ErrContended
@@ -227,6 +236,34 @@ func (r *Releases) head(ctx context.Context, config string) (int64, int64, error
 		return 0, 0, fmt.Errorf("release: head of %s is %q: %w", config, kv.Value, err)
 	}
 	return gen, kv.ModRevision, nil
+}
+
+// Configs lists every config that has a release, in ID order.
+func (r *Releases) Configs(ctx context.Context) ([]string, error) {
+	var out []string
+	after := ""
+	for {
+		page, err := r.store.List(ctx, indexPrefix, 0, after, 1000)
+		if err != nil {
+			return nil, err
+		}
+		for _, kv := range page.KVs {
+			out = append(out, strings.TrimPrefix(kv.Key, indexPrefix))
+		}
+		if !page.More {
+			return out, nil
+		}
+		after = page.KVs[len(page.KVs)-1].Key
+	}
+}
+
+// Latest returns a config's newest release (generation 0 when it has none).
+func (r *Releases) Latest(ctx context.Context, config string) (Release, error) {
+	head, _, err := r.head(ctx, config)
+	if err != nil || head == 0 {
+		return Release{}, err
+	}
+	return r.Get(ctx, config, head)
 }
 
 // Get reads one release.

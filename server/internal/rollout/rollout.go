@@ -99,6 +99,10 @@ type Pointer struct {
 	Generation int64  `json:"generation"`
 	Epoch      int64  `json:"epoch"`
 	ReceiptKey string `json:"receipt_key"`
+	// HighWater is the highest generation ever promoted. A release at or
+	// below it was active once (and may have been rolled back): it is never
+	// offered as a canary again.
+	HighWater int64 `json:"high_water"`
 	// Revision is the store revision of the pointer (0: never set).
 	Revision int64 `json:"-"`
 }
@@ -508,7 +512,7 @@ func (r *Rollouts) write(ctx context.Context, m Move, ptr Pointer, rc Receipt) (
 	if err != nil {
 		return Receipt{}, err
 	}
-	pb, err := json.Marshal(Pointer{Generation: rc.To, Epoch: rc.Epoch, ReceiptKey: receiptKey})
+	pb, err := json.Marshal(Pointer{Generation: rc.To, Epoch: rc.Epoch, ReceiptKey: receiptKey, HighWater: max(ptr.HighWater, ptr.Generation, rc.To)})
 	if err != nil {
 		return Receipt{}, err
 	}

@@ -20,6 +20,9 @@ import (
 	"github.com/pawlcfg/pawl/server/internal/instance"
 	"github.com/pawlcfg/pawl/server/internal/quorum"
 	"github.com/pawlcfg/pawl/server/internal/release"
+	"github.com/pawlcfg/pawl/server/internal/rollout"
+	"github.com/pawlcfg/pawl/server/internal/store"
+	"github.com/pawlcfg/pawl/server/internal/watch"
 )
 
 // ActorHeader names who is calling; it is recorded as the creator.
@@ -168,15 +171,85 @@ func toProtoRelease(r release.Release) *pawlv1.Release {
 // Instances is the InstanceService handler.
 type Instances struct {
 	registry *instance.Registry
+	rollouts *rollout.Rollouts
+	hub      *watch.Hub
 	log      *slog.Logger
 	now      func() time.Time
 }
 
 var _ pawlv1connect.InstanceServiceHandler = (*Instances)(nil)
 
-// NewInstances returns the InstanceService handler.
-func NewInstances(r *instance.Registry, log *slog.Logger) *Instances {
-	return &Instances{registry: r, log: log, now: time.Now}
+// NewInstances returns the InstanceService handler; assignment streams
+// follow the hub.
+func NewInstances(r *instance.Registry, ro *rollout.Rollouts, hub *watch.Hub, log *slog.Logger) *Instances {
+	return &Instances{registry: r, rollouts: ro, hub: hub, log: log, now: time.Now}
+}
+
+// WatchAssignments implements pawl.v1.InstanceService.WatchAssignments. It
+// recomputes the instance's assignments after every change to release or
+// rollout records and sends the set when it differs from the last one
+// sent. The stream ends with Unavailable when the server shuts down.
+func (h *Instances) WatchAssignments(ctx context.Context, req *connect.Request[pawlv1.WatchAssignmentsRequest], stream *connect.ServerStream[pawlv1.WatchAssignmentsResponse]) error {
+	identity := req.Msg.GetWorkloadIdentity()
+	if identity == "" {
+		return apierr.InvalidArgument("workload_identity is required")
+	}
+	var w *watch.Watcher
+	defer func() {
+		if w != nil {
+			w.Close()
+		}
+	}()
+	last := "\x00nothing sent yet" // no real set renders like this
+	for {
+		if w == nil {
+			var err error
+			// From now: the set sent next is computed after registering,
+			// so no change between the two is missed.
+			if w, err = h.hub.Watch(ctx, store.SystemPrefix+"configs/", 0); err != nil {
+				return apierr.Connect(h.log, req.Spec().Procedure, err)
+			}
+			if err := h.sendIfChanged(ctx, stream, identity, w.StartedAt(), &last); err != nil {
+				return err
+			}
+		}
+		batch, err := w.Next(ctx)
+		var compacted *store.CompactedError
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case errors.As(err, &compacted):
+			w.Close() // fell too far behind: start over from now
+			w = nil
+			continue
+		case err != nil:
+			return apierr.Connect(h.log, req.Spec().Procedure, err)
+		case len(batch.Events) == 0:
+			continue
+		}
+		if err := h.sendIfChanged(ctx, stream, identity, batch.Events[len(batch.Events)-1].Revision(), &last); err != nil {
+			return err
+		}
+	}
+}
+
+func (h *Instances) sendIfChanged(ctx context.Context, stream *connect.ServerStream[pawlv1.WatchAssignmentsResponse], identity string, rev int64, last *string) error {
+	as, err := h.rollouts.Assignments(ctx, identity)
+	if err != nil {
+		return apierr.Connect(h.log, "WatchAssignments", err)
+	}
+	resp := &pawlv1.WatchAssignmentsResponse{Revision: rev}
+	var key strings.Builder
+	for _, a := range as {
+		resp.Assignments = append(resp.Assignments, &pawlv1.Assignment{ConfigId: a.ConfigID, Generation: a.Generation,
+			ContentDigest: a.ContentDigest, ValidatorDigest: a.ValidatorDigest, Stage: a.Stage})
+		fmt.Fprintf(&key, "%s/%d/%s;", a.ConfigID, a.Generation, a.Stage)
+	}
+	if key.String() == *last {
+		return nil
+	}
+	*last = key.String()
+	return stream.Send(resp)
 }
 
 // Register implements pawl.v1.InstanceService.Register.

@@ -39,6 +39,9 @@ const (
 	// InstanceServiceHeartbeatProcedure is the fully-qualified name of the InstanceService's Heartbeat
 	// RPC.
 	InstanceServiceHeartbeatProcedure = "/pawl.v1.InstanceService/Heartbeat"
+	// InstanceServiceWatchAssignmentsProcedure is the fully-qualified name of the InstanceService's
+	// WatchAssignments RPC.
+	InstanceServiceWatchAssignmentsProcedure = "/pawl.v1.InstanceService/WatchAssignments"
 	// InstanceServiceListInstancesProcedure is the fully-qualified name of the InstanceService's
 	// ListInstances RPC.
 	InstanceServiceListInstancesProcedure = "/pawl.v1.InstanceService/ListInstances"
@@ -51,6 +54,12 @@ type InstanceServiceClient interface {
 	Register(context.Context, *connect.Request[v1.RegisterRequest]) (*connect.Response[v1.RegisterResponse], error)
 	// Heartbeat renews a lease.
 	Heartbeat(context.Context, *connect.Request[v1.HeartbeatRequest]) (*connect.Response[v1.HeartbeatResponse], error)
+	// WatchAssignments streams what the instance must run: the first message
+	// has every current assignment, and each later one the full set again
+	// whenever it changes (a promotion, a rollback, a canary stage reached).
+	// An instance applies only its assignments, never the largest generation
+	// it has seen.
+	WatchAssignments(context.Context, *connect.Request[v1.WatchAssignmentsRequest]) (*connect.ServerStreamForClient[v1.WatchAssignmentsResponse], error)
 	// ListInstances lists registered instances, live or not.
 	ListInstances(context.Context, *connect.Request[v1.ListInstancesRequest]) (*connect.Response[v1.ListInstancesResponse], error)
 }
@@ -78,6 +87,13 @@ func NewInstanceServiceClient(httpClient connect.HTTPClient, baseURL string, opt
 			connect.WithSchema(instanceServiceMethods.ByName("Heartbeat")),
 			connect.WithClientOptions(opts...),
 		),
+		watchAssignments: connect.NewClient[v1.WatchAssignmentsRequest, v1.WatchAssignmentsResponse](
+			httpClient,
+			baseURL+InstanceServiceWatchAssignmentsProcedure,
+			connect.WithSchema(instanceServiceMethods.ByName("WatchAssignments")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
 		listInstances: connect.NewClient[v1.ListInstancesRequest, v1.ListInstancesResponse](
 			httpClient,
 			baseURL+InstanceServiceListInstancesProcedure,
@@ -90,9 +106,10 @@ func NewInstanceServiceClient(httpClient connect.HTTPClient, baseURL string, opt
 
 // instanceServiceClient implements InstanceServiceClient.
 type instanceServiceClient struct {
-	register      *connect.Client[v1.RegisterRequest, v1.RegisterResponse]
-	heartbeat     *connect.Client[v1.HeartbeatRequest, v1.HeartbeatResponse]
-	listInstances *connect.Client[v1.ListInstancesRequest, v1.ListInstancesResponse]
+	register         *connect.Client[v1.RegisterRequest, v1.RegisterResponse]
+	heartbeat        *connect.Client[v1.HeartbeatRequest, v1.HeartbeatResponse]
+	watchAssignments *connect.Client[v1.WatchAssignmentsRequest, v1.WatchAssignmentsResponse]
+	listInstances    *connect.Client[v1.ListInstancesRequest, v1.ListInstancesResponse]
 }
 
 // Register calls pawl.v1.InstanceService.Register.
@@ -103,6 +120,11 @@ func (c *instanceServiceClient) Register(ctx context.Context, req *connect.Reque
 // Heartbeat calls pawl.v1.InstanceService.Heartbeat.
 func (c *instanceServiceClient) Heartbeat(ctx context.Context, req *connect.Request[v1.HeartbeatRequest]) (*connect.Response[v1.HeartbeatResponse], error) {
 	return c.heartbeat.CallUnary(ctx, req)
+}
+
+// WatchAssignments calls pawl.v1.InstanceService.WatchAssignments.
+func (c *instanceServiceClient) WatchAssignments(ctx context.Context, req *connect.Request[v1.WatchAssignmentsRequest]) (*connect.ServerStreamForClient[v1.WatchAssignmentsResponse], error) {
+	return c.watchAssignments.CallServerStream(ctx, req)
 }
 
 // ListInstances calls pawl.v1.InstanceService.ListInstances.
@@ -117,6 +139,12 @@ type InstanceServiceHandler interface {
 	Register(context.Context, *connect.Request[v1.RegisterRequest]) (*connect.Response[v1.RegisterResponse], error)
 	// Heartbeat renews a lease.
 	Heartbeat(context.Context, *connect.Request[v1.HeartbeatRequest]) (*connect.Response[v1.HeartbeatResponse], error)
+	// WatchAssignments streams what the instance must run: the first message
+	// has every current assignment, and each later one the full set again
+	// whenever it changes (a promotion, a rollback, a canary stage reached).
+	// An instance applies only its assignments, never the largest generation
+	// it has seen.
+	WatchAssignments(context.Context, *connect.Request[v1.WatchAssignmentsRequest], *connect.ServerStream[v1.WatchAssignmentsResponse]) error
 	// ListInstances lists registered instances, live or not.
 	ListInstances(context.Context, *connect.Request[v1.ListInstancesRequest]) (*connect.Response[v1.ListInstancesResponse], error)
 }
@@ -140,6 +168,13 @@ func NewInstanceServiceHandler(svc InstanceServiceHandler, opts ...connect.Handl
 		connect.WithSchema(instanceServiceMethods.ByName("Heartbeat")),
 		connect.WithHandlerOptions(opts...),
 	)
+	instanceServiceWatchAssignmentsHandler := connect.NewServerStreamHandler(
+		InstanceServiceWatchAssignmentsProcedure,
+		svc.WatchAssignments,
+		connect.WithSchema(instanceServiceMethods.ByName("WatchAssignments")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
 	instanceServiceListInstancesHandler := connect.NewUnaryHandler(
 		InstanceServiceListInstancesProcedure,
 		svc.ListInstances,
@@ -153,6 +188,8 @@ func NewInstanceServiceHandler(svc InstanceServiceHandler, opts ...connect.Handl
 			instanceServiceRegisterHandler.ServeHTTP(w, r)
 		case InstanceServiceHeartbeatProcedure:
 			instanceServiceHeartbeatHandler.ServeHTTP(w, r)
+		case InstanceServiceWatchAssignmentsProcedure:
+			instanceServiceWatchAssignmentsHandler.ServeHTTP(w, r)
 		case InstanceServiceListInstancesProcedure:
 			instanceServiceListInstancesHandler.ServeHTTP(w, r)
 		default:
@@ -170,6 +207,10 @@ func (UnimplementedInstanceServiceHandler) Register(context.Context, *connect.Re
 
 func (UnimplementedInstanceServiceHandler) Heartbeat(context.Context, *connect.Request[v1.HeartbeatRequest]) (*connect.Response[v1.HeartbeatResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("pawl.v1.InstanceService.Heartbeat is not implemented"))
+}
+
+func (UnimplementedInstanceServiceHandler) WatchAssignments(context.Context, *connect.Request[v1.WatchAssignmentsRequest], *connect.ServerStream[v1.WatchAssignmentsResponse]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("pawl.v1.InstanceService.WatchAssignments is not implemented"))
 }
 
 func (UnimplementedInstanceServiceHandler) ListInstances(context.Context, *connect.Request[v1.ListInstancesRequest]) (*connect.Response[v1.ListInstancesResponse], error) {

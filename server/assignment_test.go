@@ -1,0 +1,153 @@
+package server_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	pawlv1 "github.com/pawlcfg/pawl/gen/pawl/v1"
+	"github.com/pawlcfg/pawl/gen/pawl/v1/pawlv1connect"
+	"github.com/pawlcfg/pawl/internal/testserver"
+)
+
+// render is an assignment set as "config@generation[:stage]" entries.
+func render(resp *pawlv1.WatchAssignmentsResponse) string {
+	out := ""
+	for _, a := range resp.GetAssignments() {
+		out += fmt.Sprintf("%s@%d", a.GetConfigId(), a.GetGeneration())
+		if a.GetStage() != "" {
+			out += ":" + a.GetStage()
+		}
+		out += " "
+	}
+	return out
+}
+
+type assignmentStream struct {
+	*connect.ServerStreamForClient[pawlv1.WatchAssignmentsResponse]
+}
+
+// next waits for the next set that differs from the last and returns it.
+func (s assignmentStream) next(t *testing.T) string {
+	t.Helper()
+	if !s.Receive() {
+		t.Fatalf("assignment stream ended: %v", s.Err())
+	}
+	return render(s.Msg())
+}
+
+// TestInstancesFollowTheirAssignments: a canary instance gets the new
+// generation at the canary stage, the rest only once the canary stage
+// passed, and everyone the active generation after promotion and rollback.
+func TestInstancesFollowTheirAssignments(t *testing.T) {
+	srv := testserver.Start(t)
+	client := testserver.HTTPClient(t)
+	is := pawlv1connect.NewInstanceServiceClient(client, srv.URL, connect.WithGRPC())
+	rs := pawlv1connect.NewReleaseServiceClient(client, srv.URL, connect.WithGRPC())
+	ro := pawlv1connect.NewRolloutServiceClient(client, srv.URL, connect.WithGRPC())
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	register(t, is, "canary-1", "b", "zone-a", map[string]string{"canary": "true"})
+	register(t, is, "main-1", "b", "zone-a", nil)
+	register(t, is, "main-2", "b", "zone-b", nil)
+	digest := upload(t, newValidators(t, srv), "routing")
+
+	watch := func(id string) assignmentStream {
+		s, err := is.WatchAssignments(ctx, connect.NewRequest(&pawlv1.WatchAssignmentsRequest{WorkloadIdentity: id}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		return assignmentStream{s}
+	}
+	canary, main := watch("canary-1"), watch("main-1")
+	if got := canary.next(t); got != "" {
+		t.Fatalf("canary before any release: %q", got)
+	}
+	if got := main.next(t); got != "" {
+		t.Fatalf("main before any release: %q", got)
+	}
+
+	create := func(weight int) *pawlv1.Release {
+		spec := &pawlv1.ReleaseSpec{
+			ConfigId: "routing", MediaType: "application/json", ValidatorDigest: digest,
+			Content: []byte(fmt.Sprintf(`{"upstreams":[{"host":"a","weight":%d},{"host":"b","weight":%d}]}`, weight, 100-weight)),
+			Stages: []*pawlv1.Stage{
+				{Name: "canary", Selector: map[string]string{"canary": "true"}, Policy: &pawlv1.AckPolicy{Kind: pawlv1.AckPolicyKind_ACK_POLICY_KIND_ALL}},
+				{Name: "everyone", Policy: &pawlv1.AckPolicy{Kind: pawlv1.AckPolicyKind_ACK_POLICY_KIND_ALL}},
+			},
+			Deadline: durationpb.New(time.Hour),
+		}
+		resp, err := rs.CreateRelease(ctx, connect.NewRequest(&pawlv1.CreateReleaseRequest{Spec: spec}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Msg.GetRelease()
+	}
+	ack := func(rel *pawlv1.Release, id string) {
+		if _, err := ro.Ack(ctx, connect.NewRequest(&pawlv1.AckRequest{Ack: &pawlv1.Ack{
+			ConfigId: "routing", Generation: rel.GetGeneration(), WorkloadIdentity: id, BootId: "b", ApplySequence: rel.GetGeneration(),
+			ContentDigest: rel.GetContentDigest(), ValidatorDigest: digest, State: pawlv1.InstanceState_INSTANCE_STATE_HEALTHY_ACKED, HealthOk: true,
+		}})); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	rel1 := create(50)
+	if got := canary.next(t); got != "routing@1:canary " {
+		t.Fatalf("canary after the release: %q", got)
+	}
+	ack(rel1, "canary-1") // the canary stage passes: everyone is reached
+	if got := main.next(t); got != "routing@1:everyone " {
+		t.Fatalf("main after the canary stage: %q", got)
+	}
+	ack(rel1, "main-1")
+	ack(rel1, "main-2")
+	if _, err := ro.Promote(ctx, connect.NewRequest(&pawlv1.PromoteRequest{ConfigId: "routing", Generation: 1, IdempotencyKey: "p1"})); err != nil {
+		t.Fatal(err)
+	}
+	if got := main.next(t); got != "routing@1 " {
+		t.Fatalf("main after promotion: %q", got)
+	}
+	if got := canary.next(t); got != "routing@1 " {
+		t.Fatalf("canary after promotion: %q", got)
+	}
+
+	rel2 := create(70)
+	if got := canary.next(t); got != "routing@2:canary " {
+		t.Fatalf("canary with generation 2 out: %q", got)
+	}
+	ack(rel2, "canary-1")
+	if got := main.next(t); got != "routing@2:everyone " {
+		t.Fatalf("main with generation 2 past its canary: %q", got)
+	}
+	ack(rel2, "main-1")
+	ack(rel2, "main-2")
+	if _, err := ro.Promote(ctx, connect.NewRequest(&pawlv1.PromoteRequest{ConfigId: "routing", Generation: 2, ExpectedGeneration: 1, IdempotencyKey: "p2"})); err != nil {
+		t.Fatal(err)
+	}
+	if got := main.next(t); got != "routing@2 " {
+		t.Fatalf("main after promoting 2: %q", got)
+	}
+	if _, err := ro.Rollback(ctx, connect.NewRequest(&pawlv1.RollbackRequest{ConfigId: "routing", ExpectedGeneration: 2, IdempotencyKey: "rb"})); err != nil {
+		t.Fatal(err)
+	}
+	// After the rollback everyone is assigned generation 1, not the
+	// largest generation they have seen.
+	if got := main.next(t); got != "routing@1 " {
+		t.Fatalf("main after the rollback: %q", got)
+	}
+	for {
+		got := canary.next(t)
+		if got == "routing@1 " {
+			break
+		}
+		if got != "routing@2 " {
+			t.Fatalf("canary saw %q on its way back to generation 1", got)
+		}
+	}
+}

@@ -1,0 +1,102 @@
+package rollout
+
+import (
+	"context"
+
+	"github.com/pawlcfg/pawl/server/internal/instance"
+	"github.com/pawlcfg/pawl/server/internal/quorum"
+	"github.com/pawlcfg/pawl/server/internal/release"
+)
+
+// Assignment is the generation of one config an instance must run. An
+// instance activates only what it is assigned, never the largest
+// generation it has seen.
+type Assignment struct {
+	ConfigID        string
+	Generation      int64
+	ContentDigest   string
+	ValidatorDigest string
+	// Stage is empty for the active generation, and names the stage for a
+	// canary assignment of a newer, not yet promoted release.
+	Stage string
+}
+
+// Assignments computes what the instance must run, config by config: the
+// newest release's generation if it was never promoted and the instance is
+// a member of a stage that has been reached (every earlier stage passed),
+// else the active generation. Configs with neither are left out.
+func (r *Rollouts) Assignments(ctx context.Context, identity string) ([]Assignment, error) {
+	configs, err := r.releases.Configs(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []Assignment
+	for _, config := range configs {
+		a, ok, err := r.assignment(ctx, config, identity)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			out = append(out, a)
+		}
+	}
+	return out, nil
+}
+
+func (r *Rollouts) assignment(ctx context.Context, config, identity string) (Assignment, bool, error) {
+	ptr, err := r.pointer(ctx, config)
+	if err != nil {
+		return Assignment{}, false, err
+	}
+	latest, err := r.releases.Latest(ctx, config)
+	if err != nil {
+		return Assignment{}, false, err
+	}
+	if latest.Generation > max(ptr.Generation, ptr.HighWater) {
+		if stage, ok, err := r.canaryStage(ctx, latest, identity); err != nil || ok {
+			return assignmentOf(latest, stage), ok, err
+		}
+	}
+	if ptr.Generation == 0 {
+		return Assignment{}, false, nil
+	}
+	active, err := r.releases.Get(ctx, config, ptr.Generation)
+	if err != nil {
+		return Assignment{}, false, err
+	}
+	return assignmentOf(active, ""), true, nil
+}
+
+// canaryStage returns the stage through which the instance receives a
+// not-yet-promoted release: the first reached stage whose selector it
+// matches. A stage is reached when every stage before it passed; a failed
+// stage stops the rollout, so nothing after it is reached.
+func (r *Rollouts) canaryStage(ctx context.Context, rel release.Release, identity string) (string, bool, error) {
+	var member *quorum.Member
+	for i := range rel.Membership {
+		if rel.Membership[i].ID == identity {
+			member = &rel.Membership[i]
+		}
+	}
+	if member == nil {
+		return "", false, nil
+	}
+	_, stages, err := r.Evaluate(ctx, rel.ConfigID, rel.Generation)
+	if err != nil {
+		return "", false, err
+	}
+	for i, st := range rel.Stages {
+		if instance.Matches(member.Labels, st.Selector) {
+			return st.Name, true, nil
+		}
+		if stages[i].Evaluation.Outcome != quorum.Passed {
+			return "", false, nil
+		}
+	}
+	return "", false, nil
+}
+
+func assignmentOf(rel release.Release, stage string) Assignment {
+	return Assignment{ConfigID: rel.ConfigID, Generation: rel.Generation, ContentDigest: rel.ContentDigest,
+		ValidatorDigest: rel.ValidatorDigest, Stage: stage}
+}
