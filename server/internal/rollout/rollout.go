@@ -132,9 +132,19 @@ type Rollouts struct {
 }
 
 // New returns Rollouts over st.
-func New(st store.Store, releases *release.Releases, registry *instance.Registry) *Rollouts {
-	return &Rollouts{store: st, releases: releases, registry: registry, now: time.Now}
+func New(st store.Store, releases *release.Releases, registry *instance.Registry, opts ...Option) *Rollouts {
+	r := &Rollouts{store: st, releases: releases, registry: registry, now: time.Now}
+	for _, opt := range opts {
+		opt(r)
+	}
+	return r
 }
+
+// Option configures New.
+type Option func(*Rollouts)
+
+// WithClock replaces time.Now, for tests and simulations of deadlines.
+func WithClock(now func() time.Time) Option { return func(r *Rollouts) { r.now = now } }
 
 func configKey(config, rest string) string {
 	return store.SystemPrefix + "configs/" + config + "/" + rest
@@ -339,6 +349,12 @@ func (r *Rollouts) Evaluate(ctx context.Context, config string, gen int64) (rele
 			res.ZoneStates[m.Zone][state]++
 		}
 		res.Evaluation = quorum.Evaluate(st.Policy, members, states)
+		if deadline := rel.CreatedAt.Add(rel.Deadline); res.Evaluation.Outcome == quorum.Waiting && r.now().After(deadline) {
+			// A stage still waiting at the release's deadline has failed;
+			// its tallies stay as the evidence.
+			res.Evaluation.Outcome = quorum.Failed
+			res.Evaluation.Reason = fmt.Sprintf("the deadline passed at %s while %s", deadline.Format(time.RFC3339), res.Evaluation.Reason)
+		}
 		out = append(out, res)
 	}
 	return rel, out, nil

@@ -29,6 +29,7 @@ func TestMain(m *testing.M) {
 }
 
 type env struct {
+	clock    *testClock
 	registry *instance.Registry
 	releases *release.Releases
 	rollouts *rollout.Rollouts
@@ -55,9 +56,9 @@ func newEnv(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{registry: instance.New(st, time.Hour), digest: host.Digest(wasm)}
+	e := &env{clock: &testClock{now: time.Now()}, registry: instance.New(st, time.Hour), digest: host.Digest(wasm)}
 	e.releases = release.New(st, func(ctx context.Context, _ string, in host.Input) (host.Result, error) { return v.Validate(ctx, in) }, e.registry.Members)
-	e.rollouts = rollout.New(st, e.releases, e.registry)
+	e.rollouts = rollout.New(st, e.releases, e.registry, rollout.WithClock(e.clock.Now))
 	for i := range 6 {
 		e.register(t, fmt.Sprintf("i%d", i), "boot-1", fmt.Sprintf("zone-%c", 'a'+i%3))
 	}
@@ -267,5 +268,44 @@ func TestRollbackWritesANewReceiptAndKeepsEverything(t *testing.T) {
 	}
 	if _, err := e.rollouts.GetPromotion(ctx, "routing", "never"); !errors.Is(err, rollout.ErrNoPromotion) {
 		t.Fatalf("GetPromotion(never) = %v", err)
+	}
+}
+
+// testClock is a clock the test moves by hand.
+type testClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *testClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *testClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+func TestAStageWaitingAtTheDeadlineFails(t *testing.T) {
+	e := newEnv(t)
+	rel := e.release(t, 50) // deadline: one hour
+	for _, id := range []string{"i0", "i1", "i3", "i4"} {
+		e.ack(t, rel, id, "boot-1", 1, rollout.HealthyAcked)
+	}
+	_, stages, err := e.rollouts.Evaluate(context.Background(), "routing", 1)
+	if err != nil || stages[0].Evaluation.Outcome != quorum.Waiting {
+		t.Fatalf("before the deadline: %+v, %v", stages, err)
+	}
+	e.clock.Advance(2 * time.Hour)
+	_, stages, err = e.rollouts.Evaluate(context.Background(), "routing", 1)
+	if err != nil || stages[0].Evaluation.Outcome != quorum.Failed || !strings.Contains(stages[0].Evaluation.Reason, "the deadline passed") ||
+		stages[0].Evaluation.Healthy != 4 {
+		t.Fatalf("after the deadline: %+v, %v", stages, err)
+	}
+	if _, err := e.rollouts.Promote(context.Background(), rollout.Move{ConfigID: "routing", To: 1, IdempotencyKey: "late"}); !errors.Is(err, rollout.ErrNotReady) {
+		t.Fatalf("Promote after the deadline = %v", err)
 	}
 }
