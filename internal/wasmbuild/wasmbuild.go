@@ -4,6 +4,7 @@
 package wasmbuild
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -12,6 +13,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/pawlcfg/pawl/validators/host"
 )
 
 var (
@@ -105,4 +108,24 @@ func CacheDir(tb testing.TB) string {
 		tb.Fatal(err)
 	}
 	return d
+}
+
+// Load builds the example validator name and loads it into a new runtime
+// that uses CacheDir; the test's cleanup closes both. Its Info().Digest is
+// the module's digest.
+func Load(tb testing.TB, name string) *host.Validator {
+	tb.Helper()
+	ctx := context.Background()
+	rt, err := host.New(ctx, host.WithCacheDir(CacheDir(tb)))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = rt.Close(ctx) })
+	wasm := Build(tb, name)
+	v, err := rt.Load(ctx, host.Digest(wasm), wasm)
+	if err != nil {
+		tb.Fatalf("wasmbuild: load %s: %v", name, err)
+	}
+	tb.Cleanup(func() { _ = v.Close(ctx) })
+	return v
 }

@@ -45,17 +45,8 @@ func newFixture(t *testing.T) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = st.Close() })
-	rt, err := host.New(ctx, host.WithCacheDir(wasmbuild.CacheDir(t)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = rt.Close(ctx) })
-	wasm := wasmbuild.Build(t, "routing")
-	v, err := rt.Load(ctx, host.Digest(wasm), wasm)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := &fixture{store: st, digest: host.Digest(wasm), members: []quorum.Member{
+	v := wasmbuild.Load(t, "routing")
+	f := &fixture{store: st, digest: v.Info().Digest, members: []quorum.Member{
 		{ID: "i1", Zone: "a", Role: "worker", Weight: 1}, {ID: "i2", Zone: "b", Role: "worker", Weight: 1},
 	}}
 	validate := func(ctx context.Context, digest string, in host.Input) (host.Result, error) {

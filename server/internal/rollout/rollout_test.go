@@ -46,17 +46,8 @@ func newEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = st.Close() })
-	rt, err := host.New(ctx, host.WithCacheDir(wasmbuild.CacheDir(t)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = rt.Close(ctx) })
-	wasm := wasmbuild.Build(t, "routing")
-	v, err := rt.Load(ctx, host.Digest(wasm), wasm)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := &env{clock: &testClock{now: time.Now()}, registry: instance.New(st, time.Hour), digest: host.Digest(wasm)}
+	v := wasmbuild.Load(t, "routing")
+	e := &env{clock: &testClock{now: time.Now()}, registry: instance.New(st, time.Hour), digest: v.Info().Digest}
 	e.releases = release.New(st, func(ctx context.Context, _ string, in host.Input) (host.Result, error) { return v.Validate(ctx, in) }, e.registry.Members)
 	e.rollouts = rollout.New(st, e.releases, e.registry, rollout.WithClock(e.clock.Now))
 	for i := range 6 {
