@@ -271,15 +271,23 @@ func (r *Rollouts) acks(ctx context.Context, config string, gen int64, identity 
 // state: healthy (HEALTHY_ACKED with a passing health window), rejected, or
 // pending.
 func States(acks []Ack) map[string]quorum.State {
+	return quorumStates(latestCounted(acks))
+}
+
+// latestCounted is each instance's latest counted ACK: the highest apply
+// sequence, and of equal ones the last to arrive.
+func latestCounted(acks []Ack) map[string]Ack {
 	latest := map[string]Ack{}
 	for _, a := range acks {
-		if !a.Counted {
-			continue
-		}
-		if l, ok := latest[a.WorkloadIdentity]; !ok || a.ApplySequence >= l.ApplySequence {
+		if l, ok := latest[a.WorkloadIdentity]; a.Counted && (!ok || a.ApplySequence >= l.ApplySequence) {
 			latest[a.WorkloadIdentity] = a
 		}
 	}
+	return latest
+}
+
+// quorumStates maps latest ACKs to what quorum counts.
+func quorumStates(latest map[string]Ack) map[string]quorum.State {
 	states := map[string]quorum.State{}
 	for id, a := range latest {
 		switch {
@@ -302,21 +310,6 @@ type StageResult struct {
 	ZoneStates map[string]map[string]int
 }
 
-// latestStates is each member's latest counted state.
-func latestStates(acks []Ack) map[string]AckState {
-	latest := map[string]Ack{}
-	for _, a := range acks {
-		if l, ok := latest[a.WorkloadIdentity]; a.Counted && (!ok || a.ApplySequence >= l.ApplySequence) {
-			latest[a.WorkloadIdentity] = a
-		}
-	}
-	out := map[string]AckState{}
-	for id, a := range latest {
-		out[id] = a.State
-	}
-	return out
-}
-
 // Evaluate evaluates every stage of a release against its members.
 func (r *Rollouts) Evaluate(ctx context.Context, config string, gen int64) (release.Release, []StageResult, error) {
 	rel, err := r.releases.Get(ctx, config, gen)
@@ -327,8 +320,8 @@ func (r *Rollouts) Evaluate(ctx context.Context, config string, gen int64) (rele
 	if err != nil {
 		return release.Release{}, nil, err
 	}
-	states := States(acks)
-	latest := latestStates(acks)
+	latest := latestCounted(acks)
+	states := quorumStates(latest)
 	var out []StageResult
 	for _, st := range rel.Stages {
 		res := StageResult{Name: st.Name, States: map[string]int{}, ZoneStates: map[string]map[string]int{}}
@@ -338,7 +331,7 @@ func (r *Rollouts) Evaluate(ctx context.Context, config string, gen int64) (rele
 				continue
 			}
 			members = append(members, m)
-			state := string(latest[m.ID])
+			state := string(latest[m.ID].State)
 			if state == "" {
 				state = "NO_ACK"
 			}
