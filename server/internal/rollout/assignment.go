@@ -44,7 +44,7 @@ func (r *Rollouts) Assignments(ctx context.Context, identity string) ([]Assignme
 }
 
 func (r *Rollouts) assignment(ctx context.Context, config, identity string) (Assignment, bool, error) {
-	ptr, err := r.pointer(ctx, config)
+	ptr, err := r.Pointer(ctx, config)
 	if err != nil {
 		return Assignment{}, false, err
 	}

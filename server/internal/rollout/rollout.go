@@ -193,7 +193,7 @@ func (r *Rollouts) judge(ctx context.Context, rel release.Release, ack Ack) (boo
 			member = true
 		}
 	}
-	ptr, err := r.pointer(ctx, ack.ConfigID)
+	ptr, err := r.Pointer(ctx, ack.ConfigID)
 	if err != nil {
 		return false, "", err
 	}
@@ -353,7 +353,9 @@ func (r *Rollouts) Evaluate(ctx context.Context, config string, gen int64) (rele
 	return rel, out, nil
 }
 
-func (r *Rollouts) pointer(ctx context.Context, config string) (Pointer, error) {
+// Pointer returns a config's active pointer (generation 0 before the first
+// promotion).
+func (r *Rollouts) Pointer(ctx context.Context, config string) (Pointer, error) {
 	kv, _, err := r.store.Get(ctx, configKey(config, "active"), 0)
 	if errors.Is(err, store.ErrNotFound) {
 		return Pointer{}, nil
@@ -367,12 +369,6 @@ func (r *Rollouts) pointer(ctx context.Context, config string) (Pointer, error) 
 	}
 	p.Revision = kv.ModRevision
 	return p, nil
-}
-
-// Pointer returns a config's active pointer (generation 0 before the first
-// promotion).
-func (r *Rollouts) Pointer(ctx context.Context, config string) (Pointer, error) {
-	return r.pointer(ctx, config)
 }
 
 var keyPattern = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)
@@ -503,7 +499,7 @@ func derefReceipt(rc *Receipt) Receipt {
 }
 
 func (r *Rollouts) checkPointer(ctx context.Context, m Move) (Pointer, error) {
-	ptr, err := r.pointer(ctx, m.ConfigID)
+	ptr, err := r.Pointer(ctx, m.ConfigID)
 	if err != nil {
 		return Pointer{}, err
 	}
@@ -533,7 +529,7 @@ func (r *Rollouts) write(ctx context.Context, m Move, ptr Pointer, rc Receipt) (
 		if done, derr := r.existing(ctx, m); done != nil || derr != nil {
 			return derefReceipt(done), derr // the same key won, in a concurrent retry
 		}
-		now, perr := r.pointer(ctx, m.ConfigID)
+		now, perr := r.Pointer(ctx, m.ConfigID)
 		if perr != nil {
 			return Receipt{}, perr
 		}
