@@ -378,6 +378,3 @@ func printable(v []byte) string {
 	}
 	return strconv.Quote(s)
 }
-
-// envActor is who the user is, from PAWL_ACTOR.
-func envActor() string { return os.Getenv("PAWL_ACTOR") }

@@ -104,9 +104,7 @@ func releaseCommand(g *globals) *cobra.Command {
 				spec.Stages = append(spec.Stages, st)
 			}
 			req := connect.NewRequest(&pawlv1.CreateReleaseRequest{Spec: spec})
-			if actor != "" {
-				req.Header().Set("Pawl-Actor", actor)
-			}
+			setActor(req, actor)
 			resp, err := g.releases().CreateRelease(cmd.Context(), req)
 			if err != nil {
 				return err

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -101,7 +102,7 @@ func promoteCommand(g *globals) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&key, "key", "", "idempotency key (default: a new random one)")
-	cmd.Flags().StringVar(&actor, "actor", "", "who is promoting (env PAWL_ACTOR)")
+	cmd.Flags().StringVar(&actor, "actor", os.Getenv("PAWL_ACTOR"), "who is promoting (env PAWL_ACTOR)")
 	return cmd
 }
 
@@ -125,14 +126,12 @@ func rollbackCommand(g *globals) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&key, "key", "", "idempotency key (default: a new random one)")
-	cmd.Flags().StringVar(&actor, "actor", "", "who is rolling back (env PAWL_ACTOR)")
+	cmd.Flags().StringVar(&actor, "actor", os.Getenv("PAWL_ACTOR"), "who is rolling back (env PAWL_ACTOR)")
 	return cmd
 }
 
+// setActor names the caller in the Pawl-Actor header, when known.
 func setActor(req connect.AnyRequest, actor string) {
-	if actor == "" {
-		actor = envActor()
-	}
 	if actor != "" {
 		req.Header().Set("Pawl-Actor", actor)
 	}

@@ -35,9 +35,7 @@ func validatorCommand(g *globals) *cobra.Command {
 				return fmt.Errorf("read module: %w", err)
 			}
 			req := connect.NewRequest(&pawlv1.UploadRequest{Wasm: wasm, Name: name})
-			if actor != "" {
-				req.Header().Set("Pawl-Actor", actor)
-			}
+			setActor(req, actor)
 			resp, err := g.validators().Upload(cmd.Context(), req)
 			if err != nil {
 				return err
