@@ -14,13 +14,17 @@ import (
 
 	pawlv1 "github.com/pawlcfg/pawl/gen/pawl/v1"
 	"github.com/pawlcfg/pawl/gen/pawl/v1/pawlv1connect"
+	"github.com/pawlcfg/pawl/internal/testclock"
 	"github.com/pawlcfg/pawl/internal/testserver"
+	"github.com/pawlcfg/pawl/server"
 )
 
 // fleet is a simulated fleet of instances talking to a real server over
 // loopback with real gRPC clients.
 type fleet struct {
 	t         *testing.T
+	srv       *testserver.Server
+	clock     *testclock.Clock
 	instances pawlv1connect.InstanceServiceClient
 	releases  pawlv1connect.ReleaseServiceClient
 	rollouts  pawlv1connect.RolloutServiceClient
@@ -30,10 +34,21 @@ type fleet struct {
 	zones     map[string]string
 }
 
-func newFleet(t *testing.T, srv *testserver.Server, size int) *fleet {
+// healthWindow is the fleet releases' health window; the fleet's clock
+// moves past it instead of waiting.
+const healthWindow = time.Minute
+
+// newFleet starts a server on a clock the test moves, and registers size
+// instances in three zones.
+func newFleet(t *testing.T, size int) *fleet {
+	clock := testclock.New(time.Now())
+	// Leases outlast the simulated minutes: these instances do not heartbeat.
+	srv := testserver.Start(t, server.WithClock(clock.Now), server.WithRolloutCheckInterval(10*time.Millisecond), server.WithInstanceLease(24*time.Hour))
 	client := testserver.HTTPClient(t)
 	f := &fleet{
 		t:         t,
+		srv:       srv,
+		clock:     clock,
 		instances: pawlv1connect.NewInstanceServiceClient(client, srv.URL, connect.WithGRPC()),
 		releases:  pawlv1connect.NewReleaseServiceClient(client, srv.URL, connect.WithGRPC()),
 		rollouts:  pawlv1connect.NewRolloutServiceClient(client, srv.URL, connect.WithGRPC()),
@@ -97,7 +112,7 @@ func (f *fleet) create(weight int) *pawlv1.Release {
 			{Name: "canary", Policy: &pawlv1.AckPolicy{Kind: pawlv1.AckPolicyKind_ACK_POLICY_KIND_FRACTION, Fraction: 0.01}},
 			{Name: "zones", Policy: &pawlv1.AckPolicy{Kind: pawlv1.AckPolicyKind_ACK_POLICY_KIND_ZONE_QUORUM, Fraction: 0.9, MaxRejected: 5}},
 		},
-		HealthWindow: durationpb.New(time.Minute), Deadline: durationpb.New(time.Hour),
+		HealthWindow: durationpb.New(healthWindow), Deadline: durationpb.New(time.Hour),
 	}
 	resp, err := f.releases.CreateRelease(context.Background(), connect.NewRequest(&pawlv1.CreateReleaseRequest{Spec: spec}))
 	if err != nil {
@@ -125,12 +140,21 @@ func (f *fleet) ack(rel *pawlv1.Release, id string, state pawlv1.InstanceState, 
 	return resp.Msg.GetAck(), nil
 }
 
+// healthy has every instance report APPLIED, lets the health window pass,
+// and has each report HEALTHY_ACKED; every ACK must count.
+func (f *fleet) healthy(rel *pawlv1.Release, ids []string) {
+	f.t.Helper()
+	f.ackAll(rel, ids, pawlv1.InstanceState_INSTANCE_STATE_APPLIED)
+	f.clock.Advance(healthWindow)
+	f.ackAll(rel, ids, pawlv1.InstanceState_INSTANCE_STATE_HEALTHY_ACKED)
+}
+
 func (f *fleet) ackAll(rel *pawlv1.Release, ids []string, state pawlv1.InstanceState) {
 	f.t.Helper()
 	f.parallel(ids, func(id string) error {
 		a, err := f.ack(rel, id, state)
 		if err == nil && !a.GetCounted() {
-			err = fmt.Errorf("ACK not counted: %s", a.GetNotCountedReason())
+			err = fmt.Errorf("%s not counted: %s", state, a.GetNotCountedReason())
 		}
 		return err
 	})
@@ -155,6 +179,76 @@ func (f *fleet) promote(gen, expected, epoch int64, key string) (*pawlv1.Receipt
 	return resp.Msg.GetReceipt(), nil
 }
 
+// assignmentWatcher is one instance's assignment stream, read at
+// checkpoints; it records every assignment of the config it receives.
+type assignmentWatcher struct {
+	id     string
+	stream *connect.ServerStreamForClient[pawlv1.WatchAssignmentsResponse]
+	seen   []*pawlv1.Assignment
+	revs   []int64
+}
+
+func (f *fleet) watchAssignments(ctx context.Context, id string) *assignmentWatcher {
+	f.t.Helper()
+	stream, err := f.instances.WatchAssignments(ctx, connect.NewRequest(&pawlv1.WatchAssignmentsRequest{WorkloadIdentity: id}))
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	w := &assignmentWatcher{id: id, stream: stream}
+	f.t.Cleanup(func() { _ = w.stream.Close() })
+	return w
+}
+
+// next reads one assignment set and returns the config's assignment (nil
+// for none).
+func (w *assignmentWatcher) next(t *testing.T) *pawlv1.Assignment {
+	t.Helper()
+	if !w.stream.Receive() {
+		t.Fatalf("%s: assignment stream ended: %v", w.id, w.stream.Err())
+	}
+	w.revs = append(w.revs, w.stream.Msg().GetRevision())
+	for _, a := range w.stream.Msg().GetAssignments() {
+		if a.GetConfigId() == "checkout" {
+			w.seen = append(w.seen, a)
+			return a
+		}
+	}
+	return nil
+}
+
+// until reads until the instance is assigned the active generation gen at
+// epoch.
+func (w *assignmentWatcher) until(t *testing.T, gen, epoch int64) {
+	t.Helper()
+	for {
+		if a := w.next(t); a != nil && a.GetGeneration() == gen && a.GetEpoch() == epoch && a.GetStage() == "" {
+			return
+		}
+	}
+}
+
+// checkOrder asserts what an instance may rely on, however its events were
+// timed: revisions only grow, the epoch never goes back, and after the
+// rollback's epoch the rolled-back generation never returns.
+func (w *assignmentWatcher) checkOrder(t *testing.T, rolledBack int64) {
+	t.Helper()
+	for i := 1; i < len(w.revs); i++ {
+		if w.revs[i] <= w.revs[i-1] {
+			t.Fatalf("%s: revisions went %d then %d", w.id, w.revs[i-1], w.revs[i])
+		}
+	}
+	epoch := int64(0)
+	for _, a := range w.seen {
+		if a.GetEpoch() < epoch {
+			t.Fatalf("%s: epoch went back from %d to %d", w.id, epoch, a.GetEpoch())
+		}
+		epoch = a.GetEpoch()
+		if epoch > 0 && a.GetGeneration() == rolledBack {
+			t.Fatalf("%s: assigned rolled-back generation %d at epoch %d", w.id, rolledBack, epoch)
+		}
+	}
+}
+
 // zoneIDs returns the fleet's instances (not the racers) in the zones.
 func zoneIDs(f *fleet, zones ...string) []string {
 	var ids []string
@@ -176,8 +270,7 @@ func zoneIDs(f *fleet, zones ...string) []string {
 // checks that each ends as DESIGN.md promises and the audit trail keeps
 // everything.
 func TestSimulatedFleetFaults(t *testing.T) {
-	srv := testserver.Start(t)
-	f := newFleet(t, srv, 300)
+	f := newFleet(t, 300)
 	ctx := context.Background()
 
 	// The pointer key is watched as an instance's assignment would be: the
@@ -191,6 +284,16 @@ func TestSimulatedFleetFaults(t *testing.T) {
 	defer pointerWatch.Close()
 	if !pointerWatch.Receive() {
 		t.Fatal(pointerWatch.Err())
+	}
+
+	// Six instances, two per zone, follow their assignments throughout.
+	var watchers []*assignmentWatcher
+	for i := range 6 {
+		w := f.watchAssignments(watchCtx, fmt.Sprintf("pay-%03d", i))
+		if a := w.next(t); a != nil {
+			t.Fatalf("%s assigned %v before any release", w.id, a)
+		}
+		watchers = append(watchers, w)
 	}
 
 	// Membership race during the freeze: instances register while the
@@ -224,6 +327,12 @@ func TestSimulatedFleetFaults(t *testing.T) {
 		}
 	}
 	for _, id := range racers {
+		if _, err := f.ack(rel1, id, pawlv1.InstanceState_INSTANCE_STATE_APPLIED); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.clock.Advance(healthWindow)
+	for _, id := range racers {
 		a, err := f.ack(rel1, id, pawlv1.InstanceState_INSTANCE_STATE_HEALTHY_ACKED)
 		if err != nil {
 			t.Fatal(err)
@@ -234,7 +343,7 @@ func TestSimulatedFleetFaults(t *testing.T) {
 	}
 
 	// Zone partition: zone-c never ACKs; the stage blocks on it.
-	f.ackAll(rel1, zoneIDs(f, "zone-a", "zone-b"), pawlv1.InstanceState_INSTANCE_STATE_HEALTHY_ACKED)
+	f.healthy(rel1, zoneIDs(f, "zone-a", "zone-b"))
 	st := f.status(1)
 	if st.GetStages()[1].GetOutcome() != "waiting" || !strings.Contains(st.GetStages()[1].GetReason(), `zone "zone-c" has 0 of 100 healthy, needs 90`) {
 		t.Fatalf("zones stage during the partition: %v", st.GetStages()[1])
@@ -260,9 +369,7 @@ func TestSimulatedFleetFaults(t *testing.T) {
 	// A restart after ACK: the new boot re-registers; the old boot's ACKs
 	// no longer count, the new boot must ACK again.
 	restarted := zoneC[2]
-	if a, _ := f.ack(rel1, restarted, pawlv1.InstanceState_INSTANCE_STATE_HEALTHY_ACKED); !a.GetCounted() {
-		t.Fatalf("ACK before the restart = %v", a)
-	}
+	f.healthy(rel1, []string{restarted})
 	f.boots[restarted] = "boot-2"
 	if err := f.register(restarted); err != nil {
 		t.Fatal(err)
@@ -272,7 +379,7 @@ func TestSimulatedFleetFaults(t *testing.T) {
 		t.Fatalf("ACK of the old boot = %v", a)
 	}
 	// The partition heals: zone-c ACKs (the partial download retried).
-	f.ackAll(rel1, zoneC, pawlv1.InstanceState_INSTANCE_STATE_HEALTHY_ACKED)
+	f.healthy(rel1, zoneC)
 
 	// A lost promote response: the client resolves it by its key.
 	if _, err := f.promote(1, 0, 0, "p1"); err != nil {
@@ -290,6 +397,14 @@ func TestSimulatedFleetFaults(t *testing.T) {
 		t.Fatalf("GetPromotion of a key never used = %v", err)
 	}
 
+	for _, w := range watchers {
+		w.until(t, 1, 0)
+	}
+	// A missed watch event: pay-000's stream breaks and stays away while
+	// generation 2 goes out and is promoted. When it comes back, the first
+	// set it gets is the current one: nothing it missed matters.
+	_ = watchers[0].stream.Close()
+
 	// Generation 2 goes out everywhere and is promoted.
 	// Generation 2 freezes the racers too: they registered before it.
 	rel2 := f.create(70)
@@ -297,10 +412,15 @@ func TestSimulatedFleetFaults(t *testing.T) {
 		t.Fatalf("generation 2 froze %d members, want 320", n)
 	}
 	all := append(zoneIDs(f, "zone-a", "zone-b"), zoneC...)
-	f.ackAll(rel2, append(all, racers...), pawlv1.InstanceState_INSTANCE_STATE_HEALTHY_ACKED)
+	f.healthy(rel2, append(all, racers...))
 	if _, err := f.promote(2, 1, 0, "p2"); err != nil {
 		t.Fatal(err)
 	}
+	back := f.watchAssignments(watchCtx, "pay-000")
+	if a := back.next(t); a.GetGeneration() != 2 || a.GetStage() != "" || a.GetEpoch() != 0 {
+		t.Fatalf("pay-000 reconnected to %v, want generation 2 active", a)
+	}
+	watchers[0] = back
 	// Late ACKs of generation 1 after generation 2 was promoted: kept, not counted.
 	if a, _ := f.ack(rel1, all[0], pawlv1.InstanceState_INSTANCE_STATE_HEALTHY_ACKED, func(a *pawlv1.Ack) { a.ApplySequence = 9 }); a.GetCounted() ||
 		!strings.Contains(a.GetNotCountedReason(), "late") {
@@ -320,8 +440,15 @@ func TestSimulatedFleetFaults(t *testing.T) {
 		t.Fatalf("rollback = %v, %v", rb, err)
 	}
 
-	// Out-of-order watchers during rollback: the pointer's watcher saw
-	// every move, in order: 1, 2, then back to 1 at epoch 1.
+	// Out-of-order watchers during rollback: every instance ends at
+	// generation 1, epoch 1, and none saw its epoch go back or generation 2
+	// return after the rollback.
+	for _, w := range watchers {
+		w.until(t, 1, 1)
+		w.checkOrder(t, 2)
+	}
+	// The pointer's watcher saw every move, in order: 1, 2, then back to 1
+	// at epoch 1.
 	var moves []string
 	for len(moves) < 3 && pointerWatch.Receive() {
 		for _, ev := range pointerWatch.Msg().GetEvents().GetEvents() {
@@ -350,9 +477,11 @@ func TestSimulatedFleetFaults(t *testing.T) {
 			notCounted++
 		}
 	}
-	// 20 racers (some counted), 300 fleet ACKs, 2 bad digests, 1 before and
-	// 1 after the restart, 1 late: every one is there.
-	if len(acks1) != 20+300+2+2+1 || notCounted < 4 {
+	// 20 racers and 300 fleet instances with APPLIED and HEALTHY_ACKED each
+	// (the racers counted only if frozen), 2 bad digests, APPLIED and
+	// HEALTHY_ACKED before the restart and 1 ACK of the old boot after it,
+	// 1 late: every one is there.
+	if len(acks1) != 2*20+2*300+2+2+1+1 || notCounted < 4 {
 		t.Fatalf("generation 1 has %d ACKs (%d not counted)", len(acks1), notCounted)
 	}
 	var pe *connect.Error

@@ -26,6 +26,8 @@ type config struct {
 	validatorTimeout time.Duration
 	validatorMemory  int
 	instanceLease    time.Duration
+	rolloutCheck     time.Duration
+	now              func() time.Time
 	log              *slog.Logger
 }
 
@@ -45,6 +47,9 @@ const (
 	// instance live: instances heartbeat at a third of it, so two lost
 	// heartbeats are survived.
 	DefaultInstanceLease = 30 * time.Second
+	// DefaultRolloutCheckInterval is how often the server looks for
+	// rollouts whose deadline passed, to stop them.
+	DefaultRolloutCheckInterval = time.Second
 	// DefaultRetainRevisions is how many revisions the change log keeps.
 	DefaultRetainRevisions = boltstore.DefaultMaxEntries
 	// DefaultRetainFor is how long the change log keeps a revision.
@@ -72,6 +77,8 @@ func defaultConfig() config {
 		validatorTimeout: DefaultValidatorTimeout,
 		validatorMemory:  DefaultValidatorMemory,
 		instanceLease:    DefaultInstanceLease,
+		rolloutCheck:     DefaultRolloutCheckInterval,
+		now:              time.Now,
 		log:              slog.Default(),
 	}
 }
@@ -96,6 +103,10 @@ func (c config) validate() error {
 		return fmt.Errorf("server: WithValidatorTimeout(%s): must be positive", c.validatorTimeout)
 	case c.instanceLease <= 0:
 		return fmt.Errorf("server: WithInstanceLease(%s): must be positive", c.instanceLease)
+	case c.rolloutCheck <= 0:
+		return fmt.Errorf("server: WithRolloutCheckInterval(%s): must be positive", c.rolloutCheck)
+	case c.now == nil:
+		return fmt.Errorf("server: WithClock(nil): give a clock")
 	case (c.tlsCert == "") != (c.tlsKey == ""):
 		return fmt.Errorf("server: WithTLS: give both a certificate and a key")
 	}
@@ -153,3 +164,12 @@ func WithValidatorMemoryLimit(n int) Option { return func(c *config) { c.validat
 // WithInstanceLease sets how long a registration or heartbeat keeps an
 // instance live (default 30s).
 func WithInstanceLease(d time.Duration) Option { return func(c *config) { c.instanceLease = d } }
+
+// WithRolloutCheckInterval sets how often the server looks for rollouts
+// whose deadline passed while nobody asked, to stop them (default 1s).
+func WithRolloutCheckInterval(d time.Duration) Option { return func(c *config) { c.rolloutCheck = d } }
+
+// WithClock replaces time.Now for leases, release times, health windows,
+// deadlines and receipts: tests and simulations move time by hand instead
+// of waiting. The change log's age retention keeps the real clock.
+func WithClock(now func() time.Time) Option { return func(c *config) { c.now = now } }

@@ -141,7 +141,9 @@ func TestFiftyConcurrentPromoteCallsOverTheAPI(t *testing.T) {
 	ctx := context.Background()
 	register(t, is, "pay-1", "b", "zone-a", map[string]string{"env": "prod"})
 	digest := upload(t, newValidators(t, srv), "routing")
-	created, err := rs.CreateRelease(ctx, connect.NewRequest(&pawlv1.CreateReleaseRequest{Spec: releaseSpec(digest, `{"upstreams":[{"host":"a","weight":100}]}`)}))
+	spec := releaseSpec(digest, `{"upstreams":[{"host":"a","weight":100}]}`)
+	spec.HealthWindow = durationpb.New(0) // one HEALTHY_ACKED suffices; the race is the point
+	created, err := rs.CreateRelease(ctx, connect.NewRequest(&pawlv1.CreateReleaseRequest{Spec: spec}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -39,6 +39,10 @@ type Server struct {
 	health  *grpchealth.StaticChecker
 	handler http.Handler
 
+	// stopSupervisor ends the rollout supervisor; supervised waits for it.
+	stopSupervisor context.CancelFunc
+	supervised     sync.WaitGroup
+
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -109,10 +113,11 @@ func (s *Server) routes() http.Handler {
 		connect.WithInterceptors(logInterceptor(s.cfg.log)),
 	}
 	mux.Handle(pawlv1connect.NewValidatorServiceHandler(s.vals, validatorOpts...))
-	registry := instance.New(s.store, s.cfg.instanceLease)
-	releases := release.New(s.store, s.vals.Run, registry.Members)
-	mux.Handle(pawlv1connect.NewReleaseServiceHandler(rolloutservice.NewReleases(releases, s.cfg.log), opts...))
-	rollouts := rollout.New(s.store, releases, registry)
+	registry := instance.New(s.store, s.cfg.instanceLease, instance.WithClock(s.cfg.now))
+	releases := release.New(s.store, s.vals.Run, registry.Members, release.WithClock(s.cfg.now))
+	rollouts := rollout.New(s.store, releases, registry, rollout.WithClock(s.cfg.now))
+	s.startSupervisor(rollouts)
+	mux.Handle(pawlv1connect.NewReleaseServiceHandler(rolloutservice.NewReleases(releases, rollouts, s.cfg.log), opts...))
 	mux.Handle(pawlv1connect.NewInstanceServiceHandler(rolloutservice.NewInstances(registry, rollouts, s.hub, s.cfg.log), opts...))
 	mux.Handle(pawlv1connect.NewRolloutServiceHandler(rolloutservice.NewRollouts(rollouts, s.cfg.log), opts...))
 	mux.Handle(grpchealth.NewHandler(s.health))
@@ -120,6 +125,18 @@ func (s *Server) routes() http.Handler {
 	mux.Handle(grpcreflect.NewHandlerV1(reflector))
 	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
 	return mux
+}
+
+// startSupervisor runs the goroutine that stops rollouts at their deadline;
+// Close stops it.
+func (s *Server) startSupervisor(rollouts *rollout.Rollouts) {
+	ctx, cancel := context.WithCancel(context.Background())
+	s.stopSupervisor = cancel
+	s.supervised.Add(1)
+	go func() {
+		defer s.supervised.Done()
+		rollouts.Supervise(ctx, s.cfg.rolloutCheck, s.cfg.log)
+	}()
 }
 
 // Handler serves every Pawl API over Connect, gRPC and gRPC-Web. It needs an
@@ -173,10 +190,13 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	return nil
 }
 
-// Close stops the watch hub, releases the validators and closes the store. Call it after Serve has
-// returned; it is idempotent.
+// Close stops the rollout supervisor and the watch hub, releases the
+// validators and closes the store. Call it after Serve has returned; it is
+// idempotent.
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
+		s.stopSupervisor()
+		s.supervised.Wait()
 		s.hub.Close()
 		s.vals.Close(context.Background())
 		s.closeErr = errors.Join(s.wasm.Close(context.Background()), s.store.Close())

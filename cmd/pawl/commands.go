@@ -48,10 +48,11 @@ type globals struct {
 	protocol string
 	stdin    io.Reader
 	stdout   io.Writer
+	stderr   io.Writer
 }
 
 func newRootCommand(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
-	g := &globals{stdin: stdin, stdout: stdout}
+	g := &globals{stdin: stdin, stdout: stdout, stderr: stderr}
 	root := &cobra.Command{
 		Use:           "pawl",
 		Short:         "pawl is the command-line client of the Pawl configuration release platform",

@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
@@ -46,9 +47,11 @@ func (g *globals) move(ctx context.Context, config, key string, send moveFunc) e
 	}
 	rc, err := send(ctx, ptrResp.Msg.GetPointer(), key)
 	if err != nil && isLostResponse(err) {
+		fmt.Fprintf(g.stderr, "pawl: PROMOTION_UNKNOWN: no answer (%v); looking up the receipt under key %s\n", err, key)
 		got, gerr := rs.GetPromotion(ctx, connect.NewRequest(&pawlv1.GetPromotionRequest{ConfigId: config, IdempotencyKey: key}))
 		switch {
 		case gerr == nil:
+			fmt.Fprintf(g.stderr, "pawl: the receipt exists: the move happened\n")
 			rc, err = got.Msg.GetReceipt(), nil
 		case connect.CodeOf(gerr) == connect.CodeNotFound:
 			return fmt.Errorf("%w; the promotion did not happen (no receipt under key %s): retry with --key %s", err, key, key)
@@ -72,7 +75,8 @@ func (g *globals) move(ctx context.Context, config, key string, send moveFunc) e
 }
 
 // isLostResponse reports a failure with no answer from the server, after
-// which the request may or may not have been carried out.
+// which the request may or may not have been carried out: the server's own
+// PROMOTION_UNKNOWN (code Unknown), or a transport failure.
 func isLostResponse(err error) bool {
 	code := connect.CodeOf(err)
 	return code == connect.CodeUnavailable || code == connect.CodeDeadlineExceeded || code == connect.CodeUnknown || code == connect.CodeCanceled
@@ -110,7 +114,7 @@ func rollbackCommand(g *globals) *cobra.Command {
 	var key, actor string
 	cmd := &cobra.Command{
 		Use:   "rollback CONFIG",
-		Short: "Move the active pointer back to the active release's predecessor, as a new receipt",
+		Short: "Move the active pointer back to the generation the active one replaced, as a new receipt (epoch + 1)",
 		Args:  usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.move(cmd.Context(), args[0], key, func(ctx context.Context, ptr *pawlv1.Pointer, key string) (*pawlv1.Receipt, error) {
@@ -183,13 +187,53 @@ func rolloutCommand(g *globals) *cobra.Command {
 		},
 	}
 	status.Flags().Int64Var(&gen, "generation", 0, "the release (default: the latest)")
-	cmd.AddCommand(status)
+	cmd.AddCommand(status, stopCommand(g))
+	return cmd
+}
+
+func stopCommand(g *globals) *cobra.Command {
+	var reason, actor string
+	cmd := &cobra.Command{
+		Use:   "stop CONFIG GENERATION --reason TEXT",
+		Short: "Stop a release's rollout: instances go back to the active generation, and it can no longer be promoted",
+		Args:  usageArgs(cobra.ExactArgs(2)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			gen, err := strconv.ParseInt(args[1], 10, 64)
+			if err != nil {
+				return usageError{fmt.Errorf("generation %q is not a number", args[1])}
+			}
+			if reason == "" {
+				return usageError{errors.New("--reason is required: it goes into the stop record")}
+			}
+			req := connect.NewRequest(&pawlv1.StopRolloutRequest{ConfigId: args[0], Generation: gen, Reason: reason})
+			setActor(req, actor)
+			resp, err := g.rollouts().StopRollout(cmd.Context(), req)
+			if err != nil {
+				return err
+			}
+			if g.output == "json" {
+				return g.printJSON(resp.Msg.GetStop())
+			}
+			_, err = fmt.Fprintf(g.stdout, "%s generation %d stopped by %s: %s\n", args[0], gen, resp.Msg.GetStop().GetActor(), resp.Msg.GetStop().GetReason())
+			return err
+		},
+	}
+	cmd.Flags().StringVar(&reason, "reason", "", "why (required; kept in the stop record)")
+	cmd.Flags().StringVar(&actor, "actor", os.Getenv("PAWL_ACTOR"), "who is stopping it (env PAWL_ACTOR)")
 	return cmd
 }
 
 func printStatus(g *globals, config string, gen int64, st *pawlv1.GetRolloutStatusResponse) error {
 	w := g.stdout
-	fmt.Fprintf(w, "%s generation %d (active: generation %d, epoch %d)\n", config, gen, st.GetPointer().GetGeneration(), st.GetPointer().GetEpoch())
+	fmt.Fprintf(w, "%s generation %d: %s (active: generation %d, epoch %d)\n", config, gen,
+		strings.TrimPrefix(st.GetState().String(), "RELEASE_STATE_"), st.GetPointer().GetGeneration(), st.GetPointer().GetEpoch())
+	if stop := st.GetStop(); stop != nil {
+		by := "stage " + stop.GetStage()
+		if stop.GetManual() {
+			by = "by " + stop.GetActor()
+		}
+		fmt.Fprintf(w, "stopped %s at %s: %s\n", by, stop.GetTime().AsTime().Format(time.RFC3339), stop.GetReason())
+	}
 	for _, s := range st.GetStages() {
 		fmt.Fprintf(w, "stage %s: %s, %d/%d healthy, %d rejected: %s\n", s.GetName(), s.GetOutcome(), s.GetHealthy(), s.GetMembers(), s.GetRejected(), s.GetReason())
 		fmt.Fprintf(w, "  states: %s\n", stateCounts(s.GetStates()))

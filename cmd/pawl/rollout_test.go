@@ -2,16 +2,26 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 
 	pawlv1 "github.com/pawlcfg/pawl/gen/pawl/v1"
 	"github.com/pawlcfg/pawl/gen/pawl/v1/pawlv1connect"
+	"github.com/pawlcfg/pawl/internal/testclock"
 	"github.com/pawlcfg/pawl/internal/testserver"
 	"github.com/pawlcfg/pawl/internal/wasmbuild"
+	"github.com/pawlcfg/pawl/server"
 	"github.com/pawlcfg/pawl/validators/host"
 )
 
@@ -19,7 +29,9 @@ import (
 // stages as instances ACK, see a zone block it, promote, roll back, and read
 // every receipt and ACK afterwards.
 func TestRolloutFromTheCLI(t *testing.T) {
-	srv := testserver.Start(t)
+	// The health window (the CLI's default minute) passes on this clock.
+	clock := testclock.New(time.Now())
+	srv := testserver.Start(t, server.WithClock(clock.Now), server.WithInstanceLease(24*time.Hour))
 	client := testserver.HTTPClient(t)
 	is := pawlv1connect.NewInstanceServiceClient(client, srv.URL, connect.WithGRPC())
 	rs := pawlv1connect.NewRolloutServiceClient(client, srv.URL, connect.WithGRPC())
@@ -45,7 +57,20 @@ func TestRolloutFromTheCLI(t *testing.T) {
 			t.Fatalf("release create = %d, %q, %q", code, out, errOut)
 		}
 	}
-	ack := func(gen int64, id string, state pawlv1.InstanceState) {
+	var ack func(gen int64, id string, state pawlv1.InstanceState)
+	// healthy: the instances apply the release, the health window passes,
+	// and they report healthy.
+	healthy := func(gen int64, ids ...string) {
+		t.Helper()
+		for _, id := range ids {
+			ack(gen, id, pawlv1.InstanceState_INSTANCE_STATE_APPLIED)
+		}
+		clock.Advance(time.Minute)
+		for _, id := range ids {
+			ack(gen, id, pawlv1.InstanceState_INSTANCE_STATE_HEALTHY_ACKED)
+		}
+	}
+	ack = func(gen int64, id string, state pawlv1.InstanceState) {
 		t.Helper()
 		rel, err := pawlv1connect.NewReleaseServiceClient(client, srv.URL).GetRelease(ctx, connect.NewRequest(&pawlv1.GetReleaseRequest{ConfigId: "routing", Generation: gen}))
 		if err != nil {
@@ -61,14 +86,10 @@ func TestRolloutFromTheCLI(t *testing.T) {
 	}
 
 	create(50)
-	for _, id := range ids[:2] { // zones a and b ACK; zone c does not
-		ack(1, id, pawlv1.InstanceState_INSTANCE_STATE_HEALTHY_ACKED)
-	}
-	ack(1, ids[3], pawlv1.InstanceState_INSTANCE_STATE_HEALTHY_ACKED)
-	ack(1, ids[4], pawlv1.InstanceState_INSTANCE_STATE_HEALTHY_ACKED)
+	healthy(1, ids[0], ids[1], ids[3], ids[4]) // zones a and b ACK; zone c does not
 	code, out, _ := pawl(t, srv, "", "rollout", "status", "routing")
 	for _, want := range []string{
-		"routing generation 1 (active: generation 0, epoch 0)",
+		"routing generation 1: CANDIDATE (active: generation 0, epoch 0)",
 		"stage canary: passed, 4/6 healthy",
 		"stage zones: waiting, 4/6 healthy, 0 rejected: [zone \"zone-c\" has 0 of 2 healthy, needs 2]",
 		"  zone zone-c: 0/2 healthy, 0 rejected (NO_ACK=2)",
@@ -82,8 +103,7 @@ func TestRolloutFromTheCLI(t *testing.T) {
 	if code != 1 || !strings.Contains(errOut, `failed_precondition: rollout: release not ready for promotion: stage "zones" is waiting`) {
 		t.Fatalf("promote with a silent zone = %d, %q", code, errOut)
 	}
-	ack(1, ids[2], pawlv1.InstanceState_INSTANCE_STATE_HEALTHY_ACKED)
-	ack(1, ids[5], pawlv1.InstanceState_INSTANCE_STATE_HEALTHY_ACKED)
+	healthy(1, ids[2], ids[5])
 	code, out, errOut = pawl(t, srv, "", "promote", "routing", "1", "--key", "first", "--actor", "alice")
 	if code != 0 || out != "routing promoted: generation 0 -> 1, epoch 0, receipt first by alice\n" {
 		t.Fatalf("promote = %d, %q, %q", code, out, errOut)
@@ -95,9 +115,7 @@ func TestRolloutFromTheCLI(t *testing.T) {
 	}
 
 	create(70)
-	for _, id := range ids {
-		ack(2, id, pawlv1.InstanceState_INSTANCE_STATE_HEALTHY_ACKED)
-	}
+	healthy(2, ids...)
 	if code, out, errOut := pawl(t, srv, "", "promote", "routing", "2", "--key", "second"); code != 0 {
 		t.Fatalf("promote 2 = %d, %q, %q", code, out, errOut)
 	}
@@ -115,12 +133,87 @@ func TestRolloutFromTheCLI(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "stage zones: failed, 5/6 healthy, 1 rejected") || !strings.Contains(out, "rejected by pay-0: rejected by local policy") {
 		t.Fatalf("status of the rolled-back release = %d, %q", code, out)
 	}
-	// ACKs of generation 1 while 2 was active were late, and are kept.
+	// Every ACK of generation 2 is kept: 6 APPLIED, 6 HEALTHY_ACKED, 1 REJECTED.
 	code, out, _ = pawl(t, srv, "", "rollout", "status", "routing", "--generation", "2", "-o", "json")
-	if code != 0 || strings.Count(out, `"workloadIdentity"`) != 7 {
+	if code != 0 || strings.Count(out, `"workloadIdentity"`) != 13 {
 		t.Fatalf("status -o json of generation 2 = %d, %q", code, out)
 	}
-	if code, out, _ := pawl(t, srv, "", "release", "ls", "routing"); code != 0 || strings.Count(out, "\n") != 2 {
-		t.Fatalf("both releases stay readable: %d, %q", code, out)
+
+	// Generation 3 goes to its canary stage and an operator stops it.
+	create(90)
+	if code, _, errOut := pawl(t, srv, "", "rollout", "stop", "routing", "3"); code != 2 || !strings.Contains(errOut, "--reason is required") {
+		t.Fatalf("stop without a reason = %d, %q", code, errOut)
+	}
+	code, out, errOut = pawl(t, srv, "", "rollout", "stop", "routing", "3", "--reason", "p99 latency up", "--actor", "oncall")
+	if code != 0 || out != "routing generation 3 stopped by oncall: p99 latency up\n" {
+		t.Fatalf("rollout stop = %d, %q, %q", code, out, errOut)
+	}
+	code, out, _ = pawl(t, srv, "", "rollout", "status", "routing")
+	if code != 0 || !strings.Contains(out, "routing generation 3: STOPPED") || !strings.Contains(out, "stopped by oncall at ") {
+		t.Fatalf("status of the stopped release = %d, %q", code, out)
+	}
+	if code, _, errOut := pawl(t, srv, "", "promote", "routing", "3"); code != 1 || !strings.Contains(errOut, "rollout stopped") {
+		t.Fatalf("promote of the stopped release = %d, %q", code, errOut)
+	}
+	// Every release stays readable, each in the state its records give it.
+	code, out, _ = pawl(t, srv, "", "release", "ls", "routing")
+	if code != 0 || !strings.Contains(out, "1\tACTIVE\t") || !strings.Contains(out, "2\tROLLED_BACK\t") || !strings.Contains(out, "3\tSTOPPED\t") {
+		t.Fatalf("release ls = %d, %q", code, out)
+	}
+}
+
+// TestPromoteResolvesALostResponse: the promotion reaches the server but its
+// answer is lost on the way back (a proxy answers 502 instead); the CLI
+// looks the receipt up by its key and reports the promotion that happened.
+func TestPromoteResolvesALostResponse(t *testing.T) {
+	srv := testserver.Start(t)
+	target, err := url.Parse(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	proxy.ModifyResponse = func(resp *http.Response) error {
+		if strings.HasSuffix(resp.Request.URL.Path, "/Promote") {
+			return errors.New("the answer is lost")
+		}
+		return nil
+	}
+	proxy.ErrorLog = log.New(io.Discard, "", 0)
+	front := httptest.NewServer(proxy)
+	defer front.Close()
+
+	client := testserver.HTTPClient(t)
+	is := pawlv1connect.NewInstanceServiceClient(client, srv.URL, connect.WithGRPC())
+	ctx := context.Background()
+	if _, err := is.Register(ctx, connect.NewRequest(&pawlv1.RegisterRequest{Instance: &pawlv1.Instance{WorkloadIdentity: "pay-0", BootId: "b1", Zone: "zone-a"}})); err != nil {
+		t.Fatal(err)
+	}
+	wasm := wasmbuild.Build(t, "routing")
+	digest := host.Digest(wasm)
+	expect(t, srv, digest+"\n", "validator", "upload", writeFile(t, "routing.wasm", wasm))
+	f := writeFile(t, "r.json", []byte(`{"upstreams":[{"host":"a","weight":100}]}`))
+	if code, out, errOut := pawl(t, srv, "", "release", "create", "routing", "--file", f, "--validator", digest,
+		"--stage", "all:all", "--health-window", "0s"); code != 0 {
+		t.Fatalf("release create = %d, %q, %q", code, out, errOut)
+	}
+	rel, err := pawlv1connect.NewReleaseServiceClient(client, srv.URL).GetRelease(ctx, connect.NewRequest(&pawlv1.GetReleaseRequest{ConfigId: "routing", Generation: 1}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pawlv1connect.NewRolloutServiceClient(client, srv.URL).Ack(ctx, connect.NewRequest(&pawlv1.AckRequest{Ack: &pawlv1.Ack{
+		ConfigId: "routing", Generation: 1, WorkloadIdentity: "pay-0", BootId: "b1", ApplySequence: 1,
+		ContentDigest: rel.Msg.GetRelease().GetContentDigest(), ValidatorDigest: digest, State: pawlv1.InstanceState_INSTANCE_STATE_HEALTHY_ACKED, HealthOk: true,
+	}})); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := pawl(t, srv, "", "--server", front.URL, "promote", "routing", "1", "--key", "k1", "--actor", "alice")
+	if code != 0 || out != "routing promoted: generation 0 -> 1, epoch 0, receipt k1 by alice\n" ||
+		!strings.Contains(errOut, "PROMOTION_UNKNOWN") || !strings.Contains(errOut, "the move happened") {
+		t.Fatalf("promote with the answer lost = %d, %q, %q", code, out, errOut)
+	}
+	// A retry with the same key is the same promotion, not a second one.
+	code, out, errOut = pawl(t, srv, "", "--server", front.URL, "promote", "routing", "1", "--key", "k1")
+	if code != 0 || !strings.Contains(out, "receipt k1 by alice") {
+		t.Fatalf("retried promote = %d, %q, %q", code, out, errOut)
 	}
 }

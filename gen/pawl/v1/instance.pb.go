@@ -540,7 +540,11 @@ type Assignment struct {
 	ValidatorDigest string `protobuf:"bytes,4,opt,name=validator_digest,json=validatorDigest,proto3" json:"validator_digest,omitempty"`
 	// Empty for the active generation; the stage's name for a canary
 	// assignment of a release not yet promoted.
-	Stage         string `protobuf:"bytes,5,opt,name=stage,proto3" json:"stage,omitempty"`
+	Stage string `protobuf:"bytes,5,opt,name=stage,proto3" json:"stage,omitempty"`
+	// The config pointer's epoch, which every rollback increments. A client
+	// never moves from an assignment to one of a lower epoch or an older
+	// response revision: events that arrive out of order cannot send it back.
+	Epoch         int64 `protobuf:"varint,6,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -608,6 +612,13 @@ func (x *Assignment) GetStage() string {
 		return x.Stage
 	}
 	return ""
+}
+
+func (x *Assignment) GetEpoch() int64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
 }
 
 // WatchAssignmentsResponse is the instance's full set of assignments.
@@ -701,7 +712,7 @@ const file_pawl_v1_instance_proto_rawDesc = "" +
 	"\x15ListInstancesResponse\x125\n" +
 	"\tinstances\x18\x01 \x03(\v2\x17.pawl.v1.InstanceRecordR\tinstances\"F\n" +
 	"\x17WatchAssignmentsRequest\x12+\n" +
-	"\x11workload_identity\x18\x01 \x01(\tR\x10workloadIdentity\"\xb1\x01\n" +
+	"\x11workload_identity\x18\x01 \x01(\tR\x10workloadIdentity\"\xc7\x01\n" +
 	"\n" +
 	"Assignment\x12\x1b\n" +
 	"\tconfig_id\x18\x01 \x01(\tR\bconfigId\x12\x1e\n" +
@@ -710,7 +721,8 @@ const file_pawl_v1_instance_proto_rawDesc = "" +
 	"generation\x12%\n" +
 	"\x0econtent_digest\x18\x03 \x01(\tR\rcontentDigest\x12)\n" +
 	"\x10validator_digest\x18\x04 \x01(\tR\x0fvalidatorDigest\x12\x14\n" +
-	"\x05stage\x18\x05 \x01(\tR\x05stage\"m\n" +
+	"\x05stage\x18\x05 \x01(\tR\x05stage\x12\x14\n" +
+	"\x05epoch\x18\x06 \x01(\x03R\x05epoch\"m\n" +
 	"\x18WatchAssignmentsResponse\x125\n" +
 	"\vassignments\x18\x01 \x03(\v2\x13.pawl.v1.AssignmentR\vassignments\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x03R\brevision2\xcf\x02\n" +

@@ -94,8 +94,17 @@ type ReleaseState int32
 const (
 	// Never sent.
 	ReleaseState_RELEASE_STATE_UNSPECIFIED ReleaseState = 0
-	// Created, not yet rolling out.
+	// Created; its stages are being evaluated as instances ACK.
 	ReleaseState_RELEASE_STATE_CANDIDATE ReleaseState = 1
+	// Its rollout stopped: a stage failed or an operator stopped it. The
+	// stop record keeps the evidence; it can no longer be promoted.
+	ReleaseState_RELEASE_STATE_STOPPED ReleaseState = 2
+	// The active pointer names it.
+	ReleaseState_RELEASE_STATE_ACTIVE ReleaseState = 3
+	// A newer release took its place (after being active, or before).
+	ReleaseState_RELEASE_STATE_SUPERSEDED ReleaseState = 4
+	// It was active, and a rollback moved the pointer off it.
+	ReleaseState_RELEASE_STATE_ROLLED_BACK ReleaseState = 5
 )
 
 // Enum value maps for ReleaseState.
@@ -103,10 +112,18 @@ var (
 	ReleaseState_name = map[int32]string{
 		0: "RELEASE_STATE_UNSPECIFIED",
 		1: "RELEASE_STATE_CANDIDATE",
+		2: "RELEASE_STATE_STOPPED",
+		3: "RELEASE_STATE_ACTIVE",
+		4: "RELEASE_STATE_SUPERSEDED",
+		5: "RELEASE_STATE_ROLLED_BACK",
 	}
 	ReleaseState_value = map[string]int32{
 		"RELEASE_STATE_UNSPECIFIED": 0,
 		"RELEASE_STATE_CANDIDATE":   1,
+		"RELEASE_STATE_STOPPED":     2,
+		"RELEASE_STATE_ACTIVE":      3,
+		"RELEASE_STATE_SUPERSEDED":  4,
+		"RELEASE_STATE_ROLLED_BACK": 5,
 	}
 )
 
@@ -1050,10 +1067,14 @@ const file_pawl_v1_release_proto_rawDesc = "" +
 	"\x18ACK_POLICY_KIND_FRACTION\x10\x02\x12\x1f\n" +
 	"\x1bACK_POLICY_KIND_ZONE_QUORUM\x10\x03\x12!\n" +
 	"\x1dACK_POLICY_KIND_CRITICAL_ROLE\x10\x04\x12\"\n" +
-	"\x1eACK_POLICY_KIND_TRAFFIC_WEIGHT\x10\x05*J\n" +
+	"\x1eACK_POLICY_KIND_TRAFFIC_WEIGHT\x10\x05*\xbc\x01\n" +
 	"\fReleaseState\x12\x1d\n" +
 	"\x19RELEASE_STATE_UNSPECIFIED\x10\x00\x12\x1b\n" +
-	"\x17RELEASE_STATE_CANDIDATE\x10\x012\x80\x02\n" +
+	"\x17RELEASE_STATE_CANDIDATE\x10\x01\x12\x19\n" +
+	"\x15RELEASE_STATE_STOPPED\x10\x02\x12\x18\n" +
+	"\x14RELEASE_STATE_ACTIVE\x10\x03\x12\x1c\n" +
+	"\x18RELEASE_STATE_SUPERSEDED\x10\x04\x12\x1d\n" +
+	"\x19RELEASE_STATE_ROLLED_BACK\x10\x052\x80\x02\n" +
 	"\x0eReleaseService\x12P\n" +
 	"\rCreateRelease\x12\x1d.pawl.v1.CreateReleaseRequest\x1a\x1e.pawl.v1.CreateReleaseResponse\"\x00\x12J\n" +
 	"\n" +

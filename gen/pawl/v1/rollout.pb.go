@@ -618,7 +618,12 @@ type GetRolloutStatusResponse struct {
 	// Every ACK received for the release, counted or not.
 	Acks []*Ack `protobuf:"bytes,2,rep,name=acks,proto3" json:"acks,omitempty"`
 	// The config's active pointer.
-	Pointer       *Pointer `protobuf:"bytes,3,opt,name=pointer,proto3" json:"pointer,omitempty"`
+	Pointer *Pointer `protobuf:"bytes,3,opt,name=pointer,proto3" json:"pointer,omitempty"`
+	// Set once the rollout stopped: which stage failed, why, and the
+	// tallies at that moment.
+	Stop *Stop `protobuf:"bytes,4,opt,name=stop,proto3" json:"stop,omitempty"`
+	// The release's state.
+	State         ReleaseState `protobuf:"varint,5,opt,name=state,proto3,enum=pawl.v1.ReleaseState" json:"state,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -674,6 +679,305 @@ func (x *GetRolloutStatusResponse) GetPointer() *Pointer {
 	return nil
 }
 
+func (x *GetRolloutStatusResponse) GetStop() *Stop {
+	if x != nil {
+		return x.Stop
+	}
+	return nil
+}
+
+func (x *GetRolloutStatusResponse) GetState() ReleaseState {
+	if x != nil {
+		return x.State
+	}
+	return ReleaseState_RELEASE_STATE_UNSPECIFIED
+}
+
+// Stop is the record of a stopped rollout. It is written once.
+type Stop struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The config.
+	ConfigId string `protobuf:"bytes,1,opt,name=config_id,json=configId,proto3" json:"config_id,omitempty"`
+	// The release's generation.
+	Generation int64 `protobuf:"varint,2,opt,name=generation,proto3" json:"generation,omitempty"`
+	// The stage that failed; empty for a manual stop.
+	Stage string `protobuf:"bytes,3,opt,name=stage,proto3" json:"stage,omitempty"`
+	// Why it stopped.
+	Reason string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Whether an operator stopped it.
+	Manual bool `protobuf:"varint,5,opt,name=manual,proto3" json:"manual,omitempty"`
+	// Who stopped it, for a manual stop.
+	Actor string `protobuf:"bytes,6,opt,name=actor,proto3" json:"actor,omitempty"`
+	// When.
+	Time *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=time,proto3" json:"time,omitempty"`
+	// Every stage's tallies when it stopped.
+	Evidence []*StageStatus `protobuf:"bytes,8,rep,name=evidence,proto3" json:"evidence,omitempty"`
+	// The store revision of the record.
+	Revision      int64 `protobuf:"varint,9,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Stop) Reset() {
+	*x = Stop{}
+	mi := &file_pawl_v1_rollout_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Stop) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Stop) ProtoMessage() {}
+
+func (x *Stop) ProtoReflect() protoreflect.Message {
+	mi := &file_pawl_v1_rollout_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Stop.ProtoReflect.Descriptor instead.
+func (*Stop) Descriptor() ([]byte, []int) {
+	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *Stop) GetConfigId() string {
+	if x != nil {
+		return x.ConfigId
+	}
+	return ""
+}
+
+func (x *Stop) GetGeneration() int64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *Stop) GetStage() string {
+	if x != nil {
+		return x.Stage
+	}
+	return ""
+}
+
+func (x *Stop) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *Stop) GetManual() bool {
+	if x != nil {
+		return x.Manual
+	}
+	return false
+}
+
+func (x *Stop) GetActor() string {
+	if x != nil {
+		return x.Actor
+	}
+	return ""
+}
+
+func (x *Stop) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
+func (x *Stop) GetEvidence() []*StageStatus {
+	if x != nil {
+		return x.Evidence
+	}
+	return nil
+}
+
+func (x *Stop) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+// StopRolloutRequest names the release to stop.
+type StopRolloutRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The config.
+	ConfigId string `protobuf:"bytes,1,opt,name=config_id,json=configId,proto3" json:"config_id,omitempty"`
+	// The generation.
+	Generation int64 `protobuf:"varint,2,opt,name=generation,proto3" json:"generation,omitempty"`
+	// Why; required, for the audit trail.
+	Reason        string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StopRolloutRequest) Reset() {
+	*x = StopRolloutRequest{}
+	mi := &file_pawl_v1_rollout_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StopRolloutRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StopRolloutRequest) ProtoMessage() {}
+
+func (x *StopRolloutRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pawl_v1_rollout_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StopRolloutRequest.ProtoReflect.Descriptor instead.
+func (*StopRolloutRequest) Descriptor() ([]byte, []int) {
+	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *StopRolloutRequest) GetConfigId() string {
+	if x != nil {
+		return x.ConfigId
+	}
+	return ""
+}
+
+func (x *StopRolloutRequest) GetGeneration() int64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *StopRolloutRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// StopRolloutResponse carries the stop record.
+type StopRolloutResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The record written.
+	Stop          *Stop `protobuf:"bytes,1,opt,name=stop,proto3" json:"stop,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StopRolloutResponse) Reset() {
+	*x = StopRolloutResponse{}
+	mi := &file_pawl_v1_rollout_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StopRolloutResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StopRolloutResponse) ProtoMessage() {}
+
+func (x *StopRolloutResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_pawl_v1_rollout_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StopRolloutResponse.ProtoReflect.Descriptor instead.
+func (*StopRolloutResponse) Descriptor() ([]byte, []int) {
+	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *StopRolloutResponse) GetStop() *Stop {
+	if x != nil {
+		return x.Stop
+	}
+	return nil
+}
+
+// PromotionUnknown is the error detail of an UNKNOWN Promote or Rollback:
+// the server could not tell whether the move was written. Resolve it with
+// GetPromotion for the same idempotency key.
+type PromotionUnknown struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The config.
+	ConfigId string `protobuf:"bytes,1,opt,name=config_id,json=configId,proto3" json:"config_id,omitempty"`
+	// The idempotency key to look up.
+	IdempotencyKey string `protobuf:"bytes,2,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *PromotionUnknown) Reset() {
+	*x = PromotionUnknown{}
+	mi := &file_pawl_v1_rollout_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PromotionUnknown) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PromotionUnknown) ProtoMessage() {}
+
+func (x *PromotionUnknown) ProtoReflect() protoreflect.Message {
+	mi := &file_pawl_v1_rollout_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PromotionUnknown.ProtoReflect.Descriptor instead.
+func (*PromotionUnknown) Descriptor() ([]byte, []int) {
+	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *PromotionUnknown) GetConfigId() string {
+	if x != nil {
+		return x.ConfigId
+	}
+	return ""
+}
+
+func (x *PromotionUnknown) GetIdempotencyKey() string {
+	if x != nil {
+		return x.IdempotencyKey
+	}
+	return ""
+}
+
 // Pointer is a config's active pointer.
 type Pointer struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -689,7 +993,7 @@ type Pointer struct {
 
 func (x *Pointer) Reset() {
 	*x = Pointer{}
-	mi := &file_pawl_v1_rollout_proto_msgTypes[7]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -701,7 +1005,7 @@ func (x *Pointer) String() string {
 func (*Pointer) ProtoMessage() {}
 
 func (x *Pointer) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_rollout_proto_msgTypes[7]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -714,7 +1018,7 @@ func (x *Pointer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pointer.ProtoReflect.Descriptor instead.
 func (*Pointer) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{7}
+	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Pointer) GetGeneration() int64 {
@@ -767,7 +1071,7 @@ type Receipt struct {
 
 func (x *Receipt) Reset() {
 	*x = Receipt{}
-	mi := &file_pawl_v1_rollout_proto_msgTypes[8]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -779,7 +1083,7 @@ func (x *Receipt) String() string {
 func (*Receipt) ProtoMessage() {}
 
 func (x *Receipt) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_rollout_proto_msgTypes[8]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -792,7 +1096,7 @@ func (x *Receipt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Receipt.ProtoReflect.Descriptor instead.
 func (*Receipt) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{8}
+	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Receipt) GetConfigId() string {
@@ -885,7 +1189,7 @@ type PromoteRequest struct {
 
 func (x *PromoteRequest) Reset() {
 	*x = PromoteRequest{}
-	mi := &file_pawl_v1_rollout_proto_msgTypes[9]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -897,7 +1201,7 @@ func (x *PromoteRequest) String() string {
 func (*PromoteRequest) ProtoMessage() {}
 
 func (x *PromoteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_rollout_proto_msgTypes[9]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -910,7 +1214,7 @@ func (x *PromoteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromoteRequest.ProtoReflect.Descriptor instead.
 func (*PromoteRequest) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{9}
+	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *PromoteRequest) GetConfigId() string {
@@ -959,7 +1263,7 @@ type PromoteResponse struct {
 
 func (x *PromoteResponse) Reset() {
 	*x = PromoteResponse{}
-	mi := &file_pawl_v1_rollout_proto_msgTypes[10]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -971,7 +1275,7 @@ func (x *PromoteResponse) String() string {
 func (*PromoteResponse) ProtoMessage() {}
 
 func (x *PromoteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_rollout_proto_msgTypes[10]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -984,7 +1288,7 @@ func (x *PromoteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromoteResponse.ProtoReflect.Descriptor instead.
 func (*PromoteResponse) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{10}
+	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *PromoteResponse) GetReceipt() *Receipt {
@@ -1011,7 +1315,7 @@ type RollbackRequest struct {
 
 func (x *RollbackRequest) Reset() {
 	*x = RollbackRequest{}
-	mi := &file_pawl_v1_rollout_proto_msgTypes[11]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1023,7 +1327,7 @@ func (x *RollbackRequest) String() string {
 func (*RollbackRequest) ProtoMessage() {}
 
 func (x *RollbackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_rollout_proto_msgTypes[11]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1036,7 +1340,7 @@ func (x *RollbackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollbackRequest.ProtoReflect.Descriptor instead.
 func (*RollbackRequest) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{11}
+	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RollbackRequest) GetConfigId() string {
@@ -1078,7 +1382,7 @@ type RollbackResponse struct {
 
 func (x *RollbackResponse) Reset() {
 	*x = RollbackResponse{}
-	mi := &file_pawl_v1_rollout_proto_msgTypes[12]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1090,7 +1394,7 @@ func (x *RollbackResponse) String() string {
 func (*RollbackResponse) ProtoMessage() {}
 
 func (x *RollbackResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_rollout_proto_msgTypes[12]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1103,7 +1407,7 @@ func (x *RollbackResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollbackResponse.ProtoReflect.Descriptor instead.
 func (*RollbackResponse) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{12}
+	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RollbackResponse) GetReceipt() *Receipt {
@@ -1126,7 +1430,7 @@ type GetPromotionRequest struct {
 
 func (x *GetPromotionRequest) Reset() {
 	*x = GetPromotionRequest{}
-	mi := &file_pawl_v1_rollout_proto_msgTypes[13]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1138,7 +1442,7 @@ func (x *GetPromotionRequest) String() string {
 func (*GetPromotionRequest) ProtoMessage() {}
 
 func (x *GetPromotionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_rollout_proto_msgTypes[13]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1151,7 +1455,7 @@ func (x *GetPromotionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPromotionRequest.ProtoReflect.Descriptor instead.
 func (*GetPromotionRequest) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{13}
+	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GetPromotionRequest) GetConfigId() string {
@@ -1179,7 +1483,7 @@ type GetPromotionResponse struct {
 
 func (x *GetPromotionResponse) Reset() {
 	*x = GetPromotionResponse{}
-	mi := &file_pawl_v1_rollout_proto_msgTypes[14]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1191,7 +1495,7 @@ func (x *GetPromotionResponse) String() string {
 func (*GetPromotionResponse) ProtoMessage() {}
 
 func (x *GetPromotionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_rollout_proto_msgTypes[14]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1204,7 +1508,7 @@ func (x *GetPromotionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPromotionResponse.ProtoReflect.Descriptor instead.
 func (*GetPromotionResponse) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{14}
+	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *GetPromotionResponse) GetReceipt() *Receipt {
@@ -1225,7 +1529,7 @@ type GetPointerRequest struct {
 
 func (x *GetPointerRequest) Reset() {
 	*x = GetPointerRequest{}
-	mi := &file_pawl_v1_rollout_proto_msgTypes[15]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1237,7 +1541,7 @@ func (x *GetPointerRequest) String() string {
 func (*GetPointerRequest) ProtoMessage() {}
 
 func (x *GetPointerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_rollout_proto_msgTypes[15]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1250,7 +1554,7 @@ func (x *GetPointerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPointerRequest.ProtoReflect.Descriptor instead.
 func (*GetPointerRequest) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{15}
+	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *GetPointerRequest) GetConfigId() string {
@@ -1271,7 +1575,7 @@ type GetPointerResponse struct {
 
 func (x *GetPointerResponse) Reset() {
 	*x = GetPointerResponse{}
-	mi := &file_pawl_v1_rollout_proto_msgTypes[16]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1283,7 +1587,7 @@ func (x *GetPointerResponse) String() string {
 func (*GetPointerResponse) ProtoMessage() {}
 
 func (x *GetPointerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_rollout_proto_msgTypes[16]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1296,7 +1600,7 @@ func (x *GetPointerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPointerResponse.ProtoReflect.Descriptor instead.
 func (*GetPointerResponse) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{16}
+	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GetPointerResponse) GetPointer() *Pointer {
@@ -1310,7 +1614,7 @@ var File_pawl_v1_rollout_proto protoreflect.FileDescriptor
 
 const file_pawl_v1_rollout_proto_rawDesc = "" +
 	"\n" +
-	"\x15pawl/v1/rollout.proto\x12\apawl.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd9\x04\n" +
+	"\x15pawl/v1/rollout.proto\x12\apawl.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15pawl/v1/release.proto\"\xd9\x04\n" +
 	"\x03Ack\x12\x1b\n" +
 	"\tconfig_id\x18\x01 \x01(\tR\bconfigId\x12\x1e\n" +
 	"\n" +
@@ -1366,11 +1670,36 @@ const file_pawl_v1_rollout_proto_rawDesc = "" +
 	"\x06states\x18\x04 \x03(\v2\x1f.pawl.v1.ZoneStatus.StatesEntryR\x06states\x1a9\n" +
 	"\vStatesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"\x96\x01\n" +
+	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"\xe6\x01\n" +
 	"\x18GetRolloutStatusResponse\x12,\n" +
 	"\x06stages\x18\x01 \x03(\v2\x14.pawl.v1.StageStatusR\x06stages\x12 \n" +
 	"\x04acks\x18\x02 \x03(\v2\f.pawl.v1.AckR\x04acks\x12*\n" +
-	"\apointer\x18\x03 \x01(\v2\x10.pawl.v1.PointerR\apointer\"`\n" +
+	"\apointer\x18\x03 \x01(\v2\x10.pawl.v1.PointerR\apointer\x12!\n" +
+	"\x04stop\x18\x04 \x01(\v2\r.pawl.v1.StopR\x04stop\x12+\n" +
+	"\x05state\x18\x05 \x01(\x0e2\x15.pawl.v1.ReleaseStateR\x05state\"\x9d\x02\n" +
+	"\x04Stop\x12\x1b\n" +
+	"\tconfig_id\x18\x01 \x01(\tR\bconfigId\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x02 \x01(\x03R\n" +
+	"generation\x12\x14\n" +
+	"\x05stage\x18\x03 \x01(\tR\x05stage\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x16\n" +
+	"\x06manual\x18\x05 \x01(\bR\x06manual\x12\x14\n" +
+	"\x05actor\x18\x06 \x01(\tR\x05actor\x12.\n" +
+	"\x04time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x120\n" +
+	"\bevidence\x18\b \x03(\v2\x14.pawl.v1.StageStatusR\bevidence\x12\x1a\n" +
+	"\brevision\x18\t \x01(\x03R\brevision\"i\n" +
+	"\x12StopRolloutRequest\x12\x1b\n" +
+	"\tconfig_id\x18\x01 \x01(\tR\bconfigId\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x02 \x01(\x03R\n" +
+	"generation\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"8\n" +
+	"\x13StopRolloutResponse\x12!\n" +
+	"\x04stop\x18\x01 \x01(\v2\r.pawl.v1.StopR\x04stop\"X\n" +
+	"\x10PromotionUnknown\x12\x1b\n" +
+	"\tconfig_id\x18\x01 \x01(\tR\bconfigId\x12'\n" +
+	"\x0fidempotency_key\x18\x02 \x01(\tR\x0eidempotencyKey\"`\n" +
 	"\aPointer\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x01 \x01(\x03R\n" +
@@ -1425,13 +1754,14 @@ const file_pawl_v1_rollout_proto_rawDesc = "" +
 	"\x16INSTANCE_STATE_APPLIED\x10\x05\x12 \n" +
 	"\x1cINSTANCE_STATE_HEALTHY_ACKED\x10\x06\x12\x1b\n" +
 	"\x17INSTANCE_STATE_REJECTED\x10\a\x12\x18\n" +
-	"\x14INSTANCE_STATE_STALE\x10\b2\xc3\x03\n" +
+	"\x14INSTANCE_STATE_STALE\x10\b2\x8f\x04\n" +
 	"\x0eRolloutService\x122\n" +
 	"\x03Ack\x12\x13.pawl.v1.AckRequest\x1a\x14.pawl.v1.AckResponse\"\x00\x12\\\n" +
 	"\x10GetRolloutStatus\x12 .pawl.v1.GetRolloutStatusRequest\x1a!.pawl.v1.GetRolloutStatusResponse\"\x03\x90\x02\x01\x12>\n" +
 	"\aPromote\x12\x17.pawl.v1.PromoteRequest\x1a\x18.pawl.v1.PromoteResponse\"\x00\x12A\n" +
 	"\bRollback\x12\x18.pawl.v1.RollbackRequest\x1a\x19.pawl.v1.RollbackResponse\"\x00\x12P\n" +
 	"\fGetPromotion\x12\x1c.pawl.v1.GetPromotionRequest\x1a\x1d.pawl.v1.GetPromotionResponse\"\x03\x90\x02\x01\x12J\n" +
+	"\vStopRollout\x12\x1b.pawl.v1.StopRolloutRequest\x1a\x1c.pawl.v1.StopRolloutResponse\"\x00\x12J\n" +
 	"\n" +
 	"GetPointer\x12\x1a.pawl.v1.GetPointerRequest\x1a\x1b.pawl.v1.GetPointerResponse\"\x03\x90\x02\x01B,Z*github.com/pawlcfg/pawl/gen/pawl/v1;pawlv1b\x06proto3"
 
@@ -1448,7 +1778,7 @@ func file_pawl_v1_rollout_proto_rawDescGZIP() []byte {
 }
 
 var file_pawl_v1_rollout_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_pawl_v1_rollout_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_pawl_v1_rollout_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_pawl_v1_rollout_proto_goTypes = []any{
 	(InstanceState)(0),               // 0: pawl.v1.InstanceState
 	(*Ack)(nil),                      // 1: pawl.v1.Ack
@@ -1458,56 +1788,68 @@ var file_pawl_v1_rollout_proto_goTypes = []any{
 	(*StageStatus)(nil),              // 5: pawl.v1.StageStatus
 	(*ZoneStatus)(nil),               // 6: pawl.v1.ZoneStatus
 	(*GetRolloutStatusResponse)(nil), // 7: pawl.v1.GetRolloutStatusResponse
-	(*Pointer)(nil),                  // 8: pawl.v1.Pointer
-	(*Receipt)(nil),                  // 9: pawl.v1.Receipt
-	(*PromoteRequest)(nil),           // 10: pawl.v1.PromoteRequest
-	(*PromoteResponse)(nil),          // 11: pawl.v1.PromoteResponse
-	(*RollbackRequest)(nil),          // 12: pawl.v1.RollbackRequest
-	(*RollbackResponse)(nil),         // 13: pawl.v1.RollbackResponse
-	(*GetPromotionRequest)(nil),      // 14: pawl.v1.GetPromotionRequest
-	(*GetPromotionResponse)(nil),     // 15: pawl.v1.GetPromotionResponse
-	(*GetPointerRequest)(nil),        // 16: pawl.v1.GetPointerRequest
-	(*GetPointerResponse)(nil),       // 17: pawl.v1.GetPointerResponse
-	nil,                              // 18: pawl.v1.StageStatus.ZonesEntry
-	nil,                              // 19: pawl.v1.StageStatus.StatesEntry
-	nil,                              // 20: pawl.v1.ZoneStatus.StatesEntry
-	(*timestamppb.Timestamp)(nil),    // 21: google.protobuf.Timestamp
+	(*Stop)(nil),                     // 8: pawl.v1.Stop
+	(*StopRolloutRequest)(nil),       // 9: pawl.v1.StopRolloutRequest
+	(*StopRolloutResponse)(nil),      // 10: pawl.v1.StopRolloutResponse
+	(*PromotionUnknown)(nil),         // 11: pawl.v1.PromotionUnknown
+	(*Pointer)(nil),                  // 12: pawl.v1.Pointer
+	(*Receipt)(nil),                  // 13: pawl.v1.Receipt
+	(*PromoteRequest)(nil),           // 14: pawl.v1.PromoteRequest
+	(*PromoteResponse)(nil),          // 15: pawl.v1.PromoteResponse
+	(*RollbackRequest)(nil),          // 16: pawl.v1.RollbackRequest
+	(*RollbackResponse)(nil),         // 17: pawl.v1.RollbackResponse
+	(*GetPromotionRequest)(nil),      // 18: pawl.v1.GetPromotionRequest
+	(*GetPromotionResponse)(nil),     // 19: pawl.v1.GetPromotionResponse
+	(*GetPointerRequest)(nil),        // 20: pawl.v1.GetPointerRequest
+	(*GetPointerResponse)(nil),       // 21: pawl.v1.GetPointerResponse
+	nil,                              // 22: pawl.v1.StageStatus.ZonesEntry
+	nil,                              // 23: pawl.v1.StageStatus.StatesEntry
+	nil,                              // 24: pawl.v1.ZoneStatus.StatesEntry
+	(*timestamppb.Timestamp)(nil),    // 25: google.protobuf.Timestamp
+	(ReleaseState)(0),                // 26: pawl.v1.ReleaseState
 }
 var file_pawl_v1_rollout_proto_depIdxs = []int32{
 	0,  // 0: pawl.v1.Ack.state:type_name -> pawl.v1.InstanceState
-	21, // 1: pawl.v1.Ack.received_at:type_name -> google.protobuf.Timestamp
+	25, // 1: pawl.v1.Ack.received_at:type_name -> google.protobuf.Timestamp
 	1,  // 2: pawl.v1.AckRequest.ack:type_name -> pawl.v1.Ack
 	1,  // 3: pawl.v1.AckResponse.ack:type_name -> pawl.v1.Ack
-	18, // 4: pawl.v1.StageStatus.zones:type_name -> pawl.v1.StageStatus.ZonesEntry
-	19, // 5: pawl.v1.StageStatus.states:type_name -> pawl.v1.StageStatus.StatesEntry
-	20, // 6: pawl.v1.ZoneStatus.states:type_name -> pawl.v1.ZoneStatus.StatesEntry
+	22, // 4: pawl.v1.StageStatus.zones:type_name -> pawl.v1.StageStatus.ZonesEntry
+	23, // 5: pawl.v1.StageStatus.states:type_name -> pawl.v1.StageStatus.StatesEntry
+	24, // 6: pawl.v1.ZoneStatus.states:type_name -> pawl.v1.ZoneStatus.StatesEntry
 	5,  // 7: pawl.v1.GetRolloutStatusResponse.stages:type_name -> pawl.v1.StageStatus
 	1,  // 8: pawl.v1.GetRolloutStatusResponse.acks:type_name -> pawl.v1.Ack
-	8,  // 9: pawl.v1.GetRolloutStatusResponse.pointer:type_name -> pawl.v1.Pointer
-	5,  // 10: pawl.v1.Receipt.evidence:type_name -> pawl.v1.StageStatus
-	21, // 11: pawl.v1.Receipt.time:type_name -> google.protobuf.Timestamp
-	9,  // 12: pawl.v1.PromoteResponse.receipt:type_name -> pawl.v1.Receipt
-	9,  // 13: pawl.v1.RollbackResponse.receipt:type_name -> pawl.v1.Receipt
-	9,  // 14: pawl.v1.GetPromotionResponse.receipt:type_name -> pawl.v1.Receipt
-	8,  // 15: pawl.v1.GetPointerResponse.pointer:type_name -> pawl.v1.Pointer
-	6,  // 16: pawl.v1.StageStatus.ZonesEntry.value:type_name -> pawl.v1.ZoneStatus
-	2,  // 17: pawl.v1.RolloutService.Ack:input_type -> pawl.v1.AckRequest
-	4,  // 18: pawl.v1.RolloutService.GetRolloutStatus:input_type -> pawl.v1.GetRolloutStatusRequest
-	10, // 19: pawl.v1.RolloutService.Promote:input_type -> pawl.v1.PromoteRequest
-	12, // 20: pawl.v1.RolloutService.Rollback:input_type -> pawl.v1.RollbackRequest
-	14, // 21: pawl.v1.RolloutService.GetPromotion:input_type -> pawl.v1.GetPromotionRequest
-	16, // 22: pawl.v1.RolloutService.GetPointer:input_type -> pawl.v1.GetPointerRequest
-	3,  // 23: pawl.v1.RolloutService.Ack:output_type -> pawl.v1.AckResponse
-	7,  // 24: pawl.v1.RolloutService.GetRolloutStatus:output_type -> pawl.v1.GetRolloutStatusResponse
-	11, // 25: pawl.v1.RolloutService.Promote:output_type -> pawl.v1.PromoteResponse
-	13, // 26: pawl.v1.RolloutService.Rollback:output_type -> pawl.v1.RollbackResponse
-	15, // 27: pawl.v1.RolloutService.GetPromotion:output_type -> pawl.v1.GetPromotionResponse
-	17, // 28: pawl.v1.RolloutService.GetPointer:output_type -> pawl.v1.GetPointerResponse
-	23, // [23:29] is the sub-list for method output_type
-	17, // [17:23] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	12, // 9: pawl.v1.GetRolloutStatusResponse.pointer:type_name -> pawl.v1.Pointer
+	8,  // 10: pawl.v1.GetRolloutStatusResponse.stop:type_name -> pawl.v1.Stop
+	26, // 11: pawl.v1.GetRolloutStatusResponse.state:type_name -> pawl.v1.ReleaseState
+	25, // 12: pawl.v1.Stop.time:type_name -> google.protobuf.Timestamp
+	5,  // 13: pawl.v1.Stop.evidence:type_name -> pawl.v1.StageStatus
+	8,  // 14: pawl.v1.StopRolloutResponse.stop:type_name -> pawl.v1.Stop
+	5,  // 15: pawl.v1.Receipt.evidence:type_name -> pawl.v1.StageStatus
+	25, // 16: pawl.v1.Receipt.time:type_name -> google.protobuf.Timestamp
+	13, // 17: pawl.v1.PromoteResponse.receipt:type_name -> pawl.v1.Receipt
+	13, // 18: pawl.v1.RollbackResponse.receipt:type_name -> pawl.v1.Receipt
+	13, // 19: pawl.v1.GetPromotionResponse.receipt:type_name -> pawl.v1.Receipt
+	12, // 20: pawl.v1.GetPointerResponse.pointer:type_name -> pawl.v1.Pointer
+	6,  // 21: pawl.v1.StageStatus.ZonesEntry.value:type_name -> pawl.v1.ZoneStatus
+	2,  // 22: pawl.v1.RolloutService.Ack:input_type -> pawl.v1.AckRequest
+	4,  // 23: pawl.v1.RolloutService.GetRolloutStatus:input_type -> pawl.v1.GetRolloutStatusRequest
+	14, // 24: pawl.v1.RolloutService.Promote:input_type -> pawl.v1.PromoteRequest
+	16, // 25: pawl.v1.RolloutService.Rollback:input_type -> pawl.v1.RollbackRequest
+	18, // 26: pawl.v1.RolloutService.GetPromotion:input_type -> pawl.v1.GetPromotionRequest
+	9,  // 27: pawl.v1.RolloutService.StopRollout:input_type -> pawl.v1.StopRolloutRequest
+	20, // 28: pawl.v1.RolloutService.GetPointer:input_type -> pawl.v1.GetPointerRequest
+	3,  // 29: pawl.v1.RolloutService.Ack:output_type -> pawl.v1.AckResponse
+	7,  // 30: pawl.v1.RolloutService.GetRolloutStatus:output_type -> pawl.v1.GetRolloutStatusResponse
+	15, // 31: pawl.v1.RolloutService.Promote:output_type -> pawl.v1.PromoteResponse
+	17, // 32: pawl.v1.RolloutService.Rollback:output_type -> pawl.v1.RollbackResponse
+	19, // 33: pawl.v1.RolloutService.GetPromotion:output_type -> pawl.v1.GetPromotionResponse
+	10, // 34: pawl.v1.RolloutService.StopRollout:output_type -> pawl.v1.StopRolloutResponse
+	21, // 35: pawl.v1.RolloutService.GetPointer:output_type -> pawl.v1.GetPointerResponse
+	29, // [29:36] is the sub-list for method output_type
+	22, // [22:29] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_pawl_v1_rollout_proto_init() }
@@ -1515,13 +1857,14 @@ func file_pawl_v1_rollout_proto_init() {
 	if File_pawl_v1_rollout_proto != nil {
 		return
 	}
+	file_pawl_v1_release_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pawl_v1_rollout_proto_rawDesc), len(file_pawl_v1_rollout_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   20,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -56,9 +56,22 @@ type Registry struct {
 }
 
 // New returns a registry whose leases last lease.
-func New(st store.Store, lease time.Duration) *Registry {
-	return &Registry{store: st, lease: lease, now: time.Now}
+func New(st store.Store, lease time.Duration, opts ...Option) *Registry {
+	r := &Registry{store: st, lease: lease, now: time.Now}
+	for _, opt := range opts {
+		opt(r)
+	}
+	return r
 }
+
+// Option configures New.
+type Option func(*Registry)
+
+// WithClock replaces time.Now, for tests that move time by hand.
+func WithClock(now func() time.Time) Option { return func(r *Registry) { r.now = now } }
+
+// Now is the registry's clock: what leases are judged against.
+func (r *Registry) Now() time.Time { return r.now() }
 
 // Lease is how long a registration or heartbeat keeps an instance live.
 func (r *Registry) Lease() time.Duration { return r.lease }

@@ -140,9 +140,20 @@ type Releases struct {
 
 // New returns a Releases over st that validates with validate and freezes
 // the membership members returns.
-func New(st store.Store, validate ValidateFunc, members MembersFunc) *Releases {
-	return &Releases{store: st, validate: validate, members: members, now: time.Now}
+func New(st store.Store, validate ValidateFunc, members MembersFunc, opts ...Option) *Releases {
+	r := &Releases{store: st, validate: validate, members: members, now: time.Now}
+	for _, opt := range opts {
+		opt(r)
+	}
+	return r
 }
+
+// Option configures New.
+type Option func(*Releases)
+
+// WithClock replaces time.Now (the creation time that deadlines count
+// from), for tests that move time by hand.
+func WithClock(now func() time.Time) Option { return func(r *Releases) { r.now = now } }
 
 var configIDPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,127}$`)
 
@@ -241,20 +252,11 @@ func (r *Releases) head(ctx context.Context, config string) (int64, int64, error
 // Configs lists every config that has a release, in ID order.
 func (r *Releases) Configs(ctx context.Context) ([]string, error) {
 	var out []string
-	after := ""
-	for {
-		page, err := r.store.List(ctx, indexPrefix, 0, after, 1000)
-		if err != nil {
-			return nil, err
-		}
-		for _, kv := range page.KVs {
-			out = append(out, strings.TrimPrefix(kv.Key, indexPrefix))
-		}
-		if !page.More {
-			return out, nil
-		}
-		after = page.KVs[len(page.KVs)-1].Key
-	}
+	err := store.Each(ctx, r.store, indexPrefix, func(kv store.KeyValue) error {
+		out = append(out, strings.TrimPrefix(kv.Key, indexPrefix))
+		return nil
+	})
+	return out, err
 }
 
 // Latest returns a config's newest release (generation 0 when it has none).
@@ -287,24 +289,14 @@ func (r *Releases) List(ctx context.Context, config string) ([]Release, error) {
 		return nil, fmt.Errorf("%w: config %q", ErrInvalid, config)
 	}
 	var out []Release
-	after := ""
-	for {
-		page, err := r.store.List(ctx, store.SystemPrefix+"configs/"+config+"/releases/", 0, after, 100)
-		if err != nil {
-			return nil, err
-		}
-		for _, kv := range page.KVs {
-			rel, err := decode(kv)
-			if err != nil {
-				return nil, err
-			}
+	err := store.Each(ctx, r.store, store.SystemPrefix+"configs/"+config+"/releases/", func(kv store.KeyValue) error {
+		rel, err := decode(kv)
+		if err == nil {
 			out = append(out, rel)
 		}
-		if !page.More {
-			return out, nil
-		}
-		after = page.KVs[len(page.KVs)-1].Key
-	}
+		return err
+	})
+	return out, err
 }
 
 func decode(kv store.KeyValue) (Release, error) {

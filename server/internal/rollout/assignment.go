@@ -19,6 +19,8 @@ type Assignment struct {
 	// Stage is empty for the active generation, and names the stage for a
 	// canary assignment of a newer, not yet promoted release.
 	Stage string
+	// Epoch is the config pointer's epoch, which every rollback increments.
+	Epoch int64
 }
 
 // Assignments computes what the instance must run, config by config: the
@@ -54,7 +56,7 @@ func (r *Rollouts) assignment(ctx context.Context, config, identity string) (Ass
 	}
 	if latest.Generation > max(ptr.Generation, ptr.HighWater) {
 		if stage, ok, err := r.canaryStage(ctx, latest, identity); err != nil || ok {
-			return assignmentOf(latest, stage), ok, err
+			return assignmentOf(latest, stage, ptr.Epoch), ok, err
 		}
 	}
 	if ptr.Generation == 0 {
@@ -64,13 +66,13 @@ func (r *Rollouts) assignment(ctx context.Context, config, identity string) (Ass
 	if err != nil {
 		return Assignment{}, false, err
 	}
-	return assignmentOf(active, ""), true, nil
+	return assignmentOf(active, "", ptr.Epoch), true, nil
 }
 
 // canaryStage returns the stage through which the instance receives a
 // not-yet-promoted release: the first reached stage whose selector it
 // matches. A stage is reached when every stage before it passed; a failed
-// stage stops the rollout, so nothing after it is reached.
+// stage stops the rollout, and after a stop nothing of it is offered.
 func (r *Rollouts) canaryStage(ctx context.Context, rel release.Release, identity string) (string, bool, error) {
 	var member *quorum.Member
 	for i := range rel.Membership {
@@ -81,22 +83,22 @@ func (r *Rollouts) canaryStage(ctx context.Context, rel release.Release, identit
 	if member == nil {
 		return "", false, nil
 	}
-	_, stages, err := r.Evaluate(ctx, rel.ConfigID, rel.Generation)
-	if err != nil {
+	status, err := r.Status(ctx, rel.ConfigID, rel.Generation)
+	if err != nil || status.Stop != nil {
 		return "", false, err
 	}
 	for i, st := range rel.Stages {
 		if instance.Matches(member.Labels, st.Selector) {
 			return st.Name, true, nil
 		}
-		if stages[i].Evaluation.Outcome != quorum.Passed {
+		if status.Stages[i].Evaluation.Outcome != quorum.Passed {
 			return "", false, nil
 		}
 	}
 	return "", false, nil
 }
 
-func assignmentOf(rel release.Release, stage string) Assignment {
+func assignmentOf(rel release.Release, stage string, epoch int64) Assignment {
 	return Assignment{ConfigID: rel.ConfigID, Generation: rel.Generation, ContentDigest: rel.ContentDigest,
-		ValidatorDigest: rel.ValidatorDigest, Stage: stage}
+		ValidatorDigest: rel.ValidatorDigest, Stage: stage, Epoch: epoch}
 }

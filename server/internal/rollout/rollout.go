@@ -5,8 +5,15 @@
 // Layout, for config C and generation G, under store.SystemPrefix:
 //
 //	configs/C/acks/G/<identity>/<time>   every ACK, counted or not, with the reason
+//	configs/C/stops/G                    the stop record of a rollout that stopped
 //	configs/C/active                     the pointer: generation, epoch, receipt key
 //	configs/C/receipts/<key>             one receipt per idempotency key
+//
+// A release's rollout state moves forward through these records, never by
+// editing the release: it is a candidate while its stages are evaluated,
+// stopped once a stop record exists (a stage failed or an operator stopped
+// it), active while the pointer names it, and superseded or rolled back
+// after (see ReleaseStates).
 //
 // The pointer and its receipt are written in one store transaction that
 // compares the pointer's revision and the receipt's absence: of concurrent
@@ -19,8 +26,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"regexp"
-	"sort"
 	"time"
 
 	"github.com/pawlcfg/pawl/server/internal/instance"
@@ -41,7 +46,30 @@ var (
 	ErrNotReady = errors.New("rollout: release not ready for promotion")
 	// ErrNoPromotion means no receipt has that idempotency key.
 	ErrNoPromotion = errors.New("rollout: no promotion with that idempotency key")
+	// ErrPromotionUnknown means the store write of a Promote or Rollback
+	// ended without a definite answer: it may or may not have committed.
+	// *UnknownError names the key to resolve it with (GetPromotion).
+	ErrPromotionUnknown = errors.New("rollout: PROMOTION_UNKNOWN")
 )
+
+// UnknownError reports a move whose outcome is unknown. It matches
+// ErrPromotionUnknown.
+type UnknownError struct {
+	ConfigID, IdempotencyKey string
+	// Err is what the store said.
+	Err error
+}
+
+func (e *UnknownError) Error() string {
+	return fmt.Sprintf("rollout: PROMOTION_UNKNOWN: the write of receipt %s of config %s ended without an answer (%v); "+
+		"read it with GetPromotion: a receipt means it happened, NOT_FOUND that it did not", e.IdempotencyKey, e.ConfigID, e.Err)
+}
+
+// Is reports whether target is ErrPromotionUnknown.
+func (e *UnknownError) Is(target error) bool { return target == ErrPromotionUnknown }
+
+// Unwrap returns the store's error.
+func (e *UnknownError) Unwrap() error { return e.Err }
 
 // PointerError reports the pointer as it is. It matches ErrPointerMoved.
 type PointerError struct {
@@ -181,6 +209,13 @@ func (r *Rollouts) RecordAck(ctx context.Context, ack Ack) (Ack, error) {
 		if err != nil {
 			return Ack{}, fmt.Errorf("rollout: store ACK: %w", err)
 		}
+		if ack.Counted && (ack.State == Rejected || (ack.State == HealthyAcked && !ack.HealthOK)) {
+			// A rejection may fail a stage: evaluating now writes the stop
+			// record at once, so the canaries are called back at once.
+			if _, err := r.Status(ctx, ack.ConfigID, ack.Generation); err != nil {
+				return Ack{}, fmt.Errorf("rollout: evaluate after a rejection: %w", err)
+			}
+		}
 		return ack, nil
 	}
 }
@@ -194,6 +229,10 @@ func (r *Rollouts) judge(ctx context.Context, rel release.Release, ack Ack) (boo
 		}
 	}
 	ptr, err := r.Pointer(ctx, ack.ConfigID)
+	if err != nil {
+		return false, "", err
+	}
+	stop, err := r.GetStop(ctx, ack.ConfigID, ack.Generation)
 	if err != nil {
 		return false, "", err
 	}
@@ -220,8 +259,11 @@ func (r *Rollouts) judge(ctx context.Context, rel release.Release, ack Ack) (boo
 		// ACKs of the active release still count: after promotion they
 		// are its health, which a rollback decision reads.
 		return false, fmt.Sprintf("late: generation %d was superseded (active generation %d)", rel.Generation, ptr.Generation), nil
+	case stop != nil:
+		return false, fmt.Sprintf("late: the rollout stopped at %s (%s); its evidence is frozen", stop.Time.Format(time.RFC3339), stop.Reason), nil
 	}
-	for _, p := range prev {
+	var applied *Ack
+	for i, p := range prev {
 		if p.BootID != ack.BootID || !p.Counted {
 			continue
 		}
@@ -230,9 +272,33 @@ func (r *Rollouts) judge(ctx context.Context, rel release.Release, ack Ack) (boo
 			return false, fmt.Sprintf("out of order: apply sequence %d after %d", ack.ApplySequence, p.ApplySequence), nil
 		case p.ApplySequence == ack.ApplySequence && p.State == ack.State:
 			return false, fmt.Sprintf("duplicate: %s at apply sequence %d was already counted", ack.State, ack.ApplySequence), nil
+		case p.ApplySequence == ack.ApplySequence && p.State == Applied && applied == nil:
+			applied = &prev[i]
 		}
 	}
+	if why := healthWindowUnmet(rel, ack, applied); why != "" {
+		return false, why, nil
+	}
 	return true, "", nil
+}
+
+// healthWindowUnmet says why a healthy report came too soon, or "" if it did
+// not: with a health window, HEALTHY_ACKED counts only when the same boot's
+// APPLIED of the same apply sequence arrived at least the window before it.
+// An unhealthy report counts at once: a failure needs no waiting.
+func healthWindowUnmet(rel release.Release, ack Ack, applied *Ack) string {
+	if ack.State != HealthyAcked || !ack.HealthOK || rel.HealthWindow <= 0 {
+		return ""
+	}
+	if applied == nil {
+		return fmt.Sprintf("health window: no APPLIED ACK of boot %s at apply sequence %d came first; report APPLIED, then HEALTHY_ACKED after %s",
+			ack.BootID, ack.ApplySequence, rel.HealthWindow)
+	}
+	if held := ack.ReceivedAt.Sub(applied.ReceivedAt); held < rel.HealthWindow {
+		return fmt.Sprintf("health window: healthy %s after APPLIED, but the release's health window is %s; report again when it has passed",
+			held.Round(time.Millisecond), rel.HealthWindow)
+	}
+	return ""
 }
 
 // Acks returns every ACK of a generation, counted or not, in arrival order
@@ -247,24 +313,18 @@ func (r *Rollouts) acks(ctx context.Context, config string, gen int64, identity 
 		prefix += identity + "/"
 	}
 	var out []Ack
-	after := ""
-	for {
-		page, err := r.store.List(ctx, prefix, 0, after, 1000)
-		if err != nil {
-			return nil, err
+	err := store.Each(ctx, r.store, prefix, func(kv store.KeyValue) error {
+		var a Ack
+		if err := json.Unmarshal(kv.Value, &a); err != nil {
+			return fmt.Errorf("rollout: ACK %s: %w", kv.Key, err)
 		}
-		for _, kv := range page.KVs {
-			var a Ack
-			if err := json.Unmarshal(kv.Value, &a); err != nil {
-				return nil, fmt.Errorf("rollout: ACK %s: %w", kv.Key, err)
-			}
+		// Identities may hold '/': the prefix of "a" also covers "a/b".
+		if identity == "" || a.WorkloadIdentity == identity {
 			out = append(out, a)
 		}
-		if !page.More {
-			return out, nil
-		}
-		after = page.KVs[len(page.KVs)-1].Key
-	}
+		return nil
+	})
+	return out, err
 }
 
 // States reduces a generation's counted ACKs to each member's latest
@@ -300,59 +360,6 @@ func quorumStates(latest map[string]Ack) map[string]quorum.State {
 	return states
 }
 
-// StageResult is one stage's evaluation.
-type StageResult struct {
-	Name       string
-	Evaluation quorum.Evaluation
-	// States counts the stage's members by their latest counted state
-	// ("NO_ACK" for none), overall and per zone.
-	States     map[string]int
-	ZoneStates map[string]map[string]int
-}
-
-// Evaluate evaluates every stage of a release against its members.
-func (r *Rollouts) Evaluate(ctx context.Context, config string, gen int64) (release.Release, []StageResult, error) {
-	rel, err := r.releases.Get(ctx, config, gen)
-	if err != nil {
-		return release.Release{}, nil, err
-	}
-	acks, err := r.Acks(ctx, config, gen)
-	if err != nil {
-		return release.Release{}, nil, err
-	}
-	latest := latestCounted(acks)
-	states := quorumStates(latest)
-	var out []StageResult
-	for _, st := range rel.Stages {
-		res := StageResult{Name: st.Name, States: map[string]int{}, ZoneStates: map[string]map[string]int{}}
-		var members []quorum.Member
-		for _, m := range rel.Membership {
-			if !instance.Matches(m.Labels, st.Selector) {
-				continue
-			}
-			members = append(members, m)
-			state := string(latest[m.ID].State)
-			if state == "" {
-				state = "NO_ACK"
-			}
-			res.States[state]++
-			if res.ZoneStates[m.Zone] == nil {
-				res.ZoneStates[m.Zone] = map[string]int{}
-			}
-			res.ZoneStates[m.Zone][state]++
-		}
-		res.Evaluation = quorum.Evaluate(st.Policy, members, states)
-		if deadline := rel.CreatedAt.Add(rel.Deadline); res.Evaluation.Outcome == quorum.Waiting && r.now().After(deadline) {
-			// A stage still waiting at the release's deadline has failed;
-			// its tallies stay as the evidence.
-			res.Evaluation.Outcome = quorum.Failed
-			res.Evaluation.Reason = fmt.Sprintf("the deadline passed at %s while %s", deadline.Format(time.RFC3339), res.Evaluation.Reason)
-		}
-		out = append(out, res)
-	}
-	return rel, out, nil
-}
-
 // Pointer returns a config's active pointer (generation 0 before the first
 // promotion).
 func (r *Rollouts) Pointer(ctx context.Context, config string) (Pointer, error) {
@@ -369,175 +376,4 @@ func (r *Rollouts) Pointer(ctx context.Context, config string) (Pointer, error) 
 	}
 	p.Revision = kv.ModRevision
 	return p, nil
-}
-
-var keyPattern = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)
-
-// Move asks for one move of the pointer.
-type Move struct {
-	ConfigID string
-	// To is the generation to promote (ignored for a rollback).
-	To int64
-	// ExpectedGeneration and ExpectedEpoch are the pointer the caller saw.
-	ExpectedGeneration, ExpectedEpoch int64
-	IdempotencyKey                    string
-	Actor                             string
-}
-
-// Promote moves the pointer to m.To if it is still where the caller saw
-// it, every stage of the release passed, and its deadline has not passed.
-// A repeat with the same idempotency key returns the receipt written.
-func (r *Rollouts) Promote(ctx context.Context, m Move) (Receipt, error) {
-	if done, err := r.existing(ctx, m); done != nil || err != nil {
-		return derefReceipt(done), err
-	}
-	ptr, err := r.checkPointer(ctx, m)
-	if err != nil {
-		return Receipt{}, err
-	}
-	rel, stages, err := r.Evaluate(ctx, m.ConfigID, m.To)
-	if err != nil {
-		return Receipt{}, err
-	}
-	if m.To <= ptr.Generation {
-		return Receipt{}, fmt.Errorf("%w: generation %d is not after the active generation %d; use rollback to go back", ErrNotReady, m.To, ptr.Generation)
-	}
-	if deadline := rel.CreatedAt.Add(rel.Deadline); r.now().After(deadline) {
-		return Receipt{}, fmt.Errorf("%w: its deadline passed at %s", ErrNotReady, deadline.Format(time.RFC3339))
-	}
-	var evidence []quorum.Evaluation
-	var names []string
-	for _, s := range stages {
-		if s.Evaluation.Outcome != quorum.Passed {
-			return Receipt{}, fmt.Errorf("%w: stage %q is %s: %s", ErrNotReady, s.Name, s.Evaluation.Outcome, s.Evaluation.Reason)
-		}
-		evidence = append(evidence, s.Evaluation)
-		names = append(names, s.Name)
-	}
-	return r.write(ctx, m, ptr, Receipt{ConfigID: m.ConfigID, From: ptr.Generation, To: m.To, Epoch: ptr.Epoch, Evidence: evidence, StageNames: names})
-}
-
-// Rollback moves the pointer back to the active release's predecessor, as
-// a new receipt with the epoch incremented; no generation changes.
-func (r *Rollouts) Rollback(ctx context.Context, m Move) (Receipt, error) {
-	if done, err := r.existing(ctx, m); done != nil || err != nil {
-		return derefReceipt(done), err
-	}
-	ptr, err := r.checkPointer(ctx, m)
-	if err != nil {
-		return Receipt{}, err
-	}
-	if ptr.Generation == 0 {
-		return Receipt{}, fmt.Errorf("%w: config %s has never been promoted", ErrNotReady, m.ConfigID)
-	}
-	active, err := r.releases.Get(ctx, m.ConfigID, ptr.Generation)
-	if err != nil {
-		return Receipt{}, err
-	}
-	if active.Predecessor == 0 {
-		return Receipt{}, fmt.Errorf("%w: generation %d has no predecessor to roll back to", ErrNotReady, ptr.Generation)
-	}
-	return r.write(ctx, m, ptr, Receipt{ConfigID: m.ConfigID, From: ptr.Generation, To: active.Predecessor, Epoch: ptr.Epoch + 1, Rollback: true})
-}
-
-// GetPromotion returns the receipt written for an idempotency key.
-func (r *Rollouts) GetPromotion(ctx context.Context, config, key string) (Receipt, error) {
-	kv, _, err := r.store.Get(ctx, configKey(config, "receipts/"+key), 0)
-	if errors.Is(err, store.ErrNotFound) {
-		return Receipt{}, fmt.Errorf("%w: %s of config %s", ErrNoPromotion, key, config)
-	}
-	if err != nil {
-		return Receipt{}, err
-	}
-	var rc Receipt
-	if err := json.Unmarshal(kv.Value, &rc); err != nil {
-		return Receipt{}, fmt.Errorf("rollout: receipt %s: %w", key, err)
-	}
-	rc.Revision = kv.ModRevision
-	return rc, nil
-}
-
-// Receipts returns a config's receipts in the order they were written.
-func (r *Rollouts) Receipts(ctx context.Context, config string) ([]Receipt, error) {
-	page, err := r.store.List(ctx, configKey(config, "receipts/"), 0, "", 1000)
-	if err != nil {
-		return nil, err
-	}
-	var out []Receipt
-	for _, kv := range page.KVs {
-		var rc Receipt
-		if err := json.Unmarshal(kv.Value, &rc); err != nil {
-			return nil, err
-		}
-		rc.Revision = kv.ModRevision
-		out = append(out, rc)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Revision < out[j].Revision })
-	return out, nil
-}
-
-// existing returns the receipt already written for the key, if any.
-func (r *Rollouts) existing(ctx context.Context, m Move) (*Receipt, error) {
-	if !keyPattern.MatchString(m.IdempotencyKey) {
-		return nil, fmt.Errorf("%w: idempotency key %q must be 1-128 of A-Z a-z 0-9 . _ : -", ErrInvalid, m.IdempotencyKey)
-	}
-	rc, err := r.GetPromotion(ctx, m.ConfigID, m.IdempotencyKey)
-	if errors.Is(err, ErrNoPromotion) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	return &rc, nil
-}
-
-func derefReceipt(rc *Receipt) Receipt {
-	if rc == nil {
-		return Receipt{}
-	}
-	return *rc
-}
-
-func (r *Rollouts) checkPointer(ctx context.Context, m Move) (Pointer, error) {
-	ptr, err := r.Pointer(ctx, m.ConfigID)
-	if err != nil {
-		return Pointer{}, err
-	}
-	if ptr.Generation != m.ExpectedGeneration || ptr.Epoch != m.ExpectedEpoch {
-		return Pointer{}, &PointerError{Pointer: ptr}
-	}
-	return ptr, nil
-}
-
-// write commits the receipt and the new pointer in one transaction.
-func (r *Rollouts) write(ctx context.Context, m Move, ptr Pointer, rc Receipt) (Receipt, error) {
-	rc.Actor, rc.Time, rc.IdempotencyKey = m.Actor, r.now().UTC(), m.IdempotencyKey
-	receiptKey := configKey(m.ConfigID, "receipts/"+m.IdempotencyKey)
-	rb, err := json.Marshal(rc)
-	if err != nil {
-		return Receipt{}, err
-	}
-	pb, err := json.Marshal(Pointer{Generation: rc.To, Epoch: rc.Epoch, ReceiptKey: receiptKey, HighWater: max(ptr.HighWater, ptr.Generation, rc.To)})
-	if err != nil {
-		return Receipt{}, err
-	}
-	res, err := r.store.Txn(ctx, store.Txn{
-		Compares: []store.Compare{{Key: configKey(m.ConfigID, "active"), ModRevision: ptr.Revision}, {Key: receiptKey, ModRevision: 0}},
-		Puts:     []store.Put{{Key: receiptKey, Value: rb}, {Key: configKey(m.ConfigID, "active"), Value: pb}},
-	})
-	if errors.Is(err, store.ErrRevisionMismatch) {
-		if done, derr := r.existing(ctx, m); done != nil || derr != nil {
-			return derefReceipt(done), derr // the same key won, in a concurrent retry
-		}
-		now, perr := r.Pointer(ctx, m.ConfigID)
-		if perr != nil {
-			return Receipt{}, perr
-		}
-		return Receipt{}, &PointerError{Pointer: now}
-	}
-	if err != nil {
-		return Receipt{}, fmt.Errorf("rollout: write receipt: %w", err)
-	}
-	rc.Revision = res.Revision - 1
-	return rc, nil
 }

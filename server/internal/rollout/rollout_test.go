@@ -12,11 +12,13 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/pawlcfg/pawl/internal/testclock"
 	"github.com/pawlcfg/pawl/internal/wasmbuild"
 	"github.com/pawlcfg/pawl/server/internal/instance"
 	"github.com/pawlcfg/pawl/server/internal/quorum"
 	"github.com/pawlcfg/pawl/server/internal/release"
 	"github.com/pawlcfg/pawl/server/internal/rollout"
+	"github.com/pawlcfg/pawl/server/internal/store"
 	"github.com/pawlcfg/pawl/server/internal/store/boltstore"
 	"github.com/pawlcfg/pawl/validators/host"
 )
@@ -29,7 +31,8 @@ func TestMain(m *testing.M) {
 }
 
 type env struct {
-	clock    *testClock
+	clock    *testclock.Clock
+	store    store.Store
 	registry *instance.Registry
 	releases *release.Releases
 	rollouts *rollout.Rollouts
@@ -47,8 +50,9 @@ func newEnv(t *testing.T) *env {
 	}
 	t.Cleanup(func() { _ = st.Close() })
 	v := wasmbuild.Load(t, "routing")
-	e := &env{clock: &testClock{now: time.Now()}, registry: instance.New(st, time.Hour), digest: v.Info().Digest}
-	e.releases = release.New(st, func(ctx context.Context, _ string, in host.Input) (host.Result, error) { return v.Validate(ctx, in) }, e.registry.Members)
+	e := &env{clock: testclock.New(time.Now()), store: st, digest: v.Info().Digest}
+	e.registry = instance.New(st, time.Hour, instance.WithClock(e.clock.Now))
+	e.releases = release.New(st, func(ctx context.Context, _ string, in host.Input) (host.Result, error) { return v.Validate(ctx, in) }, e.registry.Members, release.WithClock(e.clock.Now))
 	e.rollouts = rollout.New(st, e.releases, e.registry, rollout.WithClock(e.clock.Now))
 	for i := range 6 {
 		e.register(t, fmt.Sprintf("i%d", i), "boot-1", fmt.Sprintf("zone-%c", 'a'+i%3))
@@ -65,12 +69,19 @@ func (e *env) register(t *testing.T, id, boot, zone string) {
 
 func (e *env) release(t *testing.T, weight int) release.Release {
 	t.Helper()
-	rel, err := e.releases.Create(context.Background(), release.Spec{
+	return e.releaseWith(t, weight, func(*release.Spec) {})
+}
+
+func (e *env) releaseWith(t *testing.T, weight int, edit func(*release.Spec)) release.Release {
+	t.Helper()
+	spec := release.Spec{
 		ConfigID: "routing", MediaType: "application/json", ValidatorDigest: e.digest,
 		Content:  []byte(fmt.Sprintf(`{"upstreams":[{"host":"a","weight":%d},{"host":"b","weight":%d}]}`, weight, 100-weight)),
 		Stages:   []release.Stage{{Name: "zones", Policy: quorum.Policy{Kind: quorum.ZoneQuorum, Fraction: 1}}},
 		Deadline: time.Hour,
-	}, "ci")
+	}
+	edit(&spec)
+	rel, err := e.releases.Create(context.Background(), spec, "ci")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,13 +181,38 @@ func TestRejectionsFailTheStage(t *testing.T) {
 		e.ack(t, rel, fmt.Sprintf("i%d", i), "boot-1", 1, rollout.HealthyAcked)
 	}
 	e.ack(t, rel, "i5", "boot-1", 1, rollout.Rejected)
-	_, stages, err := e.rollouts.Evaluate(context.Background(), "routing", 1)
-	if err != nil || stages[0].Evaluation.Outcome != quorum.Failed {
-		t.Fatalf("stage = %+v, %v", stages, err)
+	ctx := context.Background()
+	// The rejection stopped the rollout as it was recorded: the stop record
+	// keeps the tallies of that moment.
+	stop, err := e.rollouts.GetStop(ctx, "routing", 1)
+	if err != nil || stop == nil || stop.Stage != "zones" || stop.Manual || len(stop.Evidence) != 1 ||
+		stop.Evidence[0].Healthy != 5 || stop.Evidence[0].Rejected != 1 {
+		t.Fatalf("stop record = %+v, %v", stop, err)
 	}
-	if _, err := e.rollouts.Promote(context.Background(), rollout.Move{ConfigID: "routing", To: 1, IdempotencyKey: "k"}); !errors.Is(err, rollout.ErrNotReady) {
-		t.Fatalf("Promote of a failed stage = %v", err)
+	st, err := e.rollouts.Status(ctx, "routing", 1)
+	if err != nil || st.Stages[0].Evaluation.Outcome != quorum.Failed || st.Stop == nil || st.Stop.Revision != stop.Revision {
+		t.Fatalf("status = %+v, %v", st, err)
 	}
+	// After the stop, ACKs are kept but do not count: the evidence is frozen.
+	if a := e.ack(t, rel, "i5", "boot-1", 2, rollout.HealthyAcked); a.Counted || !strings.Contains(a.Why, "the rollout stopped") {
+		t.Fatalf("ACK after the stop = %+v", a)
+	}
+	if _, err := e.rollouts.Promote(ctx, rollout.Move{ConfigID: "routing", To: 1, IdempotencyKey: "k"}); !errors.Is(err, rollout.ErrNotReady) ||
+		!strings.Contains(err.Error(), "rollout stopped") {
+		t.Fatalf("Promote of a stopped rollout = %v", err)
+	}
+	if state := e.state(t, rel); state != rollout.StateStopped {
+		t.Fatalf("state = %s", state)
+	}
+}
+
+func (e *env) state(t *testing.T, rel release.Release) release.State {
+	t.Helper()
+	state, err := e.rollouts.ReleaseStates(context.Background(), rel.ConfigID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return state(rel)
 }
 
 func ackAll(t *testing.T, e *env, rel release.Release) {
@@ -262,39 +298,21 @@ func TestRollbackWritesANewReceiptAndKeepsEverything(t *testing.T) {
 	}
 }
 
-// testClock is a clock the test moves by hand.
-type testClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *testClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *testClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
 func TestAStageWaitingAtTheDeadlineFails(t *testing.T) {
 	e := newEnv(t)
 	rel := e.release(t, 50) // deadline: one hour
 	for _, id := range []string{"i0", "i1", "i3", "i4"} {
 		e.ack(t, rel, id, "boot-1", 1, rollout.HealthyAcked)
 	}
-	_, stages, err := e.rollouts.Evaluate(context.Background(), "routing", 1)
-	if err != nil || stages[0].Evaluation.Outcome != quorum.Waiting {
-		t.Fatalf("before the deadline: %+v, %v", stages, err)
+	st, err := e.rollouts.Status(context.Background(), "routing", 1)
+	if err != nil || st.Stages[0].Evaluation.Outcome != quorum.Waiting || st.Stop != nil {
+		t.Fatalf("before the deadline: %+v, %v", st, err)
 	}
 	e.clock.Advance(2 * time.Hour)
-	_, stages, err = e.rollouts.Evaluate(context.Background(), "routing", 1)
-	if err != nil || stages[0].Evaluation.Outcome != quorum.Failed || !strings.Contains(stages[0].Evaluation.Reason, "the deadline passed") ||
-		stages[0].Evaluation.Healthy != 4 {
-		t.Fatalf("after the deadline: %+v, %v", stages, err)
+	st, err = e.rollouts.Status(context.Background(), "routing", 1)
+	if ev := st.Stages[0].Evaluation; err != nil || ev.Outcome != quorum.Failed || !strings.Contains(ev.Reason, "the deadline passed") ||
+		ev.Healthy != 4 || st.Stop == nil || !strings.Contains(st.Stop.Reason, "the deadline passed") {
+		t.Fatalf("after the deadline: %+v, %v", st, err)
 	}
 	if _, err := e.rollouts.Promote(context.Background(), rollout.Move{ConfigID: "routing", To: 1, IdempotencyKey: "late"}); !errors.Is(err, rollout.ErrNotReady) {
 		t.Fatalf("Promote after the deadline = %v", err)

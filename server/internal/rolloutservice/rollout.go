@@ -2,6 +2,7 @@ package rolloutservice
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"strings"
 
@@ -46,31 +47,46 @@ func (h *Rollouts) Ack(ctx context.Context, req *connect.Request[pawlv1.AckReque
 
 // GetRolloutStatus implements pawl.v1.RolloutService.GetRolloutStatus.
 func (h *Rollouts) GetRolloutStatus(ctx context.Context, req *connect.Request[pawlv1.GetRolloutStatusRequest]) (*connect.Response[pawlv1.GetRolloutStatusResponse], error) {
-	_, stages, err := h.rollouts.Evaluate(ctx, req.Msg.GetConfigId(), req.Msg.GetGeneration())
+	config, gen := req.Msg.GetConfigId(), req.Msg.GetGeneration()
+	st, err := h.rollouts.Status(ctx, config, gen)
 	if err != nil {
 		return nil, h.error(req.Spec(), err)
 	}
-	acks, err := h.rollouts.Acks(ctx, req.Msg.GetConfigId(), req.Msg.GetGeneration())
+	acks, err := h.rollouts.Acks(ctx, config, gen)
 	if err != nil {
 		return nil, h.error(req.Spec(), err)
 	}
-	ptr, err := h.rollouts.Pointer(ctx, req.Msg.GetConfigId())
+	state, err := h.rollouts.ReleaseStates(ctx, config)
 	if err != nil {
 		return nil, h.error(req.Spec(), err)
 	}
-	resp := &pawlv1.GetRolloutStatusResponse{Pointer: toProtoPointer(ptr)}
-	for _, s := range stages {
-		st := toProtoStage(s.Name, s.Evaluation)
-		st.States = counts(s.States)
-		for zone, zs := range st.Zones {
+	resp := &pawlv1.GetRolloutStatusResponse{Pointer: toProtoPointer(st.Pointer), State: ToProtoState(state(st.Release))}
+	for _, s := range st.Stages {
+		ps := toProtoStage(s.Name, s.Evaluation)
+		ps.States = counts(s.States)
+		for zone, zs := range ps.Zones {
 			zs.States = counts(s.ZoneStates[zone])
 		}
-		resp.Stages = append(resp.Stages, st)
+		resp.Stages = append(resp.Stages, ps)
+	}
+	if st.Stop != nil {
+		resp.Stop = toProtoStop(*st.Stop)
 	}
 	for _, a := range acks {
 		resp.Acks = append(resp.Acks, toProtoAck(a))
 	}
 	return connect.NewResponse(resp), nil
+}
+
+// StopRollout implements pawl.v1.RolloutService.StopRollout.
+func (h *Rollouts) StopRollout(ctx context.Context, req *connect.Request[pawlv1.StopRolloutRequest]) (*connect.Response[pawlv1.StopRolloutResponse], error) {
+	m := req.Msg
+	stop, err := h.rollouts.StopRollout(ctx, m.GetConfigId(), m.GetGeneration(), m.GetReason(), actor(req))
+	if err != nil {
+		return nil, h.error(req.Spec(), err)
+	}
+	h.log.Info("rollout stopped", "config", stop.ConfigID, "generation", stop.Generation, "reason", stop.Reason, "actor", stop.Actor)
+	return connect.NewResponse(&pawlv1.StopRolloutResponse{Stop: toProtoStop(stop)}), nil
 }
 
 // Promote implements pawl.v1.RolloutService.Promote.
@@ -120,6 +136,17 @@ func (h *Rollouts) GetPointer(ctx context.Context, req *connect.Request[pawlv1.G
 }
 
 func (h *Rollouts) error(spec connect.Spec, err error) error {
+	var unknown *rollout.UnknownError
+	if errors.As(err, &unknown) {
+		// Not the store's code: the caller must learn that the outcome is
+		// unknown and how to resolve it.
+		h.log.Warn("promotion outcome unknown", "procedure", spec.Procedure, "config", unknown.ConfigID, "key", unknown.IdempotencyKey, "error", unknown.Err)
+		ce := connect.NewError(connect.CodeUnknown, err)
+		if d, derr := connect.NewErrorDetail(&pawlv1.PromotionUnknown{ConfigId: unknown.ConfigID, IdempotencyKey: unknown.IdempotencyKey}); derr == nil {
+			ce.AddDetail(d)
+		}
+		return ce
+	}
 	return apierr.Connect(h.log, spec.Procedure, err)
 }
 
@@ -163,15 +190,26 @@ func toProtoReceipt(rc rollout.Receipt) *pawlv1.Receipt {
 		Actor: rc.Actor, Time: timestamppb.New(rc.Time), IdempotencyKey: rc.IdempotencyKey, Revision: rc.Revision,
 	}
 	for i, ev := range rc.Evidence {
-		out.Evidence = append(out.Evidence, toProtoStage(stageName(rc, i), ev))
+		out.Evidence = append(out.Evidence, toProtoStage(nameAt(rc.StageNames, i), ev))
 	}
 	return out
 }
 
-// stageName names the i-th stage of a receipt's evidence.
-func stageName(rc rollout.Receipt, i int) string {
-	if i < len(rc.StageNames) {
-		return rc.StageNames[i]
+func toProtoStop(s rollout.Stop) *pawlv1.Stop {
+	out := &pawlv1.Stop{
+		ConfigId: s.ConfigID, Generation: s.Generation, Stage: s.Stage, Reason: s.Reason, Manual: s.Manual,
+		Actor: s.Actor, Time: timestamppb.New(s.Time), Revision: s.Revision,
+	}
+	for i, ev := range s.Evidence {
+		out.Evidence = append(out.Evidence, toProtoStage(nameAt(s.StageNames, i), ev))
+	}
+	return out
+}
+
+// nameAt names the i-th stage of a record's evidence.
+func nameAt(names []string, i int) string {
+	if i < len(names) {
+		return names[i]
 	}
 	return ""
 }

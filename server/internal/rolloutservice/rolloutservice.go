@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -31,14 +30,16 @@ const ActorHeader = "Pawl-Actor"
 // Releases is the ReleaseService handler.
 type Releases struct {
 	releases *release.Releases
+	rollouts *rollout.Rollouts
 	log      *slog.Logger
 }
 
 var _ pawlv1connect.ReleaseServiceHandler = (*Releases)(nil)
 
-// NewReleases returns the ReleaseService handler.
-func NewReleases(r *release.Releases, log *slog.Logger) *Releases {
-	return &Releases{releases: r, log: log}
+// NewReleases returns the ReleaseService handler; rollouts give each
+// release its state.
+func NewReleases(r *release.Releases, ro *rollout.Rollouts, log *slog.Logger) *Releases {
+	return &Releases{releases: r, rollouts: ro, log: log}
 }
 
 // CreateRelease implements pawl.v1.ReleaseService.CreateRelease.
@@ -61,7 +62,7 @@ func (h *Releases) CreateRelease(ctx context.Context, req *connect.Request[pawlv
 	}
 	h.log.Info("release created", "config", rel.ConfigID, "generation", rel.Generation, "content_digest", rel.ContentDigest,
 		"members", len(rel.Membership), "actor", actor)
-	return connect.NewResponse(&pawlv1.CreateReleaseResponse{Release: toProtoRelease(rel)}), nil
+	return connect.NewResponse(&pawlv1.CreateReleaseResponse{Release: toProtoRelease(rel, release.StateCandidate)}), nil
 }
 
 // GetRelease implements pawl.v1.ReleaseService.GetRelease.
@@ -70,7 +71,11 @@ func (h *Releases) GetRelease(ctx context.Context, req *connect.Request[pawlv1.G
 	if err != nil {
 		return nil, apierr.Connect(h.log, req.Spec().Procedure, err)
 	}
-	return connect.NewResponse(&pawlv1.GetReleaseResponse{Release: toProtoRelease(rel)}), nil
+	state, err := h.rollouts.ReleaseStates(ctx, rel.ConfigID)
+	if err != nil {
+		return nil, apierr.Connect(h.log, req.Spec().Procedure, err)
+	}
+	return connect.NewResponse(&pawlv1.GetReleaseResponse{Release: toProtoRelease(rel, state(rel))}), nil
 }
 
 // ListReleases implements pawl.v1.ReleaseService.ListReleases.
@@ -80,8 +85,15 @@ func (h *Releases) ListReleases(ctx context.Context, req *connect.Request[pawlv1
 		return nil, apierr.Connect(h.log, req.Spec().Procedure, err)
 	}
 	resp := &pawlv1.ListReleasesResponse{}
+	if len(rels) == 0 {
+		return connect.NewResponse(resp), nil
+	}
+	state, err := h.rollouts.ReleaseStates(ctx, req.Msg.GetConfigId())
+	if err != nil {
+		return nil, apierr.Connect(h.log, req.Spec().Procedure, err)
+	}
 	for _, rel := range rels {
-		resp.Releases = append(resp.Releases, toProtoRelease(rel))
+		resp.Releases = append(resp.Releases, toProtoRelease(rel, state(rel)))
 	}
 	return connect.NewResponse(resp), nil
 }
@@ -139,7 +151,12 @@ func fromProtoSpec(s *pawlv1.ReleaseSpec) (release.Spec, error) {
 	return spec, nil
 }
 
-func toProtoRelease(r release.Release) *pawlv1.Release {
+// ToProtoState is a release state on the wire.
+func ToProtoState(s release.State) pawlv1.ReleaseState {
+	return pawlv1.ReleaseState(pawlv1.ReleaseState_value["RELEASE_STATE_"+string(s)])
+}
+
+func toProtoRelease(r release.Release, state release.State) *pawlv1.Release {
 	spec := &pawlv1.ReleaseSpec{
 		ConfigId: r.ConfigID, Content: r.Content, MediaType: r.MediaType,
 		ValidatorDigest: r.ValidatorDigest, ValidatorParams: r.ValidatorParams,
@@ -159,7 +176,7 @@ func toProtoRelease(r release.Release) *pawlv1.Release {
 	}
 	out := &pawlv1.Release{
 		Spec: spec, Generation: r.Generation, Predecessor: r.Predecessor, ContentDigest: r.ContentDigest,
-		State: pawlv1.ReleaseState_RELEASE_STATE_CANDIDATE, CreatedAt: timestamppb.New(r.CreatedAt),
+		State: ToProtoState(state), CreatedAt: timestamppb.New(r.CreatedAt),
 		CreatedBy: r.CreatedBy, Revision: r.Revision,
 	}
 	for _, m := range r.Membership {
@@ -174,7 +191,6 @@ type Instances struct {
 	rollouts *rollout.Rollouts
 	hub      *watch.Hub
 	log      *slog.Logger
-	now      func() time.Time
 }
 
 var _ pawlv1connect.InstanceServiceHandler = (*Instances)(nil)
@@ -182,7 +198,7 @@ var _ pawlv1connect.InstanceServiceHandler = (*Instances)(nil)
 // NewInstances returns the InstanceService handler; assignment streams
 // follow the hub.
 func NewInstances(r *instance.Registry, ro *rollout.Rollouts, hub *watch.Hub, log *slog.Logger) *Instances {
-	return &Instances{registry: r, rollouts: ro, hub: hub, log: log, now: time.Now}
+	return &Instances{registry: r, rollouts: ro, hub: hub, log: log}
 }
 
 // WatchAssignments implements pawl.v1.InstanceService.WatchAssignments. It
@@ -242,8 +258,8 @@ func (h *Instances) sendIfChanged(ctx context.Context, stream *connect.ServerStr
 	var key strings.Builder
 	for _, a := range as {
 		resp.Assignments = append(resp.Assignments, &pawlv1.Assignment{ConfigId: a.ConfigID, Generation: a.Generation,
-			ContentDigest: a.ContentDigest, ValidatorDigest: a.ValidatorDigest, Stage: a.Stage})
-		fmt.Fprintf(&key, "%s/%d/%s;", a.ConfigID, a.Generation, a.Stage)
+			ContentDigest: a.ContentDigest, ValidatorDigest: a.ValidatorDigest, Stage: a.Stage, Epoch: a.Epoch})
+		fmt.Fprintf(&key, "%s/%d/%d/%s;", a.ConfigID, a.Generation, a.Epoch, a.Stage)
 	}
 	if key.String() == *last {
 		return nil
@@ -297,7 +313,7 @@ func (h *Instances) toProto(rec instance.Record) *pawlv1.InstanceRecord {
 			TrafficWeight: rec.TrafficWeight, AppVersion: rec.AppVersion, Labels: rec.Labels,
 		},
 		LeaseExpiresAt: timestamppb.New(rec.LeaseExpiresAt),
-		Live:           rec.Live(h.now()),
+		Live:           rec.Live(h.registry.Now()),
 		RegisteredAt:   timestamppb.New(rec.RegisteredAt),
 	}
 }

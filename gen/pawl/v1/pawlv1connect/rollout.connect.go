@@ -45,6 +45,9 @@ const (
 	// RolloutServiceGetPromotionProcedure is the fully-qualified name of the RolloutService's
 	// GetPromotion RPC.
 	RolloutServiceGetPromotionProcedure = "/pawl.v1.RolloutService/GetPromotion"
+	// RolloutServiceStopRolloutProcedure is the fully-qualified name of the RolloutService's
+	// StopRollout RPC.
+	RolloutServiceStopRolloutProcedure = "/pawl.v1.RolloutService/StopRollout"
 	// RolloutServiceGetPointerProcedure is the fully-qualified name of the RolloutService's GetPointer
 	// RPC.
 	RolloutServiceGetPointerProcedure = "/pawl.v1.RolloutService/GetPointer"
@@ -64,6 +67,11 @@ type RolloutServiceClient interface {
 	Rollback(context.Context, *connect.Request[v1.RollbackRequest]) (*connect.Response[v1.RollbackResponse], error)
 	// GetPromotion returns the receipt written for an idempotency key.
 	GetPromotion(context.Context, *connect.Request[v1.GetPromotionRequest]) (*connect.Response[v1.GetPromotionResponse], error)
+	// StopRollout stops a release's rollout by hand, with a reason: nothing
+	// of it is offered to instances any more, later ACKs do not count, and it
+	// cannot be promoted. FAILED_PRECONDITION if it was promoted (roll back
+	// instead) or already stopped.
+	StopRollout(context.Context, *connect.Request[v1.StopRolloutRequest]) (*connect.Response[v1.StopRolloutResponse], error)
 	// GetPointer returns a config's active pointer.
 	GetPointer(context.Context, *connect.Request[v1.GetPointerRequest]) (*connect.Response[v1.GetPointerResponse], error)
 }
@@ -111,6 +119,12 @@ func NewRolloutServiceClient(httpClient connect.HTTPClient, baseURL string, opts
 			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 			connect.WithClientOptions(opts...),
 		),
+		stopRollout: connect.NewClient[v1.StopRolloutRequest, v1.StopRolloutResponse](
+			httpClient,
+			baseURL+RolloutServiceStopRolloutProcedure,
+			connect.WithSchema(rolloutServiceMethods.ByName("StopRollout")),
+			connect.WithClientOptions(opts...),
+		),
 		getPointer: connect.NewClient[v1.GetPointerRequest, v1.GetPointerResponse](
 			httpClient,
 			baseURL+RolloutServiceGetPointerProcedure,
@@ -128,6 +142,7 @@ type rolloutServiceClient struct {
 	promote          *connect.Client[v1.PromoteRequest, v1.PromoteResponse]
 	rollback         *connect.Client[v1.RollbackRequest, v1.RollbackResponse]
 	getPromotion     *connect.Client[v1.GetPromotionRequest, v1.GetPromotionResponse]
+	stopRollout      *connect.Client[v1.StopRolloutRequest, v1.StopRolloutResponse]
 	getPointer       *connect.Client[v1.GetPointerRequest, v1.GetPointerResponse]
 }
 
@@ -156,6 +171,11 @@ func (c *rolloutServiceClient) GetPromotion(ctx context.Context, req *connect.Re
 	return c.getPromotion.CallUnary(ctx, req)
 }
 
+// StopRollout calls pawl.v1.RolloutService.StopRollout.
+func (c *rolloutServiceClient) StopRollout(ctx context.Context, req *connect.Request[v1.StopRolloutRequest]) (*connect.Response[v1.StopRolloutResponse], error) {
+	return c.stopRollout.CallUnary(ctx, req)
+}
+
 // GetPointer calls pawl.v1.RolloutService.GetPointer.
 func (c *rolloutServiceClient) GetPointer(ctx context.Context, req *connect.Request[v1.GetPointerRequest]) (*connect.Response[v1.GetPointerResponse], error) {
 	return c.getPointer.CallUnary(ctx, req)
@@ -175,6 +195,11 @@ type RolloutServiceHandler interface {
 	Rollback(context.Context, *connect.Request[v1.RollbackRequest]) (*connect.Response[v1.RollbackResponse], error)
 	// GetPromotion returns the receipt written for an idempotency key.
 	GetPromotion(context.Context, *connect.Request[v1.GetPromotionRequest]) (*connect.Response[v1.GetPromotionResponse], error)
+	// StopRollout stops a release's rollout by hand, with a reason: nothing
+	// of it is offered to instances any more, later ACKs do not count, and it
+	// cannot be promoted. FAILED_PRECONDITION if it was promoted (roll back
+	// instead) or already stopped.
+	StopRollout(context.Context, *connect.Request[v1.StopRolloutRequest]) (*connect.Response[v1.StopRolloutResponse], error)
 	// GetPointer returns a config's active pointer.
 	GetPointer(context.Context, *connect.Request[v1.GetPointerRequest]) (*connect.Response[v1.GetPointerResponse], error)
 }
@@ -218,6 +243,12 @@ func NewRolloutServiceHandler(svc RolloutServiceHandler, opts ...connect.Handler
 		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 		connect.WithHandlerOptions(opts...),
 	)
+	rolloutServiceStopRolloutHandler := connect.NewUnaryHandler(
+		RolloutServiceStopRolloutProcedure,
+		svc.StopRollout,
+		connect.WithSchema(rolloutServiceMethods.ByName("StopRollout")),
+		connect.WithHandlerOptions(opts...),
+	)
 	rolloutServiceGetPointerHandler := connect.NewUnaryHandler(
 		RolloutServiceGetPointerProcedure,
 		svc.GetPointer,
@@ -237,6 +268,8 @@ func NewRolloutServiceHandler(svc RolloutServiceHandler, opts ...connect.Handler
 			rolloutServiceRollbackHandler.ServeHTTP(w, r)
 		case RolloutServiceGetPromotionProcedure:
 			rolloutServiceGetPromotionHandler.ServeHTTP(w, r)
+		case RolloutServiceStopRolloutProcedure:
+			rolloutServiceStopRolloutHandler.ServeHTTP(w, r)
 		case RolloutServiceGetPointerProcedure:
 			rolloutServiceGetPointerHandler.ServeHTTP(w, r)
 		default:
@@ -266,6 +299,10 @@ func (UnimplementedRolloutServiceHandler) Rollback(context.Context, *connect.Req
 
 func (UnimplementedRolloutServiceHandler) GetPromotion(context.Context, *connect.Request[v1.GetPromotionRequest]) (*connect.Response[v1.GetPromotionResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("pawl.v1.RolloutService.GetPromotion is not implemented"))
+}
+
+func (UnimplementedRolloutServiceHandler) StopRollout(context.Context, *connect.Request[v1.StopRolloutRequest]) (*connect.Response[v1.StopRolloutResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("pawl.v1.RolloutService.StopRollout is not implemented"))
 }
 
 func (UnimplementedRolloutServiceHandler) GetPointer(context.Context, *connect.Request[v1.GetPointerRequest]) (*connect.Response[v1.GetPointerResponse], error) {

@@ -1,0 +1,274 @@
+package rollout_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pawlcfg/pawl/server/internal/quorum"
+	"github.com/pawlcfg/pawl/server/internal/release"
+	"github.com/pawlcfg/pawl/server/internal/rollout"
+	"github.com/pawlcfg/pawl/server/internal/store"
+	"github.com/pawlcfg/pawl/server/internal/watch"
+)
+
+func TestHealthyCountsOnlyAfterTheHealthWindow(t *testing.T) {
+	e := newEnv(t)
+	rel := e.releaseWith(t, 50, func(s *release.Spec) { s.HealthWindow = time.Minute })
+	if a := e.ack(t, rel, "i0", "boot-1", 1, rollout.HealthyAcked); a.Counted || !strings.Contains(a.Why, "no APPLIED ACK of boot boot-1 at apply sequence 1") {
+		t.Fatalf("HEALTHY_ACKED without APPLIED = %+v", a)
+	}
+	if a := e.ack(t, rel, "i0", "boot-1", 1, rollout.Applied); !a.Counted {
+		t.Fatalf("APPLIED = %+v", a)
+	}
+	e.clock.Advance(30 * time.Second)
+	if a := e.ack(t, rel, "i0", "boot-1", 1, rollout.HealthyAcked); a.Counted || !strings.Contains(a.Why, "healthy 30s after APPLIED, but the release's health window is 1m0s") {
+		t.Fatalf("HEALTHY_ACKED inside the window = %+v", a)
+	}
+	// An APPLIED of another boot does not start this boot's window.
+	if a := e.ack(t, rel, "i1", "boot-1", 1, rollout.Applied); !a.Counted {
+		t.Fatalf("APPLIED of i1 = %+v", a)
+	}
+	e.clock.Advance(31 * time.Second)
+	if a := e.ack(t, rel, "i0", "boot-1", 1, rollout.HealthyAcked); !a.Counted {
+		t.Fatalf("HEALTHY_ACKED after the window = %+v", a)
+	}
+	// A failure counts at once: it needs no window.
+	if a := e.ack(t, rel, "i2", "boot-1", 1, rollout.Rejected); !a.Counted {
+		t.Fatalf("REJECTED = %+v", a)
+	}
+	st, err := e.rollouts.Status(context.Background(), "routing", 1)
+	if err != nil || st.Stages[0].Evaluation.Healthy != 1 || st.Stages[0].Evaluation.Rejected != 1 {
+		t.Fatalf("status = %+v, %v", st.Stages, err)
+	}
+}
+
+func TestAnOperatorStopsARollout(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	rel := e.release(t, 50)
+	e.ack(t, rel, "i0", "boot-1", 1, rollout.HealthyAcked)
+	if _, err := e.rollouts.StopRollout(ctx, "routing", 1, "", "oncall"); !errors.Is(err, rollout.ErrInvalid) {
+		t.Fatalf("stop without a reason = %v", err)
+	}
+	if _, err := e.rollouts.StopRollout(ctx, "routing", 9, "why", "oncall"); !errors.Is(err, release.ErrNotFound) {
+		t.Fatalf("stop of a missing release = %v", err)
+	}
+	stop, err := e.rollouts.StopRollout(ctx, "routing", 1, "latency alarms in zone-a", "oncall")
+	if err != nil || !stop.Manual || stop.Actor != "oncall" || stop.Reason != "latency alarms in zone-a" || stop.Evidence[0].Healthy != 1 {
+		t.Fatalf("StopRollout = %+v, %v", stop, err)
+	}
+	if _, err := e.rollouts.StopRollout(ctx, "routing", 1, "again", "oncall"); !errors.Is(err, rollout.ErrNotReady) || !strings.Contains(err.Error(), "already stopped") {
+		t.Fatalf("second stop = %v", err)
+	}
+	ackAll(t, e, rel)
+	if _, err := e.rollouts.Promote(ctx, rollout.Move{ConfigID: "routing", To: 1, IdempotencyKey: "p"}); !errors.Is(err, rollout.ErrNotReady) {
+		t.Fatalf("Promote after a manual stop = %v", err)
+	}
+	// A promoted release cannot be stopped: it is rolled back instead.
+	next := e.release(t, 60)
+	ackAll(t, e, next)
+	if _, err := e.rollouts.Promote(ctx, rollout.Move{ConfigID: "routing", To: 2, IdempotencyKey: "p2"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.rollouts.StopRollout(ctx, "routing", 2, "too late", "oncall"); !errors.Is(err, rollout.ErrNotReady) || !strings.Contains(err.Error(), "roll back instead") {
+		t.Fatalf("stop of the active release = %v", err)
+	}
+	if s1, s2 := e.state(t, rel), e.state(t, next); s1 != rollout.StateStopped || s2 != rollout.StateActive {
+		t.Fatalf("states = %s, %s", s1, s2)
+	}
+}
+
+func TestConcurrentStopsWriteOneRecord(t *testing.T) {
+	e := newEnv(t)
+	e.release(t, 50)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	won := 0
+	for range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := e.rollouts.StopRollout(context.Background(), "routing", 1, "stop", "oncall")
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				won++
+			case !errors.Is(err, rollout.ErrNotReady):
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if won != 1 {
+		t.Fatalf("%d stops won, want 1", won)
+	}
+}
+
+func TestRollbackReturnsToTheGenerationThePromotionReplaced(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	promote := func(rel release.Release, from int64, epoch int64, key string) {
+		t.Helper()
+		ackAll(t, e, rel)
+		if _, err := e.rollouts.Promote(ctx, rollout.Move{ConfigID: "routing", To: rel.Generation, ExpectedGeneration: from, ExpectedEpoch: epoch, IdempotencyKey: key}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g1 := e.release(t, 10)
+	promote(g1, 0, 0, "p1")
+	g2 := e.release(t, 20)
+	if _, err := e.rollouts.StopRollout(ctx, "routing", 2, "bad canary", "oncall"); err != nil {
+		t.Fatal(err)
+	}
+	g3 := e.release(t, 30)
+	promote(g3, 1, 0, "p3")
+	// Generation 3 replaced 1 (2 stopped and never ran): a rollback goes
+	// to 1, not to 3's predecessor 2.
+	rc, err := e.rollouts.Rollback(ctx, rollout.Move{ConfigID: "routing", ExpectedGeneration: 3, IdempotencyKey: "rb"})
+	if err != nil || rc.To != 1 || rc.Epoch != 1 {
+		t.Fatalf("Rollback = %+v, %v", rc, err)
+	}
+	for rel, want := range map[*release.Release]release.State{&g1: rollout.StateActive, &g2: rollout.StateStopped, &g3: rollout.StateRolledBack} {
+		if got := e.state(t, *rel); got != want {
+			t.Errorf("generation %d is %s, want %s", rel.Generation, got, want)
+		}
+	}
+	// A rolled-back release is never promoted again: a new one is cut.
+	if _, err := e.rollouts.Promote(ctx, rollout.Move{ConfigID: "routing", To: 3, ExpectedGeneration: 1, ExpectedEpoch: 1, IdempotencyKey: "again"}); !errors.Is(err, rollout.ErrNotReady) ||
+		!strings.Contains(err.Error(), "was active once") {
+		t.Fatalf("Promote of a rolled-back generation = %v", err)
+	}
+	g4 := e.release(t, 40)
+	if e.state(t, g4) != release.StateCandidate {
+		t.Fatalf("new release is %s", e.state(t, g4))
+	}
+	promote(g4, 1, 1, "p4")
+	if e.state(t, g1) != rollout.StateSuperseded {
+		t.Fatalf("generation 1 after 4 was promoted is %s", e.state(t, g1))
+	}
+	// 1 was first promoted from nothing: after rolling 4 back to 1, there
+	// is nowhere further back to go.
+	if _, err := e.rollouts.Rollback(ctx, rollout.Move{ConfigID: "routing", ExpectedGeneration: 4, ExpectedEpoch: 1, IdempotencyKey: "rb4"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.rollouts.Rollback(ctx, rollout.Move{ConfigID: "routing", ExpectedGeneration: 1, ExpectedEpoch: 2, IdempotencyKey: "rb1"}); !errors.Is(err, rollout.ErrNotReady) {
+		t.Fatalf("Rollback past the first promotion = %v", err)
+	}
+}
+
+func TestTheSupervisorStopsAnOverdueRollout(t *testing.T) {
+	e := newEnv(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	hub, err := watch.New(ctx, e.store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := hub.Watch(ctx, store.SystemPrefix+"configs/routing/stops/", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		e.rollouts.Supervise(ctx, 5*time.Millisecond, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	}()
+	defer func() {
+		cancel()
+		wg.Wait()
+		w.Close()
+		hub.Close()
+	}()
+	rel := e.release(t, 50)
+	e.ack(t, rel, "i0", "boot-1", 1, rollout.HealthyAcked)
+	e.clock.Advance(2 * time.Hour) // past the one-hour deadline; nobody asks for status
+	batch, err := w.Next(ctx)
+	if err != nil || len(batch.Events) != 1 {
+		t.Fatalf("stop record event = %+v, %v", batch, err)
+	}
+	stop, err := e.rollouts.GetStop(ctx, "routing", 1)
+	if err != nil || stop == nil || !strings.Contains(stop.Reason, "the deadline passed") || stop.Evidence[0].Healthy != 1 ||
+		stop.Evidence[0].Outcome != quorum.Failed {
+		t.Fatalf("stop record = %+v, %v", stop, err)
+	}
+}
+
+func TestAStoppedRolloutCallsTheCanariesBack(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	g1 := e.release(t, 10)
+	ackAll(t, e, g1)
+	if _, err := e.rollouts.Promote(ctx, rollout.Move{ConfigID: "routing", To: 1, IdempotencyKey: "p1"}); err != nil {
+		t.Fatal(err)
+	}
+	e.release(t, 20)
+	assigned := func() rollout.Assignment {
+		t.Helper()
+		as, err := e.rollouts.Assignments(ctx, "i0")
+		if err != nil || len(as) != 1 {
+			t.Fatalf("assignments = %+v, %v", as, err)
+		}
+		return as[0]
+	}
+	if a := assigned(); a.Generation != 2 || a.Stage != "zones" {
+		t.Fatalf("canary assignment = %+v", a)
+	}
+	if _, err := e.rollouts.StopRollout(ctx, "routing", 2, "bad", "oncall"); err != nil {
+		t.Fatal(err)
+	}
+	if a := assigned(); a.Generation != 1 || a.Stage != "" {
+		t.Fatalf("assignment after the stop = %+v", a)
+	}
+}
+
+// lostAnswerStore commits transactions in the real store and then reports
+// a timeout, as a networked store does when the reply to a committed write
+// is lost.
+type lostAnswerStore struct {
+	store.Store
+	lose bool
+}
+
+func (s *lostAnswerStore) Txn(ctx context.Context, t store.Txn) (store.Result, error) {
+	res, err := s.Store.Txn(ctx, t)
+	if err == nil && s.lose {
+		return store.Result{}, context.DeadlineExceeded
+	}
+	return res, err
+}
+
+func TestAPromotionWhoseAnswerIsLostIsUnknownAndResolvedByItsKey(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	rel := e.release(t, 50)
+	ackAll(t, e, rel)
+	lossy := &lostAnswerStore{Store: e.store, lose: true}
+	rollouts := rollout.New(lossy, e.releases, e.registry, rollout.WithClock(e.clock.Now))
+	move := rollout.Move{ConfigID: "routing", To: 1, IdempotencyKey: "p1", Actor: "alice"}
+	_, err := rollouts.Promote(ctx, move)
+	var unknown *rollout.UnknownError
+	if !errors.Is(err, rollout.ErrPromotionUnknown) || !errors.As(err, &unknown) || unknown.IdempotencyKey != "p1" {
+		t.Fatalf("Promote with its answer lost = %v", err)
+	}
+	// It did happen: the receipt under the key says so, and a retry with
+	// the key returns that receipt instead of promoting twice.
+	rc, err := rollouts.GetPromotion(ctx, "routing", "p1")
+	if err != nil || rc.To != 1 || rc.Actor != "alice" {
+		t.Fatalf("GetPromotion = %+v, %v", rc, err)
+	}
+	lossy.lose = false
+	again, err := rollouts.Promote(ctx, move)
+	if err != nil || again.Revision != rc.Revision {
+		t.Fatalf("retry = %+v, %v", again, err)
+	}
+	if receipts, err := rollouts.Receipts(ctx, "routing"); err != nil || len(receipts) != 1 {
+		t.Fatalf("receipts = %d, %v", len(receipts), err)
+	}
+}
