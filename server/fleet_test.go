@@ -32,6 +32,8 @@ type fleet struct {
 	validator string
 	boots     map[string]string
 	zones     map[string]string
+	mu        sync.Mutex
+	epochs    map[string]int64 // each instance's membership epoch, from Register
 }
 
 // healthWindow is the fleet releases' health window; the fleet's clock
@@ -56,6 +58,7 @@ func newFleet(t *testing.T, size int) *fleet {
 		validator: upload(t, newValidators(t, srv), "routing"),
 		boots:     map[string]string{},
 		zones:     map[string]string{},
+		epochs:    map[string]int64{},
 	}
 	var ids []string
 	for i := range size {
@@ -69,10 +72,19 @@ func newFleet(t *testing.T, size int) *fleet {
 }
 
 func (f *fleet) register(id string) error {
-	_, err := f.instances.Register(context.Background(), connect.NewRequest(&pawlv1.RegisterRequest{Instance: &pawlv1.Instance{
-		WorkloadIdentity: id, BootId: f.boots[id], Zone: f.zones[id], Role: "worker", TrafficWeight: 1, AppVersion: "2.1.0",
+	f.mu.Lock()
+	boot, zone := f.boots[id], f.zones[id]
+	f.mu.Unlock()
+	resp, err := f.instances.Register(context.Background(), connect.NewRequest(&pawlv1.RegisterRequest{Instance: &pawlv1.Instance{
+		WorkloadIdentity: id, BootId: boot, Zone: zone, Role: "worker", TrafficWeight: 1, AppVersion: "2.1.0",
 	}}))
-	return err
+	if err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.epochs[id] = resp.Msg.GetRecord().GetMembershipEpoch()
+	return nil
 }
 
 // parallel runs fn for every id on 16 workers and fails on any error.
@@ -124,8 +136,11 @@ func (f *fleet) create(weight int) *pawlv1.Release {
 type ackOpt func(*pawlv1.Ack)
 
 func (f *fleet) ack(rel *pawlv1.Release, id string, state pawlv1.InstanceState, opts ...ackOpt) (*pawlv1.Ack, error) {
+	f.mu.Lock()
+	boot, epoch := f.boots[id], f.epochs[id]
+	f.mu.Unlock()
 	a := &pawlv1.Ack{
-		ConfigId: "checkout", Generation: rel.GetGeneration(), WorkloadIdentity: id, BootId: f.boots[id],
+		ConfigId: "checkout", Generation: rel.GetGeneration(), WorkloadIdentity: id, BootId: boot, MembershipEpoch: epoch,
 		ApplySequence: rel.GetGeneration(), ContentDigest: rel.GetContentDigest(), ValidatorDigest: rel.GetSpec().GetValidatorDigest(),
 		AppArtifact: "checkout@2.1.0", State: state, HealthOk: true,
 		Traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
@@ -324,6 +339,13 @@ func TestSimulatedFleetFaults(t *testing.T) {
 	for i := range 300 {
 		if !members[fmt.Sprintf("pay-%03d", i)] {
 			t.Fatalf("pay-%03d, registered before the release, is not a member", i)
+		}
+	}
+	// The release's membership epoch splits the racers: those registered
+	// at or before it were frozen, the later ones were not.
+	for _, id := range racers {
+		if frozen := f.epochs[id] <= rel1.GetMembershipEpoch(); frozen != members[id] {
+			t.Fatalf("racer %s: epoch %d, release epoch %d, member %v", id, f.epochs[id], rel1.GetMembershipEpoch(), members[id])
 		}
 	}
 	for _, id := range racers {

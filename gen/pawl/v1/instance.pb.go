@@ -133,9 +133,13 @@ type InstanceRecord struct {
 	// Whether the lease was live when this was read.
 	Live bool `protobuf:"varint,3,opt,name=live,proto3" json:"live,omitempty"`
 	// When it (last) registered.
-	RegisteredAt  *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=registered_at,json=registeredAt,proto3" json:"registered_at,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	RegisteredAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=registered_at,json=registeredAt,proto3" json:"registered_at,omitempty"`
+	// The registration's membership epoch: the store revision at which it
+	// registered. Heartbeats keep it; registering again gives a new one. ACKs
+	// carry it, and one from an older registration does not count.
+	MembershipEpoch int64 `protobuf:"varint,5,opt,name=membership_epoch,json=membershipEpoch,proto3" json:"membership_epoch,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *InstanceRecord) Reset() {
@@ -194,6 +198,13 @@ func (x *InstanceRecord) GetRegisteredAt() *timestamppb.Timestamp {
 		return x.RegisteredAt
 	}
 	return nil
+}
+
+func (x *InstanceRecord) GetMembershipEpoch() int64 {
+	if x != nil {
+		return x.MembershipEpoch
+	}
+	return 0
 }
 
 // RegisterRequest registers an instance.
@@ -692,12 +703,13 @@ const file_pawl_v1_instance_proto_rawDesc = "" +
 	"\x06labels\x18\a \x03(\v2\x1d.pawl.v1.Instance.LabelsEntryR\x06labels\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xda\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x85\x02\n" +
 	"\x0eInstanceRecord\x12-\n" +
 	"\binstance\x18\x01 \x01(\v2\x11.pawl.v1.InstanceR\binstance\x12D\n" +
 	"\x10lease_expires_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x0eleaseExpiresAt\x12\x12\n" +
 	"\x04live\x18\x03 \x01(\bR\x04live\x12?\n" +
-	"\rregistered_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\fregisteredAt\"@\n" +
+	"\rregistered_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\fregisteredAt\x12)\n" +
+	"\x10membership_epoch\x18\x05 \x01(\x03R\x0fmembershipEpoch\"@\n" +
 	"\x0fRegisterRequest\x12-\n" +
 	"\binstance\x18\x01 \x01(\v2\x11.pawl.v1.InstanceR\binstance\"\x8d\x01\n" +
 	"\x10RegisterResponse\x12/\n" +

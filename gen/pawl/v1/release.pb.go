@@ -539,9 +539,12 @@ type Release struct {
 	// Who created it (the Pawl-Actor header, else the peer address).
 	CreatedBy string `protobuf:"bytes,8,opt,name=created_by,json=createdBy,proto3" json:"created_by,omitempty"`
 	// The store revision of the record.
-	Revision      int64 `protobuf:"varint,9,opt,name=revision,proto3" json:"revision,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Revision int64 `protobuf:"varint,9,opt,name=revision,proto3" json:"revision,omitempty"`
+	// The registry's membership epoch at the freeze: instances that
+	// registered later have a higher epoch and are not in the membership.
+	MembershipEpoch int64 `protobuf:"varint,10,opt,name=membership_epoch,json=membershipEpoch,proto3" json:"membership_epoch,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Release) Reset() {
@@ -633,6 +636,13 @@ func (x *Release) GetCreatedBy() string {
 func (x *Release) GetRevision() int64 {
 	if x != nil {
 		return x.Revision
+	}
+	return 0
+}
+
+func (x *Release) GetMembershipEpoch() int64 {
+	if x != nil {
+		return x.MembershipEpoch
 	}
 	return 0
 }
@@ -1024,7 +1034,7 @@ const file_pawl_v1_release_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a?\n" +
 	"\x11DependenciesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xf0\x02\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\x9b\x03\n" +
 	"\aRelease\x12(\n" +
 	"\x04spec\x18\x01 \x01(\v2\x14.pawl.v1.ReleaseSpecR\x04spec\x12\x1e\n" +
 	"\n" +
@@ -1040,7 +1050,9 @@ const file_pawl_v1_release_proto_rawDesc = "" +
 	"created_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12\x1d\n" +
 	"\n" +
 	"created_by\x18\b \x01(\tR\tcreatedBy\x12\x1a\n" +
-	"\brevision\x18\t \x01(\x03R\brevision\"p\n" +
+	"\brevision\x18\t \x01(\x03R\brevision\x12)\n" +
+	"\x10membership_epoch\x18\n" +
+	" \x01(\x03R\x0fmembershipEpoch\"p\n" +
 	"\x0fReleaseRejected\x12)\n" +
 	"\x10validator_digest\x18\x01 \x01(\tR\x0fvalidatorDigest\x122\n" +
 	"\n" +

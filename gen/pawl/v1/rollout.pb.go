@@ -110,7 +110,9 @@ type Ack struct {
 	WorkloadIdentity string `protobuf:"bytes,3,opt,name=workload_identity,json=workloadIdentity,proto3" json:"workload_identity,omitempty"`
 	// The reporting process's boot.
 	BootId string `protobuf:"bytes,4,opt,name=boot_id,json=bootId,proto3" json:"boot_id,omitempty"`
-	// The membership epoch the instance saw.
+	// The membership epoch of the instance's registration
+	// (InstanceRecord.membership_epoch); 0 if it does not know it. An ACK with
+	// another epoch than the current registration's does not count.
 	MembershipEpoch int64 `protobuf:"varint,5,opt,name=membership_epoch,json=membershipEpoch,proto3" json:"membership_epoch,omitempty"`
 	// The content digest the instance computed.
 	ContentDigest string `protobuf:"bytes,6,opt,name=content_digest,json=contentDigest,proto3" json:"content_digest,omitempty"`

@@ -1,8 +1,19 @@
-// Package instance keeps the registry of running SDK clients under
-// store.SystemPrefix + "instances/", one record per workload identity, with
-// a lease renewed by heartbeats. Expiry is judged when the registry is read
-// (no timer deletes anything), so an instance that stopped simply stops
-// being live, and its record stays for audit.
+// Package instance keeps the registry of running SDK clients, one
+// registration per workload identity, with a lease renewed by heartbeats.
+// Expiry is judged when the registry is read (no timer deletes anything), so
+// an instance that stopped simply stops being live, and its record stays for
+// audit.
+//
+// Layout, under store.SystemPrefix:
+//
+//	instances/<identity>   the registration: written only by Register
+//	leases/<identity>      the lease: its boot and expiry, renewed by Heartbeat
+//
+// Keeping the lease apart means the registration's store revision changes
+// only when the instance registers: that revision is the registration's
+// membership epoch. A release freezes the highest epoch it saw; an ACK names
+// the epoch of the registration it comes from, and one from an older
+// registration does not count.
 package instance
 
 import (
@@ -11,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/pawlcfg/pawl/server/internal/quorum"
@@ -41,8 +53,17 @@ type Instance struct {
 // Record is an instance with its lease.
 type Record struct {
 	Instance
-	RegisteredAt   time.Time `json:"registered_at"`
-	LeaseExpiresAt time.Time `json:"lease_expires_at"`
+	RegisteredAt time.Time `json:"registered_at"`
+	// LeaseExpiresAt comes from the lease key.
+	LeaseExpiresAt time.Time `json:"-"`
+	// MembershipEpoch is the store revision of the registration.
+	MembershipEpoch int64 `json:"-"`
+}
+
+// lease is the record under leases/.
+type lease struct {
+	BootID    string    `json:"boot_id"`
+	ExpiresAt time.Time `json:"expires_at"`
 }
 
 // Live reports whether the lease is live at now.
@@ -78,10 +99,16 @@ func (r *Registry) Lease() time.Duration { return r.lease }
 
 var identityPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:@/-]{0,254}$`)
 
-func key(identity string) string { return store.SystemPrefix + "instances/" + identity }
+var (
+	registrationPrefix = store.SystemPrefix + "instances/"
+	leasePrefix        = store.SystemPrefix + "leases/"
+)
 
-// Register records in (replacing an earlier boot's record) and starts its
-// lease.
+func key(identity string) string      { return registrationPrefix + identity }
+func leaseKey(identity string) string { return leasePrefix + identity }
+
+// Register records in (replacing an earlier boot's registration), starts
+// its lease, and gives it a new membership epoch.
 func (r *Registry) Register(ctx context.Context, in Instance) (Record, error) {
 	switch {
 	case !identityPattern.MatchString(in.WorkloadIdentity):
@@ -93,12 +120,28 @@ func (r *Registry) Register(ctx context.Context, in Instance) (Record, error) {
 	}
 	now := r.now().UTC()
 	rec := Record{Instance: in, RegisteredAt: now, LeaseExpiresAt: now.Add(r.lease)}
-	return rec, r.write(ctx, rec, nil)
+	reg, err := json.Marshal(rec)
+	if err != nil {
+		return Record{}, fmt.Errorf("instance: encode: %w", err)
+	}
+	ls, err := json.Marshal(lease{BootID: in.BootID, ExpiresAt: rec.LeaseExpiresAt})
+	if err != nil {
+		return Record{}, fmt.Errorf("instance: encode lease: %w", err)
+	}
+	res, err := r.store.Txn(ctx, store.Txn{Puts: []store.Put{
+		{Key: key(in.WorkloadIdentity), Value: reg},
+		{Key: leaseKey(in.WorkloadIdentity), Value: ls},
+	}})
+	if err != nil {
+		return Record{}, fmt.Errorf("instance: store: %w", err)
+	}
+	rec.MembershipEpoch = res.Revision - 1 // the registration is the first of the two puts
+	return rec, nil
 }
 
 // Heartbeat renews the lease of the instance's current boot.
 func (r *Registry) Heartbeat(ctx context.Context, identity, bootID string) (Record, error) {
-	rec, rev, err := r.read(ctx, identity)
+	rec, err := r.Get(ctx, identity)
 	if err != nil {
 		return Record{}, err
 	}
@@ -106,54 +149,122 @@ func (r *Registry) Heartbeat(ctx context.Context, identity, bootID string) (Reco
 		return Record{}, fmt.Errorf("%w: %s is registered with boot %s, not %s; register again", ErrStaleBoot, identity, rec.BootID, bootID)
 	}
 	rec.LeaseExpiresAt = r.now().UTC().Add(r.lease)
-	return rec, r.write(ctx, rec, &rev)
+	ls, err := json.Marshal(lease{BootID: bootID, ExpiresAt: rec.LeaseExpiresAt})
+	if err != nil {
+		return Record{}, fmt.Errorf("instance: encode lease: %w", err)
+	}
+	// Only while the registration is the one read: a concurrent
+	// re-registration wins over a heartbeat.
+	_, err = r.store.Txn(ctx, store.Txn{
+		Compares: []store.Compare{{Key: key(identity), ModRevision: rec.MembershipEpoch}},
+		Puts:     []store.Put{{Key: leaseKey(identity), Value: ls}},
+	})
+	if errors.Is(err, store.ErrRevisionMismatch) {
+		return Record{}, fmt.Errorf("%w: %s re-registered during the heartbeat", ErrStaleBoot, identity)
+	}
+	if err != nil {
+		return Record{}, fmt.Errorf("instance: store: %w", err)
+	}
+	return rec, nil
 }
 
 // Get returns one instance's record.
 func (r *Registry) Get(ctx context.Context, identity string) (Record, error) {
-	rec, _, err := r.read(ctx, identity)
-	return rec, err
+	kv, _, err := r.store.Get(ctx, key(identity), 0)
+	if errors.Is(err, store.ErrNotFound) {
+		return Record{}, fmt.Errorf("%w: %s; register first", ErrNotFound, identity)
+	}
+	if err != nil {
+		return Record{}, err
+	}
+	rec, err := decode(kv)
+	if err != nil {
+		return Record{}, err
+	}
+	lkv, _, err := r.store.Get(ctx, leaseKey(identity), 0)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return rec, nil // no lease: not live
+	case err != nil:
+		return Record{}, err
+	}
+	l, err := decodeLease(lkv)
+	if err != nil {
+		return Record{}, err
+	}
+	if l.BootID == rec.BootID {
+		rec.LeaseExpiresAt = l.ExpiresAt
+	}
+	return rec, nil
 }
 
 // List returns every record, live or not, by workload identity.
 func (r *Registry) List(ctx context.Context) ([]Record, error) {
+	// Registrations first: each was written in one transaction with its
+	// lease, so the leases read next include every registration's.
 	var out []Record
-	after := ""
-	for {
-		page, err := r.store.List(ctx, store.SystemPrefix+"instances/", 0, after, 1000)
-		if err != nil {
-			return nil, err
-		}
-		for _, kv := range page.KVs {
-			var rec Record
-			if err := json.Unmarshal(kv.Value, &rec); err != nil {
-				return nil, fmt.Errorf("instance: record %s: %w", kv.Key, err)
-			}
-			out = append(out, rec)
-		}
-		if !page.More {
-			return out, nil
-		}
-		after = page.KVs[len(page.KVs)-1].Key
-	}
-}
-
-// Members returns the live instances whose labels include every selector
-// label, as quorum members: the membership a release freezes.
-func (r *Registry) Members(ctx context.Context, selector map[string]string) ([]quorum.Member, error) {
-	recs, err := r.List(ctx)
+	err := store.Each(ctx, r.store, registrationPrefix, func(kv store.KeyValue) error {
+		rec, err := decode(kv)
+		out = append(out, rec)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
+	leases := map[string]lease{}
+	err = store.Each(ctx, r.store, leasePrefix, func(kv store.KeyValue) error {
+		l, err := decodeLease(kv)
+		leases[strings.TrimPrefix(kv.Key, leasePrefix)] = l
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	for i, rec := range out {
+		if l, ok := leases[rec.WorkloadIdentity]; ok && l.BootID == rec.BootID {
+			out[i].LeaseExpiresAt = l.ExpiresAt
+		}
+	}
+	return out, nil
+}
+
+func decode(kv store.KeyValue) (Record, error) {
+	var rec Record
+	if err := json.Unmarshal(kv.Value, &rec); err != nil {
+		return Record{}, fmt.Errorf("instance: record %s: %w", kv.Key, err)
+	}
+	rec.MembershipEpoch = kv.ModRevision
+	return rec, nil
+}
+
+func decodeLease(kv store.KeyValue) (lease, error) {
+	var l lease
+	if err := json.Unmarshal(kv.Value, &l); err != nil {
+		return lease{}, fmt.Errorf("instance: lease %s: %w", kv.Key, err)
+	}
+	return l, nil
+}
+
+// Members returns the live instances whose labels include every selector
+// label, as quorum members: the membership a release freezes. The epoch is
+// the highest membership epoch of the registrations read: every instance
+// registered later has a higher one.
+func (r *Registry) Members(ctx context.Context, selector map[string]string) ([]quorum.Member, int64, error) {
+	recs, err := r.List(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
 	now := r.now()
 	var out []quorum.Member
+	var epoch int64
 	for _, rec := range recs {
+		epoch = max(epoch, rec.MembershipEpoch)
 		if !rec.Live(now) || !Matches(rec.Labels, selector) {
 			continue
 		}
 		out = append(out, quorum.Member{ID: rec.WorkloadIdentity, Zone: rec.Zone, Role: rec.Role, Weight: rec.TrafficWeight, Labels: rec.Labels})
 	}
-	return out, nil
+	return out, epoch, nil
 }
 
 // Matches reports whether labels include every selector label.
@@ -164,35 +275,4 @@ func Matches(labels, selector map[string]string) bool {
 		}
 	}
 	return true
-}
-
-func (r *Registry) read(ctx context.Context, identity string) (Record, int64, error) {
-	kv, _, err := r.store.Get(ctx, key(identity), 0)
-	if errors.Is(err, store.ErrNotFound) {
-		return Record{}, 0, fmt.Errorf("%w: %s; register first", ErrNotFound, identity)
-	}
-	if err != nil {
-		return Record{}, 0, err
-	}
-	var rec Record
-	if err := json.Unmarshal(kv.Value, &rec); err != nil {
-		return Record{}, 0, fmt.Errorf("instance: record of %s: %w", identity, err)
-	}
-	return rec, kv.ModRevision, nil
-}
-
-// write stores rec; with expect, only if the record is still at that
-// revision (a concurrent re-registration wins over a heartbeat).
-func (r *Registry) write(ctx context.Context, rec Record, expect *int64) error {
-	b, err := json.Marshal(rec)
-	if err != nil {
-		return fmt.Errorf("instance: encode: %w", err)
-	}
-	if _, err := r.store.Put(ctx, store.Put{Key: key(rec.WorkloadIdentity), Value: b, ExpectModRevision: expect}); err != nil {
-		if errors.Is(err, store.ErrRevisionMismatch) {
-			return fmt.Errorf("%w: %s re-registered during the heartbeat", ErrStaleBoot, rec.WorkloadIdentity)
-		}
-		return fmt.Errorf("instance: store: %w", err)
-	}
-	return nil
 }

@@ -23,25 +23,35 @@ func TestLeasesAndMembership(t *testing.T) {
 	r := New(st, 30*time.Second)
 	r.now = func() time.Time { return now }
 	ctx := context.Background()
+	epochs := map[string]int64{}
 	for _, in := range []Instance{
 		{WorkloadIdentity: "a", BootID: "1", Zone: "z1", Labels: map[string]string{"env": "prod"}, TrafficWeight: 2},
 		{WorkloadIdentity: "b", BootID: "1", Zone: "z2", Labels: map[string]string{"env": "prod"}},
 		{WorkloadIdentity: "c", BootID: "1", Zone: "z1", Labels: map[string]string{"env": "dev"}},
 	} {
-		if _, err := r.Register(ctx, in); err != nil {
+		rec, err := r.Register(ctx, in)
+		if err != nil {
 			t.Fatal(err)
 		}
+		epochs[in.WorkloadIdentity] = rec.MembershipEpoch
+	}
+	if !(0 < epochs["a"] && epochs["a"] < epochs["b"] && epochs["b"] < epochs["c"]) {
+		t.Fatalf("membership epochs = %v; each registration gets a higher one", epochs)
 	}
 	now = now.Add(20 * time.Second)
-	if _, err := r.Heartbeat(ctx, "a", "1"); err != nil {
-		t.Fatal(err)
+	// A heartbeat renews the lease and keeps the registration's epoch.
+	if rec, err := r.Heartbeat(ctx, "a", "1"); err != nil || rec.MembershipEpoch != epochs["a"] || !rec.LeaseExpiresAt.Equal(now.Add(30*time.Second)) {
+		t.Fatalf("Heartbeat = %+v, %v", rec, err)
+	}
+	if rec, err := r.Get(ctx, "a"); err != nil || rec.MembershipEpoch != epochs["a"] || !rec.Live(now.Add(25*time.Second)) {
+		t.Fatalf("Get after the heartbeat = %+v, %v", rec, err)
 	}
 	now = now.Add(20 * time.Second) // b's lease (30s) has expired, a's was renewed
-	members, err := r.Members(ctx, map[string]string{"env": "prod"})
-	if err != nil || len(members) != 1 || members[0].ID != "a" || members[0].Weight != 2 {
-		t.Fatalf("Members = %+v, %v", members, err)
+	members, epoch, err := r.Members(ctx, map[string]string{"env": "prod"})
+	if err != nil || len(members) != 1 || members[0].ID != "a" || members[0].Weight != 2 || epoch != epochs["c"] {
+		t.Fatalf("Members = %+v at epoch %d, %v", members, epoch, err)
 	}
-	all, err := r.Members(ctx, nil)
+	all, _, err := r.Members(ctx, nil)
 	if err != nil || len(all) != 1 {
 		t.Fatalf("Members(all) = %+v, %v", all, err)
 	}
@@ -49,9 +59,10 @@ func TestLeasesAndMembership(t *testing.T) {
 	if err != nil || len(recs) != 3 || recs[1].Live(now) {
 		t.Fatalf("List = %+v, %v; the expired record stays, not live", recs, err)
 	}
-	// A restart re-registers with a new boot; the old boot's heartbeat fails.
-	if _, err := r.Register(ctx, Instance{WorkloadIdentity: "a", BootID: "2", Zone: "z1"}); err != nil {
-		t.Fatal(err)
+	// A restart re-registers with a new boot and a new epoch; the old
+	// boot's heartbeat fails.
+	if rec, err := r.Register(ctx, Instance{WorkloadIdentity: "a", BootID: "2", Zone: "z1"}); err != nil || rec.MembershipEpoch <= epochs["c"] {
+		t.Fatalf("re-Register = %+v, %v", rec, err)
 	}
 	if _, err := r.Heartbeat(ctx, "a", "1"); !errors.Is(err, ErrStaleBoot) {
 		t.Fatalf("old boot heartbeat = %v", err)

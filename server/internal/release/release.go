@@ -114,6 +114,9 @@ type Release struct {
 	ContentDigest string `json:"content_digest"`
 	// Membership is the snapshot of matching instances frozen at creation.
 	Membership []quorum.Member `json:"membership"`
+	// MembershipEpoch is the registry's membership epoch at the freeze:
+	// every instance that registered later has a higher one.
+	MembershipEpoch int64 `json:"membership_epoch"`
 	// State is CANDIDATE at creation.
 	State State `json:"state"`
 	// CreatedAt and CreatedBy say when and by whom.
@@ -126,9 +129,9 @@ type Release struct {
 // ValidateFunc runs a stored validator on content.
 type ValidateFunc func(ctx context.Context, digest string, in host.Input) (host.Result, error)
 
-// MembersFunc returns the registered instances matching a selector, to
-// freeze in the release.
-type MembersFunc func(ctx context.Context, selector map[string]string) ([]quorum.Member, error)
+// MembersFunc returns the live registered instances matching a selector, to
+// freeze in the release, and the membership epoch they were read at.
+type MembersFunc func(ctx context.Context, selector map[string]string) ([]quorum.Member, int64, error)
 
 // Releases creates and reads releases in a store.
 type Releases struct {
@@ -191,12 +194,12 @@ func (r *Releases) Create(ctx context.Context, spec Spec, actor string) (Release
 	if !res.Valid {
 		return Release{}, &RejectedError{Digest: spec.ValidatorDigest, Violations: res.Violations}
 	}
-	members, err := r.members(ctx, spec.Selector)
+	members, epoch, err := r.members(ctx, spec.Selector)
 	if err != nil {
 		return Release{}, fmt.Errorf("release: freeze membership: %w", err)
 	}
 	rel := Release{
-		Spec: spec, ContentDigest: digest, Membership: members, State: StateCandidate,
+		Spec: spec, ContentDigest: digest, Membership: members, MembershipEpoch: epoch, State: StateCandidate,
 		CreatedAt: r.now().UTC(), CreatedBy: actor,
 	}
 	for range maxCreateAttempts {

@@ -55,10 +55,10 @@ func newFixture(t *testing.T) *fixture {
 		}
 		return v.Validate(ctx, in)
 	}
-	members := func(context.Context, map[string]string) ([]quorum.Member, error) {
+	members := func(context.Context, map[string]string) ([]quorum.Member, int64, error) {
 		f.mu.Lock()
 		defer f.mu.Unlock()
-		return slices.Clone(f.members), nil
+		return slices.Clone(f.members), int64(len(f.members)), nil
 	}
 	f.releases = release.New(st, validate, members)
 	return f

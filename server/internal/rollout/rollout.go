@@ -240,9 +240,9 @@ func (r *Rollouts) judge(ctx context.Context, rel release.Release, ack Ack) (boo
 	if err != nil {
 		return false, "", err
 	}
-	current := ""
+	current, currentEpoch := "", int64(0)
 	if rec, err := r.registry.Get(ctx, ack.WorkloadIdentity); err == nil {
-		current = rec.BootID
+		current, currentEpoch = rec.BootID, rec.MembershipEpoch
 	} else if !errors.Is(err, instance.ErrNotFound) {
 		return false, "", err
 	}
@@ -251,6 +251,8 @@ func (r *Rollouts) judge(ctx context.Context, rel release.Release, ack Ack) (boo
 		return false, "the instance is not in the release's frozen membership", nil
 	case current != "" && current != ack.BootID:
 		return false, fmt.Sprintf("stale boot %s: the instance registered again as boot %s", ack.BootID, current), nil
+	case ack.MembershipEpoch != 0 && currentEpoch != 0 && ack.MembershipEpoch != currentEpoch:
+		return false, fmt.Sprintf("stale membership epoch %d: the instance's registration is at epoch %d; register again", ack.MembershipEpoch, currentEpoch), nil
 	case ack.ContentDigest != rel.ContentDigest:
 		return false, fmt.Sprintf("content digest %s is not the release's %s", ack.ContentDigest, rel.ContentDigest), nil
 	case ack.ValidatorDigest != rel.ValidatorDigest:

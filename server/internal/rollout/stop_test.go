@@ -3,6 +3,7 @@ package rollout_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pawlcfg/pawl/server/internal/instance"
 	"github.com/pawlcfg/pawl/server/internal/quorum"
 	"github.com/pawlcfg/pawl/server/internal/release"
 	"github.com/pawlcfg/pawl/server/internal/rollout"
@@ -270,5 +272,36 @@ func TestAPromotionWhoseAnswerIsLostIsUnknownAndResolvedByItsKey(t *testing.T) {
 	}
 	if receipts, err := rollouts.Receipts(ctx, "routing"); err != nil || len(receipts) != 1 {
 		t.Fatalf("receipts = %d, %v", len(receipts), err)
+	}
+}
+
+func TestAnAckFromAnOlderRegistrationDoesNotCount(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	rel := e.release(t, 50)
+	old, err := e.registry.Get(ctx, "i0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// i0 lost its lease and registered again, with the same boot ID.
+	again, err := e.registry.Register(ctx, instance.Instance{WorkloadIdentity: "i0", BootID: "boot-1", Zone: "zone-a"})
+	if err != nil || again.MembershipEpoch <= old.MembershipEpoch || rel.MembershipEpoch < old.MembershipEpoch {
+		t.Fatalf("epochs: release %d, old %d, new %+v, %v", rel.MembershipEpoch, old.MembershipEpoch, again, err)
+	}
+	ack := func(epoch int64) rollout.Ack {
+		t.Helper()
+		a, err := e.rollouts.RecordAck(ctx, rollout.Ack{ConfigID: "routing", Generation: 1, WorkloadIdentity: "i0", BootID: "boot-1",
+			MembershipEpoch: epoch, ApplySequence: 1, ContentDigest: rel.ContentDigest, ValidatorDigest: rel.ValidatorDigest,
+			State: rollout.HealthyAcked, HealthOK: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	if a := ack(old.MembershipEpoch); a.Counted || !strings.Contains(a.Why, fmt.Sprintf("stale membership epoch %d", old.MembershipEpoch)) {
+		t.Fatalf("ACK of the old registration = %+v", a)
+	}
+	if a := ack(again.MembershipEpoch); !a.Counted {
+		t.Fatalf("ACK of the current registration = %+v", a)
 	}
 }

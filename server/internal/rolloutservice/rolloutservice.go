@@ -177,7 +177,7 @@ func toProtoRelease(r release.Release, state release.State) *pawlv1.Release {
 	out := &pawlv1.Release{
 		Spec: spec, Generation: r.Generation, Predecessor: r.Predecessor, ContentDigest: r.ContentDigest,
 		State: ToProtoState(state), CreatedAt: timestamppb.New(r.CreatedAt),
-		CreatedBy: r.CreatedBy, Revision: r.Revision,
+		CreatedBy: r.CreatedBy, Revision: r.Revision, MembershipEpoch: r.MembershipEpoch,
 	}
 	for _, m := range r.Membership {
 		out.Membership = append(out.Membership, &pawlv1.Member{WorkloadIdentity: m.ID, Zone: m.Zone, Role: m.Role, TrafficWeight: m.Weight, Labels: m.Labels})
@@ -312,8 +312,9 @@ func (h *Instances) toProto(rec instance.Record) *pawlv1.InstanceRecord {
 			WorkloadIdentity: rec.WorkloadIdentity, BootId: rec.BootID, Zone: rec.Zone, Role: rec.Role,
 			TrafficWeight: rec.TrafficWeight, AppVersion: rec.AppVersion, Labels: rec.Labels,
 		},
-		LeaseExpiresAt: timestamppb.New(rec.LeaseExpiresAt),
-		Live:           rec.Live(h.registry.Now()),
-		RegisteredAt:   timestamppb.New(rec.RegisteredAt),
+		LeaseExpiresAt:  timestamppb.New(rec.LeaseExpiresAt),
+		Live:            rec.Live(h.registry.Now()),
+		RegisteredAt:    timestamppb.New(rec.RegisteredAt),
+		MembershipEpoch: rec.MembershipEpoch,
 	}
 }
