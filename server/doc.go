@@ -1,4 +1,5 @@
-// Package server runs Pawl: it opens the store, starts the watch hub, and
+// Package server runs Pawl: it opens the store, starts the watch hub and
+// the rollout supervisor (which stops rollouts at their deadline), and
 // serves the Connect handlers (Connect, gRPC and gRPC-Web on one port), with
 // gRPC health checking and server reflection.
 //
@@ -8,7 +9,7 @@
 //	...
 //	err = srv.Serve(ctx, listener) // until ctx is done, then a graceful stop
 //	...
-//	err = srv.Close()              // closes the store
+//	err = srv.Close()              // stops the supervisor, closes the store
 //
 // Imports go one way: cmd → server → server/internal/* → gen. The parts:
 //
@@ -17,4 +18,11 @@
 //	server/internal/watch      the watch hub
 //	server/internal/kvservice  pawl.v1.KVService
 //	server/internal/apierr     domain errors to Connect codes
+//	server/internal/validatorservice  pawl.v1.ValidatorService
+//	server/internal/canonical  the canonical content digest
+//	server/internal/instance   the instance registry: leases, boots, membership epochs
+//	server/internal/release    immutable releases and their generations
+//	server/internal/quorum     ACK policies evaluated against a frozen membership
+//	server/internal/rollout    ACKs, stages, stop records, promotion, rollback, receipts
+//	server/internal/rolloutservice  pawl.v1.ReleaseService, InstanceService, RolloutService
 package server
