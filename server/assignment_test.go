@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -148,6 +149,123 @@ func TestInstancesFollowTheirAssignments(t *testing.T) {
 		}
 		if got != "routing@2 " {
 			t.Fatalf("canary saw %q on its way back to generation 1", got)
+		}
+	}
+}
+
+// TestAFractionStageSendsItsCohortThenZoneByZone: a plan of a 20% canary,
+// then zone-a, then everyone. Only the canary cohort gets the release at
+// first; zone-a's other instances get it when the canary passes; the rest
+// when zone-a passes. Each instance's first assignment says which stage
+// reached it.
+func TestAFractionStageSendsItsCohortThenZoneByZone(t *testing.T) {
+	srv := testserver.Start(t)
+	client := testserver.HTTPClient(t)
+	is := pawlv1connect.NewInstanceServiceClient(client, srv.URL, connect.WithGRPC())
+	rs := pawlv1connect.NewReleaseServiceClient(client, srv.URL, connect.WithGRPC())
+	ro := pawlv1connect.NewRolloutServiceClient(client, srv.URL, connect.WithGRPC())
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	zoneOf := map[string]string{}
+	for i := range 6 {
+		id := fmt.Sprintf("pay-%d", i)
+		zoneOf[id] = fmt.Sprintf("zone-%c", 'a'+i%3)
+		register(t, is, id, "b", zoneOf[id], nil)
+	}
+	digest := upload(t, newValidators(t, srv), "routing")
+
+	type first struct{ id, got string }
+	firsts := make(chan first, 6)
+	var wg sync.WaitGroup
+	for id := range zoneOf {
+		s, err := is.WatchAssignments(ctx, connect.NewRequest(&pawlv1.WatchAssignmentsRequest{WorkloadIdentity: id}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		if !s.Receive() || len(s.Msg().GetAssignments()) != 0 {
+			t.Fatalf("%s before the release: %v", id, s.Err())
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if s.Receive() {
+				firsts <- first{id, render(s.Msg())}
+			}
+		}()
+	}
+	defer func() {
+		cancel() // ends the streams, so the readers return
+		wg.Wait()
+	}()
+
+	resp, err := rs.CreateRelease(ctx, connect.NewRequest(&pawlv1.CreateReleaseRequest{Spec: &pawlv1.ReleaseSpec{
+		ConfigId: "routing", MediaType: "application/json", ValidatorDigest: digest,
+		Content: []byte(`{"upstreams":[{"host":"a","weight":100}]}`),
+		Stages: []*pawlv1.Stage{
+			{Name: "canary", Policy: &pawlv1.AckPolicy{Kind: pawlv1.AckPolicyKind_ACK_POLICY_KIND_FRACTION, Fraction: 0.2}},
+			{Name: "zone-a", Selector: map[string]string{"zone": "zone-a"}, Policy: &pawlv1.AckPolicy{Kind: pawlv1.AckPolicyKind_ACK_POLICY_KIND_ALL}},
+			{Name: "everyone", Policy: &pawlv1.AckPolicy{Kind: pawlv1.AckPolicyKind_ACK_POLICY_KIND_ALL}},
+		},
+		Deadline: durationpb.New(time.Hour),
+	}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel := resp.Msg.GetRelease()
+	ack := func(id string) {
+		t.Helper()
+		if _, err := ro.Ack(ctx, connect.NewRequest(&pawlv1.AckRequest{Ack: &pawlv1.Ack{
+			ConfigId: "routing", Generation: 1, WorkloadIdentity: id, BootId: "b", ApplySequence: 1,
+			ContentDigest: rel.GetContentDigest(), ValidatorDigest: digest, State: pawlv1.InstanceState_INSTANCE_STATE_HEALTHY_ACKED, HealthOk: true,
+		}})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := map[string]string{}
+	receive := func(n int) []string {
+		t.Helper()
+		var ids []string
+		for range n {
+			select {
+			case f := <-firsts:
+				got[f.id] = f.got
+				ids = append(ids, f.id)
+			case <-ctx.Done():
+				t.Fatalf("waiting for assignments: %v (so far %v)", ctx.Err(), got)
+			}
+		}
+		return ids
+	}
+	// ceil(20% of 6) = 2 canaries; they pass the canary stage.
+	canaries := receive(2)
+	for _, id := range canaries {
+		if got[id] != "routing@1:canary " {
+			t.Fatalf("first assignments %v; want 2 canaries first", got)
+		}
+		ack(id)
+	}
+	// zone-a's members outside the cohort are reached next.
+	waitingInA := 0
+	for id, z := range zoneOf {
+		if z == "zone-a" && got[id] == "" {
+			waitingInA++
+		}
+	}
+	for _, id := range receive(waitingInA) {
+		if got[id] != "routing@1:zone-a " {
+			t.Fatalf("after the canary stage %s got %q; want zone-a", id, got[id])
+		}
+	}
+	for id, z := range zoneOf {
+		if z == "zone-a" && got[id] != "routing@1:canary " {
+			ack(id)
+		}
+	}
+	// Then everyone else, and nobody got anything out of turn.
+	for _, id := range receive(6 - len(got)) {
+		if got[id] != "routing@1:everyone " || zoneOf[id] == "zone-a" {
+			t.Fatalf("after zone-a %s (%s) got %q", id, zoneOf[id], got[id])
 		}
 	}
 }

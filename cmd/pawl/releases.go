@@ -34,13 +34,28 @@ var policyKinds = map[string]pawlv1.AckPolicyKind{
 	"traffic-weight": pawlv1.AckPolicyKind_ACK_POLICY_KIND_TRAFFIC_WEIGHT,
 }
 
-// parseStage reads NAME:KIND[=VALUE][:max-rejected=N], e.g.
-// canary:fraction=0.05, zones:zone-quorum=0.5:max-rejected=2,
-// primaries:critical-role=primary, everyone:all.
+// parseStage reads NAME[@K=V,...]:KIND[=VALUE][:max-rejected=N], e.g.
+// canary:fraction=0.05, zone-a@zone=zone-a:all,
+// zones:zone-quorum=0.5:max-rejected=2, primaries:critical-role=primary.
 func parseStage(s string) (*pawlv1.Stage, error) {
 	parts := strings.Split(s, ":")
 	if len(parts) < 2 || len(parts) > 3 || parts[0] == "" {
-		return nil, fmt.Errorf("--stage %q: want NAME:KIND[=VALUE][:max-rejected=N]", s)
+		return nil, fmt.Errorf("--stage %q: want NAME[@K=V,...]:KIND[=VALUE][:max-rejected=N]", s)
+	}
+	name, sel, hasSel := strings.Cut(parts[0], "@")
+	if name == "" {
+		return nil, fmt.Errorf("--stage %q: the stage needs a name before @", s)
+	}
+	var selector map[string]string
+	if hasSel {
+		selector = map[string]string{}
+		for _, kv := range strings.Split(sel, ",") {
+			k, v, ok := strings.Cut(kv, "=")
+			if !ok || k == "" {
+				return nil, fmt.Errorf("--stage %q: the selector after @ is K=V[,K=V...], e.g. canary@zone=zone-a", s)
+			}
+			selector[k] = v
+		}
 	}
 	kindName, value, _ := strings.Cut(parts[1], "=")
 	kind, ok := policyKinds[kindName]
@@ -66,7 +81,7 @@ func parseStage(s string) (*pawlv1.Stage, error) {
 		}
 		policy.MaxRejected = int32(max)
 	}
-	return &pawlv1.Stage{Name: parts[0], Policy: policy}, nil
+	return &pawlv1.Stage{Name: name, Selector: selector, Policy: policy}, nil
 }
 
 func releaseCommand(g *globals) *cobra.Command {
@@ -122,7 +137,7 @@ func releaseCommand(g *globals) *cobra.Command {
 	create.Flags().StringVar(&mediaType, "media-type", "application/json", "the content's media type")
 	create.Flags().StringVar(&params, "params", "", "a JSON file of validator parameters")
 	create.Flags().StringToStringVar(&selector, "selector", nil, "labels the target instances must have (k=v,...)")
-	create.Flags().StringArrayVar(&stages, "stage", nil, "a stage NAME:KIND[=VALUE][:max-rejected=N], in order; repeat")
+	create.Flags().StringArrayVar(&stages, "stage", nil, "a stage NAME[@K=V,...]:KIND[=VALUE][:max-rejected=N], in order; repeat (K may be zone or role)")
 	create.Flags().DurationVar(&healthWindow, "health-window", time.Minute, "how long an instance must stay healthy before its ACK counts")
 	create.Flags().DurationVar(&deadline, "deadline", time.Hour, "how long the rollout may take")
 	create.Flags().StringVar(&actor, "actor", os.Getenv("PAWL_ACTOR"), "who is releasing (env PAWL_ACTOR)")

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 
 	pawlv1 "github.com/pawlcfg/pawl/gen/pawl/v1"
 	"github.com/pawlcfg/pawl/gen/pawl/v1/pawlv1connect"
@@ -61,5 +62,25 @@ func TestReleaseCreateLsShowAndInstances(t *testing.T) {
 	code, _, errOut = pawl(t, srv, "", "release", "show", "payments.routing", "7")
 	if code != 1 || !strings.Contains(errOut, "not_found") {
 		t.Fatalf("release show of a missing generation = %d, %q", code, errOut)
+	}
+}
+
+func TestStageFlagsTakeSelectors(t *testing.T) {
+	all := &pawlv1.AckPolicy{Kind: pawlv1.AckPolicyKind_ACK_POLICY_KIND_ALL}
+	for in, want := range map[string]*pawlv1.Stage{
+		"canary:fraction=0.05":   {Name: "canary", Policy: &pawlv1.AckPolicy{Kind: pawlv1.AckPolicyKind_ACK_POLICY_KIND_FRACTION, Fraction: 0.05}},
+		"zone-a@zone=zone-a:all": {Name: "zone-a", Selector: map[string]string{"zone": "zone-a"}, Policy: all},
+		"shadow@shadow=true,role=web:all:max-rejected=1": {Name: "shadow", Selector: map[string]string{"shadow": "true", "role": "web"},
+			Policy: &pawlv1.AckPolicy{Kind: pawlv1.AckPolicyKind_ACK_POLICY_KIND_ALL, MaxRejected: 1}},
+	} {
+		got, err := parseStage(in)
+		if err != nil || !proto.Equal(got, want) {
+			t.Errorf("parseStage(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"canary@:all", "canary@zone:all", "@zone=a:all"} {
+		if _, err := parseStage(bad); err == nil {
+			t.Errorf("parseStage(%q) accepted", bad)
+		}
 	}
 }

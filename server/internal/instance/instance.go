@@ -259,18 +259,29 @@ func (r *Registry) Members(ctx context.Context, selector map[string]string) ([]q
 	var epoch int64
 	for _, rec := range recs {
 		epoch = max(epoch, rec.MembershipEpoch)
-		if !rec.Live(now) || !Matches(rec.Labels, selector) {
+		m := quorum.Member{ID: rec.WorkloadIdentity, Zone: rec.Zone, Role: rec.Role, Weight: rec.TrafficWeight, Labels: rec.Labels}
+		if !rec.Live(now) || !Matches(m, selector) {
 			continue
 		}
-		out = append(out, quorum.Member{ID: rec.WorkloadIdentity, Zone: rec.Zone, Role: rec.Role, Weight: rec.TrafficWeight, Labels: rec.Labels})
+		out = append(out, m)
 	}
 	return out, epoch, nil
 }
 
-// Matches reports whether labels include every selector label.
-func Matches(labels, selector map[string]string) bool {
+// Matches reports whether the member has every selector label. The keys
+// "zone" and "role", when the member has no label of that name, match its
+// zone and role: a plan can go zone by zone without labelling anything.
+func Matches(m quorum.Member, selector map[string]string) bool {
 	for k, v := range selector {
-		if labels[k] != v {
+		got, ok := m.Labels[k]
+		switch {
+		case ok:
+		case k == "zone":
+			got = m.Zone
+		case k == "role":
+			got = m.Role
+		}
+		if got != v {
 			return false
 		}
 	}

@@ -198,12 +198,12 @@ func Evaluate(p Policy, membership []Member, states map[string]State) Evaluation
 	case All:
 		ev.decide(ev.Healthy == ev.Members, fmt.Sprintf("%d of %d members healthy; all are needed", ev.Healthy, ev.Members))
 	case Fraction:
-		need := atLeast(p.Fraction, ev.Members)
+		need := AtLeast(p.Fraction, ev.Members)
 		ev.decide(ev.Healthy >= need, fmt.Sprintf("%d of %d members healthy; %d are needed", ev.Healthy, ev.Members, need))
 	case ZoneQuorum:
 		var short []string
 		for name, z := range ev.Zones {
-			z.Needed = atLeast(p.Fraction, z.Members)
+			z.Needed = AtLeast(p.Fraction, z.Members)
 			ev.Zones[name] = z
 			if z.Healthy < z.Needed {
 				short = append(short, fmt.Sprintf("zone %q has %d of %d healthy, needs %d", name, z.Healthy, z.Members, z.Needed))
@@ -240,7 +240,8 @@ func (ev *Evaluation) decide(ok bool, reason string) {
 	}
 }
 
-// atLeast is ceil(f x n), computed so that f = k/n gives exactly k.
-func atLeast(f float64, n int) int {
+// AtLeast is how many of n members a fraction f needs: ceil(f x n),
+// computed so that f = k/n gives exactly k.
+func AtLeast(f float64, n int) int {
 	return int(math.Ceil(f*float64(n) - 1e-9))
 }

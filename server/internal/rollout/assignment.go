@@ -1,7 +1,11 @@
 package rollout
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"fmt"
+	"sort"
 
 	"github.com/pawlcfg/pawl/server/internal/instance"
 	"github.com/pawlcfg/pawl/server/internal/quorum"
@@ -70,9 +74,11 @@ func (r *Rollouts) assignment(ctx context.Context, config, identity string) (Ass
 }
 
 // canaryStage returns the stage through which the instance receives a
-// not-yet-promoted release: the first reached stage whose selector it
-// matches. A stage is reached when every stage before it passed; a failed
-// stage stops the rollout, and after a stop nothing of it is offered.
+// not-yet-promoted release: the first reached stage that takes it. A stage
+// takes the members its selector matches; a fraction stage takes only its
+// cohort (see Cohort). A stage is reached when every stage before it
+// passed; a failed stage stops the rollout, and after a stop nothing of it
+// is offered.
 func (r *Rollouts) canaryStage(ctx context.Context, rel release.Release, identity string) (string, bool, error) {
 	var member *quorum.Member
 	for i := range rel.Membership {
@@ -88,7 +94,7 @@ func (r *Rollouts) canaryStage(ctx context.Context, rel release.Release, identit
 		return "", false, err
 	}
 	for i, st := range rel.Stages {
-		if instance.Matches(member.Labels, st.Selector) {
+		if instance.Matches(*member, st.Selector) && (st.Policy.Kind != quorum.Fraction || Cohort(rel, i)[identity]) {
 			return st.Name, true, nil
 		}
 		if status.Stages[i].Evaluation.Outcome != quorum.Passed {
@@ -96,6 +102,32 @@ func (r *Rollouts) canaryStage(ctx context.Context, rel release.Release, identit
 		}
 	}
 	return "", false, nil
+}
+
+// Cohort is the members a fraction stage sends the release to: of the
+// members its selector matches, the fraction needed (rounded up), chosen by
+// a hash of config, generation and identity, so that each release picks its
+// own canaries and every server picks the same ones. The others wait for a
+// later stage.
+func Cohort(rel release.Release, stage int) map[string]bool {
+	st := rel.Stages[stage]
+	type ranked struct {
+		id   string
+		rank [sha256.Size]byte
+	}
+	var matching []ranked
+	for _, m := range rel.Membership {
+		if instance.Matches(m, st.Selector) {
+			matching = append(matching, ranked{m.ID, sha256.Sum256([]byte(fmt.Sprintf("%s\x00%d\x00%s", rel.ConfigID, rel.Generation, m.ID)))})
+		}
+	}
+	sort.Slice(matching, func(i, j int) bool { return bytes.Compare(matching[i].rank[:], matching[j].rank[:]) < 0 })
+	n := min(len(matching), quorum.AtLeast(st.Policy.Fraction, len(matching)))
+	out := make(map[string]bool, n)
+	for _, m := range matching[:n] {
+		out[m.id] = true
+	}
+	return out
 }
 
 func assignmentOf(rel release.Release, stage string, epoch int64) Assignment {

@@ -112,7 +112,7 @@ func (r *Rollouts) evaluate(ctx context.Context, rel release.Release) ([]StageRe
 		res := StageResult{Name: st.Name, States: map[string]int{}, ZoneStates: map[string]map[string]int{}}
 		var members []quorum.Member
 		for _, m := range rel.Membership {
-			if !instance.Matches(m.Labels, st.Selector) {
+			if !instance.Matches(m, st.Selector) {
 				continue
 			}
 			members = append(members, m)

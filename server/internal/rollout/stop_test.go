@@ -305,3 +305,36 @@ func TestAnAckFromAnOlderRegistrationDoesNotCount(t *testing.T) {
 		t.Fatalf("ACK of the current registration = %+v", a)
 	}
 }
+
+func TestAFractionStageCohortIsFixedPerRelease(t *testing.T) {
+	e := newEnv(t)
+	spec := func(s *release.Spec) {
+		s.Stages = []release.Stage{
+			{Name: "canary", Policy: quorum.Policy{Kind: quorum.Fraction, Fraction: 0.3}},
+			{Name: "zone-b", Selector: map[string]string{"zone": "zone-b"}, Policy: quorum.Policy{Kind: quorum.Fraction, Fraction: 0.5}},
+		}
+	}
+	rel := e.releaseWith(t, 50, spec)
+	canaries := rollout.Cohort(rel, 0)
+	if len(canaries) != 2 { // ceil(0.3 x 6)
+		t.Fatalf("cohort of 30%% of 6 = %v", canaries)
+	}
+	if again := rollout.Cohort(rel, 0); fmt.Sprint(again) != fmt.Sprint(canaries) {
+		t.Fatalf("cohort changed between calls: %v, %v", canaries, again)
+	}
+	zoneB := rollout.Cohort(rel, 1) // zone-b holds i1 and i4: one of them
+	if len(zoneB) != 1 || !(zoneB["i1"] || zoneB["i4"]) {
+		t.Fatalf("zone-b cohort = %v", zoneB)
+	}
+	// Each release draws its own canaries: over a few generations, more
+	// than two instances take a turn.
+	seen := map[string]bool{}
+	for range 8 {
+		for id := range rollout.Cohort(e.releaseWith(t, 50, spec), 0) {
+			seen[id] = true
+		}
+	}
+	if len(seen) <= 2 {
+		t.Fatalf("every release picked the same canaries: %v", seen)
+	}
+}
