@@ -304,7 +304,9 @@ type Member struct {
 	// The traffic weight.
 	TrafficWeight float64 `protobuf:"fixed64,4,opt,name=traffic_weight,json=trafficWeight,proto3" json:"traffic_weight,omitempty"`
 	// The instance's labels, which stage selectors match.
-	Labels        map[string]string `protobuf:"bytes,5,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Labels map[string]string `protobuf:"bytes,5,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// The application version it registered with.
+	AppVersion    string `protobuf:"bytes,6,opt,name=app_version,json=appVersion,proto3" json:"app_version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -374,6 +376,13 @@ func (x *Member) GetLabels() map[string]string {
 	return nil
 }
 
+func (x *Member) GetAppVersion() string {
+	if x != nil {
+		return x.AppVersion
+	}
+	return ""
+}
+
 // ReleaseSpec is what a caller asks to release.
 type ReleaseSpec struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -389,11 +398,13 @@ type ReleaseSpec struct {
 	ValidatorParams []byte `protobuf:"bytes,5,opt,name=validator_params,json=validatorParams,proto3" json:"validator_params,omitempty"`
 	// Labels the target instances must have.
 	Selector map[string]string `protobuf:"bytes,6,rep,name=selector,proto3" json:"selector,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	// Versions of other configs this one needs.
+	// Generations of other configs this one needs: each must exist when the
+	// release is created, and be active (or surpassed) when it is promoted.
 	Dependencies map[string]int64 `protobuf:"bytes,7,rep,name=dependencies,proto3" json:"dependencies,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
-	// Secret version references; never secret values.
+	// Secret version references, each NAME@VERSION; never secret values.
 	SecretRefs []string `protobuf:"bytes,8,rep,name=secret_refs,json=secretRefs,proto3" json:"secret_refs,omitempty"`
-	// The oldest app version that may apply it.
+	// The oldest app version that may apply it (dotted numbers, e.g.
+	// 2.1.0); instances below it are left out of the membership.
 	MinAppVersion string `protobuf:"bytes,9,opt,name=min_app_version,json=minAppVersion,proto3" json:"min_app_version,omitempty"`
 	// The rollout plan, in order.
 	Stages []*Stage `protobuf:"bytes,10,rep,name=stages,proto3" json:"stages,omitempty"`
@@ -543,8 +554,12 @@ type Release struct {
 	// The registry's membership epoch at the freeze: instances that
 	// registered later have a higher epoch and are not in the membership.
 	MembershipEpoch int64 `protobuf:"varint,10,opt,name=membership_epoch,json=membershipEpoch,proto3" json:"membership_epoch,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Live instances matching the selector that were left out because
+	// their app version is below min_app_version: never assigned, never
+	// counted.
+	Ineligible    []*Member `protobuf:"bytes,11,rep,name=ineligible,proto3" json:"ineligible,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Release) Reset() {
@@ -645,6 +660,13 @@ func (x *Release) GetMembershipEpoch() int64 {
 		return x.MembershipEpoch
 	}
 	return 0
+}
+
+func (x *Release) GetIneligible() []*Member {
+	if x != nil {
+		return x.Ineligible
+	}
+	return nil
 }
 
 // ReleaseRejected is the error detail of a rejected CreateRelease.
@@ -1003,13 +1025,15 @@ const file_pawl_v1_release_proto_rawDesc = "" +
 	"\x06policy\x18\x03 \x01(\v2\x12.pawl.v1.AckPolicyR\x06policy\x1a;\n" +
 	"\rSelectorEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xf4\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x95\x02\n" +
 	"\x06Member\x12+\n" +
 	"\x11workload_identity\x18\x01 \x01(\tR\x10workloadIdentity\x12\x12\n" +
 	"\x04zone\x18\x02 \x01(\tR\x04zone\x12\x12\n" +
 	"\x04role\x18\x03 \x01(\tR\x04role\x12%\n" +
 	"\x0etraffic_weight\x18\x04 \x01(\x01R\rtrafficWeight\x123\n" +
-	"\x06labels\x18\x05 \x03(\v2\x1b.pawl.v1.Member.LabelsEntryR\x06labels\x1a9\n" +
+	"\x06labels\x18\x05 \x03(\v2\x1b.pawl.v1.Member.LabelsEntryR\x06labels\x12\x1f\n" +
+	"\vapp_version\x18\x06 \x01(\tR\n" +
+	"appVersion\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xab\x05\n" +
@@ -1034,7 +1058,7 @@ const file_pawl_v1_release_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a?\n" +
 	"\x11DependenciesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\x9b\x03\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xcc\x03\n" +
 	"\aRelease\x12(\n" +
 	"\x04spec\x18\x01 \x01(\v2\x14.pawl.v1.ReleaseSpecR\x04spec\x12\x1e\n" +
 	"\n" +
@@ -1052,7 +1076,10 @@ const file_pawl_v1_release_proto_rawDesc = "" +
 	"created_by\x18\b \x01(\tR\tcreatedBy\x12\x1a\n" +
 	"\brevision\x18\t \x01(\x03R\brevision\x12)\n" +
 	"\x10membership_epoch\x18\n" +
-	" \x01(\x03R\x0fmembershipEpoch\"p\n" +
+	" \x01(\x03R\x0fmembershipEpoch\x12/\n" +
+	"\n" +
+	"ineligible\x18\v \x03(\v2\x0f.pawl.v1.MemberR\n" +
+	"ineligible\"p\n" +
 	"\x0fReleaseRejected\x12)\n" +
 	"\x10validator_digest\x18\x01 \x01(\tR\x0fvalidatorDigest\x122\n" +
 	"\n" +
@@ -1144,22 +1171,23 @@ var file_pawl_v1_release_proto_depIdxs = []int32{
 	4,  // 10: pawl.v1.Release.membership:type_name -> pawl.v1.Member
 	1,  // 11: pawl.v1.Release.state:type_name -> pawl.v1.ReleaseState
 	19, // 12: pawl.v1.Release.created_at:type_name -> google.protobuf.Timestamp
-	20, // 13: pawl.v1.ReleaseRejected.violations:type_name -> pawl.v1.Violation
-	5,  // 14: pawl.v1.CreateReleaseRequest.spec:type_name -> pawl.v1.ReleaseSpec
-	6,  // 15: pawl.v1.CreateReleaseResponse.release:type_name -> pawl.v1.Release
-	6,  // 16: pawl.v1.GetReleaseResponse.release:type_name -> pawl.v1.Release
-	6,  // 17: pawl.v1.ListReleasesResponse.releases:type_name -> pawl.v1.Release
-	8,  // 18: pawl.v1.ReleaseService.CreateRelease:input_type -> pawl.v1.CreateReleaseRequest
-	10, // 19: pawl.v1.ReleaseService.GetRelease:input_type -> pawl.v1.GetReleaseRequest
-	12, // 20: pawl.v1.ReleaseService.ListReleases:input_type -> pawl.v1.ListReleasesRequest
-	9,  // 21: pawl.v1.ReleaseService.CreateRelease:output_type -> pawl.v1.CreateReleaseResponse
-	11, // 22: pawl.v1.ReleaseService.GetRelease:output_type -> pawl.v1.GetReleaseResponse
-	13, // 23: pawl.v1.ReleaseService.ListReleases:output_type -> pawl.v1.ListReleasesResponse
-	21, // [21:24] is the sub-list for method output_type
-	18, // [18:21] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	4,  // 13: pawl.v1.Release.ineligible:type_name -> pawl.v1.Member
+	20, // 14: pawl.v1.ReleaseRejected.violations:type_name -> pawl.v1.Violation
+	5,  // 15: pawl.v1.CreateReleaseRequest.spec:type_name -> pawl.v1.ReleaseSpec
+	6,  // 16: pawl.v1.CreateReleaseResponse.release:type_name -> pawl.v1.Release
+	6,  // 17: pawl.v1.GetReleaseResponse.release:type_name -> pawl.v1.Release
+	6,  // 18: pawl.v1.ListReleasesResponse.releases:type_name -> pawl.v1.Release
+	8,  // 19: pawl.v1.ReleaseService.CreateRelease:input_type -> pawl.v1.CreateReleaseRequest
+	10, // 20: pawl.v1.ReleaseService.GetRelease:input_type -> pawl.v1.GetReleaseRequest
+	12, // 21: pawl.v1.ReleaseService.ListReleases:input_type -> pawl.v1.ListReleasesRequest
+	9,  // 22: pawl.v1.ReleaseService.CreateRelease:output_type -> pawl.v1.CreateReleaseResponse
+	11, // 23: pawl.v1.ReleaseService.GetRelease:output_type -> pawl.v1.GetReleaseResponse
+	13, // 24: pawl.v1.ReleaseService.ListReleases:output_type -> pawl.v1.ListReleasesResponse
+	22, // [22:25] is the sub-list for method output_type
+	19, // [19:22] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_pawl_v1_release_proto_init() }

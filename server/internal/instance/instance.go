@@ -259,7 +259,7 @@ func (r *Registry) Members(ctx context.Context, selector map[string]string) ([]q
 	var epoch int64
 	for _, rec := range recs {
 		epoch = max(epoch, rec.MembershipEpoch)
-		m := quorum.Member{ID: rec.WorkloadIdentity, Zone: rec.Zone, Role: rec.Role, Weight: rec.TrafficWeight, Labels: rec.Labels}
+		m := quorum.Member{ID: rec.WorkloadIdentity, Zone: rec.Zone, Role: rec.Role, Weight: rec.TrafficWeight, Labels: rec.Labels, AppVersion: rec.AppVersion}
 		if !rec.Live(now) || !Matches(m, selector) {
 			continue
 		}

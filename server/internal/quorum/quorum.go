@@ -100,6 +100,8 @@ type Member struct {
 	Weight float64
 	// Labels are the instance's labels, for stage selectors.
 	Labels map[string]string `json:",omitempty"`
+	// AppVersion is the application version it registered with.
+	AppVersion string `json:",omitempty"`
 }
 
 // State is the latest state an instance reported for the release.

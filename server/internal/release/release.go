@@ -114,6 +114,10 @@ type Release struct {
 	ContentDigest string `json:"content_digest"`
 	// Membership is the snapshot of matching instances frozen at creation.
 	Membership []quorum.Member `json:"membership"`
+	// Ineligible are the matching live instances left out of the
+	// membership because their app version is below MinAppVersion: they
+	// are never assigned the release and never counted.
+	Ineligible []quorum.Member `json:"ineligible,omitempty"`
 	// MembershipEpoch is the registry's membership epoch at the freeze:
 	// every instance that registered later has a higher one.
 	MembershipEpoch int64 `json:"membership_epoch"`
@@ -158,7 +162,10 @@ type Option func(*Releases)
 // from), for tests that move time by hand.
 func WithClock(now func() time.Time) Option { return func(r *Releases) { r.now = now } }
 
-var configIDPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,127}$`)
+var (
+	configIDPattern  = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,127}$`)
+	secretRefPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._/-]{0,254}@[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+)
 
 func headKey(config string) string { return store.SystemPrefix + "configs/" + config + "/head" }
 
@@ -194,12 +201,16 @@ func (r *Releases) Create(ctx context.Context, spec Spec, actor string) (Release
 	if !res.Valid {
 		return Release{}, &RejectedError{Digest: spec.ValidatorDigest, Violations: res.Violations}
 	}
+	if err := r.checkDependencies(ctx, spec); err != nil {
+		return Release{}, err
+	}
 	members, epoch, err := r.members(ctx, spec.Selector)
 	if err != nil {
 		return Release{}, fmt.Errorf("release: freeze membership: %w", err)
 	}
+	members, ineligible := eligible(members, spec.MinAppVersion)
 	rel := Release{
-		Spec: spec, ContentDigest: digest, Membership: members, MembershipEpoch: epoch, State: StateCandidate,
+		Spec: spec, ContentDigest: digest, Membership: members, Ineligible: ineligible, MembershipEpoch: epoch, State: StateCandidate,
 		CreatedAt: r.now().UTC(), CreatedBy: actor,
 	}
 	for range maxCreateAttempts {
@@ -325,6 +336,21 @@ func checkSpec(s Spec) error {
 	case s.HealthWindow < 0 || s.Deadline <= 0:
 		return bad("the health window must be 0 or more and the deadline positive")
 	}
+	if s.MinAppVersion != "" {
+		if _, err := parseVersion(s.MinAppVersion); err != nil {
+			return bad("min app version: %v; use dotted numbers such as 2.1.0", err)
+		}
+	}
+	for config, gen := range s.Dependencies {
+		if !configIDPattern.MatchString(config) || config == s.ConfigID || gen <= 0 {
+			return bad("dependency %s@%d: name another config and a generation of 1 or more", config, gen)
+		}
+	}
+	for _, ref := range s.SecretRefs {
+		if !secretRefPattern.MatchString(ref) {
+			return bad("secret reference %q must be NAME@VERSION (a reference to a secret's version, never a value)", ref)
+		}
+	}
 	names := map[string]bool{}
 	for i, st := range s.Stages {
 		if st.Name == "" || names[st.Name] {
@@ -336,4 +362,34 @@ func checkSpec(s Spec) error {
 		}
 	}
 	return nil
+}
+
+// checkDependencies refuses a release that needs a generation of another
+// config that does not exist.
+func (r *Releases) checkDependencies(ctx context.Context, spec Spec) error {
+	for config, gen := range spec.Dependencies {
+		if _, err := r.Get(ctx, config, gen); errors.Is(err, ErrNotFound) {
+			return fmt.Errorf("%w: dependency %s@%d: config %s has no generation %d", ErrInvalid, config, gen, config, gen)
+		} else if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// eligible splits members into those whose app version is at least min
+// and those below it (all are eligible when min is empty).
+func eligible(members []quorum.Member, min string) (in, out []quorum.Member) {
+	if min == "" {
+		return members, nil
+	}
+	floor, _ := parseVersion(min) // checked by checkSpec
+	for _, m := range members {
+		if atLeastVersion(m.AppVersion, floor) {
+			in = append(in, m)
+		} else {
+			out = append(out, m)
+		}
+	}
+	return in, out
 }

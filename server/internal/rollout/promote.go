@@ -51,6 +51,9 @@ func (r *Rollouts) Promote(ctx context.Context, m Move) (Receipt, error) {
 	if st.Stop != nil {
 		return Receipt{}, fmt.Errorf("%w: its rollout stopped at %s: %s; create a new release", ErrNotReady, st.Stop.Time.Format(time.RFC3339), st.Stop.Reason)
 	}
+	if err := r.checkDependenciesActive(ctx, st.Release.Dependencies); err != nil {
+		return Receipt{}, err
+	}
 	if deadline := st.Release.CreatedAt.Add(st.Release.Deadline); r.now().After(deadline) {
 		return Receipt{}, fmt.Errorf("%w: its deadline passed at %s", ErrNotReady, deadline.Format(time.RFC3339))
 	}
@@ -199,4 +202,25 @@ func (r *Rollouts) write(ctx context.Context, m Move, ptr Pointer, rc Receipt) (
 	}
 	rc.Revision = res.Revision - 1
 	return rc, nil
+}
+
+// checkDependenciesActive refuses a promotion before every config the
+// release depends on runs at least the generation it needs.
+func (r *Rollouts) checkDependenciesActive(ctx context.Context, deps map[string]int64) error {
+	configs := make([]string, 0, len(deps))
+	for c := range deps {
+		configs = append(configs, c)
+	}
+	sort.Strings(configs)
+	for _, c := range configs {
+		ptr, err := r.Pointer(ctx, c)
+		if err != nil {
+			return err
+		}
+		if ptr.Generation < deps[c] {
+			return fmt.Errorf("%w: it depends on %s generation %d, and %s is active at generation %d; promote that first",
+				ErrNotReady, c, deps[c], c, ptr.Generation)
+		}
+	}
+	return nil
 }

@@ -338,3 +338,46 @@ func TestAFractionStageCohortIsFixedPerRelease(t *testing.T) {
 		t.Fatalf("every release picked the same canaries: %v", seen)
 	}
 }
+
+func TestDependenciesAppVersionsAndSecretRefs(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	if _, err := e.registry.Register(ctx, instance.Instance{WorkloadIdentity: "i0", BootID: "boot-1", Zone: "zone-a", AppVersion: "1.9.3"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.registry.Register(ctx, instance.Instance{WorkloadIdentity: "i1", BootID: "boot-1", Zone: "zone-b", AppVersion: "v2.1.0-rc.1"}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := e.releases.Create(ctx, release.Spec{ConfigID: "routing", MediaType: "application/json", ValidatorDigest: e.digest,
+		Content: []byte(`{"upstreams":[{"host":"a","weight":100}]}`), Deadline: time.Hour, Dependencies: map[string]int64{"limits": 1},
+		Stages: []release.Stage{{Name: "all", Policy: quorum.Policy{Kind: quorum.All}}}}, "ci")
+	if !errors.Is(err, release.ErrInvalid) || !strings.Contains(err.Error(), "limits has no generation 1") {
+		t.Fatalf("release needing a missing dependency = %v", err)
+	}
+	for _, bad := range []func(*release.Spec){
+		func(s *release.Spec) { s.SecretRefs = []string{"hunter2"} },
+		func(s *release.Spec) { s.MinAppVersion = "latest" },
+	} {
+		spec := release.Spec{ConfigID: "routing", MediaType: "application/json", ValidatorDigest: e.digest, Deadline: time.Hour,
+			Content: []byte(`{}`), Stages: []release.Stage{{Name: "all", Policy: quorum.Policy{Kind: quorum.All}}}}
+		bad(&spec)
+		if _, err := e.releases.Create(ctx, spec, "ci"); !errors.Is(err, release.ErrInvalid) {
+			t.Fatalf("bad spec %+v = %v", spec, err)
+		}
+	}
+	rel := e.releaseWith(t, 50, func(s *release.Spec) { s.MinAppVersion = "2.0"; s.SecretRefs = []string{"db/password@7"} })
+	if len(rel.Membership) != 1 || rel.Membership[0].ID != "i1" || len(rel.Ineligible) != 5 {
+		t.Fatalf("membership %+v, ineligible %+v; only i1 runs 2.0 or later", rel.Membership, rel.Ineligible)
+	}
+	// A release depending on routing@1 waits for routing@1 to be active.
+	dep, err := e.releases.Create(ctx, release.Spec{ConfigID: "limits", MediaType: "application/json", ValidatorDigest: e.digest,
+		Content: []byte(`{"upstreams":[{"host":"a","weight":100}]}`), Deadline: time.Hour, Dependencies: map[string]int64{"routing": 1},
+		Stages: []release.Stage{{Name: "all", Policy: quorum.Policy{Kind: quorum.All}}}}, "ci")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.rollouts.Promote(ctx, rollout.Move{ConfigID: "limits", To: dep.Generation, IdempotencyKey: "l1"}); !errors.Is(err, rollout.ErrNotReady) ||
+		!strings.Contains(err.Error(), "depends on routing generation 1") {
+		t.Fatalf("Promote before the dependency = %v", err)
+	}
+}

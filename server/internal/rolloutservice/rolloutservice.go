@@ -180,9 +180,16 @@ func toProtoRelease(r release.Release, state release.State) *pawlv1.Release {
 		CreatedBy: r.CreatedBy, Revision: r.Revision, MembershipEpoch: r.MembershipEpoch,
 	}
 	for _, m := range r.Membership {
-		out.Membership = append(out.Membership, &pawlv1.Member{WorkloadIdentity: m.ID, Zone: m.Zone, Role: m.Role, TrafficWeight: m.Weight, Labels: m.Labels})
+		out.Membership = append(out.Membership, toProtoMember(m))
+	}
+	for _, m := range r.Ineligible {
+		out.Ineligible = append(out.Ineligible, toProtoMember(m))
 	}
 	return out
+}
+
+func toProtoMember(m quorum.Member) *pawlv1.Member {
+	return &pawlv1.Member{WorkloadIdentity: m.ID, Zone: m.Zone, Role: m.Role, TrafficWeight: m.Weight, Labels: m.Labels, AppVersion: m.AppVersion}
 }
 
 // Instances is the InstanceService handler.
