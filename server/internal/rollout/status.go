@@ -46,6 +46,8 @@ type Status struct {
 	Release release.Release
 	// Stages are evaluated now, from the ACKs that counted.
 	Stages []StageResult
+	// Acks are every ACK of the release, counted or not, as evaluated.
+	Acks []Ack
 	// Pointer is the config's active pointer.
 	Pointer Pointer
 	// Stop is set once the rollout stopped.
@@ -73,11 +75,12 @@ func (r *Rollouts) Status(ctx context.Context, config string, gen int64) (Status
 	if err != nil {
 		return Status{}, err
 	}
-	stages, err := r.evaluate(ctx, rel)
+	acks, err := r.Acks(ctx, config, gen)
 	if err != nil {
 		return Status{}, err
 	}
-	st := Status{Release: rel, Stages: stages, Pointer: ptr, Stop: stop}
+	stages := r.evaluate(rel, acks)
+	st := Status{Release: rel, Stages: stages, Acks: acks, Pointer: ptr, Stop: stop}
 	if stop != nil || ptr.promoted(gen) {
 		return st, nil
 	}
@@ -99,12 +102,8 @@ func newStop(rel release.Release, stages []StageResult, stage, reason string, no
 	return s
 }
 
-// evaluate tallies every stage of rel from its counted ACKs.
-func (r *Rollouts) evaluate(ctx context.Context, rel release.Release) ([]StageResult, error) {
-	acks, err := r.Acks(ctx, rel.ConfigID, rel.Generation)
-	if err != nil {
-		return nil, err
-	}
+// evaluate tallies every stage of rel from the counted ones of its ACKs.
+func (r *Rollouts) evaluate(rel release.Release, acks []Ack) []StageResult {
 	latest := latestCounted(acks)
 	states := quorumStates(latest)
 	var out []StageResult
@@ -135,7 +134,7 @@ func (r *Rollouts) evaluate(ctx context.Context, rel release.Release) ([]StageRe
 		}
 		out = append(out, res)
 	}
-	return out, nil
+	return out
 }
 
 func stopKey(config string, gen int64) string {

@@ -52,10 +52,6 @@ func (h *Rollouts) GetRolloutStatus(ctx context.Context, req *connect.Request[pa
 	if err != nil {
 		return nil, h.error(req.Spec(), err)
 	}
-	acks, err := h.rollouts.Acks(ctx, config, gen)
-	if err != nil {
-		return nil, h.error(req.Spec(), err)
-	}
 	state, err := h.rollouts.ReleaseStates(ctx, config)
 	if err != nil {
 		return nil, h.error(req.Spec(), err)
@@ -72,7 +68,7 @@ func (h *Rollouts) GetRolloutStatus(ctx context.Context, req *connect.Request[pa
 	if st.Stop != nil {
 		resp.Stop = toProtoStop(*st.Stop)
 	}
-	for _, a := range acks {
+	for _, a := range st.Acks {
 		resp.Acks = append(resp.Acks, toProtoAck(a))
 	}
 	return connect.NewResponse(resp), nil
