@@ -41,61 +41,91 @@ func (s assignmentStream) next(t *testing.T) string {
 	return render(s.Msg())
 }
 
+// canaryRollout drives releases of config "routing" over real clients of
+// one server: a canary stage (instances labelled canary=true), then
+// everyone, each needing every member healthy.
+type canaryRollout struct {
+	t      *testing.T
+	ctx    context.Context
+	is     pawlv1connect.InstanceServiceClient
+	rs     pawlv1connect.ReleaseServiceClient
+	ro     pawlv1connect.RolloutServiceClient
+	digest string
+}
+
+// newCanaryRollout uploads the routing validator; rolloutOpts choose the
+// RolloutService client's protocol (gRPC for the others).
+func newCanaryRollout(t *testing.T, ctx context.Context, srv *testserver.Server, rolloutOpts ...connect.ClientOption) *canaryRollout {
+	client := testserver.HTTPClient(t)
+	return &canaryRollout{
+		t: t, ctx: ctx,
+		is:     pawlv1connect.NewInstanceServiceClient(client, srv.URL, connect.WithGRPC()),
+		rs:     pawlv1connect.NewReleaseServiceClient(client, srv.URL, connect.WithGRPC()),
+		ro:     pawlv1connect.NewRolloutServiceClient(client, srv.URL, rolloutOpts...),
+		digest: upload(t, newValidators(t, srv), "routing"),
+	}
+}
+
+func (c *canaryRollout) create(weight int) *pawlv1.Release {
+	c.t.Helper()
+	resp, err := c.rs.CreateRelease(c.ctx, connect.NewRequest(&pawlv1.CreateReleaseRequest{Spec: &pawlv1.ReleaseSpec{
+		ConfigId: "routing", MediaType: "application/json", ValidatorDigest: c.digest,
+		Content: []byte(fmt.Sprintf(`{"upstreams":[{"host":"a","weight":%d},{"host":"b","weight":%d}]}`, weight, 100-weight)),
+		Stages: []*pawlv1.Stage{
+			{Name: "canary", Selector: map[string]string{"canary": "true"}, Policy: &pawlv1.AckPolicy{Kind: pawlv1.AckPolicyKind_ACK_POLICY_KIND_ALL}},
+			{Name: "everyone", Policy: &pawlv1.AckPolicy{Kind: pawlv1.AckPolicyKind_ACK_POLICY_KIND_ALL}},
+		},
+		Deadline: durationpb.New(time.Hour),
+	}}))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return resp.Msg.GetRelease()
+}
+
+// ack reports id (boot "b") healthy on rel and returns the ACK as judged.
+func (c *canaryRollout) ack(rel *pawlv1.Release, id string) *pawlv1.Ack {
+	c.t.Helper()
+	resp, err := c.ro.Ack(c.ctx, connect.NewRequest(&pawlv1.AckRequest{Ack: &pawlv1.Ack{
+		ConfigId: "routing", Generation: rel.GetGeneration(), WorkloadIdentity: id, BootId: "b", ApplySequence: rel.GetGeneration(),
+		ContentDigest: rel.GetContentDigest(), ValidatorDigest: c.digest, State: pawlv1.InstanceState_INSTANCE_STATE_HEALTHY_ACKED, HealthOk: true,
+	}}))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return resp.Msg.GetAck()
+}
+
+func (c *canaryRollout) watch(id string) assignmentStream {
+	c.t.Helper()
+	s, err := c.is.WatchAssignments(c.ctx, connect.NewRequest(&pawlv1.WatchAssignmentsRequest{WorkloadIdentity: id}))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.t.Cleanup(func() { _ = s.Close() })
+	return assignmentStream{s}
+}
+
 // TestInstancesFollowTheirAssignments: a canary instance gets the new
 // generation at the canary stage, the rest only once the canary stage
 // passed, and everyone the active generation after promotion and rollback.
 func TestInstancesFollowTheirAssignments(t *testing.T) {
 	srv := testserver.Start(t)
-	client := testserver.HTTPClient(t)
-	is := pawlv1connect.NewInstanceServiceClient(client, srv.URL, connect.WithGRPC())
-	rs := pawlv1connect.NewReleaseServiceClient(client, srv.URL, connect.WithGRPC())
-	ro := pawlv1connect.NewRolloutServiceClient(client, srv.URL, connect.WithGRPC())
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	c := newCanaryRollout(t, ctx, srv, connect.WithGRPC())
+	is, ro := c.is, c.ro
 	register(t, is, "canary-1", "b", "zone-a", map[string]string{"canary": "true"})
 	register(t, is, "main-1", "b", "zone-a", nil)
 	register(t, is, "main-2", "b", "zone-b", nil)
-	digest := upload(t, newValidators(t, srv), "routing")
+	create, ack, watch := c.create, c.ack, c.watch
 
-	watch := func(id string) assignmentStream {
-		s, err := is.WatchAssignments(ctx, connect.NewRequest(&pawlv1.WatchAssignmentsRequest{WorkloadIdentity: id}))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = s.Close() })
-		return assignmentStream{s}
-	}
 	canary, main := watch("canary-1"), watch("main-1")
 	if got := canary.next(t); got != "" {
 		t.Fatalf("canary before any release: %q", got)
 	}
 	if got := main.next(t); got != "" {
 		t.Fatalf("main before any release: %q", got)
-	}
-
-	create := func(weight int) *pawlv1.Release {
-		spec := &pawlv1.ReleaseSpec{
-			ConfigId: "routing", MediaType: "application/json", ValidatorDigest: digest,
-			Content: []byte(fmt.Sprintf(`{"upstreams":[{"host":"a","weight":%d},{"host":"b","weight":%d}]}`, weight, 100-weight)),
-			Stages: []*pawlv1.Stage{
-				{Name: "canary", Selector: map[string]string{"canary": "true"}, Policy: &pawlv1.AckPolicy{Kind: pawlv1.AckPolicyKind_ACK_POLICY_KIND_ALL}},
-				{Name: "everyone", Policy: &pawlv1.AckPolicy{Kind: pawlv1.AckPolicyKind_ACK_POLICY_KIND_ALL}},
-			},
-			Deadline: durationpb.New(time.Hour),
-		}
-		resp, err := rs.CreateRelease(ctx, connect.NewRequest(&pawlv1.CreateReleaseRequest{Spec: spec}))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return resp.Msg.GetRelease()
-	}
-	ack := func(rel *pawlv1.Release, id string) {
-		if _, err := ro.Ack(ctx, connect.NewRequest(&pawlv1.AckRequest{Ack: &pawlv1.Ack{
-			ConfigId: "routing", Generation: rel.GetGeneration(), WorkloadIdentity: id, BootId: "b", ApplySequence: rel.GetGeneration(),
-			ContentDigest: rel.GetContentDigest(), ValidatorDigest: digest, State: pawlv1.InstanceState_INSTANCE_STATE_HEALTHY_ACKED, HealthOk: true,
-		}})); err != nil {
-			t.Fatal(err)
-		}
 	}
 
 	rel1 := create(50)

@@ -2,16 +2,13 @@ package server_test
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
-	"google.golang.org/protobuf/types/known/durationpb"
 
 	pawlv1 "github.com/pawlcfg/pawl/gen/pawl/v1"
-	"github.com/pawlcfg/pawl/gen/pawl/v1/pawlv1connect"
 	"github.com/pawlcfg/pawl/internal/testclock"
 	"github.com/pawlcfg/pawl/internal/testserver"
 	"github.com/pawlcfg/pawl/server"
@@ -24,55 +21,18 @@ import (
 func TestADeadlineStopsTheRolloutAndCallsTheCanariesBack(t *testing.T) {
 	clock := testclock.New(time.Now())
 	srv := testserver.Start(t, server.WithClock(clock.Now), server.WithRolloutCheckInterval(10*time.Millisecond), server.WithInstanceLease(24*time.Hour))
-	client := testserver.HTTPClient(t)
-	is := pawlv1connect.NewInstanceServiceClient(client, srv.URL, connect.WithGRPC())
-	rs := pawlv1connect.NewReleaseServiceClient(client, srv.URL, connect.WithGRPC())
-	ro := pawlv1connect.NewRolloutServiceClient(client, srv.URL) // Connect protocol
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	c := newCanaryRollout(t, ctx, srv) // RolloutService over the Connect protocol
+	is, rs, ro := c.is, c.rs, c.ro
 	register(t, is, "canary-1", "b", "zone-a", map[string]string{"canary": "true"})
 	register(t, is, "main-1", "b", "zone-b", nil)
-	digest := upload(t, newValidators(t, srv), "routing")
-	create := func(weight int) *pawlv1.Release {
-		t.Helper()
-		resp, err := rs.CreateRelease(ctx, connect.NewRequest(&pawlv1.CreateReleaseRequest{Spec: &pawlv1.ReleaseSpec{
-			ConfigId: "routing", MediaType: "application/json", ValidatorDigest: digest,
-			Content: []byte(fmt.Sprintf(`{"upstreams":[{"host":"a","weight":%d},{"host":"b","weight":%d}]}`, weight, 100-weight)),
-			Stages: []*pawlv1.Stage{
-				{Name: "canary", Selector: map[string]string{"canary": "true"}, Policy: &pawlv1.AckPolicy{Kind: pawlv1.AckPolicyKind_ACK_POLICY_KIND_ALL}},
-				{Name: "everyone", Policy: &pawlv1.AckPolicy{Kind: pawlv1.AckPolicyKind_ACK_POLICY_KIND_ALL}},
-			},
-			Deadline: durationpb.New(time.Hour),
-		}}))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return resp.Msg.GetRelease()
-	}
-	ack := func(rel *pawlv1.Release, id string) *pawlv1.Ack {
-		t.Helper()
-		resp, err := ro.Ack(ctx, connect.NewRequest(&pawlv1.AckRequest{Ack: &pawlv1.Ack{
-			ConfigId: "routing", Generation: rel.GetGeneration(), WorkloadIdentity: id, BootId: "b", ApplySequence: rel.GetGeneration(),
-			ContentDigest: rel.GetContentDigest(), ValidatorDigest: digest, State: pawlv1.InstanceState_INSTANCE_STATE_HEALTHY_ACKED, HealthOk: true,
-		}}))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return resp.Msg.GetAck()
-	}
+	create, ack, watch := c.create, c.ack, c.watch
 	rel1 := create(50)
 	ack(rel1, "canary-1")
 	ack(rel1, "main-1")
 	if _, err := ro.Promote(ctx, connect.NewRequest(&pawlv1.PromoteRequest{ConfigId: "routing", Generation: 1, IdempotencyKey: "p1"})); err != nil {
 		t.Fatal(err)
-	}
-	watch := func(id string) assignmentStream {
-		s, err := is.WatchAssignments(ctx, connect.NewRequest(&pawlv1.WatchAssignmentsRequest{WorkloadIdentity: id}))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = s.Close() })
-		return assignmentStream{s}
 	}
 	canary, main := watch("canary-1"), watch("main-1")
 	for _, s := range []assignmentStream{canary, main} {
