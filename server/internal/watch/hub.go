@@ -55,8 +55,9 @@ type Source interface {
 // tells the client to take a snapshot.
 //
 // A revision gap in the commit feed (possible with a shared store whose feed
-// can lose messages) clears the ring: the events around the gap are then read
-// from the store's change log, which is the source of truth.
+// can lose messages) clears the ring and wakes every watcher, whatever its
+// prefix, since the lost events may be anyone's: each reads the events
+// around the gap from the store's change log, which is the source of truth.
 //
 // Progress: a ticker owned by the hub marks every watcher "progress due" and
 // wakes it; a watcher that is caught up then reports the revision it is
@@ -173,6 +174,7 @@ func (h *Hub) Publish(events []store.Event) {
 		return
 	}
 	added := events[:0:0]
+	gap := false
 	for _, ev := range events {
 		rev := ev.Revision()
 		if rev <= h.newest {
@@ -180,6 +182,7 @@ func (h *Hub) Publish(events []store.Event) {
 		}
 		if rev != h.newest+1 {
 			h.clearLocked()
+			gap = true
 		}
 		h.appendLocked(ev)
 		h.newest = rev
@@ -192,7 +195,9 @@ func (h *Hub) Publish(events []store.Event) {
 	h.wmu.Lock()
 	defer h.wmu.Unlock()
 	for prefix, set := range h.watchers {
-		if !anyUnder(added, prefix) {
+		// After a gap, the lost events may concern any prefix: every
+		// watcher wakes and reads them from the change log.
+		if !gap && !anyUnder(added, prefix) {
 			continue
 		}
 		for w := range set {

@@ -209,26 +209,6 @@ func TestProgressNotifications(t *testing.T) {
 	}
 }
 
-func TestRevisionGapInFeedIsFilledFromTheLog(t *testing.T) {
-	st, hub := newHub(t, nil)
-	w := watchFrom(t, hub, "/", 0)
-	for i := range 3 {
-		put(t, st, "/k", fmt.Sprint(i))
-	}
-	expectConsecutive(t, collect(t, w, 3), 1)
-	// Write 4 and 5 in the store, but publish only 6 to the hub, as a
-	// shared-store feed that lost two messages would.
-	put(t, st, "/k", "4")
-	put(t, st, "/k", "5")
-	six := put(t, st, "/k", "6")
-	ch, err := st.Changes(context.Background(), six, "", 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	hub.Publish(ch.Events) // a duplicate of what the store published: ignored
-	expectConsecutive(t, collect(t, w, 3), 4)
-}
-
 func TestCloseEndsWatchers(t *testing.T) {
 	_, hub := newHub(t, nil)
 	w := watchFrom(t, hub, "/", 0)
