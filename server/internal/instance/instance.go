@@ -99,7 +99,7 @@ func (r *Registry) Lease() time.Duration { return r.lease }
 
 var identityPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:@/-]{0,254}$`)
 
-var (
+const (
 	registrationPrefix = store.SystemPrefix + "instances/"
 	leasePrefix        = store.SystemPrefix + "leases/"
 )
@@ -200,33 +200,56 @@ func (r *Registry) Get(ctx context.Context, identity string) (Record, error) {
 
 // List returns every record, live or not, by workload identity.
 func (r *Registry) List(ctx context.Context) ([]Record, error) {
-	// Registrations first: each was written in one transaction with its
-	// lease, so the leases read next include every registration's.
+	recs, _, err := r.ListAt(ctx, 0)
+	return recs, err
+}
+
+// ListAt returns every record, live or not, by workload identity, as of
+// one store revision (0: the current one), and that revision: however many
+// pages the registrations and leases take, they are one snapshot.
+func (r *Registry) ListAt(ctx context.Context, revision int64) ([]Record, int64, error) {
 	var out []Record
-	err := store.Each(ctx, r.store, registrationPrefix, func(kv store.KeyValue) error {
+	rev, err := store.EachAt(ctx, r.store, registrationPrefix, revision, func(kv store.KeyValue) error {
 		rec, err := decode(kv)
 		out = append(out, rec)
 		return err
 	})
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	leases := map[string]lease{}
-	err = store.Each(ctx, r.store, leasePrefix, func(kv store.KeyValue) error {
+	_, err = store.EachAt(ctx, r.store, leasePrefix, rev, func(kv store.KeyValue) error {
 		l, err := decodeLease(kv)
 		leases[strings.TrimPrefix(kv.Key, leasePrefix)] = l
 		return err
 	})
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	for i, rec := range out {
 		if l, ok := leases[rec.WorkloadIdentity]; ok && l.BootID == rec.BootID {
 			out[i].LeaseExpiresAt = l.ExpiresAt
 		}
 	}
-	return out, nil
+	return out, rev, nil
 }
+
+// Registrations returns every registration (without its lease) as of
+// revision (0: current), by identity: the boot and membership epoch that
+// an instance's ACKs must come from to count.
+func (r *Registry) Registrations(ctx context.Context, revision int64) (map[string]Record, error) {
+	out := map[string]Record{}
+	_, err := store.EachAt(ctx, r.store, registrationPrefix, revision, func(kv store.KeyValue) error {
+		rec, err := decode(kv)
+		out[rec.WorkloadIdentity] = rec
+		return err
+	})
+	return out, err
+}
+
+// RegistrationPrefix is where registrations live: a writer that decided on
+// them conditions its write on nothing under it having changed.
+const RegistrationPrefix = registrationPrefix
 
 func decode(kv store.KeyValue) (Record, error) {
 	var rec Record
@@ -246,19 +269,18 @@ func decodeLease(kv store.KeyValue) (lease, error) {
 }
 
 // Members returns the live instances whose labels include every selector
-// label, as quorum members: the membership a release freezes. The epoch is
-// the highest membership epoch of the registrations read: every instance
-// registered later has a higher one.
+// label, as quorum members: the membership a release freezes. They are read
+// as one snapshot, at one store revision, which is the epoch returned: every
+// instance that registers later has a higher one, and every instance
+// registered at or before it is in the snapshot.
 func (r *Registry) Members(ctx context.Context, selector map[string]string) ([]quorum.Member, int64, error) {
-	recs, err := r.List(ctx)
+	recs, epoch, err := r.ListAt(ctx, 0)
 	if err != nil {
 		return nil, 0, err
 	}
 	now := r.now()
 	var out []quorum.Member
-	var epoch int64
 	for _, rec := range recs {
-		epoch = max(epoch, rec.MembershipEpoch)
 		m := quorum.Member{ID: rec.WorkloadIdentity, Zone: rec.Zone, Role: rec.Role, Weight: rec.TrafficWeight, Labels: rec.Labels, AppVersion: rec.AppVersion}
 		if !rec.Live(now) || !Matches(m, selector) {
 			continue

@@ -3,11 +3,15 @@ package instance
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
+	"github.com/pawlcfg/pawl/server/internal/store"
 	"github.com/pawlcfg/pawl/server/internal/store/boltstore"
 )
 
@@ -48,7 +52,8 @@ func TestLeasesAndMembership(t *testing.T) {
 	}
 	now = now.Add(20 * time.Second) // b's lease (30s) has expired, a's was renewed
 	members, epoch, err := r.Members(ctx, map[string]string{"env": "prod"})
-	if err != nil || len(members) != 1 || members[0].ID != "a" || members[0].Weight != 2 || epoch != epochs["c"] {
+	status, _ := st.Status(ctx)
+	if err != nil || len(members) != 1 || members[0].ID != "a" || members[0].Weight != 2 || epoch != status.Revision {
 		t.Fatalf("Members = %+v at epoch %d, %v", members, epoch, err)
 	}
 	all, _, err := r.Members(ctx, nil)
@@ -72,5 +77,74 @@ func TestLeasesAndMembership(t *testing.T) {
 	}
 	if _, err := r.Register(ctx, Instance{WorkloadIdentity: "", BootID: "1"}); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("empty identity = %v", err)
+	}
+}
+
+// registerBetweenPages registers instances (through reg) while the second
+// page of registrations is being read, once.
+type registerBetweenPages struct {
+	store.Store
+	once sync.Once
+	hook func()
+}
+
+func (s *registerBetweenPages) List(ctx context.Context, prefix string, revision int64, after string, limit int) (store.Page, error) {
+	if prefix == registrationPrefix && after != "" {
+		s.once.Do(s.hook)
+	}
+	return s.Store.List(ctx, prefix, revision, after, limit)
+}
+
+// TestAFreezeOfManyInstancesIsOneSnapshot freezes 1,500 instances (two
+// pages) while two more register between the pages, one sorting into the
+// first page and one into the second: neither is a member, both have a
+// higher epoch than the freeze, and every earlier one is a member.
+func TestAFreezeOfManyInstancesIsOneSnapshot(t *testing.T) {
+	st, err := boltstore.Open(context.Background(), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	ctx := context.Background()
+	plain := New(st, time.Hour)
+	const n = 1500
+	for i := range n {
+		if _, err := plain.Register(ctx, Instance{WorkloadIdentity: fmt.Sprintf("i-%05d", i*2), BootID: "1"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hooked := &registerBetweenPages{Store: st}
+	var racers []Record
+	hooked.hook = func() {
+		for _, id := range []string{"i-00001", fmt.Sprintf("i-%05d", 2*n-3)} {
+			rec, err := plain.Register(ctx, Instance{WorkloadIdentity: id, BootID: "1"})
+			if err != nil {
+				t.Error(err)
+			}
+			racers = append(racers, rec)
+		}
+	}
+	members, epoch, err := New(hooked, time.Hour).Members(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(racers) != 2 {
+		t.Fatal("the registrations between the pages did not happen")
+	}
+	if len(members) != n {
+		t.Fatalf("froze %d members, want the %d registered before the freeze", len(members), n)
+	}
+	for _, m := range members {
+		if m.ID == racers[0].WorkloadIdentity || m.ID == racers[1].WorkloadIdentity {
+			t.Fatalf("%s registered after the freeze began and is a member", m.ID)
+		}
+		if !strings.HasPrefix(m.ID, "i-") {
+			t.Fatalf("unexpected member %s", m.ID)
+		}
+	}
+	for _, rec := range racers {
+		if rec.MembershipEpoch <= epoch {
+			t.Fatalf("%s registered at epoch %d, not after the freeze's epoch %d", rec.WorkloadIdentity, rec.MembershipEpoch, epoch)
+		}
 	}
 }

@@ -89,3 +89,28 @@ func (e *RevisionMismatchError) Error() string {
 
 // Is reports whether target is ErrRevisionMismatch.
 func (e *RevisionMismatchError) Is(target error) bool { return target == ErrRevisionMismatch }
+
+// ChangedError reports a failed Unchanged condition: a key under the prefix
+// changed after the revision the writer read at. It matches
+// ErrRevisionMismatch.
+type ChangedError struct {
+	// Prefix and Since are the condition.
+	Prefix string
+	Since  int64
+	// Key and Revision are the first change found; Key is empty when the
+	// change log after Since was compacted (Revision is then the compact
+	// revision), so that no answer could be given.
+	Key      string
+	Revision int64
+}
+
+func (e *ChangedError) Error() string {
+	if e.Key == "" {
+		return fmt.Sprintf("store: changes under %q after revision %d cannot be checked: the change log was compacted through revision %d",
+			e.Prefix, e.Since, e.Revision)
+	}
+	return fmt.Sprintf("store: key %q under %q changed at revision %d, after revision %d", e.Key, e.Prefix, e.Revision, e.Since)
+}
+
+// Is reports whether target is ErrRevisionMismatch.
+func (e *ChangedError) Is(target error) bool { return target == ErrRevisionMismatch }

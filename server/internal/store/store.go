@@ -97,11 +97,26 @@ type Compare struct {
 	ModRevision int64
 }
 
+// Unchanged is a condition of a transaction over a whole prefix: no key
+// under Prefix was put or deleted after revision Since. A writer that read
+// many keys at one revision (including keys that did not exist then) commits
+// with it only if nothing it read, and nothing it would have read, changed.
+// When the change log after Since was compacted the store cannot tell, and
+// the condition fails.
+type Unchanged struct {
+	// Prefix is the key prefix watched ("" for every key).
+	Prefix string
+	// Since is the revision the writer read at.
+	Since int64
+}
+
 // Txn asks for several puts that commit together, or not at all, when every
 // compare holds.
 type Txn struct {
 	// Compares must all hold at commit.
 	Compares []Compare
+	// Unchanged must all hold at commit.
+	Unchanged []Unchanged
 	// Puts are applied in order; their ExpectModRevision is ignored (use
 	// Compares). Each gets the next revision: the puts of one transaction
 	// have consecutive revisions and are delivered to watchers together.
@@ -163,9 +178,11 @@ type Store interface {
 	// Delete removes one key. It fails with ErrNotFound when the key does not
 	// exist and with a *RevisionMismatchError on a mismatch.
 	Delete(ctx context.Context, d Delete) (Result, error)
-	// Txn commits t's puts atomically if every compare holds; otherwise it
-	// fails with the first *RevisionMismatchError and writes nothing. The
-	// Result's Revision is the last put's; Prev is nil.
+	// Txn commits t's puts atomically if every compare and every unchanged
+	// condition holds; otherwise it fails with the first
+	// *RevisionMismatchError or *ChangedError (both match
+	// ErrRevisionMismatch) and writes nothing. The Result's Revision is the
+	// last put's; Prev is nil.
 	Txn(ctx context.Context, t Txn) (Result, error)
 	// Get reads one key at a revision (0: current). It fails with ErrNotFound,
 	// *CompactedError or *FutureRevisionError.

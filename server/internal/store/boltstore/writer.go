@@ -3,6 +3,7 @@ package boltstore
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -114,7 +115,7 @@ func (s *Store) commit(batch []*request) {
 			case r.del != nil:
 				ev, results[i], err = applyDelete(tx, r.del, st.Revision+1, now)
 			case r.txn != nil:
-				evs, results[i], err = applyTxn(tx, r.txn, st.Revision+1, now)
+				evs, results[i], err = applyTxn(tx, r.txn, st, now)
 			default:
 				err = compactTo(tx, &st, r.compactTo, compactStepsPerTx)
 			}
@@ -211,9 +212,12 @@ func applyDelete(tx *bolt.Tx, d *store.Delete, rev int64, now time.Time) (*store
 	return &ev, response{result: store.Result{Revision: rev, Prev: prev}}, nil
 }
 
-// applyTxn checks every compare, then writes the puts at revisions rev,
-// rev+1, ... A failed compare is the response's error and writes nothing.
-func applyTxn(tx *bolt.Tx, t *store.Txn, rev int64, now time.Time) ([]store.Event, response, error) {
+// applyTxn checks every compare and unchanged condition against st (the
+// store as of the previous request of the batch), then writes the puts at
+// revisions st.Revision+1, +2, ... A failed condition is the response's
+// error and writes nothing.
+func applyTxn(tx *bolt.Tx, t *store.Txn, st store.Status, now time.Time) ([]store.Event, response, error) {
+	rev := st.Revision + 1
 	kvb := tx.Bucket(bucketKV)
 	for _, c := range t.Compares {
 		cur, err := currentRecord(kvb, c.Key)
@@ -224,6 +228,13 @@ func applyTxn(tx *bolt.Tx, t *store.Txn, rev int64, now time.Time) ([]store.Even
 		if mismatch := checkExpected(c.Key, &expect, cur); mismatch != nil {
 			return nil, response{err: mismatch}, nil
 		}
+	}
+	changed, err := firstChange(tx, t.Unchanged, st)
+	if err != nil {
+		return nil, response{}, err
+	}
+	if changed != nil {
+		return nil, response{err: changed}, nil
 	}
 	events := make([]store.Event, 0, len(t.Puts))
 	for i := range t.Puts {
@@ -236,6 +247,36 @@ func applyTxn(tx *bolt.Tx, t *store.Txn, rev int64, now time.Time) ([]store.Even
 		events = append(events, *ev)
 	}
 	return events, response{result: store.Result{Revision: rev + int64(len(t.Puts)) - 1}}, nil
+}
+
+// firstChange returns the first unchanged condition that fails, reading the
+// change log after the earliest revision any of them names. The log holds
+// the batch's earlier writes too: they are in the same bolt transaction.
+func firstChange(tx *bolt.Tx, conds []store.Unchanged, st store.Status) (*store.ChangedError, error) {
+	if len(conds) == 0 {
+		return nil, nil
+	}
+	since := conds[0].Since
+	for _, u := range conds {
+		if u.Since < st.CompactRevision {
+			return &store.ChangedError{Prefix: u.Prefix, Since: u.Since, Revision: st.CompactRevision}, nil
+		}
+		since = min(since, u.Since)
+	}
+	c := tx.Bucket(bucketLog).Cursor()
+	for k, v := c.Seek(revKey(since + 1)); k != nil; k, v = c.Next() {
+		rev := decodeRev(k)
+		_, key, err := eventKey(v)
+		if err != nil {
+			return nil, fmt.Errorf("boltstore: log revision %d: %w", rev, err)
+		}
+		for _, u := range conds {
+			if rev > u.Since && strings.HasPrefix(key, u.Prefix) {
+				return &store.ChangedError{Prefix: u.Prefix, Since: u.Since, Key: key, Revision: rev}, nil
+			}
+		}
+	}
+	return nil, nil
 }
 
 func currentRecord(kvb *bolt.Bucket, key string) (*store.KeyValue, error) {

@@ -39,6 +39,8 @@ func Run(t *testing.T, open Opener) {
 		{"MatchesModel", testMatchesModel},
 		{"Txn", testTxn},
 		{"ConcurrentTxnOneWins", testConcurrentTxnOneWins},
+		{"TxnUnchanged", testTxnUnchanged},
+		{"EachAtIsOneSnapshot", testEachAtIsOneSnapshot},
 		{"Blobs", testBlobs},
 		{"Closed", testClosed},
 	}
@@ -566,6 +568,103 @@ func testConcurrentTxnOneWins(t *testing.T, s store.Store) {
 	}
 	if kv, _, _ := s.Get(ctx, "/ptr", 0); string(kv.Value) != fmt.Sprint(wins[0]) {
 		t.Fatalf("pointer = %q, winner %d", kv.Value, wins[0])
+	}
+}
+
+// testTxnUnchanged: a transaction conditioned on a prefix being unchanged
+// since a revision commits only if no key under it was put, created or
+// deleted after that revision, and fails when the log cannot tell.
+func testTxnUnchanged(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	mustPut(t, s, "/acks/1/a", "x")      // 1
+	read := mustPut(t, s, "/other", "x") // 2
+	commit := func(prefix string, since int64) error {
+		_, err := s.Txn(ctx, store.Txn{
+			Unchanged: []store.Unchanged{{Prefix: prefix, Since: since}},
+			Puts:      []store.Put{{Key: "/ptr", Value: []byte("p")}},
+		})
+		return err
+	}
+	if err := commit("/acks/1/", read); err != nil {
+		t.Fatalf("nothing under /acks/1/ changed after %d: %v", read, err)
+	}
+	created := mustPut(t, s, "/acks/1/b", "y") // a key that did not exist when read
+	err := commit("/acks/1/", read)
+	var changed *store.ChangedError
+	if !errors.As(err, &changed) || !errors.Is(err, store.ErrRevisionMismatch) || changed.Key != "/acks/1/b" || changed.Revision != created {
+		t.Fatalf("commit after a new key under the prefix = %v", err)
+	}
+	before := revision(t, s)
+	if err := commit("/acks/2/", read); err != nil {
+		t.Fatalf("a change under another prefix failed the condition: %v", err)
+	}
+	if err := commit("/acks/1/", before); err != nil {
+		t.Fatalf("read after the change, nothing since: %v", err)
+	}
+	at := revision(t, s)
+	deleted := mustDelete(t, s, "/acks/1/a")
+	if err := commit("/acks/1/", at); !errors.As(err, &changed) || changed.Revision != deleted {
+		t.Fatalf("commit after a delete under the prefix = %v", err)
+	}
+	// A failed condition writes nothing.
+	if rev := revision(t, s); rev != deleted {
+		t.Fatalf("a failed transaction moved the revision from %d to %d", deleted, rev)
+	}
+	// Several conditions: the one that fails is reported.
+	_, err = s.Txn(ctx, store.Txn{
+		Unchanged: []store.Unchanged{{Prefix: "/other", Since: read}, {Prefix: "/acks/", Since: deleted}},
+		Puts:      []store.Put{{Key: "/ptr", Value: []byte("p")}},
+	})
+	if err != nil {
+		t.Fatalf("both conditions hold: %v", err)
+	}
+	mustPut(t, s, "/other", "z")
+	if err := commit("/other", deleted); !errors.As(err, &changed) || changed.Key != "/other" {
+		t.Fatalf("commit after /other changed = %v", err)
+	}
+	// After compaction, changes before the compact revision cannot be
+	// checked: the condition fails rather than guess.
+	now := revision(t, s)
+	if err := s.Compact(ctx, now); err != nil {
+		t.Fatal(err)
+	}
+	if err := commit("/nothing/", read); !errors.As(err, &changed) || changed.Key != "" {
+		t.Fatalf("commit with a compacted since = %v", err)
+	}
+	if err := commit("/nothing/", now); err != nil {
+		t.Fatalf("commit since the compact revision = %v", err)
+	}
+}
+
+// testEachAtIsOneSnapshot lists more than a page while keys are written in
+// the middle of the listing: no page sees them.
+func testEachAtIsOneSnapshot(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	const n = 2500
+	for i := range n {
+		mustPut(t, s, fmt.Sprintf("/reg/%05d", i*2), "old")
+	}
+	seen := map[string]string{}
+	rev, err := store.EachAt(ctx, s, "/reg/", 0, func(kv store.KeyValue) error {
+		if len(seen) == 0 {
+			// While the first page is being read: a key that sorts in a
+			// later page appears, and one of a later page changes.
+			mustPut(t, s, fmt.Sprintf("/reg/%05d", 2*n-3), "new")
+			mustPut(t, s, fmt.Sprintf("/reg/%05d", 2*n-2), "new")
+		}
+		seen[kv.Key] = string(kv.Value)
+		return nil
+	})
+	if err != nil || rev != n {
+		t.Fatalf("EachAt = revision %d, %v; want %d", rev, err, n)
+	}
+	if len(seen) != n {
+		t.Fatalf("EachAt saw %d keys, want %d", len(seen), n)
+	}
+	for k, v := range seen {
+		if v != "old" {
+			t.Fatalf("EachAt saw %s = %q, written after its revision", k, v)
+		}
 	}
 }
 
