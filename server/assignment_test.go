@@ -88,7 +88,8 @@ func (c *canaryRollout) ack(rel *pawlv1.Release, id string) *pawlv1.Ack {
 	c.t.Helper()
 	resp, err := c.ro.Ack(c.ctx, connect.NewRequest(&pawlv1.AckRequest{Ack: &pawlv1.Ack{
 		ConfigId: "routing", Generation: rel.GetGeneration(), WorkloadIdentity: id, BootId: "b", ApplySequence: rel.GetGeneration(),
-		ContentDigest: rel.GetContentDigest(), ValidatorDigest: c.digest, State: pawlv1.InstanceState_INSTANCE_STATE_HEALTHY_ACKED, HealthOk: true,
+		MembershipEpoch: epochOf(c.t, c.is, id),
+		ContentDigest:   rel.GetContentDigest(), ValidatorDigest: c.digest, State: pawlv1.InstanceState_INSTANCE_STATE_HEALTHY_ACKED, HealthOk: true,
 	}}))
 	if err != nil {
 		c.t.Fatal(err)
@@ -246,7 +247,7 @@ func TestAFractionStageSendsItsCohortThenZoneByZone(t *testing.T) {
 	ack := func(id string) {
 		t.Helper()
 		if _, err := ro.Ack(ctx, connect.NewRequest(&pawlv1.AckRequest{Ack: &pawlv1.Ack{
-			ConfigId: "routing", Generation: 1, WorkloadIdentity: id, BootId: "b", ApplySequence: 1,
+			ConfigId: "routing", Generation: 1, WorkloadIdentity: id, BootId: "b", ApplySequence: 1, MembershipEpoch: epochOf(t, is, id),
 			ContentDigest: rel.GetContentDigest(), ValidatorDigest: digest, State: pawlv1.InstanceState_INSTANCE_STATE_HEALTHY_ACKED, HealthOk: true,
 		}})); err != nil {
 			t.Fatal(err)

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/pawlcfg/pawl/server/internal/store"
 	"github.com/pawlcfg/pawl/server/internal/store/boltstore"
 )
 
@@ -29,6 +30,9 @@ type config struct {
 	rolloutCheck     time.Duration
 	now              func() time.Time
 	log              *slog.Logger
+	// wrapStore, set only by tests (export_test.go), wraps the opened store
+	// to inject faults between what a request reads and what it writes.
+	wrapStore func(store.Store) store.Store
 }
 
 const (
@@ -173,3 +177,9 @@ func WithRolloutCheckInterval(d time.Duration) Option { return func(c *config) {
 // deadlines and receipts: tests and simulations move time by hand instead
 // of waiting. The change log's age retention keeps the real clock.
 func WithClock(now func() time.Time) Option { return func(c *config) { c.now = now } }
+
+// withStoreWrapper wraps the store every part of the server uses; tests
+// reach it through export_test.go.
+func withStoreWrapper(wrap func(store.Store) store.Store) Option {
+	return func(c *config) { c.wrapStore = wrap }
+}

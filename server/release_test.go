@@ -27,6 +27,23 @@ func register(t *testing.T, is pawlv1connect.InstanceServiceClient, id, boot, zo
 	}
 }
 
+// epochOf is the membership epoch of id's current registration, which its
+// ACKs carry.
+func epochOf(t *testing.T, is pawlv1connect.InstanceServiceClient, id string) int64 {
+	t.Helper()
+	resp, err := is.ListInstances(context.Background(), connect.NewRequest(&pawlv1.ListInstancesRequest{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rec := range resp.Msg.GetInstances() {
+		if rec.GetInstance().GetWorkloadIdentity() == id {
+			return rec.GetMembershipEpoch()
+		}
+	}
+	t.Fatalf("%s is not registered", id)
+	return 0
+}
+
 func releaseSpec(digest, content string) *pawlv1.ReleaseSpec {
 	return &pawlv1.ReleaseSpec{
 		ConfigId: "payments.routing", Content: []byte(content), MediaType: "application/json",
@@ -149,7 +166,7 @@ func TestFiftyConcurrentPromoteCallsOverTheAPI(t *testing.T) {
 	}
 	rel := created.Msg.GetRelease()
 	if _, err := ro.Ack(ctx, connect.NewRequest(&pawlv1.AckRequest{Ack: &pawlv1.Ack{
-		ConfigId: "payments.routing", Generation: 1, WorkloadIdentity: "pay-1", BootId: "b", ApplySequence: 1,
+		ConfigId: "payments.routing", Generation: 1, WorkloadIdentity: "pay-1", BootId: "b", ApplySequence: 1, MembershipEpoch: epochOf(t, is, "pay-1"),
 		ContentDigest: rel.GetContentDigest(), ValidatorDigest: digest, State: pawlv1.InstanceState_INSTANCE_STATE_HEALTHY_ACKED, HealthOk: true,
 	}})); err != nil {
 		t.Fatal(err)

@@ -65,10 +65,14 @@ func New(ctx context.Context, opts ...Option) (*Server, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	st, err := boltstore.Open(ctx, cfg.dataDir,
+	bolt, err := boltstore.Open(ctx, cfg.dataDir,
 		boltstore.WithMaxEntries(cfg.retainRevisions), boltstore.WithMaxAge(cfg.retainFor))
 	if err != nil {
 		return nil, fmt.Errorf("server: %w", err)
+	}
+	var st store.Store = bolt
+	if cfg.wrapStore != nil {
+		st = cfg.wrapStore(st)
 	}
 	hub, err := watch.New(ctx, st, watch.WithProgressInterval(cfg.progressInterval), watch.WithRingEvents(cfg.watchRingEvents))
 	if err != nil {
@@ -119,7 +123,7 @@ func (s *Server) routes() http.Handler {
 	s.startSupervisor(rollouts)
 	mux.Handle(pawlv1connect.NewReleaseServiceHandler(rolloutservice.NewReleases(releases, rollouts, s.cfg.log), opts...))
 	mux.Handle(pawlv1connect.NewInstanceServiceHandler(rolloutservice.NewInstances(registry, rollouts, s.hub, s.cfg.log), opts...))
-	mux.Handle(pawlv1connect.NewRolloutServiceHandler(rolloutservice.NewRollouts(rollouts, s.cfg.log), opts...))
+	mux.Handle(pawlv1connect.NewRolloutServiceHandler(rolloutservice.NewRollouts(rollouts, releases, s.cfg.log), opts...))
 	mux.Handle(grpchealth.NewHandler(s.health))
 	reflector := grpcreflect.NewStaticReflector(append([]string{grpchealth.HealthV1ServiceName}, services...)...)
 	mux.Handle(grpcreflect.NewHandlerV1(reflector))

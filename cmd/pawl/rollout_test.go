@@ -37,14 +37,17 @@ func TestRolloutFromTheCLI(t *testing.T) {
 	rs := pawlv1connect.NewRolloutServiceClient(client, srv.URL, connect.WithGRPC())
 	ctx := context.Background()
 	var ids []string
+	epochs := map[string]int64{}
 	for i := range 6 {
 		id := fmt.Sprintf("pay-%d", i)
 		ids = append(ids, id)
-		if _, err := is.Register(ctx, connect.NewRequest(&pawlv1.RegisterRequest{Instance: &pawlv1.Instance{
+		resp, err := is.Register(ctx, connect.NewRequest(&pawlv1.RegisterRequest{Instance: &pawlv1.Instance{
 			WorkloadIdentity: id, BootId: "b1", Zone: fmt.Sprintf("zone-%c", 'a'+i%3), Role: "worker", TrafficWeight: 1,
-		}})); err != nil {
+		}}))
+		if err != nil {
 			t.Fatal(err)
 		}
+		epochs[id] = resp.Msg.GetRecord().GetMembershipEpoch()
 	}
 	wasm := wasmbuild.Build(t, "routing")
 	digest := host.Digest(wasm)
@@ -58,16 +61,31 @@ func TestRolloutFromTheCLI(t *testing.T) {
 		}
 	}
 	var ack func(gen int64, id string, state pawlv1.InstanceState)
-	// healthy: the instances apply the release, the health window passes,
-	// and they report healthy.
+	// healthy: the instances that are assigned the release apply it, the
+	// health window passes, and they report healthy; then the next ones
+	// the rollout reached do the same, until none is left.
 	healthy := func(gen int64, ids ...string) {
 		t.Helper()
-		for _, id := range ids {
-			ack(gen, id, pawlv1.InstanceState_INSTANCE_STATE_APPLIED)
-		}
-		clock.Advance(time.Minute)
-		for _, id := range ids {
-			ack(gen, id, pawlv1.InstanceState_INSTANCE_STATE_HEALTHY_ACKED)
+		for len(ids) > 0 {
+			var now, later []string
+			for _, id := range ids {
+				if assigned(t, client, srv.URL, id) == gen {
+					now = append(now, id)
+				} else {
+					later = append(later, id)
+				}
+			}
+			if len(now) == 0 {
+				t.Fatalf("none of %v is assigned generation %d", ids, gen)
+			}
+			for _, id := range now {
+				ack(gen, id, pawlv1.InstanceState_INSTANCE_STATE_APPLIED)
+			}
+			clock.Advance(time.Minute)
+			for _, id := range now {
+				ack(gen, id, pawlv1.InstanceState_INSTANCE_STATE_HEALTHY_ACKED)
+			}
+			ids = later
 		}
 	}
 	ack = func(gen int64, id string, state pawlv1.InstanceState) {
@@ -77,7 +95,7 @@ func TestRolloutFromTheCLI(t *testing.T) {
 			t.Fatal(err)
 		}
 		if _, err := rs.Ack(ctx, connect.NewRequest(&pawlv1.AckRequest{Ack: &pawlv1.Ack{
-			ConfigId: "routing", Generation: gen, WorkloadIdentity: id, BootId: "b1", ApplySequence: gen,
+			ConfigId: "routing", Generation: gen, WorkloadIdentity: id, BootId: "b1", ApplySequence: gen, MembershipEpoch: epochs[id],
 			ContentDigest: rel.Msg.GetRelease().GetContentDigest(), ValidatorDigest: digest, State: state, HealthOk: true,
 			Reason: "rejected by local policy", Traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
 		}})); err != nil {
@@ -86,14 +104,16 @@ func TestRolloutFromTheCLI(t *testing.T) {
 	}
 
 	create(50)
-	healthy(1, ids[0], ids[1], ids[3], ids[4]) // zones a and b ACK; zone c does not
+	// The canary cohort (30%: pay-0 and pay-2) goes first, then the rest;
+	// pay-5, in zone c, never ACKs.
+	healthy(1, ids[:5]...)
 	code, out, _ := pawl(t, srv, "", "rollout", "status", "routing")
 	for _, want := range []string{
 		"routing generation 1: CANDIDATE (active: generation 0, epoch 0)",
-		"stage canary: passed, 4/6 healthy",
-		"stage zones: waiting, 4/6 healthy, 0 rejected: [zone \"zone-c\" has 0 of 2 healthy, needs 2]",
-		"  zone zone-c: 0/2 healthy, 0 rejected (NO_ACK=2)",
-		"  states: HEALTHY_ACKED=4 NO_ACK=2",
+		"stage canary: passed, 5/6 healthy",
+		"stage zones: waiting, 5/6 healthy, 0 rejected: [zone \"zone-c\" has 1 of 2 healthy, needs 2]",
+		"  zone zone-c: 1/2 healthy, 0 rejected (HEALTHY_ACKED=1 NO_ACK=1)",
+		"  states: HEALTHY_ACKED=5 NO_ACK=1",
 	} {
 		if code != 0 || !strings.Contains(out, want) {
 			t.Fatalf("rollout status = %d, %q; missing %q", code, out, want)
@@ -103,7 +123,7 @@ func TestRolloutFromTheCLI(t *testing.T) {
 	if code != 1 || !strings.Contains(errOut, `failed_precondition: rollout: release not ready for promotion: stage "zones" is waiting`) {
 		t.Fatalf("promote with a silent zone = %d, %q", code, errOut)
 	}
-	healthy(1, ids[2], ids[5])
+	healthy(1, ids[5])
 	code, out, errOut = pawl(t, srv, "", "promote", "routing", "1", "--key", "first", "--actor", "alice")
 	if code != 0 || out != "routing promoted: generation 0 -> 1, epoch 0, receipt first by alice\n" {
 		t.Fatalf("promote = %d, %q, %q", code, out, errOut)
@@ -162,6 +182,29 @@ func TestRolloutFromTheCLI(t *testing.T) {
 	}
 }
 
+// assigned is the generation of config routing that id is assigned now (0:
+// none), from the first message of its assignment stream.
+func assigned(t *testing.T, client connect.HTTPClient, url, id string) int64 {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s, err := pawlv1connect.NewInstanceServiceClient(client, url, connect.WithGRPC()).WatchAssignments(ctx,
+		connect.NewRequest(&pawlv1.WatchAssignmentsRequest{WorkloadIdentity: id}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if !s.Receive() {
+		t.Fatalf("assignments of %s: %v", id, s.Err())
+	}
+	for _, a := range s.Msg().GetAssignments() {
+		if a.GetConfigId() == "routing" && !a.GetShadow() {
+			return a.GetGeneration()
+		}
+	}
+	return 0
+}
+
 // TestPromoteResolvesALostResponse: the promotion reaches the server but its
 // answer is lost on the way back (a proxy answers 502 instead); the CLI
 // looks the receipt up by its key and reports the promotion that happened.
@@ -185,7 +228,8 @@ func TestPromoteResolvesALostResponse(t *testing.T) {
 	client := testserver.HTTPClient(t)
 	is := pawlv1connect.NewInstanceServiceClient(client, srv.URL, connect.WithGRPC())
 	ctx := context.Background()
-	if _, err := is.Register(ctx, connect.NewRequest(&pawlv1.RegisterRequest{Instance: &pawlv1.Instance{WorkloadIdentity: "pay-0", BootId: "b1", Zone: "zone-a"}})); err != nil {
+	reg, err := is.Register(ctx, connect.NewRequest(&pawlv1.RegisterRequest{Instance: &pawlv1.Instance{WorkloadIdentity: "pay-0", BootId: "b1", Zone: "zone-a"}}))
+	if err != nil {
 		t.Fatal(err)
 	}
 	wasm := wasmbuild.Build(t, "routing")
@@ -201,7 +245,7 @@ func TestPromoteResolvesALostResponse(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := pawlv1connect.NewRolloutServiceClient(client, srv.URL).Ack(ctx, connect.NewRequest(&pawlv1.AckRequest{Ack: &pawlv1.Ack{
-		ConfigId: "routing", Generation: 1, WorkloadIdentity: "pay-0", BootId: "b1", ApplySequence: 1,
+		ConfigId: "routing", Generation: 1, WorkloadIdentity: "pay-0", BootId: "b1", ApplySequence: 1, MembershipEpoch: reg.Msg.GetRecord().GetMembershipEpoch(),
 		ContentDigest: rel.Msg.GetRelease().GetContentDigest(), ValidatorDigest: digest, State: pawlv1.InstanceState_INSTANCE_STATE_HEALTHY_ACKED, HealthOk: true,
 	}})); err != nil {
 		t.Fatal(err)

@@ -555,7 +555,11 @@ type Assignment struct {
 	// The config pointer's epoch, which every rollback increments. A client
 	// never moves from an assignment to one of a lower epoch or an older
 	// response revision: events that arrive out of order cannot send it back.
-	Epoch         int64 `protobuf:"varint,6,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Epoch int64 `protobuf:"varint,6,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// Set for a shadow stage: download and validate this generation, report
+	// VALIDATED, and never apply it; keep running the config's other
+	// assignment (the active generation), if any.
+	Shadow        bool `protobuf:"varint,7,opt,name=shadow,proto3" json:"shadow,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -632,10 +636,18 @@ func (x *Assignment) GetEpoch() int64 {
 	return 0
 }
 
+func (x *Assignment) GetShadow() bool {
+	if x != nil {
+		return x.Shadow
+	}
+	return false
+}
+
 // WatchAssignmentsResponse is the instance's full set of assignments.
 type WatchAssignmentsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// One per config that has an active or canary generation for it.
+	// Per config: the generation to run (active or canary), if any, and
+	// the generation to validate in a shadow stage, if any.
 	Assignments []*Assignment `protobuf:"bytes,1,rep,name=assignments,proto3" json:"assignments,omitempty"`
 	// The store revision the set was computed at.
 	Revision      int64 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
@@ -724,7 +736,7 @@ const file_pawl_v1_instance_proto_rawDesc = "" +
 	"\x15ListInstancesResponse\x125\n" +
 	"\tinstances\x18\x01 \x03(\v2\x17.pawl.v1.InstanceRecordR\tinstances\"F\n" +
 	"\x17WatchAssignmentsRequest\x12+\n" +
-	"\x11workload_identity\x18\x01 \x01(\tR\x10workloadIdentity\"\xc7\x01\n" +
+	"\x11workload_identity\x18\x01 \x01(\tR\x10workloadIdentity\"\xdf\x01\n" +
 	"\n" +
 	"Assignment\x12\x1b\n" +
 	"\tconfig_id\x18\x01 \x01(\tR\bconfigId\x12\x1e\n" +
@@ -734,7 +746,8 @@ const file_pawl_v1_instance_proto_rawDesc = "" +
 	"\x0econtent_digest\x18\x03 \x01(\tR\rcontentDigest\x12)\n" +
 	"\x10validator_digest\x18\x04 \x01(\tR\x0fvalidatorDigest\x12\x14\n" +
 	"\x05stage\x18\x05 \x01(\tR\x05stage\x12\x14\n" +
-	"\x05epoch\x18\x06 \x01(\x03R\x05epoch\"m\n" +
+	"\x05epoch\x18\x06 \x01(\x03R\x05epoch\x12\x16\n" +
+	"\x06shadow\x18\a \x01(\bR\x06shadow\"m\n" +
 	"\x18WatchAssignmentsResponse\x125\n" +
 	"\vassignments\x18\x01 \x03(\v2\x13.pawl.v1.AssignmentR\vassignments\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x03R\brevision2\xcf\x02\n" +

@@ -236,7 +236,16 @@ type Stage struct {
 	// Labels that narrow the release's targets for this stage.
 	Selector map[string]string `protobuf:"bytes,2,rep,name=selector,proto3" json:"selector,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// The stage's ACK policy.
-	Policy        *AckPolicy `protobuf:"bytes,3,opt,name=policy,proto3" json:"policy,omitempty"`
+	Policy *AckPolicy `protobuf:"bytes,3,opt,name=policy,proto3" json:"policy,omitempty"`
+	// A shadow stage's instances download and validate the release and
+	// report VALIDATED, and never apply it before promotion; the assignment
+	// says so. The stage passes on VALIDATED, and later stages do not count
+	// its instances.
+	Shadow bool `protobuf:"varint,4,opt,name=shadow,proto3" json:"shadow,omitempty"`
+	// Bounds on the health that instances report with HEALTHY_ACKED: a
+	// report outside the budget counts as a rejection, and one without
+	// measurements does not count.
+	Budget        *HealthBudget `protobuf:"bytes,5,opt,name=budget,proto3" json:"budget,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -292,6 +301,76 @@ func (x *Stage) GetPolicy() *AckPolicy {
 	return nil
 }
 
+func (x *Stage) GetShadow() bool {
+	if x != nil {
+		return x.Shadow
+	}
+	return false
+}
+
+func (x *Stage) GetBudget() *HealthBudget {
+	if x != nil {
+		return x.Budget
+	}
+	return nil
+}
+
+// HealthBudget bounds what an instance may measure over its health window
+// and still count as healthy.
+type HealthBudget struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The largest error rate allowed, in [0, 1]; unset: no limit.
+	MaxErrorRate *float64 `protobuf:"fixed64,1,opt,name=max_error_rate,json=maxErrorRate,proto3,oneof" json:"max_error_rate,omitempty"`
+	// The largest p99 latency allowed; unset or zero: no limit.
+	MaxP99Latency *durationpb.Duration `protobuf:"bytes,2,opt,name=max_p99_latency,json=maxP99Latency,proto3" json:"max_p99_latency,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HealthBudget) Reset() {
+	*x = HealthBudget{}
+	mi := &file_pawl_v1_release_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HealthBudget) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HealthBudget) ProtoMessage() {}
+
+func (x *HealthBudget) ProtoReflect() protoreflect.Message {
+	mi := &file_pawl_v1_release_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HealthBudget.ProtoReflect.Descriptor instead.
+func (*HealthBudget) Descriptor() ([]byte, []int) {
+	return file_pawl_v1_release_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *HealthBudget) GetMaxErrorRate() float64 {
+	if x != nil && x.MaxErrorRate != nil {
+		return *x.MaxErrorRate
+	}
+	return 0
+}
+
+func (x *HealthBudget) GetMaxP99Latency() *durationpb.Duration {
+	if x != nil {
+		return x.MaxP99Latency
+	}
+	return nil
+}
+
 // Member is one instance of a release's frozen membership.
 type Member struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -313,7 +392,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_pawl_v1_release_proto_msgTypes[2]
+	mi := &file_pawl_v1_release_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -325,7 +404,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_release_proto_msgTypes[2]
+	mi := &file_pawl_v1_release_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -338,7 +417,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_release_proto_rawDescGZIP(), []int{2}
+	return file_pawl_v1_release_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Member) GetWorkloadIdentity() string {
@@ -418,7 +497,7 @@ type ReleaseSpec struct {
 
 func (x *ReleaseSpec) Reset() {
 	*x = ReleaseSpec{}
-	mi := &file_pawl_v1_release_proto_msgTypes[3]
+	mi := &file_pawl_v1_release_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -430,7 +509,7 @@ func (x *ReleaseSpec) String() string {
 func (*ReleaseSpec) ProtoMessage() {}
 
 func (x *ReleaseSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_release_proto_msgTypes[3]
+	mi := &file_pawl_v1_release_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -443,7 +522,7 @@ func (x *ReleaseSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseSpec.ProtoReflect.Descriptor instead.
 func (*ReleaseSpec) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_release_proto_rawDescGZIP(), []int{3}
+	return file_pawl_v1_release_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ReleaseSpec) GetConfigId() string {
@@ -564,7 +643,7 @@ type Release struct {
 
 func (x *Release) Reset() {
 	*x = Release{}
-	mi := &file_pawl_v1_release_proto_msgTypes[4]
+	mi := &file_pawl_v1_release_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -576,7 +655,7 @@ func (x *Release) String() string {
 func (*Release) ProtoMessage() {}
 
 func (x *Release) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_release_proto_msgTypes[4]
+	mi := &file_pawl_v1_release_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -589,7 +668,7 @@ func (x *Release) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Release.ProtoReflect.Descriptor instead.
 func (*Release) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_release_proto_rawDescGZIP(), []int{4}
+	return file_pawl_v1_release_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Release) GetSpec() *ReleaseSpec {
@@ -682,7 +761,7 @@ type ReleaseRejected struct {
 
 func (x *ReleaseRejected) Reset() {
 	*x = ReleaseRejected{}
-	mi := &file_pawl_v1_release_proto_msgTypes[5]
+	mi := &file_pawl_v1_release_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -694,7 +773,7 @@ func (x *ReleaseRejected) String() string {
 func (*ReleaseRejected) ProtoMessage() {}
 
 func (x *ReleaseRejected) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_release_proto_msgTypes[5]
+	mi := &file_pawl_v1_release_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -707,7 +786,7 @@ func (x *ReleaseRejected) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRejected.ProtoReflect.Descriptor instead.
 func (*ReleaseRejected) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_release_proto_rawDescGZIP(), []int{5}
+	return file_pawl_v1_release_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ReleaseRejected) GetValidatorDigest() string {
@@ -735,7 +814,7 @@ type CreateReleaseRequest struct {
 
 func (x *CreateReleaseRequest) Reset() {
 	*x = CreateReleaseRequest{}
-	mi := &file_pawl_v1_release_proto_msgTypes[6]
+	mi := &file_pawl_v1_release_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -747,7 +826,7 @@ func (x *CreateReleaseRequest) String() string {
 func (*CreateReleaseRequest) ProtoMessage() {}
 
 func (x *CreateReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_release_proto_msgTypes[6]
+	mi := &file_pawl_v1_release_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -760,7 +839,7 @@ func (x *CreateReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateReleaseRequest.ProtoReflect.Descriptor instead.
 func (*CreateReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_release_proto_rawDescGZIP(), []int{6}
+	return file_pawl_v1_release_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *CreateReleaseRequest) GetSpec() *ReleaseSpec {
@@ -781,7 +860,7 @@ type CreateReleaseResponse struct {
 
 func (x *CreateReleaseResponse) Reset() {
 	*x = CreateReleaseResponse{}
-	mi := &file_pawl_v1_release_proto_msgTypes[7]
+	mi := &file_pawl_v1_release_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -793,7 +872,7 @@ func (x *CreateReleaseResponse) String() string {
 func (*CreateReleaseResponse) ProtoMessage() {}
 
 func (x *CreateReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_release_proto_msgTypes[7]
+	mi := &file_pawl_v1_release_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -806,7 +885,7 @@ func (x *CreateReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateReleaseResponse.ProtoReflect.Descriptor instead.
 func (*CreateReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_release_proto_rawDescGZIP(), []int{7}
+	return file_pawl_v1_release_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *CreateReleaseResponse) GetRelease() *Release {
@@ -829,7 +908,7 @@ type GetReleaseRequest struct {
 
 func (x *GetReleaseRequest) Reset() {
 	*x = GetReleaseRequest{}
-	mi := &file_pawl_v1_release_proto_msgTypes[8]
+	mi := &file_pawl_v1_release_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -841,7 +920,7 @@ func (x *GetReleaseRequest) String() string {
 func (*GetReleaseRequest) ProtoMessage() {}
 
 func (x *GetReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_release_proto_msgTypes[8]
+	mi := &file_pawl_v1_release_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -854,7 +933,7 @@ func (x *GetReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetReleaseRequest.ProtoReflect.Descriptor instead.
 func (*GetReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_release_proto_rawDescGZIP(), []int{8}
+	return file_pawl_v1_release_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *GetReleaseRequest) GetConfigId() string {
@@ -882,7 +961,7 @@ type GetReleaseResponse struct {
 
 func (x *GetReleaseResponse) Reset() {
 	*x = GetReleaseResponse{}
-	mi := &file_pawl_v1_release_proto_msgTypes[9]
+	mi := &file_pawl_v1_release_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -894,7 +973,7 @@ func (x *GetReleaseResponse) String() string {
 func (*GetReleaseResponse) ProtoMessage() {}
 
 func (x *GetReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_release_proto_msgTypes[9]
+	mi := &file_pawl_v1_release_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -907,7 +986,7 @@ func (x *GetReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetReleaseResponse.ProtoReflect.Descriptor instead.
 func (*GetReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_release_proto_rawDescGZIP(), []int{9}
+	return file_pawl_v1_release_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *GetReleaseResponse) GetRelease() *Release {
@@ -928,7 +1007,7 @@ type ListReleasesRequest struct {
 
 func (x *ListReleasesRequest) Reset() {
 	*x = ListReleasesRequest{}
-	mi := &file_pawl_v1_release_proto_msgTypes[10]
+	mi := &file_pawl_v1_release_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -940,7 +1019,7 @@ func (x *ListReleasesRequest) String() string {
 func (*ListReleasesRequest) ProtoMessage() {}
 
 func (x *ListReleasesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_release_proto_msgTypes[10]
+	mi := &file_pawl_v1_release_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -953,7 +1032,7 @@ func (x *ListReleasesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListReleasesRequest.ProtoReflect.Descriptor instead.
 func (*ListReleasesRequest) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_release_proto_rawDescGZIP(), []int{10}
+	return file_pawl_v1_release_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ListReleasesRequest) GetConfigId() string {
@@ -974,7 +1053,7 @@ type ListReleasesResponse struct {
 
 func (x *ListReleasesResponse) Reset() {
 	*x = ListReleasesResponse{}
-	mi := &file_pawl_v1_release_proto_msgTypes[11]
+	mi := &file_pawl_v1_release_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -986,7 +1065,7 @@ func (x *ListReleasesResponse) String() string {
 func (*ListReleasesResponse) ProtoMessage() {}
 
 func (x *ListReleasesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_release_proto_msgTypes[11]
+	mi := &file_pawl_v1_release_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -999,12 +1078,231 @@ func (x *ListReleasesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListReleasesResponse.ProtoReflect.Descriptor instead.
 func (*ListReleasesResponse) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_release_proto_rawDescGZIP(), []int{11}
+	return file_pawl_v1_release_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ListReleasesResponse) GetReleases() []*Release {
 	if x != nil {
 		return x.Releases
+	}
+	return nil
+}
+
+// Retirement records that an instance left a release's frozen membership.
+type Retirement struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The config.
+	ConfigId string `protobuf:"bytes,1,opt,name=config_id,json=configId,proto3" json:"config_id,omitempty"`
+	// The release's generation.
+	Generation int64 `protobuf:"varint,2,opt,name=generation,proto3" json:"generation,omitempty"`
+	// The instance retired.
+	WorkloadIdentity string `protobuf:"bytes,3,opt,name=workload_identity,json=workloadIdentity,proto3" json:"workload_identity,omitempty"`
+	// Why.
+	Reason string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Who retired it.
+	Actor string `protobuf:"bytes,5,opt,name=actor,proto3" json:"actor,omitempty"`
+	// When.
+	Time *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=time,proto3" json:"time,omitempty"`
+	// The store revision of the record.
+	Revision      int64 `protobuf:"varint,7,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Retirement) Reset() {
+	*x = Retirement{}
+	mi := &file_pawl_v1_release_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Retirement) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Retirement) ProtoMessage() {}
+
+func (x *Retirement) ProtoReflect() protoreflect.Message {
+	mi := &file_pawl_v1_release_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Retirement.ProtoReflect.Descriptor instead.
+func (*Retirement) Descriptor() ([]byte, []int) {
+	return file_pawl_v1_release_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *Retirement) GetConfigId() string {
+	if x != nil {
+		return x.ConfigId
+	}
+	return ""
+}
+
+func (x *Retirement) GetGeneration() int64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *Retirement) GetWorkloadIdentity() string {
+	if x != nil {
+		return x.WorkloadIdentity
+	}
+	return ""
+}
+
+func (x *Retirement) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *Retirement) GetActor() string {
+	if x != nil {
+		return x.Actor
+	}
+	return ""
+}
+
+func (x *Retirement) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
+func (x *Retirement) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+// RetireMemberRequest names the member to retire.
+type RetireMemberRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The config.
+	ConfigId string `protobuf:"bytes,1,opt,name=config_id,json=configId,proto3" json:"config_id,omitempty"`
+	// The release's generation.
+	Generation int64 `protobuf:"varint,2,opt,name=generation,proto3" json:"generation,omitempty"`
+	// The instance.
+	WorkloadIdentity string `protobuf:"bytes,3,opt,name=workload_identity,json=workloadIdentity,proto3" json:"workload_identity,omitempty"`
+	// Why; required, for the audit trail.
+	Reason        string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RetireMemberRequest) Reset() {
+	*x = RetireMemberRequest{}
+	mi := &file_pawl_v1_release_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetireMemberRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetireMemberRequest) ProtoMessage() {}
+
+func (x *RetireMemberRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pawl_v1_release_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetireMemberRequest.ProtoReflect.Descriptor instead.
+func (*RetireMemberRequest) Descriptor() ([]byte, []int) {
+	return file_pawl_v1_release_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *RetireMemberRequest) GetConfigId() string {
+	if x != nil {
+		return x.ConfigId
+	}
+	return ""
+}
+
+func (x *RetireMemberRequest) GetGeneration() int64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *RetireMemberRequest) GetWorkloadIdentity() string {
+	if x != nil {
+		return x.WorkloadIdentity
+	}
+	return ""
+}
+
+func (x *RetireMemberRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// RetireMemberResponse carries the record written.
+type RetireMemberResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The retirement.
+	Retirement    *Retirement `protobuf:"bytes,1,opt,name=retirement,proto3" json:"retirement,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RetireMemberResponse) Reset() {
+	*x = RetireMemberResponse{}
+	mi := &file_pawl_v1_release_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetireMemberResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetireMemberResponse) ProtoMessage() {}
+
+func (x *RetireMemberResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_pawl_v1_release_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetireMemberResponse.ProtoReflect.Descriptor instead.
+func (*RetireMemberResponse) Descriptor() ([]byte, []int) {
+	return file_pawl_v1_release_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *RetireMemberResponse) GetRetirement() *Retirement {
+	if x != nil {
+		return x.Retirement
 	}
 	return nil
 }
@@ -1018,14 +1316,20 @@ const file_pawl_v1_release_proto_rawDesc = "" +
 	"\x04kind\x18\x01 \x01(\x0e2\x16.pawl.v1.AckPolicyKindR\x04kind\x12\x1a\n" +
 	"\bfraction\x18\x02 \x01(\x01R\bfraction\x12\x12\n" +
 	"\x04role\x18\x03 \x01(\tR\x04role\x12!\n" +
-	"\fmax_rejected\x18\x04 \x01(\x05R\vmaxRejected\"\xbe\x01\n" +
+	"\fmax_rejected\x18\x04 \x01(\x05R\vmaxRejected\"\x85\x02\n" +
 	"\x05Stage\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x128\n" +
 	"\bselector\x18\x02 \x03(\v2\x1c.pawl.v1.Stage.SelectorEntryR\bselector\x12*\n" +
-	"\x06policy\x18\x03 \x01(\v2\x12.pawl.v1.AckPolicyR\x06policy\x1a;\n" +
+	"\x06policy\x18\x03 \x01(\v2\x12.pawl.v1.AckPolicyR\x06policy\x12\x16\n" +
+	"\x06shadow\x18\x04 \x01(\bR\x06shadow\x12-\n" +
+	"\x06budget\x18\x05 \x01(\v2\x15.pawl.v1.HealthBudgetR\x06budget\x1a;\n" +
 	"\rSelectorEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x95\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x8f\x01\n" +
+	"\fHealthBudget\x12)\n" +
+	"\x0emax_error_rate\x18\x01 \x01(\x01H\x00R\fmaxErrorRate\x88\x01\x01\x12A\n" +
+	"\x0fmax_p99_latency\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\rmaxP99LatencyB\x11\n" +
+	"\x0f_max_error_rate\"\x95\x02\n" +
 	"\x06Member\x12+\n" +
 	"\x11workload_identity\x18\x01 \x01(\tR\x10workloadIdentity\x12\x12\n" +
 	"\x04zone\x18\x02 \x01(\tR\x04zone\x12\x12\n" +
@@ -1099,7 +1403,29 @@ const file_pawl_v1_release_proto_rawDesc = "" +
 	"\x13ListReleasesRequest\x12\x1b\n" +
 	"\tconfig_id\x18\x01 \x01(\tR\bconfigId\"D\n" +
 	"\x14ListReleasesResponse\x12,\n" +
-	"\breleases\x18\x01 \x03(\v2\x10.pawl.v1.ReleaseR\breleases*\xcf\x01\n" +
+	"\breleases\x18\x01 \x03(\v2\x10.pawl.v1.ReleaseR\breleases\"\xf0\x01\n" +
+	"\n" +
+	"Retirement\x12\x1b\n" +
+	"\tconfig_id\x18\x01 \x01(\tR\bconfigId\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x02 \x01(\x03R\n" +
+	"generation\x12+\n" +
+	"\x11workload_identity\x18\x03 \x01(\tR\x10workloadIdentity\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x14\n" +
+	"\x05actor\x18\x05 \x01(\tR\x05actor\x12.\n" +
+	"\x04time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x1a\n" +
+	"\brevision\x18\a \x01(\x03R\brevision\"\x97\x01\n" +
+	"\x13RetireMemberRequest\x12\x1b\n" +
+	"\tconfig_id\x18\x01 \x01(\tR\bconfigId\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x02 \x01(\x03R\n" +
+	"generation\x12+\n" +
+	"\x11workload_identity\x18\x03 \x01(\tR\x10workloadIdentity\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\"K\n" +
+	"\x14RetireMemberResponse\x123\n" +
+	"\n" +
+	"retirement\x18\x01 \x01(\v2\x13.pawl.v1.RetirementR\n" +
+	"retirement*\xcf\x01\n" +
 	"\rAckPolicyKind\x12\x1f\n" +
 	"\x1bACK_POLICY_KIND_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13ACK_POLICY_KIND_ALL\x10\x01\x12\x1c\n" +
@@ -1113,12 +1439,13 @@ const file_pawl_v1_release_proto_rawDesc = "" +
 	"\x15RELEASE_STATE_STOPPED\x10\x02\x12\x18\n" +
 	"\x14RELEASE_STATE_ACTIVE\x10\x03\x12\x1c\n" +
 	"\x18RELEASE_STATE_SUPERSEDED\x10\x04\x12\x1d\n" +
-	"\x19RELEASE_STATE_ROLLED_BACK\x10\x052\x80\x02\n" +
+	"\x19RELEASE_STATE_ROLLED_BACK\x10\x052\xcf\x02\n" +
 	"\x0eReleaseService\x12P\n" +
 	"\rCreateRelease\x12\x1d.pawl.v1.CreateReleaseRequest\x1a\x1e.pawl.v1.CreateReleaseResponse\"\x00\x12J\n" +
 	"\n" +
 	"GetRelease\x12\x1a.pawl.v1.GetReleaseRequest\x1a\x1b.pawl.v1.GetReleaseResponse\"\x03\x90\x02\x01\x12P\n" +
-	"\fListReleases\x12\x1c.pawl.v1.ListReleasesRequest\x1a\x1d.pawl.v1.ListReleasesResponse\"\x03\x90\x02\x01B,Z*github.com/pawlcfg/pawl/gen/pawl/v1;pawlv1b\x06proto3"
+	"\fListReleases\x12\x1c.pawl.v1.ListReleasesRequest\x1a\x1d.pawl.v1.ListReleasesResponse\"\x03\x90\x02\x01\x12M\n" +
+	"\fRetireMember\x12\x1c.pawl.v1.RetireMemberRequest\x1a\x1d.pawl.v1.RetireMemberResponse\"\x00B,Z*github.com/pawlcfg/pawl/gen/pawl/v1;pawlv1b\x06proto3"
 
 var (
 	file_pawl_v1_release_proto_rawDescOnce sync.Once
@@ -1133,61 +1460,71 @@ func file_pawl_v1_release_proto_rawDescGZIP() []byte {
 }
 
 var file_pawl_v1_release_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_pawl_v1_release_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_pawl_v1_release_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_pawl_v1_release_proto_goTypes = []any{
 	(AckPolicyKind)(0),            // 0: pawl.v1.AckPolicyKind
 	(ReleaseState)(0),             // 1: pawl.v1.ReleaseState
 	(*AckPolicy)(nil),             // 2: pawl.v1.AckPolicy
 	(*Stage)(nil),                 // 3: pawl.v1.Stage
-	(*Member)(nil),                // 4: pawl.v1.Member
-	(*ReleaseSpec)(nil),           // 5: pawl.v1.ReleaseSpec
-	(*Release)(nil),               // 6: pawl.v1.Release
-	(*ReleaseRejected)(nil),       // 7: pawl.v1.ReleaseRejected
-	(*CreateReleaseRequest)(nil),  // 8: pawl.v1.CreateReleaseRequest
-	(*CreateReleaseResponse)(nil), // 9: pawl.v1.CreateReleaseResponse
-	(*GetReleaseRequest)(nil),     // 10: pawl.v1.GetReleaseRequest
-	(*GetReleaseResponse)(nil),    // 11: pawl.v1.GetReleaseResponse
-	(*ListReleasesRequest)(nil),   // 12: pawl.v1.ListReleasesRequest
-	(*ListReleasesResponse)(nil),  // 13: pawl.v1.ListReleasesResponse
-	nil,                           // 14: pawl.v1.Stage.SelectorEntry
-	nil,                           // 15: pawl.v1.Member.LabelsEntry
-	nil,                           // 16: pawl.v1.ReleaseSpec.SelectorEntry
-	nil,                           // 17: pawl.v1.ReleaseSpec.DependenciesEntry
-	(*durationpb.Duration)(nil),   // 18: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 19: google.protobuf.Timestamp
-	(*Violation)(nil),             // 20: pawl.v1.Violation
+	(*HealthBudget)(nil),          // 4: pawl.v1.HealthBudget
+	(*Member)(nil),                // 5: pawl.v1.Member
+	(*ReleaseSpec)(nil),           // 6: pawl.v1.ReleaseSpec
+	(*Release)(nil),               // 7: pawl.v1.Release
+	(*ReleaseRejected)(nil),       // 8: pawl.v1.ReleaseRejected
+	(*CreateReleaseRequest)(nil),  // 9: pawl.v1.CreateReleaseRequest
+	(*CreateReleaseResponse)(nil), // 10: pawl.v1.CreateReleaseResponse
+	(*GetReleaseRequest)(nil),     // 11: pawl.v1.GetReleaseRequest
+	(*GetReleaseResponse)(nil),    // 12: pawl.v1.GetReleaseResponse
+	(*ListReleasesRequest)(nil),   // 13: pawl.v1.ListReleasesRequest
+	(*ListReleasesResponse)(nil),  // 14: pawl.v1.ListReleasesResponse
+	(*Retirement)(nil),            // 15: pawl.v1.Retirement
+	(*RetireMemberRequest)(nil),   // 16: pawl.v1.RetireMemberRequest
+	(*RetireMemberResponse)(nil),  // 17: pawl.v1.RetireMemberResponse
+	nil,                           // 18: pawl.v1.Stage.SelectorEntry
+	nil,                           // 19: pawl.v1.Member.LabelsEntry
+	nil,                           // 20: pawl.v1.ReleaseSpec.SelectorEntry
+	nil,                           // 21: pawl.v1.ReleaseSpec.DependenciesEntry
+	(*durationpb.Duration)(nil),   // 22: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 23: google.protobuf.Timestamp
+	(*Violation)(nil),             // 24: pawl.v1.Violation
 }
 var file_pawl_v1_release_proto_depIdxs = []int32{
 	0,  // 0: pawl.v1.AckPolicy.kind:type_name -> pawl.v1.AckPolicyKind
-	14, // 1: pawl.v1.Stage.selector:type_name -> pawl.v1.Stage.SelectorEntry
+	18, // 1: pawl.v1.Stage.selector:type_name -> pawl.v1.Stage.SelectorEntry
 	2,  // 2: pawl.v1.Stage.policy:type_name -> pawl.v1.AckPolicy
-	15, // 3: pawl.v1.Member.labels:type_name -> pawl.v1.Member.LabelsEntry
-	16, // 4: pawl.v1.ReleaseSpec.selector:type_name -> pawl.v1.ReleaseSpec.SelectorEntry
-	17, // 5: pawl.v1.ReleaseSpec.dependencies:type_name -> pawl.v1.ReleaseSpec.DependenciesEntry
-	3,  // 6: pawl.v1.ReleaseSpec.stages:type_name -> pawl.v1.Stage
-	18, // 7: pawl.v1.ReleaseSpec.health_window:type_name -> google.protobuf.Duration
-	18, // 8: pawl.v1.ReleaseSpec.deadline:type_name -> google.protobuf.Duration
-	5,  // 9: pawl.v1.Release.spec:type_name -> pawl.v1.ReleaseSpec
-	4,  // 10: pawl.v1.Release.membership:type_name -> pawl.v1.Member
-	1,  // 11: pawl.v1.Release.state:type_name -> pawl.v1.ReleaseState
-	19, // 12: pawl.v1.Release.created_at:type_name -> google.protobuf.Timestamp
-	4,  // 13: pawl.v1.Release.ineligible:type_name -> pawl.v1.Member
-	20, // 14: pawl.v1.ReleaseRejected.violations:type_name -> pawl.v1.Violation
-	5,  // 15: pawl.v1.CreateReleaseRequest.spec:type_name -> pawl.v1.ReleaseSpec
-	6,  // 16: pawl.v1.CreateReleaseResponse.release:type_name -> pawl.v1.Release
-	6,  // 17: pawl.v1.GetReleaseResponse.release:type_name -> pawl.v1.Release
-	6,  // 18: pawl.v1.ListReleasesResponse.releases:type_name -> pawl.v1.Release
-	8,  // 19: pawl.v1.ReleaseService.CreateRelease:input_type -> pawl.v1.CreateReleaseRequest
-	10, // 20: pawl.v1.ReleaseService.GetRelease:input_type -> pawl.v1.GetReleaseRequest
-	12, // 21: pawl.v1.ReleaseService.ListReleases:input_type -> pawl.v1.ListReleasesRequest
-	9,  // 22: pawl.v1.ReleaseService.CreateRelease:output_type -> pawl.v1.CreateReleaseResponse
-	11, // 23: pawl.v1.ReleaseService.GetRelease:output_type -> pawl.v1.GetReleaseResponse
-	13, // 24: pawl.v1.ReleaseService.ListReleases:output_type -> pawl.v1.ListReleasesResponse
-	22, // [22:25] is the sub-list for method output_type
-	19, // [19:22] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	4,  // 3: pawl.v1.Stage.budget:type_name -> pawl.v1.HealthBudget
+	22, // 4: pawl.v1.HealthBudget.max_p99_latency:type_name -> google.protobuf.Duration
+	19, // 5: pawl.v1.Member.labels:type_name -> pawl.v1.Member.LabelsEntry
+	20, // 6: pawl.v1.ReleaseSpec.selector:type_name -> pawl.v1.ReleaseSpec.SelectorEntry
+	21, // 7: pawl.v1.ReleaseSpec.dependencies:type_name -> pawl.v1.ReleaseSpec.DependenciesEntry
+	3,  // 8: pawl.v1.ReleaseSpec.stages:type_name -> pawl.v1.Stage
+	22, // 9: pawl.v1.ReleaseSpec.health_window:type_name -> google.protobuf.Duration
+	22, // 10: pawl.v1.ReleaseSpec.deadline:type_name -> google.protobuf.Duration
+	6,  // 11: pawl.v1.Release.spec:type_name -> pawl.v1.ReleaseSpec
+	5,  // 12: pawl.v1.Release.membership:type_name -> pawl.v1.Member
+	1,  // 13: pawl.v1.Release.state:type_name -> pawl.v1.ReleaseState
+	23, // 14: pawl.v1.Release.created_at:type_name -> google.protobuf.Timestamp
+	5,  // 15: pawl.v1.Release.ineligible:type_name -> pawl.v1.Member
+	24, // 16: pawl.v1.ReleaseRejected.violations:type_name -> pawl.v1.Violation
+	6,  // 17: pawl.v1.CreateReleaseRequest.spec:type_name -> pawl.v1.ReleaseSpec
+	7,  // 18: pawl.v1.CreateReleaseResponse.release:type_name -> pawl.v1.Release
+	7,  // 19: pawl.v1.GetReleaseResponse.release:type_name -> pawl.v1.Release
+	7,  // 20: pawl.v1.ListReleasesResponse.releases:type_name -> pawl.v1.Release
+	23, // 21: pawl.v1.Retirement.time:type_name -> google.protobuf.Timestamp
+	15, // 22: pawl.v1.RetireMemberResponse.retirement:type_name -> pawl.v1.Retirement
+	9,  // 23: pawl.v1.ReleaseService.CreateRelease:input_type -> pawl.v1.CreateReleaseRequest
+	11, // 24: pawl.v1.ReleaseService.GetRelease:input_type -> pawl.v1.GetReleaseRequest
+	13, // 25: pawl.v1.ReleaseService.ListReleases:input_type -> pawl.v1.ListReleasesRequest
+	16, // 26: pawl.v1.ReleaseService.RetireMember:input_type -> pawl.v1.RetireMemberRequest
+	10, // 27: pawl.v1.ReleaseService.CreateRelease:output_type -> pawl.v1.CreateReleaseResponse
+	12, // 28: pawl.v1.ReleaseService.GetRelease:output_type -> pawl.v1.GetReleaseResponse
+	14, // 29: pawl.v1.ReleaseService.ListReleases:output_type -> pawl.v1.ListReleasesResponse
+	17, // 30: pawl.v1.ReleaseService.RetireMember:output_type -> pawl.v1.RetireMemberResponse
+	27, // [27:31] is the sub-list for method output_type
+	23, // [23:27] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_pawl_v1_release_proto_init() }
@@ -1196,13 +1533,14 @@ func file_pawl_v1_release_proto_init() {
 		return
 	}
 	file_pawl_v1_validator_proto_init()
+	file_pawl_v1_release_proto_msgTypes[2].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pawl_v1_release_proto_rawDesc), len(file_pawl_v1_release_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   16,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -9,6 +9,7 @@ package pawlv1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
@@ -111,8 +112,8 @@ type Ack struct {
 	// The reporting process's boot.
 	BootId string `protobuf:"bytes,4,opt,name=boot_id,json=bootId,proto3" json:"boot_id,omitempty"`
 	// The membership epoch of the instance's registration
-	// (InstanceRecord.membership_epoch); 0 if it does not know it. An ACK with
-	// another epoch than the current registration's does not count.
+	// (InstanceRecord.membership_epoch). Required: an ACK with another epoch
+	// than the current registration's does not count.
 	MembershipEpoch int64 `protobuf:"varint,5,opt,name=membership_epoch,json=membershipEpoch,proto3" json:"membership_epoch,omitempty"`
 	// The content digest the instance computed.
 	ContentDigest string `protobuf:"bytes,6,opt,name=content_digest,json=contentDigest,proto3" json:"content_digest,omitempty"`
@@ -130,6 +131,12 @@ type Ack struct {
 	Reason string `protobuf:"bytes,12,opt,name=reason,proto3" json:"reason,omitempty"`
 	// The W3C traceparent of the apply.
 	Traceparent string `protobuf:"bytes,13,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
+	// For HEALTHY_ACKED: what the instance measured over its health window.
+	// Required when its stage has a health budget.
+	Health *HealthMeasurement `protobuf:"bytes,17,opt,name=health,proto3" json:"health,omitempty"`
+	// Set by the server: how a counted HEALTHY_ACKED broke its stage's
+	// health budget; it then counts as a rejection.
+	BudgetBreach string `protobuf:"bytes,18,opt,name=budget_breach,json=budgetBreach,proto3" json:"budget_breach,omitempty"`
 	// Set by the server: when it arrived.
 	ReceivedAt *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=received_at,json=receivedAt,proto3" json:"received_at,omitempty"`
 	// Set by the server: whether it counts toward quorum.
@@ -261,6 +268,20 @@ func (x *Ack) GetTraceparent() string {
 	return ""
 }
 
+func (x *Ack) GetHealth() *HealthMeasurement {
+	if x != nil {
+		return x.Health
+	}
+	return nil
+}
+
+func (x *Ack) GetBudgetBreach() string {
+	if x != nil {
+		return x.BudgetBreach
+	}
+	return ""
+}
+
 func (x *Ack) GetReceivedAt() *timestamppb.Timestamp {
 	if x != nil {
 		return x.ReceivedAt
@@ -282,6 +303,61 @@ func (x *Ack) GetNotCountedReason() string {
 	return ""
 }
 
+// HealthMeasurement is what an instance measured over its health window.
+type HealthMeasurement struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The share of failed requests, in [0, 1].
+	ErrorRate float64 `protobuf:"fixed64,1,opt,name=error_rate,json=errorRate,proto3" json:"error_rate,omitempty"`
+	// The 99th percentile latency.
+	P99Latency    *durationpb.Duration `protobuf:"bytes,2,opt,name=p99_latency,json=p99Latency,proto3" json:"p99_latency,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HealthMeasurement) Reset() {
+	*x = HealthMeasurement{}
+	mi := &file_pawl_v1_rollout_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HealthMeasurement) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HealthMeasurement) ProtoMessage() {}
+
+func (x *HealthMeasurement) ProtoReflect() protoreflect.Message {
+	mi := &file_pawl_v1_rollout_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HealthMeasurement.ProtoReflect.Descriptor instead.
+func (*HealthMeasurement) Descriptor() ([]byte, []int) {
+	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *HealthMeasurement) GetErrorRate() float64 {
+	if x != nil {
+		return x.ErrorRate
+	}
+	return 0
+}
+
+func (x *HealthMeasurement) GetP99Latency() *durationpb.Duration {
+	if x != nil {
+		return x.P99Latency
+	}
+	return nil
+}
+
 // AckRequest carries one ACK.
 type AckRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -293,7 +369,7 @@ type AckRequest struct {
 
 func (x *AckRequest) Reset() {
 	*x = AckRequest{}
-	mi := &file_pawl_v1_rollout_proto_msgTypes[1]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -305,7 +381,7 @@ func (x *AckRequest) String() string {
 func (*AckRequest) ProtoMessage() {}
 
 func (x *AckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_rollout_proto_msgTypes[1]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -318,7 +394,7 @@ func (x *AckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckRequest.ProtoReflect.Descriptor instead.
 func (*AckRequest) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{1}
+	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *AckRequest) GetAck() *Ack {
@@ -339,7 +415,7 @@ type AckResponse struct {
 
 func (x *AckResponse) Reset() {
 	*x = AckResponse{}
-	mi := &file_pawl_v1_rollout_proto_msgTypes[2]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -351,7 +427,7 @@ func (x *AckResponse) String() string {
 func (*AckResponse) ProtoMessage() {}
 
 func (x *AckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_rollout_proto_msgTypes[2]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -364,7 +440,7 @@ func (x *AckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckResponse.ProtoReflect.Descriptor instead.
 func (*AckResponse) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{2}
+	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *AckResponse) GetAck() *Ack {
@@ -387,7 +463,7 @@ type GetRolloutStatusRequest struct {
 
 func (x *GetRolloutStatusRequest) Reset() {
 	*x = GetRolloutStatusRequest{}
-	mi := &file_pawl_v1_rollout_proto_msgTypes[3]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -399,7 +475,7 @@ func (x *GetRolloutStatusRequest) String() string {
 func (*GetRolloutStatusRequest) ProtoMessage() {}
 
 func (x *GetRolloutStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_rollout_proto_msgTypes[3]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -412,7 +488,7 @@ func (x *GetRolloutStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRolloutStatusRequest.ProtoReflect.Descriptor instead.
 func (*GetRolloutStatusRequest) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{3}
+	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *GetRolloutStatusRequest) GetConfigId() string {
@@ -446,16 +522,27 @@ type StageStatus struct {
 	Rejected int32 `protobuf:"varint,6,opt,name=rejected,proto3" json:"rejected,omitempty"`
 	// Per zone.
 	Zones map[string]*ZoneStatus `protobuf:"bytes,7,rep,name=zones,proto3" json:"zones,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	// How many of the stage's members are at each state (their latest
-	// counted ACK; NO_ACK for none).
-	States        map[string]int32 `protobuf:"bytes,8,rep,name=states,proto3" json:"states,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// How many of the stage's members are at each state: their latest
+	// counted ACK from their current registration; UNHEALTHY for a
+	// HEALTHY_ACKED that reported a failed health window or broke the
+	// budget; STALE once the instance's assignment moved past this
+	// generation; NO_ACK for none.
+	States map[string]int32 `protobuf:"bytes,8,rep,name=states,proto3" json:"states,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// A shadow stage: its instances validate and never apply.
+	Shadow bool `protobuf:"varint,9,opt,name=shadow,proto3" json:"shadow,omitempty"`
+	// Every stage before it passed: its instances are assigned the release.
+	Reached bool `protobuf:"varint,10,opt,name=reached,proto3" json:"reached,omitempty"`
+	// When it passed (recorded once; unset while it has not).
+	PassedAt *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=passed_at,json=passedAt,proto3" json:"passed_at,omitempty"`
+	// Members its selector matches that were retired (not counted).
+	Retired       int32 `protobuf:"varint,12,opt,name=retired,proto3" json:"retired,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StageStatus) Reset() {
 	*x = StageStatus{}
-	mi := &file_pawl_v1_rollout_proto_msgTypes[4]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -467,7 +554,7 @@ func (x *StageStatus) String() string {
 func (*StageStatus) ProtoMessage() {}
 
 func (x *StageStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_rollout_proto_msgTypes[4]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -480,7 +567,7 @@ func (x *StageStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StageStatus.ProtoReflect.Descriptor instead.
 func (*StageStatus) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{4}
+	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *StageStatus) GetName() string {
@@ -539,6 +626,34 @@ func (x *StageStatus) GetStates() map[string]int32 {
 	return nil
 }
 
+func (x *StageStatus) GetShadow() bool {
+	if x != nil {
+		return x.Shadow
+	}
+	return false
+}
+
+func (x *StageStatus) GetReached() bool {
+	if x != nil {
+		return x.Reached
+	}
+	return false
+}
+
+func (x *StageStatus) GetPassedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.PassedAt
+	}
+	return nil
+}
+
+func (x *StageStatus) GetRetired() int32 {
+	if x != nil {
+		return x.Retired
+	}
+	return 0
+}
+
 // ZoneStatus counts one zone of a stage.
 type ZoneStatus struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -556,7 +671,7 @@ type ZoneStatus struct {
 
 func (x *ZoneStatus) Reset() {
 	*x = ZoneStatus{}
-	mi := &file_pawl_v1_rollout_proto_msgTypes[5]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -568,7 +683,7 @@ func (x *ZoneStatus) String() string {
 func (*ZoneStatus) ProtoMessage() {}
 
 func (x *ZoneStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_rollout_proto_msgTypes[5]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -581,7 +696,7 @@ func (x *ZoneStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ZoneStatus.ProtoReflect.Descriptor instead.
 func (*ZoneStatus) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{5}
+	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ZoneStatus) GetMembers() int32 {
@@ -625,14 +740,18 @@ type GetRolloutStatusResponse struct {
 	// tallies at that moment.
 	Stop *Stop `protobuf:"bytes,4,opt,name=stop,proto3" json:"stop,omitempty"`
 	// The release's state.
-	State         ReleaseState `protobuf:"varint,5,opt,name=state,proto3,enum=pawl.v1.ReleaseState" json:"state,omitempty"`
+	State ReleaseState `protobuf:"varint,5,opt,name=state,proto3,enum=pawl.v1.ReleaseState" json:"state,omitempty"`
+	// How many members reported what they run, of any generation.
+	Coverage *Coverage `protobuf:"bytes,6,opt,name=coverage,proto3" json:"coverage,omitempty"`
+	// The members retired from the membership.
+	Retirements   []*Retirement `protobuf:"bytes,7,rep,name=retirements,proto3" json:"retirements,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GetRolloutStatusResponse) Reset() {
 	*x = GetRolloutStatusResponse{}
-	mi := &file_pawl_v1_rollout_proto_msgTypes[6]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -644,7 +763,7 @@ func (x *GetRolloutStatusResponse) String() string {
 func (*GetRolloutStatusResponse) ProtoMessage() {}
 
 func (x *GetRolloutStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_rollout_proto_msgTypes[6]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -657,7 +776,7 @@ func (x *GetRolloutStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRolloutStatusResponse.ProtoReflect.Descriptor instead.
 func (*GetRolloutStatusResponse) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{6}
+	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *GetRolloutStatusResponse) GetStages() []*StageStatus {
@@ -695,6 +814,113 @@ func (x *GetRolloutStatusResponse) GetState() ReleaseState {
 	return ReleaseState_RELEASE_STATE_UNSPECIFIED
 }
 
+func (x *GetRolloutStatusResponse) GetCoverage() *Coverage {
+	if x != nil {
+		return x.Coverage
+	}
+	return nil
+}
+
+func (x *GetRolloutStatusResponse) GetRetirements() []*Retirement {
+	if x != nil {
+		return x.Retirements
+	}
+	return nil
+}
+
+// Coverage says how much of a release's membership reported the
+// generation and content digest it runs (from its current registration).
+type Coverage struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The release's generation.
+	Generation int64 `protobuf:"varint,1,opt,name=generation,proto3" json:"generation,omitempty"`
+	// The unretired frozen members.
+	Members int32 `protobuf:"varint,2,opt,name=members,proto3" json:"members,omitempty"`
+	// Members that reported what they run.
+	Reported int32 `protobuf:"varint,3,opt,name=reported,proto3" json:"reported,omitempty"`
+	// Of those, the ones running this generation with its content digest.
+	OnRelease int32 `protobuf:"varint,4,opt,name=on_release,json=onRelease,proto3" json:"on_release,omitempty"`
+	// Of those, the ones running this generation with another digest.
+	Mismatched int32 `protobuf:"varint,5,opt,name=mismatched,proto3" json:"mismatched,omitempty"`
+	// For people, e.g. "9998 of 10000 members reported a digest; 9990 run
+	// generation 2".
+	Summary       string `protobuf:"bytes,6,opt,name=summary,proto3" json:"summary,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Coverage) Reset() {
+	*x = Coverage{}
+	mi := &file_pawl_v1_rollout_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Coverage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Coverage) ProtoMessage() {}
+
+func (x *Coverage) ProtoReflect() protoreflect.Message {
+	mi := &file_pawl_v1_rollout_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Coverage.ProtoReflect.Descriptor instead.
+func (*Coverage) Descriptor() ([]byte, []int) {
+	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *Coverage) GetGeneration() int64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *Coverage) GetMembers() int32 {
+	if x != nil {
+		return x.Members
+	}
+	return 0
+}
+
+func (x *Coverage) GetReported() int32 {
+	if x != nil {
+		return x.Reported
+	}
+	return 0
+}
+
+func (x *Coverage) GetOnRelease() int32 {
+	if x != nil {
+		return x.OnRelease
+	}
+	return 0
+}
+
+func (x *Coverage) GetMismatched() int32 {
+	if x != nil {
+		return x.Mismatched
+	}
+	return 0
+}
+
+func (x *Coverage) GetSummary() string {
+	if x != nil {
+		return x.Summary
+	}
+	return ""
+}
+
 // Stop is the record of a stopped rollout. It is written once.
 type Stop struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -722,7 +948,7 @@ type Stop struct {
 
 func (x *Stop) Reset() {
 	*x = Stop{}
-	mi := &file_pawl_v1_rollout_proto_msgTypes[7]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -734,7 +960,7 @@ func (x *Stop) String() string {
 func (*Stop) ProtoMessage() {}
 
 func (x *Stop) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_rollout_proto_msgTypes[7]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -747,7 +973,7 @@ func (x *Stop) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Stop.ProtoReflect.Descriptor instead.
 func (*Stop) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{7}
+	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Stop) GetConfigId() string {
@@ -828,7 +1054,7 @@ type StopRolloutRequest struct {
 
 func (x *StopRolloutRequest) Reset() {
 	*x = StopRolloutRequest{}
-	mi := &file_pawl_v1_rollout_proto_msgTypes[8]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -840,7 +1066,7 @@ func (x *StopRolloutRequest) String() string {
 func (*StopRolloutRequest) ProtoMessage() {}
 
 func (x *StopRolloutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_rollout_proto_msgTypes[8]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -853,7 +1079,7 @@ func (x *StopRolloutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopRolloutRequest.ProtoReflect.Descriptor instead.
 func (*StopRolloutRequest) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{8}
+	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *StopRolloutRequest) GetConfigId() string {
@@ -888,7 +1114,7 @@ type StopRolloutResponse struct {
 
 func (x *StopRolloutResponse) Reset() {
 	*x = StopRolloutResponse{}
-	mi := &file_pawl_v1_rollout_proto_msgTypes[9]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -900,7 +1126,7 @@ func (x *StopRolloutResponse) String() string {
 func (*StopRolloutResponse) ProtoMessage() {}
 
 func (x *StopRolloutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_rollout_proto_msgTypes[9]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -913,7 +1139,7 @@ func (x *StopRolloutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopRolloutResponse.ProtoReflect.Descriptor instead.
 func (*StopRolloutResponse) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{9}
+	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *StopRolloutResponse) GetStop() *Stop {
@@ -938,7 +1164,7 @@ type PromotionUnknown struct {
 
 func (x *PromotionUnknown) Reset() {
 	*x = PromotionUnknown{}
-	mi := &file_pawl_v1_rollout_proto_msgTypes[10]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -950,7 +1176,7 @@ func (x *PromotionUnknown) String() string {
 func (*PromotionUnknown) ProtoMessage() {}
 
 func (x *PromotionUnknown) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_rollout_proto_msgTypes[10]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -963,7 +1189,7 @@ func (x *PromotionUnknown) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromotionUnknown.ProtoReflect.Descriptor instead.
 func (*PromotionUnknown) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{10}
+	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *PromotionUnknown) GetConfigId() string {
@@ -995,7 +1221,7 @@ type Pointer struct {
 
 func (x *Pointer) Reset() {
 	*x = Pointer{}
-	mi := &file_pawl_v1_rollout_proto_msgTypes[11]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1007,7 +1233,7 @@ func (x *Pointer) String() string {
 func (*Pointer) ProtoMessage() {}
 
 func (x *Pointer) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_rollout_proto_msgTypes[11]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1020,7 +1246,7 @@ func (x *Pointer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pointer.ProtoReflect.Descriptor instead.
 func (*Pointer) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{11}
+	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Pointer) GetGeneration() int64 {
@@ -1073,7 +1299,7 @@ type Receipt struct {
 
 func (x *Receipt) Reset() {
 	*x = Receipt{}
-	mi := &file_pawl_v1_rollout_proto_msgTypes[12]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1085,7 +1311,7 @@ func (x *Receipt) String() string {
 func (*Receipt) ProtoMessage() {}
 
 func (x *Receipt) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_rollout_proto_msgTypes[12]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1098,7 +1324,7 @@ func (x *Receipt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Receipt.ProtoReflect.Descriptor instead.
 func (*Receipt) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{12}
+	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Receipt) GetConfigId() string {
@@ -1191,7 +1417,7 @@ type PromoteRequest struct {
 
 func (x *PromoteRequest) Reset() {
 	*x = PromoteRequest{}
-	mi := &file_pawl_v1_rollout_proto_msgTypes[13]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1203,7 +1429,7 @@ func (x *PromoteRequest) String() string {
 func (*PromoteRequest) ProtoMessage() {}
 
 func (x *PromoteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_rollout_proto_msgTypes[13]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1216,7 +1442,7 @@ func (x *PromoteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromoteRequest.ProtoReflect.Descriptor instead.
 func (*PromoteRequest) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{13}
+	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *PromoteRequest) GetConfigId() string {
@@ -1265,7 +1491,7 @@ type PromoteResponse struct {
 
 func (x *PromoteResponse) Reset() {
 	*x = PromoteResponse{}
-	mi := &file_pawl_v1_rollout_proto_msgTypes[14]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1277,7 +1503,7 @@ func (x *PromoteResponse) String() string {
 func (*PromoteResponse) ProtoMessage() {}
 
 func (x *PromoteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_rollout_proto_msgTypes[14]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1290,7 +1516,7 @@ func (x *PromoteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromoteResponse.ProtoReflect.Descriptor instead.
 func (*PromoteResponse) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{14}
+	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *PromoteResponse) GetReceipt() *Receipt {
@@ -1317,7 +1543,7 @@ type RollbackRequest struct {
 
 func (x *RollbackRequest) Reset() {
 	*x = RollbackRequest{}
-	mi := &file_pawl_v1_rollout_proto_msgTypes[15]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1329,7 +1555,7 @@ func (x *RollbackRequest) String() string {
 func (*RollbackRequest) ProtoMessage() {}
 
 func (x *RollbackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_rollout_proto_msgTypes[15]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1342,7 +1568,7 @@ func (x *RollbackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollbackRequest.ProtoReflect.Descriptor instead.
 func (*RollbackRequest) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{15}
+	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *RollbackRequest) GetConfigId() string {
@@ -1384,7 +1610,7 @@ type RollbackResponse struct {
 
 func (x *RollbackResponse) Reset() {
 	*x = RollbackResponse{}
-	mi := &file_pawl_v1_rollout_proto_msgTypes[16]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1396,7 +1622,7 @@ func (x *RollbackResponse) String() string {
 func (*RollbackResponse) ProtoMessage() {}
 
 func (x *RollbackResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_rollout_proto_msgTypes[16]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1409,7 +1635,7 @@ func (x *RollbackResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollbackResponse.ProtoReflect.Descriptor instead.
 func (*RollbackResponse) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{16}
+	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *RollbackResponse) GetReceipt() *Receipt {
@@ -1432,7 +1658,7 @@ type GetPromotionRequest struct {
 
 func (x *GetPromotionRequest) Reset() {
 	*x = GetPromotionRequest{}
-	mi := &file_pawl_v1_rollout_proto_msgTypes[17]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1444,7 +1670,7 @@ func (x *GetPromotionRequest) String() string {
 func (*GetPromotionRequest) ProtoMessage() {}
 
 func (x *GetPromotionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_rollout_proto_msgTypes[17]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1457,7 +1683,7 @@ func (x *GetPromotionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPromotionRequest.ProtoReflect.Descriptor instead.
 func (*GetPromotionRequest) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{17}
+	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *GetPromotionRequest) GetConfigId() string {
@@ -1485,7 +1711,7 @@ type GetPromotionResponse struct {
 
 func (x *GetPromotionResponse) Reset() {
 	*x = GetPromotionResponse{}
-	mi := &file_pawl_v1_rollout_proto_msgTypes[18]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1497,7 +1723,7 @@ func (x *GetPromotionResponse) String() string {
 func (*GetPromotionResponse) ProtoMessage() {}
 
 func (x *GetPromotionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_rollout_proto_msgTypes[18]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1510,7 +1736,7 @@ func (x *GetPromotionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPromotionResponse.ProtoReflect.Descriptor instead.
 func (*GetPromotionResponse) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{18}
+	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GetPromotionResponse) GetReceipt() *Receipt {
@@ -1531,7 +1757,7 @@ type GetPointerRequest struct {
 
 func (x *GetPointerRequest) Reset() {
 	*x = GetPointerRequest{}
-	mi := &file_pawl_v1_rollout_proto_msgTypes[19]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1543,7 +1769,7 @@ func (x *GetPointerRequest) String() string {
 func (*GetPointerRequest) ProtoMessage() {}
 
 func (x *GetPointerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_rollout_proto_msgTypes[19]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1556,7 +1782,7 @@ func (x *GetPointerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPointerRequest.ProtoReflect.Descriptor instead.
 func (*GetPointerRequest) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{19}
+	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *GetPointerRequest) GetConfigId() string {
@@ -1577,7 +1803,7 @@ type GetPointerResponse struct {
 
 func (x *GetPointerResponse) Reset() {
 	*x = GetPointerResponse{}
-	mi := &file_pawl_v1_rollout_proto_msgTypes[20]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1589,7 +1815,7 @@ func (x *GetPointerResponse) String() string {
 func (*GetPointerResponse) ProtoMessage() {}
 
 func (x *GetPointerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_rollout_proto_msgTypes[20]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1602,7 +1828,7 @@ func (x *GetPointerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPointerResponse.ProtoReflect.Descriptor instead.
 func (*GetPointerResponse) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{20}
+	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *GetPointerResponse) GetPointer() *Pointer {
@@ -1612,11 +1838,295 @@ func (x *GetPointerResponse) GetPointer() *Pointer {
 	return nil
 }
 
+// AppliedConfig is what one instance last reported running for a config.
+type AppliedConfig struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The config.
+	ConfigId string `protobuf:"bytes,1,opt,name=config_id,json=configId,proto3" json:"config_id,omitempty"`
+	// The instance.
+	WorkloadIdentity string `protobuf:"bytes,2,opt,name=workload_identity,json=workloadIdentity,proto3" json:"workload_identity,omitempty"`
+	// The generation it applied.
+	Generation int64 `protobuf:"varint,3,opt,name=generation,proto3" json:"generation,omitempty"`
+	// The content digest it computed.
+	ContentDigest string `protobuf:"bytes,4,opt,name=content_digest,json=contentDigest,proto3" json:"content_digest,omitempty"`
+	// The validator digest it ran.
+	ValidatorDigest string `protobuf:"bytes,5,opt,name=validator_digest,json=validatorDigest,proto3" json:"validator_digest,omitempty"`
+	// The boot that reported it.
+	BootId string `protobuf:"bytes,6,opt,name=boot_id,json=bootId,proto3" json:"boot_id,omitempty"`
+	// The registration's membership epoch.
+	MembershipEpoch int64 `protobuf:"varint,7,opt,name=membership_epoch,json=membershipEpoch,proto3" json:"membership_epoch,omitempty"`
+	// The apply sequence of the report.
+	ApplySequence int64 `protobuf:"varint,8,opt,name=apply_sequence,json=applySequence,proto3" json:"apply_sequence,omitempty"`
+	// APPLIED or HEALTHY_ACKED.
+	State InstanceState `protobuf:"varint,9,opt,name=state,proto3,enum=pawl.v1.InstanceState" json:"state,omitempty"`
+	// When it was reported.
+	ReportedAt *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=reported_at,json=reportedAt,proto3" json:"reported_at,omitempty"`
+	// The W3C traceparent of the apply.
+	Traceparent string `protobuf:"bytes,11,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
+	// Whether the report comes from the instance's current registration;
+	// after a restart the record describes the previous process until the
+	// new one reports.
+	CurrentBoot bool `protobuf:"varint,12,opt,name=current_boot,json=currentBoot,proto3" json:"current_boot,omitempty"`
+	// Whether the content digest is the release's of that generation.
+	MatchesRelease bool `protobuf:"varint,13,opt,name=matches_release,json=matchesRelease,proto3" json:"matches_release,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *AppliedConfig) Reset() {
+	*x = AppliedConfig{}
+	mi := &file_pawl_v1_rollout_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AppliedConfig) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AppliedConfig) ProtoMessage() {}
+
+func (x *AppliedConfig) ProtoReflect() protoreflect.Message {
+	mi := &file_pawl_v1_rollout_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AppliedConfig.ProtoReflect.Descriptor instead.
+func (*AppliedConfig) Descriptor() ([]byte, []int) {
+	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *AppliedConfig) GetConfigId() string {
+	if x != nil {
+		return x.ConfigId
+	}
+	return ""
+}
+
+func (x *AppliedConfig) GetWorkloadIdentity() string {
+	if x != nil {
+		return x.WorkloadIdentity
+	}
+	return ""
+}
+
+func (x *AppliedConfig) GetGeneration() int64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *AppliedConfig) GetContentDigest() string {
+	if x != nil {
+		return x.ContentDigest
+	}
+	return ""
+}
+
+func (x *AppliedConfig) GetValidatorDigest() string {
+	if x != nil {
+		return x.ValidatorDigest
+	}
+	return ""
+}
+
+func (x *AppliedConfig) GetBootId() string {
+	if x != nil {
+		return x.BootId
+	}
+	return ""
+}
+
+func (x *AppliedConfig) GetMembershipEpoch() int64 {
+	if x != nil {
+		return x.MembershipEpoch
+	}
+	return 0
+}
+
+func (x *AppliedConfig) GetApplySequence() int64 {
+	if x != nil {
+		return x.ApplySequence
+	}
+	return 0
+}
+
+func (x *AppliedConfig) GetState() InstanceState {
+	if x != nil {
+		return x.State
+	}
+	return InstanceState_INSTANCE_STATE_UNSPECIFIED
+}
+
+func (x *AppliedConfig) GetReportedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ReportedAt
+	}
+	return nil
+}
+
+func (x *AppliedConfig) GetTraceparent() string {
+	if x != nil {
+		return x.Traceparent
+	}
+	return ""
+}
+
+func (x *AppliedConfig) GetCurrentBoot() bool {
+	if x != nil {
+		return x.CurrentBoot
+	}
+	return false
+}
+
+func (x *AppliedConfig) GetMatchesRelease() bool {
+	if x != nil {
+		return x.MatchesRelease
+	}
+	return false
+}
+
+// ListAppliedRequest names a config.
+type ListAppliedRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The config.
+	ConfigId string `protobuf:"bytes,1,opt,name=config_id,json=configId,proto3" json:"config_id,omitempty"`
+	// At most this many (default 100, at most 1000).
+	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// From a previous response, for the next page.
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListAppliedRequest) Reset() {
+	*x = ListAppliedRequest{}
+	mi := &file_pawl_v1_rollout_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAppliedRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAppliedRequest) ProtoMessage() {}
+
+func (x *ListAppliedRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pawl_v1_rollout_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAppliedRequest.ProtoReflect.Descriptor instead.
+func (*ListAppliedRequest) Descriptor() ([]byte, []int) {
+	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *ListAppliedRequest) GetConfigId() string {
+	if x != nil {
+		return x.ConfigId
+	}
+	return ""
+}
+
+func (x *ListAppliedRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListAppliedRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// ListAppliedResponse is one page.
+type ListAppliedResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// In workload identity order.
+	Applied []*AppliedConfig `protobuf:"bytes,1,rep,name=applied,proto3" json:"applied,omitempty"`
+	// Set when more follow.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	// The store revision every page is read at.
+	Revision      int64 `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListAppliedResponse) Reset() {
+	*x = ListAppliedResponse{}
+	mi := &file_pawl_v1_rollout_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAppliedResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAppliedResponse) ProtoMessage() {}
+
+func (x *ListAppliedResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_pawl_v1_rollout_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAppliedResponse.ProtoReflect.Descriptor instead.
+func (*ListAppliedResponse) Descriptor() ([]byte, []int) {
+	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *ListAppliedResponse) GetApplied() []*AppliedConfig {
+	if x != nil {
+		return x.Applied
+	}
+	return nil
+}
+
+func (x *ListAppliedResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+func (x *ListAppliedResponse) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
 var File_pawl_v1_rollout_proto protoreflect.FileDescriptor
 
 const file_pawl_v1_rollout_proto_rawDesc = "" +
 	"\n" +
-	"\x15pawl/v1/rollout.proto\x12\apawl.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15pawl/v1/release.proto\"\xd9\x04\n" +
+	"\x15pawl/v1/rollout.proto\x12\apawl.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15pawl/v1/release.proto\"\xb2\x05\n" +
 	"\x03Ack\x12\x1b\n" +
 	"\tconfig_id\x18\x01 \x01(\tR\bconfigId\x12\x1e\n" +
 	"\n" +
@@ -1633,11 +2143,18 @@ const file_pawl_v1_rollout_proto_rawDesc = "" +
 	" \x01(\x0e2\x16.pawl.v1.InstanceStateR\x05state\x12\x1b\n" +
 	"\thealth_ok\x18\v \x01(\bR\bhealthOk\x12\x16\n" +
 	"\x06reason\x18\f \x01(\tR\x06reason\x12 \n" +
-	"\vtraceparent\x18\r \x01(\tR\vtraceparent\x12;\n" +
+	"\vtraceparent\x18\r \x01(\tR\vtraceparent\x122\n" +
+	"\x06health\x18\x11 \x01(\v2\x1a.pawl.v1.HealthMeasurementR\x06health\x12#\n" +
+	"\rbudget_breach\x18\x12 \x01(\tR\fbudgetBreach\x12;\n" +
 	"\vreceived_at\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"receivedAt\x12\x18\n" +
 	"\acounted\x18\x0f \x01(\bR\acounted\x12,\n" +
-	"\x12not_counted_reason\x18\x10 \x01(\tR\x10notCountedReason\",\n" +
+	"\x12not_counted_reason\x18\x10 \x01(\tR\x10notCountedReason\"n\n" +
+	"\x11HealthMeasurement\x12\x1d\n" +
+	"\n" +
+	"error_rate\x18\x01 \x01(\x01R\terrorRate\x12:\n" +
+	"\vp99_latency\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"p99Latency\",\n" +
 	"\n" +
 	"AckRequest\x12\x1e\n" +
 	"\x03ack\x18\x01 \x01(\v2\f.pawl.v1.AckR\x03ack\"-\n" +
@@ -1647,7 +2164,7 @@ const file_pawl_v1_rollout_proto_rawDesc = "" +
 	"\tconfig_id\x18\x01 \x01(\tR\bconfigId\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x02 \x01(\x03R\n" +
-	"generation\"\x9e\x03\n" +
+	"generation\"\xa3\x04\n" +
 	"\vStageStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aoutcome\x18\x02 \x01(\tR\aoutcome\x12\x16\n" +
@@ -1656,7 +2173,12 @@ const file_pawl_v1_rollout_proto_rawDesc = "" +
 	"\ahealthy\x18\x05 \x01(\x05R\ahealthy\x12\x1a\n" +
 	"\brejected\x18\x06 \x01(\x05R\brejected\x125\n" +
 	"\x05zones\x18\a \x03(\v2\x1f.pawl.v1.StageStatus.ZonesEntryR\x05zones\x128\n" +
-	"\x06states\x18\b \x03(\v2 .pawl.v1.StageStatus.StatesEntryR\x06states\x1aM\n" +
+	"\x06states\x18\b \x03(\v2 .pawl.v1.StageStatus.StatesEntryR\x06states\x12\x16\n" +
+	"\x06shadow\x18\t \x01(\bR\x06shadow\x12\x18\n" +
+	"\areached\x18\n" +
+	" \x01(\bR\areached\x127\n" +
+	"\tpassed_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\bpassedAt\x12\x18\n" +
+	"\aretired\x18\f \x01(\x05R\aretired\x1aM\n" +
 	"\n" +
 	"ZonesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12)\n" +
@@ -1672,13 +2194,27 @@ const file_pawl_v1_rollout_proto_rawDesc = "" +
 	"\x06states\x18\x04 \x03(\v2\x1f.pawl.v1.ZoneStatus.StatesEntryR\x06states\x1a9\n" +
 	"\vStatesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"\xe6\x01\n" +
+	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"\xcc\x02\n" +
 	"\x18GetRolloutStatusResponse\x12,\n" +
 	"\x06stages\x18\x01 \x03(\v2\x14.pawl.v1.StageStatusR\x06stages\x12 \n" +
 	"\x04acks\x18\x02 \x03(\v2\f.pawl.v1.AckR\x04acks\x12*\n" +
 	"\apointer\x18\x03 \x01(\v2\x10.pawl.v1.PointerR\apointer\x12!\n" +
 	"\x04stop\x18\x04 \x01(\v2\r.pawl.v1.StopR\x04stop\x12+\n" +
-	"\x05state\x18\x05 \x01(\x0e2\x15.pawl.v1.ReleaseStateR\x05state\"\x9d\x02\n" +
+	"\x05state\x18\x05 \x01(\x0e2\x15.pawl.v1.ReleaseStateR\x05state\x12-\n" +
+	"\bcoverage\x18\x06 \x01(\v2\x11.pawl.v1.CoverageR\bcoverage\x125\n" +
+	"\vretirements\x18\a \x03(\v2\x13.pawl.v1.RetirementR\vretirements\"\xb9\x01\n" +
+	"\bCoverage\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x01 \x01(\x03R\n" +
+	"generation\x12\x18\n" +
+	"\amembers\x18\x02 \x01(\x05R\amembers\x12\x1a\n" +
+	"\breported\x18\x03 \x01(\x05R\breported\x12\x1d\n" +
+	"\n" +
+	"on_release\x18\x04 \x01(\x05R\tonRelease\x12\x1e\n" +
+	"\n" +
+	"mismatched\x18\x05 \x01(\x05R\n" +
+	"mismatched\x12\x18\n" +
+	"\asummary\x18\x06 \x01(\tR\asummary\"\x9d\x02\n" +
 	"\x04Stop\x12\x1b\n" +
 	"\tconfig_id\x18\x01 \x01(\tR\bconfigId\x12\x1e\n" +
 	"\n" +
@@ -1746,7 +2282,34 @@ const file_pawl_v1_rollout_proto_rawDesc = "" +
 	"\x11GetPointerRequest\x12\x1b\n" +
 	"\tconfig_id\x18\x01 \x01(\tR\bconfigId\"@\n" +
 	"\x12GetPointerResponse\x12*\n" +
-	"\apointer\x18\x01 \x01(\v2\x10.pawl.v1.PointerR\apointer*\x9b\x02\n" +
+	"\apointer\x18\x01 \x01(\v2\x10.pawl.v1.PointerR\apointer\"\x8f\x04\n" +
+	"\rAppliedConfig\x12\x1b\n" +
+	"\tconfig_id\x18\x01 \x01(\tR\bconfigId\x12+\n" +
+	"\x11workload_identity\x18\x02 \x01(\tR\x10workloadIdentity\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x03 \x01(\x03R\n" +
+	"generation\x12%\n" +
+	"\x0econtent_digest\x18\x04 \x01(\tR\rcontentDigest\x12)\n" +
+	"\x10validator_digest\x18\x05 \x01(\tR\x0fvalidatorDigest\x12\x17\n" +
+	"\aboot_id\x18\x06 \x01(\tR\x06bootId\x12)\n" +
+	"\x10membership_epoch\x18\a \x01(\x03R\x0fmembershipEpoch\x12%\n" +
+	"\x0eapply_sequence\x18\b \x01(\x03R\rapplySequence\x12,\n" +
+	"\x05state\x18\t \x01(\x0e2\x16.pawl.v1.InstanceStateR\x05state\x12;\n" +
+	"\vreported_at\x18\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"reportedAt\x12 \n" +
+	"\vtraceparent\x18\v \x01(\tR\vtraceparent\x12!\n" +
+	"\fcurrent_boot\x18\f \x01(\bR\vcurrentBoot\x12'\n" +
+	"\x0fmatches_release\x18\r \x01(\bR\x0ematchesRelease\"m\n" +
+	"\x12ListAppliedRequest\x12\x1b\n" +
+	"\tconfig_id\x18\x01 \x01(\tR\bconfigId\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"\x8b\x01\n" +
+	"\x13ListAppliedResponse\x120\n" +
+	"\aapplied\x18\x01 \x03(\v2\x16.pawl.v1.AppliedConfigR\aapplied\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\x12\x1a\n" +
+	"\brevision\x18\x03 \x01(\x03R\brevision*\x9b\x02\n" +
 	"\rInstanceState\x12\x1e\n" +
 	"\x1aINSTANCE_STATE_UNSPECIFIED\x10\x00\x12\x1d\n" +
 	"\x19INSTANCE_STATE_DISCOVERED\x10\x01\x12\x1d\n" +
@@ -1756,7 +2319,7 @@ const file_pawl_v1_rollout_proto_rawDesc = "" +
 	"\x16INSTANCE_STATE_APPLIED\x10\x05\x12 \n" +
 	"\x1cINSTANCE_STATE_HEALTHY_ACKED\x10\x06\x12\x1b\n" +
 	"\x17INSTANCE_STATE_REJECTED\x10\a\x12\x18\n" +
-	"\x14INSTANCE_STATE_STALE\x10\b2\x8f\x04\n" +
+	"\x14INSTANCE_STATE_STALE\x10\b2\xde\x04\n" +
 	"\x0eRolloutService\x122\n" +
 	"\x03Ack\x12\x13.pawl.v1.AckRequest\x1a\x14.pawl.v1.AckResponse\"\x00\x12\\\n" +
 	"\x10GetRolloutStatus\x12 .pawl.v1.GetRolloutStatusRequest\x1a!.pawl.v1.GetRolloutStatusResponse\"\x03\x90\x02\x01\x12>\n" +
@@ -1765,7 +2328,8 @@ const file_pawl_v1_rollout_proto_rawDesc = "" +
 	"\fGetPromotion\x12\x1c.pawl.v1.GetPromotionRequest\x1a\x1d.pawl.v1.GetPromotionResponse\"\x03\x90\x02\x01\x12J\n" +
 	"\vStopRollout\x12\x1b.pawl.v1.StopRolloutRequest\x1a\x1c.pawl.v1.StopRolloutResponse\"\x00\x12J\n" +
 	"\n" +
-	"GetPointer\x12\x1a.pawl.v1.GetPointerRequest\x1a\x1b.pawl.v1.GetPointerResponse\"\x03\x90\x02\x01B,Z*github.com/pawlcfg/pawl/gen/pawl/v1;pawlv1b\x06proto3"
+	"GetPointer\x12\x1a.pawl.v1.GetPointerRequest\x1a\x1b.pawl.v1.GetPointerResponse\"\x03\x90\x02\x01\x12M\n" +
+	"\vListApplied\x12\x1b.pawl.v1.ListAppliedRequest\x1a\x1c.pawl.v1.ListAppliedResponse\"\x03\x90\x02\x01B,Z*github.com/pawlcfg/pawl/gen/pawl/v1;pawlv1b\x06proto3"
 
 var (
 	file_pawl_v1_rollout_proto_rawDescOnce sync.Once
@@ -1780,78 +2344,95 @@ func file_pawl_v1_rollout_proto_rawDescGZIP() []byte {
 }
 
 var file_pawl_v1_rollout_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_pawl_v1_rollout_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_pawl_v1_rollout_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_pawl_v1_rollout_proto_goTypes = []any{
 	(InstanceState)(0),               // 0: pawl.v1.InstanceState
 	(*Ack)(nil),                      // 1: pawl.v1.Ack
-	(*AckRequest)(nil),               // 2: pawl.v1.AckRequest
-	(*AckResponse)(nil),              // 3: pawl.v1.AckResponse
-	(*GetRolloutStatusRequest)(nil),  // 4: pawl.v1.GetRolloutStatusRequest
-	(*StageStatus)(nil),              // 5: pawl.v1.StageStatus
-	(*ZoneStatus)(nil),               // 6: pawl.v1.ZoneStatus
-	(*GetRolloutStatusResponse)(nil), // 7: pawl.v1.GetRolloutStatusResponse
-	(*Stop)(nil),                     // 8: pawl.v1.Stop
-	(*StopRolloutRequest)(nil),       // 9: pawl.v1.StopRolloutRequest
-	(*StopRolloutResponse)(nil),      // 10: pawl.v1.StopRolloutResponse
-	(*PromotionUnknown)(nil),         // 11: pawl.v1.PromotionUnknown
-	(*Pointer)(nil),                  // 12: pawl.v1.Pointer
-	(*Receipt)(nil),                  // 13: pawl.v1.Receipt
-	(*PromoteRequest)(nil),           // 14: pawl.v1.PromoteRequest
-	(*PromoteResponse)(nil),          // 15: pawl.v1.PromoteResponse
-	(*RollbackRequest)(nil),          // 16: pawl.v1.RollbackRequest
-	(*RollbackResponse)(nil),         // 17: pawl.v1.RollbackResponse
-	(*GetPromotionRequest)(nil),      // 18: pawl.v1.GetPromotionRequest
-	(*GetPromotionResponse)(nil),     // 19: pawl.v1.GetPromotionResponse
-	(*GetPointerRequest)(nil),        // 20: pawl.v1.GetPointerRequest
-	(*GetPointerResponse)(nil),       // 21: pawl.v1.GetPointerResponse
-	nil,                              // 22: pawl.v1.StageStatus.ZonesEntry
-	nil,                              // 23: pawl.v1.StageStatus.StatesEntry
-	nil,                              // 24: pawl.v1.ZoneStatus.StatesEntry
-	(*timestamppb.Timestamp)(nil),    // 25: google.protobuf.Timestamp
-	(ReleaseState)(0),                // 26: pawl.v1.ReleaseState
+	(*HealthMeasurement)(nil),        // 2: pawl.v1.HealthMeasurement
+	(*AckRequest)(nil),               // 3: pawl.v1.AckRequest
+	(*AckResponse)(nil),              // 4: pawl.v1.AckResponse
+	(*GetRolloutStatusRequest)(nil),  // 5: pawl.v1.GetRolloutStatusRequest
+	(*StageStatus)(nil),              // 6: pawl.v1.StageStatus
+	(*ZoneStatus)(nil),               // 7: pawl.v1.ZoneStatus
+	(*GetRolloutStatusResponse)(nil), // 8: pawl.v1.GetRolloutStatusResponse
+	(*Coverage)(nil),                 // 9: pawl.v1.Coverage
+	(*Stop)(nil),                     // 10: pawl.v1.Stop
+	(*StopRolloutRequest)(nil),       // 11: pawl.v1.StopRolloutRequest
+	(*StopRolloutResponse)(nil),      // 12: pawl.v1.StopRolloutResponse
+	(*PromotionUnknown)(nil),         // 13: pawl.v1.PromotionUnknown
+	(*Pointer)(nil),                  // 14: pawl.v1.Pointer
+	(*Receipt)(nil),                  // 15: pawl.v1.Receipt
+	(*PromoteRequest)(nil),           // 16: pawl.v1.PromoteRequest
+	(*PromoteResponse)(nil),          // 17: pawl.v1.PromoteResponse
+	(*RollbackRequest)(nil),          // 18: pawl.v1.RollbackRequest
+	(*RollbackResponse)(nil),         // 19: pawl.v1.RollbackResponse
+	(*GetPromotionRequest)(nil),      // 20: pawl.v1.GetPromotionRequest
+	(*GetPromotionResponse)(nil),     // 21: pawl.v1.GetPromotionResponse
+	(*GetPointerRequest)(nil),        // 22: pawl.v1.GetPointerRequest
+	(*GetPointerResponse)(nil),       // 23: pawl.v1.GetPointerResponse
+	(*AppliedConfig)(nil),            // 24: pawl.v1.AppliedConfig
+	(*ListAppliedRequest)(nil),       // 25: pawl.v1.ListAppliedRequest
+	(*ListAppliedResponse)(nil),      // 26: pawl.v1.ListAppliedResponse
+	nil,                              // 27: pawl.v1.StageStatus.ZonesEntry
+	nil,                              // 28: pawl.v1.StageStatus.StatesEntry
+	nil,                              // 29: pawl.v1.ZoneStatus.StatesEntry
+	(*timestamppb.Timestamp)(nil),    // 30: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),      // 31: google.protobuf.Duration
+	(ReleaseState)(0),                // 32: pawl.v1.ReleaseState
+	(*Retirement)(nil),               // 33: pawl.v1.Retirement
 }
 var file_pawl_v1_rollout_proto_depIdxs = []int32{
 	0,  // 0: pawl.v1.Ack.state:type_name -> pawl.v1.InstanceState
-	25, // 1: pawl.v1.Ack.received_at:type_name -> google.protobuf.Timestamp
-	1,  // 2: pawl.v1.AckRequest.ack:type_name -> pawl.v1.Ack
-	1,  // 3: pawl.v1.AckResponse.ack:type_name -> pawl.v1.Ack
-	22, // 4: pawl.v1.StageStatus.zones:type_name -> pawl.v1.StageStatus.ZonesEntry
-	23, // 5: pawl.v1.StageStatus.states:type_name -> pawl.v1.StageStatus.StatesEntry
-	24, // 6: pawl.v1.ZoneStatus.states:type_name -> pawl.v1.ZoneStatus.StatesEntry
-	5,  // 7: pawl.v1.GetRolloutStatusResponse.stages:type_name -> pawl.v1.StageStatus
-	1,  // 8: pawl.v1.GetRolloutStatusResponse.acks:type_name -> pawl.v1.Ack
-	12, // 9: pawl.v1.GetRolloutStatusResponse.pointer:type_name -> pawl.v1.Pointer
-	8,  // 10: pawl.v1.GetRolloutStatusResponse.stop:type_name -> pawl.v1.Stop
-	26, // 11: pawl.v1.GetRolloutStatusResponse.state:type_name -> pawl.v1.ReleaseState
-	25, // 12: pawl.v1.Stop.time:type_name -> google.protobuf.Timestamp
-	5,  // 13: pawl.v1.Stop.evidence:type_name -> pawl.v1.StageStatus
-	8,  // 14: pawl.v1.StopRolloutResponse.stop:type_name -> pawl.v1.Stop
-	5,  // 15: pawl.v1.Receipt.evidence:type_name -> pawl.v1.StageStatus
-	25, // 16: pawl.v1.Receipt.time:type_name -> google.protobuf.Timestamp
-	13, // 17: pawl.v1.PromoteResponse.receipt:type_name -> pawl.v1.Receipt
-	13, // 18: pawl.v1.RollbackResponse.receipt:type_name -> pawl.v1.Receipt
-	13, // 19: pawl.v1.GetPromotionResponse.receipt:type_name -> pawl.v1.Receipt
-	12, // 20: pawl.v1.GetPointerResponse.pointer:type_name -> pawl.v1.Pointer
-	6,  // 21: pawl.v1.StageStatus.ZonesEntry.value:type_name -> pawl.v1.ZoneStatus
-	2,  // 22: pawl.v1.RolloutService.Ack:input_type -> pawl.v1.AckRequest
-	4,  // 23: pawl.v1.RolloutService.GetRolloutStatus:input_type -> pawl.v1.GetRolloutStatusRequest
-	14, // 24: pawl.v1.RolloutService.Promote:input_type -> pawl.v1.PromoteRequest
-	16, // 25: pawl.v1.RolloutService.Rollback:input_type -> pawl.v1.RollbackRequest
-	18, // 26: pawl.v1.RolloutService.GetPromotion:input_type -> pawl.v1.GetPromotionRequest
-	9,  // 27: pawl.v1.RolloutService.StopRollout:input_type -> pawl.v1.StopRolloutRequest
-	20, // 28: pawl.v1.RolloutService.GetPointer:input_type -> pawl.v1.GetPointerRequest
-	3,  // 29: pawl.v1.RolloutService.Ack:output_type -> pawl.v1.AckResponse
-	7,  // 30: pawl.v1.RolloutService.GetRolloutStatus:output_type -> pawl.v1.GetRolloutStatusResponse
-	15, // 31: pawl.v1.RolloutService.Promote:output_type -> pawl.v1.PromoteResponse
-	17, // 32: pawl.v1.RolloutService.Rollback:output_type -> pawl.v1.RollbackResponse
-	19, // 33: pawl.v1.RolloutService.GetPromotion:output_type -> pawl.v1.GetPromotionResponse
-	10, // 34: pawl.v1.RolloutService.StopRollout:output_type -> pawl.v1.StopRolloutResponse
-	21, // 35: pawl.v1.RolloutService.GetPointer:output_type -> pawl.v1.GetPointerResponse
-	29, // [29:36] is the sub-list for method output_type
-	22, // [22:29] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	2,  // 1: pawl.v1.Ack.health:type_name -> pawl.v1.HealthMeasurement
+	30, // 2: pawl.v1.Ack.received_at:type_name -> google.protobuf.Timestamp
+	31, // 3: pawl.v1.HealthMeasurement.p99_latency:type_name -> google.protobuf.Duration
+	1,  // 4: pawl.v1.AckRequest.ack:type_name -> pawl.v1.Ack
+	1,  // 5: pawl.v1.AckResponse.ack:type_name -> pawl.v1.Ack
+	27, // 6: pawl.v1.StageStatus.zones:type_name -> pawl.v1.StageStatus.ZonesEntry
+	28, // 7: pawl.v1.StageStatus.states:type_name -> pawl.v1.StageStatus.StatesEntry
+	30, // 8: pawl.v1.StageStatus.passed_at:type_name -> google.protobuf.Timestamp
+	29, // 9: pawl.v1.ZoneStatus.states:type_name -> pawl.v1.ZoneStatus.StatesEntry
+	6,  // 10: pawl.v1.GetRolloutStatusResponse.stages:type_name -> pawl.v1.StageStatus
+	1,  // 11: pawl.v1.GetRolloutStatusResponse.acks:type_name -> pawl.v1.Ack
+	14, // 12: pawl.v1.GetRolloutStatusResponse.pointer:type_name -> pawl.v1.Pointer
+	10, // 13: pawl.v1.GetRolloutStatusResponse.stop:type_name -> pawl.v1.Stop
+	32, // 14: pawl.v1.GetRolloutStatusResponse.state:type_name -> pawl.v1.ReleaseState
+	9,  // 15: pawl.v1.GetRolloutStatusResponse.coverage:type_name -> pawl.v1.Coverage
+	33, // 16: pawl.v1.GetRolloutStatusResponse.retirements:type_name -> pawl.v1.Retirement
+	30, // 17: pawl.v1.Stop.time:type_name -> google.protobuf.Timestamp
+	6,  // 18: pawl.v1.Stop.evidence:type_name -> pawl.v1.StageStatus
+	10, // 19: pawl.v1.StopRolloutResponse.stop:type_name -> pawl.v1.Stop
+	6,  // 20: pawl.v1.Receipt.evidence:type_name -> pawl.v1.StageStatus
+	30, // 21: pawl.v1.Receipt.time:type_name -> google.protobuf.Timestamp
+	15, // 22: pawl.v1.PromoteResponse.receipt:type_name -> pawl.v1.Receipt
+	15, // 23: pawl.v1.RollbackResponse.receipt:type_name -> pawl.v1.Receipt
+	15, // 24: pawl.v1.GetPromotionResponse.receipt:type_name -> pawl.v1.Receipt
+	14, // 25: pawl.v1.GetPointerResponse.pointer:type_name -> pawl.v1.Pointer
+	0,  // 26: pawl.v1.AppliedConfig.state:type_name -> pawl.v1.InstanceState
+	30, // 27: pawl.v1.AppliedConfig.reported_at:type_name -> google.protobuf.Timestamp
+	24, // 28: pawl.v1.ListAppliedResponse.applied:type_name -> pawl.v1.AppliedConfig
+	7,  // 29: pawl.v1.StageStatus.ZonesEntry.value:type_name -> pawl.v1.ZoneStatus
+	3,  // 30: pawl.v1.RolloutService.Ack:input_type -> pawl.v1.AckRequest
+	5,  // 31: pawl.v1.RolloutService.GetRolloutStatus:input_type -> pawl.v1.GetRolloutStatusRequest
+	16, // 32: pawl.v1.RolloutService.Promote:input_type -> pawl.v1.PromoteRequest
+	18, // 33: pawl.v1.RolloutService.Rollback:input_type -> pawl.v1.RollbackRequest
+	20, // 34: pawl.v1.RolloutService.GetPromotion:input_type -> pawl.v1.GetPromotionRequest
+	11, // 35: pawl.v1.RolloutService.StopRollout:input_type -> pawl.v1.StopRolloutRequest
+	22, // 36: pawl.v1.RolloutService.GetPointer:input_type -> pawl.v1.GetPointerRequest
+	25, // 37: pawl.v1.RolloutService.ListApplied:input_type -> pawl.v1.ListAppliedRequest
+	4,  // 38: pawl.v1.RolloutService.Ack:output_type -> pawl.v1.AckResponse
+	8,  // 39: pawl.v1.RolloutService.GetRolloutStatus:output_type -> pawl.v1.GetRolloutStatusResponse
+	17, // 40: pawl.v1.RolloutService.Promote:output_type -> pawl.v1.PromoteResponse
+	19, // 41: pawl.v1.RolloutService.Rollback:output_type -> pawl.v1.RollbackResponse
+	21, // 42: pawl.v1.RolloutService.GetPromotion:output_type -> pawl.v1.GetPromotionResponse
+	12, // 43: pawl.v1.RolloutService.StopRollout:output_type -> pawl.v1.StopRolloutResponse
+	23, // 44: pawl.v1.RolloutService.GetPointer:output_type -> pawl.v1.GetPointerResponse
+	26, // 45: pawl.v1.RolloutService.ListApplied:output_type -> pawl.v1.ListAppliedResponse
+	38, // [38:46] is the sub-list for method output_type
+	30, // [30:38] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_pawl_v1_rollout_proto_init() }
@@ -1866,7 +2447,7 @@ func file_pawl_v1_rollout_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pawl_v1_rollout_proto_rawDesc), len(file_pawl_v1_rollout_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   24,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

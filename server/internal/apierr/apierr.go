@@ -20,8 +20,8 @@ import (
 	"github.com/pawlcfg/pawl/validators/host"
 )
 
-// Connect returns err as a *connect.Error with the code DESIGN.md assigns and
-// a message that says what was wrong and what to do. A *connect.Error passes
+// Connect returns err as a *connect.Error with the code Pawl assigns to it
+// (README.md, "Errors") and a message that says what was wrong and what to do. A *connect.Error passes
 // through unchanged. Errors with no mapping become Internal, logged on log
 // with the procedure name.
 func Connect(log *slog.Logger, procedure string, err error) error {
@@ -72,8 +72,12 @@ func Connect(log *slog.Logger, procedure string, err error) error {
 		return connect.NewError(connect.CodeAborted, err)
 	case errors.Is(err, rollout.ErrNotReady):
 		return connect.NewError(connect.CodeFailedPrecondition, err)
-	case errors.Is(err, rollout.ErrNoPromotion):
+	case errors.Is(err, rollout.ErrNoPromotion), errors.Is(err, rollout.ErrNotMember):
 		return connect.NewError(connect.CodeNotFound, err)
+	case errors.Is(err, rollout.ErrKeyReused), errors.Is(err, rollout.ErrAlreadyRetired):
+		return connect.NewError(connect.CodeAlreadyExists, err)
+	case errors.Is(err, rollout.ErrContended):
+		return connect.NewError(connect.CodeAborted, err)
 	case errors.Is(err, release.ErrInvalid), errors.Is(err, instance.ErrInvalid), errors.Is(err, rollout.ErrInvalid):
 		return connect.NewError(connect.CodeInvalidArgument, err)
 	case errors.Is(err, release.ErrNotFound), errors.Is(err, instance.ErrNotFound):

@@ -168,6 +168,24 @@ func (r *Registry) Heartbeat(ctx context.Context, identity, bootID string) (Reco
 	return rec, nil
 }
 
+// RegistrationAt returns one instance's registration (without its lease)
+// as of a store revision (0: current). It fails with ErrNotFound when the
+// instance had not registered by then.
+func (r *Registry) RegistrationAt(ctx context.Context, identity string, revision int64) (Record, error) {
+	kv, _, err := r.store.Get(ctx, key(identity), revision)
+	if errors.Is(err, store.ErrNotFound) {
+		return Record{}, fmt.Errorf("%w: %s; register first", ErrNotFound, identity)
+	}
+	if err != nil {
+		return Record{}, err
+	}
+	return decode(kv)
+}
+
+// RegistrationKey is the key of an instance's registration: a writer that
+// decided on it conditions its write on it.
+func RegistrationKey(identity string) string { return key(identity) }
+
 // Get returns one instance's record.
 func (r *Registry) Get(ctx context.Context, identity string) (Record, error) {
 	kv, _, err := r.store.Get(ctx, key(identity), 0)

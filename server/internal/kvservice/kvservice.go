@@ -15,6 +15,7 @@ import (
 	pawlv1 "github.com/pawlcfg/pawl/gen/pawl/v1"
 	"github.com/pawlcfg/pawl/gen/pawl/v1/pawlv1connect"
 	"github.com/pawlcfg/pawl/server/internal/apierr"
+	"github.com/pawlcfg/pawl/server/internal/pagetoken"
 	"github.com/pawlcfg/pawl/server/internal/store"
 	"github.com/pawlcfg/pawl/server/internal/watch"
 )
@@ -96,11 +97,11 @@ func (s *Service) List(ctx context.Context, req *connect.Request[pawlv1.ListRequ
 	}
 	revision, after := m.GetRevision(), ""
 	if m.GetPageToken() != "" {
-		tok, err := decodePageToken(m.GetPageToken())
-		if err != nil || tok.prefix != m.GetPrefix() {
+		tok, err := pagetoken.Decode(m.GetPageToken())
+		if err != nil || tok.Scope != m.GetPrefix() {
 			return nil, apierr.InvalidArgument("page_token is not a token of a listing of prefix %q; start again without it", m.GetPrefix())
 		}
-		revision, after = tok.revision, tok.after
+		revision, after = tok.Revision, tok.After
 	}
 	page, err := s.store.List(ctx, m.GetPrefix(), revision, after, size)
 	if err != nil {
@@ -111,7 +112,7 @@ func (s *Service) List(ctx context.Context, req *connect.Request[pawlv1.ListRequ
 		resp.Kvs[i] = toProtoKV(kv)
 	}
 	if page.More {
-		resp.NextPageToken = pageToken{prefix: m.GetPrefix(), revision: page.Revision, after: page.KVs[len(page.KVs)-1].Key}.encode()
+		resp.NextPageToken = pagetoken.Token{Scope: m.GetPrefix(), Revision: page.Revision, After: page.KVs[len(page.KVs)-1].Key}.Encode()
 	}
 	return connect.NewResponse(resp), nil
 }

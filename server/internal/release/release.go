@@ -101,6 +101,49 @@ type Stage struct {
 	Selector map[string]string `json:"selector,omitempty"`
 	// Policy is its ACK policy.
 	Policy quorum.Policy `json:"policy"`
+	// Shadow makes the stage's instances download and validate the release
+	// and report VALIDATED without ever applying it before promotion; the
+	// stage passes on VALIDATED, and later stages do not count them.
+	Shadow bool `json:"shadow,omitempty"`
+	// Budget, when set, bounds the health its instances report with
+	// HEALTHY_ACKED: a report outside it counts as a rejection.
+	Budget *Budget `json:"budget,omitempty"`
+}
+
+// Budget is a stage's health budget, checked against what an instance
+// measured over its health window. A nil limit is no limit.
+type Budget struct {
+	// MaxErrorRate is the largest error rate allowed, in [0, 1].
+	MaxErrorRate *float64 `json:"max_error_rate,omitempty"`
+	// MaxP99 is the largest p99 latency allowed; 0 is no limit.
+	MaxP99 time.Duration `json:"max_p99,omitempty"`
+}
+
+// Check says how a measurement breaks the budget, or "" if it does not.
+func (b *Budget) Check(errorRate float64, p99 time.Duration) string {
+	if b == nil {
+		return ""
+	}
+	var over []string
+	if b.MaxErrorRate != nil && errorRate > *b.MaxErrorRate {
+		over = append(over, fmt.Sprintf("error rate %.4g is over the budget of %.4g", errorRate, *b.MaxErrorRate))
+	}
+	if b.MaxP99 > 0 && p99 > b.MaxP99 {
+		over = append(over, fmt.Sprintf("p99 latency %s is over the budget of %s", p99, b.MaxP99))
+	}
+	return strings.Join(over, "; ")
+}
+
+// String renders the budget as the CLI writes it.
+func (b *Budget) String() string {
+	var parts []string
+	if b.MaxErrorRate != nil {
+		parts = append(parts, fmt.Sprintf("max-error-rate=%g", *b.MaxErrorRate))
+	}
+	if b.MaxP99 > 0 {
+		parts = append(parts, fmt.Sprintf("max-p99=%s", b.MaxP99))
+	}
+	return strings.Join(parts, ",")
 }
 
 // Release is an immutable generation of a config.
@@ -168,6 +211,10 @@ var (
 )
 
 func headKey(config string) string { return store.SystemPrefix + "configs/" + config + "/head" }
+
+// HeadKey is the key that names a config's newest generation: a writer that
+// decided on which release is the newest conditions its write on it.
+func HeadKey(config string) string { return headKey(config) }
 
 // indexPrefix lists every config that has a release, one key each, so that
 // they can be enumerated without scanning their ACKs.
@@ -246,10 +293,21 @@ func (r *Releases) Create(ctx context.Context, spec Spec, actor string) (Release
 	return Release{}, ErrContended
 }
 
+// HeadAt returns the config's newest generation as of a store revision (0:
+// current); 0 before its first release.
+func (r *Releases) HeadAt(ctx context.Context, config string, revision int64) (int64, error) {
+	gen, _, err := r.headAt(ctx, config, revision)
+	return gen, err
+}
+
 // head returns the config's latest generation and the head key's revision
 // (0, 0 before the first release).
 func (r *Releases) head(ctx context.Context, config string) (int64, int64, error) {
-	kv, _, err := r.store.Get(ctx, headKey(config), 0)
+	return r.headAt(ctx, config, 0)
+}
+
+func (r *Releases) headAt(ctx context.Context, config string, revision int64) (int64, int64, error) {
+	kv, _, err := r.store.Get(ctx, headKey(config), revision)
 	if errors.Is(err, store.ErrNotFound) {
 		return 0, 0, nil
 	}
@@ -359,6 +417,18 @@ func checkSpec(s Spec) error {
 		names[st.Name] = true
 		if err := st.Policy.Validate(); err != nil {
 			return bad("stage %q: %v", st.Name, err)
+		}
+		if b := st.Budget; b != nil {
+			switch {
+			case b.MaxErrorRate == nil && b.MaxP99 <= 0:
+				return bad("stage %q: a health budget needs a max error rate or a max p99 latency", st.Name)
+			case b.MaxErrorRate != nil && !(*b.MaxErrorRate >= 0 && *b.MaxErrorRate <= 1):
+				return bad("stage %q: max error rate %v must be in [0, 1]", st.Name, *b.MaxErrorRate)
+			case b.MaxP99 < 0:
+				return bad("stage %q: max p99 latency %s is negative", st.Name, b.MaxP99)
+			case st.Shadow:
+				return bad("stage %q: a shadow stage never applies the release, so it has no health to budget", st.Name)
+			}
 		}
 	}
 	return nil

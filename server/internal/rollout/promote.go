@@ -9,7 +9,9 @@ import (
 	"sort"
 	"time"
 
+	"github.com/pawlcfg/pawl/server/internal/instance"
 	"github.com/pawlcfg/pawl/server/internal/quorum"
+	"github.com/pawlcfg/pawl/server/internal/release"
 	"github.com/pawlcfg/pawl/server/internal/store"
 )
 
@@ -27,58 +29,104 @@ type Move struct {
 }
 
 // Promote moves the pointer to m.To if it is still where the caller saw
-// it, the rollout did not stop, every stage of the release passed, and its
-// deadline has not passed. A repeat with the same idempotency key returns
-// the receipt written.
+// it, m.To is the config's newest release, its rollout did not stop, every
+// stage passes, every dependency is active and its deadline has not
+// passed. A repeat with the same idempotency key returns the receipt
+// written; the key used for another request is refused.
+//
+// Everything Promote decides on is read at one store revision, and the
+// pointer and receipt are written in one transaction that commits only if
+// none of it changed since: the pointer, the head, the release's stop
+// record, retirements and ACKs, the registrations and the dependencies'
+// pointers. When something changed, Promote decides again on a fresh read,
+// so a concurrent stop, rejection, restart or rollback is never overruled.
 func (r *Rollouts) Promote(ctx context.Context, m Move) (Receipt, error) {
-	if done, err := r.existing(ctx, m); done != nil || err != nil {
+	if done, err := r.existing(ctx, m, false); done != nil || err != nil {
 		return derefReceipt(done), err
 	}
-	ptr, err := r.checkPointer(ctx, m)
+	for range maxAttempts {
+		rc, err := r.promote(ctx, m)
+		if errors.Is(err, store.ErrRevisionMismatch) {
+			if done, derr := r.existing(ctx, m, false); done != nil || derr != nil {
+				return derefReceipt(done), derr // the same key won, in a concurrent retry
+			}
+			continue
+		}
+		return rc, err
+	}
+	return Receipt{}, fmt.Errorf("%w: promoting %s generation %d", ErrContended, m.ConfigID, m.To)
+}
+
+func (r *Rollouts) promote(ctx context.Context, m Move) (Receipt, error) {
+	rev, err := r.currentRevision(ctx)
 	if err != nil {
 		return Receipt{}, err
 	}
-	if m.To <= ptr.Generation {
+	s, err := r.load(ctx, m.ConfigID, m.To, rev)
+	if err != nil {
+		return Receipt{}, err
+	}
+	ptr := s.ptr
+	if ptr.Generation != m.ExpectedGeneration || ptr.Epoch != m.ExpectedEpoch {
+		return Receipt{}, &PointerError{Pointer: ptr}
+	}
+	switch {
+	case m.To <= ptr.Generation:
 		return Receipt{}, fmt.Errorf("%w: generation %d is not after the active generation %d; use rollback to go back", ErrNotReady, m.To, ptr.Generation)
-	}
-	if m.To <= ptr.HighWater {
+	case m.To <= ptr.HighWater:
 		return Receipt{}, fmt.Errorf("%w: generation %d is not after generation %d, which was active once; create a new release to roll forward", ErrNotReady, m.To, ptr.HighWater)
+	case s.stop != nil:
+		return Receipt{}, fmt.Errorf("%w: its rollout stopped at %s: %s; create a new release", ErrNotReady, s.stop.Time.Format(time.RFC3339), s.stop.Reason)
+	case m.To < s.latest:
+		return Receipt{}, fmt.Errorf("%w: generation %d was superseded by generation %d; promote that one", ErrNotReady, m.To, s.latest)
 	}
-	st, err := r.Status(ctx, m.ConfigID, m.To)
+	if err := r.checkDependenciesActive(ctx, s.rel.Dependencies, rev); err != nil {
+		return Receipt{}, err
+	}
+	if deadline := s.rel.CreatedAt.Add(s.rel.Deadline); s.now.After(deadline) {
+		return Receipt{}, fmt.Errorf("%w: its deadline passed at %s", ErrNotReady, deadline.Format(time.RFC3339))
+	}
+	ev, err := r.evaluateAt(ctx, s)
 	if err != nil {
 		return Receipt{}, err
-	}
-	if st.Stop != nil {
-		return Receipt{}, fmt.Errorf("%w: its rollout stopped at %s: %s; create a new release", ErrNotReady, st.Stop.Time.Format(time.RFC3339), st.Stop.Reason)
-	}
-	if err := r.checkDependenciesActive(ctx, st.Release.Dependencies); err != nil {
-		return Receipt{}, err
-	}
-	if deadline := st.Release.CreatedAt.Add(st.Release.Deadline); r.now().After(deadline) {
-		return Receipt{}, fmt.Errorf("%w: its deadline passed at %s", ErrNotReady, deadline.Format(time.RFC3339))
 	}
 	var evidence []quorum.Evaluation
 	var names []string
-	for _, s := range st.Stages {
-		if s.Evaluation.Outcome != quorum.Passed {
-			return Receipt{}, fmt.Errorf("%w: stage %q is %s: %s", ErrNotReady, s.Name, s.Evaluation.Outcome, s.Evaluation.Reason)
+	for _, st := range ev.stages {
+		if st.Evaluation.Outcome != quorum.Passed {
+			return Receipt{}, fmt.Errorf("%w: stage %q is %s: %s", ErrNotReady, st.Name, st.Evaluation.Outcome, st.Evaluation.Reason)
 		}
-		evidence = append(evidence, s.Evaluation)
-		names = append(names, s.Name)
+		evidence = append(evidence, st.Evaluation)
+		names = append(names, st.Name)
 	}
-	return r.write(ctx, m, ptr, Receipt{ConfigID: m.ConfigID, From: ptr.Generation, To: m.To, Epoch: ptr.Epoch, Evidence: evidence, StageNames: names})
+	unchanged := []store.Unchanged{
+		{Prefix: release.HeadKey(m.ConfigID), Since: rev},
+		{Prefix: stopKey(m.ConfigID, m.To), Since: rev},
+		{Prefix: retiredPrefix(m.ConfigID, m.To), Since: rev},
+		{Prefix: acksPrefix(m.ConfigID, m.To), Since: rev},
+		{Prefix: instance.RegistrationPrefix, Since: rev},
+	}
+	for dep := range s.rel.Dependencies {
+		unchanged = append(unchanged, store.Unchanged{Prefix: pointerKey(dep), Since: rev})
+	}
+	return r.write(ctx, m, ptr, unchanged, Receipt{ConfigID: m.ConfigID, From: ptr.Generation, To: m.To, Epoch: ptr.Epoch, Evidence: evidence, StageNames: names})
 }
 
 // Rollback moves the pointer back to the generation that the active one
 // replaced (the from-generation of the promotion that made it active), as
-// a new receipt with the epoch incremented; no generation changes.
+// a new receipt with the epoch incremented; no generation changes. The
+// generation it leaves is never promoted again, and its ACKs no longer
+// count.
 func (r *Rollouts) Rollback(ctx context.Context, m Move) (Receipt, error) {
-	if done, err := r.existing(ctx, m); done != nil || err != nil {
+	if done, err := r.existing(ctx, m, true); done != nil || err != nil {
 		return derefReceipt(done), err
 	}
-	ptr, err := r.checkPointer(ctx, m)
+	ptr, err := r.Pointer(ctx, m.ConfigID)
 	if err != nil {
 		return Receipt{}, err
+	}
+	if ptr.Generation != m.ExpectedGeneration || ptr.Epoch != m.ExpectedEpoch {
+		return Receipt{}, &PointerError{Pointer: ptr}
 	}
 	if ptr.Generation == 0 {
 		return Receipt{}, fmt.Errorf("%w: config %s has never been promoted", ErrNotReady, m.ConfigID)
@@ -96,21 +144,29 @@ func (r *Rollouts) Rollback(ctx context.Context, m Move) (Receipt, error) {
 	if target == 0 {
 		return Receipt{}, fmt.Errorf("%w: generation %d replaced no earlier active generation; there is nothing to roll back to", ErrNotReady, ptr.Generation)
 	}
-	return r.write(ctx, m, ptr, Receipt{ConfigID: m.ConfigID, From: ptr.Generation, To: target, Epoch: ptr.Epoch + 1, Rollback: true})
+	rc, err := r.write(ctx, m, ptr, nil, Receipt{ConfigID: m.ConfigID, From: ptr.Generation, To: target, Epoch: ptr.Epoch + 1, Rollback: true})
+	if errors.Is(err, store.ErrRevisionMismatch) {
+		if done, derr := r.existing(ctx, m, true); done != nil || derr != nil {
+			return derefReceipt(done), derr
+		}
+		now, perr := r.Pointer(ctx, m.ConfigID)
+		if perr != nil {
+			return Receipt{}, perr
+		}
+		return Receipt{}, &PointerError{Pointer: now}
+	}
+	return rc, err
 }
 
 // GetPromotion returns the receipt written for an idempotency key.
 func (r *Rollouts) GetPromotion(ctx context.Context, config, key string) (Receipt, error) {
-	kv, _, err := r.store.Get(ctx, configKey(config, "receipts/"+key), 0)
-	if errors.Is(err, store.ErrNotFound) {
-		return Receipt{}, fmt.Errorf("%w: %s of config %s", ErrNoPromotion, key, config)
-	}
+	var rc Receipt
+	kv, ok, err := getAt(ctx, r.store, configKey(config, "receipts/"+key), 0, &rc)
 	if err != nil {
 		return Receipt{}, err
 	}
-	var rc Receipt
-	if err := json.Unmarshal(kv.Value, &rc); err != nil {
-		return Receipt{}, fmt.Errorf("rollout: receipt %s: %w", key, err)
+	if !ok {
+		return Receipt{}, fmt.Errorf("%w: %s of config %s", ErrNoPromotion, key, config)
 	}
 	rc.Revision = kv.ModRevision
 	return rc, nil
@@ -135,8 +191,12 @@ func (r *Rollouts) Receipts(ctx context.Context, config string) ([]Receipt, erro
 	return out, nil
 }
 
-// existing returns the receipt already written for the key, if any.
-func (r *Rollouts) existing(ctx context.Context, m Move) (*Receipt, error) {
+// existing returns the receipt already written for the key, if any, when it
+// records the same request (a retry: the same kind of move, to the same
+// generation for a promotion; the expectation may differ, since a retry
+// after the move happened reads the pointer it moved); a receipt of
+// another request under the key is ErrKeyReused.
+func (r *Rollouts) existing(ctx context.Context, m Move, rollback bool) (*Receipt, error) {
 	if !keyPattern.MatchString(m.IdempotencyKey) {
 		return nil, fmt.Errorf("%w: idempotency key %q must be 1-128 of A-Z a-z 0-9 . _ : -", ErrInvalid, m.IdempotencyKey)
 	}
@@ -147,7 +207,19 @@ func (r *Rollouts) existing(ctx context.Context, m Move) (*Receipt, error) {
 	if err != nil {
 		return nil, err
 	}
+	if rc.Rollback != rollback || (!rollback && rc.To != m.To) {
+		return nil, fmt.Errorf("%w: key %s of config %s is the receipt of %s; use a new key for a new request",
+			ErrKeyReused, m.IdempotencyKey, m.ConfigID, describe(rc))
+	}
 	return &rc, nil
+}
+
+func describe(rc Receipt) string {
+	kind := "a promotion"
+	if rc.Rollback {
+		kind = "a rollback"
+	}
+	return fmt.Sprintf("%s from generation %d to %d at epoch %d (by %s at %s)", kind, rc.From, rc.To, rc.Epoch, rc.Actor, rc.Time.Format(time.RFC3339))
 }
 
 func derefReceipt(rc *Receipt) Receipt {
@@ -157,19 +229,12 @@ func derefReceipt(rc *Receipt) Receipt {
 	return *rc
 }
 
-func (r *Rollouts) checkPointer(ctx context.Context, m Move) (Pointer, error) {
-	ptr, err := r.Pointer(ctx, m.ConfigID)
-	if err != nil {
-		return Pointer{}, err
-	}
-	if ptr.Generation != m.ExpectedGeneration || ptr.Epoch != m.ExpectedEpoch {
-		return Pointer{}, &PointerError{Pointer: ptr}
-	}
-	return ptr, nil
-}
-
-// write commits the receipt and the new pointer in one transaction.
-func (r *Rollouts) write(ctx context.Context, m Move, ptr Pointer, rc Receipt) (Receipt, error) {
+// write commits the receipt and the new pointer in one transaction that
+// compares the pointer read and the receipt's absence, and holds the
+// unchanged conditions the decision rests on. A failed condition is
+// returned as the store's ErrRevisionMismatch; any other failure may have
+// committed, and is an *UnknownError.
+func (r *Rollouts) write(ctx context.Context, m Move, ptr Pointer, unchanged []store.Unchanged, rc Receipt) (Receipt, error) {
 	rc.Actor, rc.Time, rc.IdempotencyKey = m.Actor, r.now().UTC(), m.IdempotencyKey
 	receiptKey := configKey(m.ConfigID, "receipts/"+m.IdempotencyKey)
 	rb, err := json.Marshal(rc)
@@ -181,21 +246,15 @@ func (r *Rollouts) write(ctx context.Context, m Move, ptr Pointer, rc Receipt) (
 		return Receipt{}, err
 	}
 	res, err := r.store.Txn(ctx, store.Txn{
-		Compares: []store.Compare{{Key: configKey(m.ConfigID, "active"), ModRevision: ptr.Revision}, {Key: receiptKey, ModRevision: 0}},
-		Puts:     []store.Put{{Key: receiptKey, Value: rb}, {Key: configKey(m.ConfigID, "active"), Value: pb}},
+		Compares:  []store.Compare{{Key: pointerKey(m.ConfigID), ModRevision: ptr.Revision}, {Key: receiptKey, ModRevision: 0}},
+		Unchanged: unchanged,
+		Puts:      []store.Put{{Key: receiptKey, Value: rb}, {Key: pointerKey(m.ConfigID), Value: pb}},
 	})
 	if errors.Is(err, store.ErrRevisionMismatch) {
-		if done, derr := r.existing(ctx, m); done != nil || derr != nil {
-			return derefReceipt(done), derr // the same key won, in a concurrent retry
-		}
-		now, perr := r.Pointer(ctx, m.ConfigID)
-		if perr != nil {
-			return Receipt{}, perr
-		}
-		return Receipt{}, &PointerError{Pointer: now}
+		return Receipt{}, err
 	}
 	if err != nil {
-		// Only a compare that failed is a definite no: any other failure
+		// Only a condition that failed is a definite no: any other failure
 		// (a store that timed out or went away mid-write) may have
 		// committed, and only the receipt can tell.
 		return Receipt{}, &UnknownError{ConfigID: m.ConfigID, IdempotencyKey: m.IdempotencyKey, Err: err}
@@ -205,15 +264,15 @@ func (r *Rollouts) write(ctx context.Context, m Move, ptr Pointer, rc Receipt) (
 }
 
 // checkDependenciesActive refuses a promotion before every config the
-// release depends on runs at least the generation it needs.
-func (r *Rollouts) checkDependenciesActive(ctx context.Context, deps map[string]int64) error {
+// release depends on runs at least the generation it needs, as of rev.
+func (r *Rollouts) checkDependenciesActive(ctx context.Context, deps map[string]int64, rev int64) error {
 	configs := make([]string, 0, len(deps))
 	for c := range deps {
 		configs = append(configs, c)
 	}
 	sort.Strings(configs)
 	for _, c := range configs {
-		ptr, err := r.Pointer(ctx, c)
+		ptr, err := r.pointerAt(ctx, c, rev)
 		if err != nil {
 			return err
 		}

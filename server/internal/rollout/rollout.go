@@ -1,24 +1,53 @@
 // Package rollout records ACKs, evaluates stages against a release's frozen
-// membership, and moves a config's active pointer by compare-and-swap with
-// a promotion receipt (DESIGN.md: ACK, Quorum, Active pointer).
+// membership, moves each rollout forward, and moves a config's active
+// pointer by compare-and-swap with a promotion receipt.
 //
 // Layout, for config C and generation G, under store.SystemPrefix:
 //
-//	configs/C/acks/G/<identity>/<time>   every ACK, counted or not, with the reason
+//	configs/C/progress/G                 how many stages of the rollout passed, with evidence
 //	configs/C/stops/G                    the stop record of a rollout that stopped
+//	configs/C/retired/G/<identity>       a member retired from the frozen membership
 //	configs/C/active                     the pointer: generation, epoch, receipt key
 //	configs/C/receipts/<key>             one receipt per idempotency key
+//	acks/C/G/<identity>/<time>           every ACK, counted or not, with the reason
+//	applied/C/<identity>                 what the instance last reported applying
 //
-// A release's rollout state moves forward through these records, never by
-// editing the release: it is a candidate while its stages are evaluated,
-// stopped once a stop record exists (a stage failed or an operator stopped
-// it), active while the pointer names it, and superseded or rolled back
-// after (see ReleaseStates).
+// ACKs and applied records live outside configs/, which assignment streams
+// follow: thousands of ACKs wake no stream, and only the records that can
+// change an assignment (releases, progress, stops, retirements, pointers)
+// do.
 //
-// The pointer and its receipt are written in one store transaction that
-// compares the pointer's revision and the receipt's absence: of concurrent
-// promotions exactly one commits, and retrying with the same idempotency
-// key returns the receipt that was written.
+// # Reads and writes
+//
+// Status, Assignments and ReleaseStates only read. Everything that decides
+// reads the records it decides on at one store revision and writes with a
+// transaction conditioned on them not having changed since (store.Txn
+// compares and Unchanged prefixes). Of two writers that decided on
+// overlapping records, one commits and the other re-reads and decides
+// again, so no decision rests on a state that never existed: a Promote and
+// a stop of the same release cannot both win, and an ACK is judged against
+// the pointer, stop record and registration it is stored with.
+//
+// # What counts
+//
+// An ACK counts toward quorum only when it comes from a frozen, unretired
+// member, from its current registration (boot and membership epoch), with
+// the release's content and validator digests, while the release is active
+// or, as a candidate, assigned to the instance by a stage the rollout has
+// reached, in apply-sequence order, and (for HEALTHY_ACKED) after the
+// release's health window and within its stage's health budget. Every ACK is
+// stored either way, with the reason it did not count. A member's state is
+// its latest counted ACK from its current registration: a restart resets
+// it.
+//
+// # Moving forward
+//
+// A release's rollout moves only forward. Settle evaluates it and records
+// each stage that passed (reaching the next stage, whose instances are then
+// assigned the release) or the stop of a rollout whose stage failed.
+// Promote needs every stage passing at the revision it commits against. A
+// rollback is a new receipt with the epoch incremented; the release it left
+// is never promoted again and its evidence is frozen.
 package rollout
 
 import (
@@ -42,14 +71,25 @@ var (
 	// where it is.
 	ErrPointerMoved = errors.New("rollout: the active pointer moved")
 	// ErrNotReady means the release does not meet the conditions of
-	// promotion (its stages, digests or deadline).
+	// promotion (its stages, digests or deadline), or its rollout is over.
 	ErrNotReady = errors.New("rollout: release not ready for promotion")
 	// ErrNoPromotion means no receipt has that idempotency key.
 	ErrNoPromotion = errors.New("rollout: no promotion with that idempotency key")
+	// ErrKeyReused means an idempotency key already names a receipt of a
+	// different request.
+	ErrKeyReused = errors.New("rollout: idempotency key already used for another request")
 	// ErrPromotionUnknown means the store write of a Promote or Rollback
 	// ended without a definite answer: it may or may not have committed.
 	// *UnknownError names the key to resolve it with (GetPromotion).
 	ErrPromotionUnknown = errors.New("rollout: PROMOTION_UNKNOWN")
+	// ErrNotMember means the instance is not in the release's frozen
+	// membership.
+	ErrNotMember = errors.New("rollout: not a member of the release")
+	// ErrAlreadyRetired means the member was retired before.
+	ErrAlreadyRetired = errors.New("rollout: member already retired")
+	// ErrContended means the records a decision rests on kept changing
+	// while it was being made; the caller may retry.
+	ErrContended = errors.New("rollout: the rollout kept changing during the request")
 )
 
 // UnknownError reports a move whose outcome is unknown. It matches
@@ -84,56 +124,22 @@ func (e *PointerError) Error() string {
 // Is reports whether target is ErrPointerMoved.
 func (e *PointerError) Is(target error) bool { return target == ErrPointerMoved }
 
-// AckState is the state an instance reports for a release.
-type AckState string
-
-// The states of DESIGN.md.
-const (
-	Discovered   AckState = "DISCOVERED"
-	Downloaded   AckState = "DOWNLOADED"
-	Validated    AckState = "VALIDATED"
-	Staged       AckState = "STAGED"
-	Applied      AckState = "APPLIED"
-	HealthyAcked AckState = "HEALTHY_ACKED"
-	Rejected     AckState = "REJECTED"
-	Stale        AckState = "STALE"
-)
-
-var knownStates = map[AckState]bool{Discovered: true, Downloaded: true, Validated: true, Staged: true, Applied: true, HealthyAcked: true, Rejected: true, Stale: true}
-
-// Ack is one report from an instance.
-type Ack struct {
-	ConfigID         string    `json:"config_id"`
-	Generation       int64     `json:"generation"`
-	WorkloadIdentity string    `json:"workload_identity"`
-	BootID           string    `json:"boot_id"`
-	MembershipEpoch  int64     `json:"membership_epoch"`
-	ContentDigest    string    `json:"content_digest"`
-	ValidatorDigest  string    `json:"validator_digest"`
-	AppArtifact      string    `json:"app_artifact"`
-	ApplySequence    int64     `json:"apply_sequence"`
-	State            AckState  `json:"state"`
-	HealthOK         bool      `json:"health_ok"`
-	Reason           string    `json:"reason,omitempty"`
-	TraceParent      string    `json:"traceparent,omitempty"`
-	ReceivedAt       time.Time `json:"received_at"`
-	// Counted says whether the ACK counts toward quorum; Why says why not.
-	Counted bool   `json:"counted"`
-	Why     string `json:"why,omitempty"`
-}
-
 // Pointer is a config's active pointer.
 type Pointer struct {
 	Generation int64  `json:"generation"`
 	Epoch      int64  `json:"epoch"`
 	ReceiptKey string `json:"receipt_key"`
 	// HighWater is the highest generation ever promoted. A release at or
-	// below it was active once (and may have been rolled back): it is never
-	// offered as a canary again.
+	// below it was active once (and may have been rolled back) or was
+	// passed over: its rollout is over.
 	HighWater int64 `json:"high_water"`
 	// Revision is the store revision of the pointer (0: never set).
 	Revision int64 `json:"-"`
 }
+
+// promoted reports whether gen was ever active or passed over by a
+// promotion: its rollout is over either way.
+func (p Pointer) promoted(gen int64) bool { return gen <= max(p.Generation, p.HighWater) }
 
 // Receipt is the proof of one move of the pointer.
 type Receipt struct {
@@ -151,7 +157,7 @@ type Receipt struct {
 	Revision int64 `json:"-"`
 }
 
-// Rollouts records ACKs and moves pointers.
+// Rollouts records ACKs and moves rollouts and pointers.
 type Rollouts struct {
 	store    store.Store
 	releases *release.Releases
@@ -174,208 +180,74 @@ type Option func(*Rollouts)
 // WithClock replaces time.Now, for tests and simulations of deadlines.
 func WithClock(now func() time.Time) Option { return func(r *Rollouts) { r.now = now } }
 
+// maxAttempts bounds how often a decision is re-read and made again after
+// the records it rested on changed under it. Each retry means another
+// writer committed; under any realistic contention a few suffice.
+const maxAttempts = 16
+
 func configKey(config, rest string) string {
 	return store.SystemPrefix + "configs/" + config + "/" + rest
 }
 
-// RecordAck stores ack, counted or with the reason it does not count, and
-// returns it as stored. Only a malformed ACK or a store failure is an
-// error: late, duplicate, stale and out-of-membership ACKs are kept.
-func (r *Rollouts) RecordAck(ctx context.Context, ack Ack) (Ack, error) {
-	if ack.WorkloadIdentity == "" || ack.BootID == "" || !knownStates[ack.State] || ack.ApplySequence < 0 {
-		return Ack{}, fmt.Errorf("%w: an ACK needs a workload identity, a boot ID, a known state and a non-negative apply sequence", ErrInvalid)
-	}
-	rel, err := r.releases.Get(ctx, ack.ConfigID, ack.Generation)
-	if err != nil {
-		return Ack{}, err
-	}
-	ack.ReceivedAt = r.now().UTC()
-	ack.Counted, ack.Why, err = r.judge(ctx, rel, ack)
-	if err != nil {
-		return Ack{}, err
-	}
-	b, err := json.Marshal(ack)
-	if err != nil {
-		return Ack{}, fmt.Errorf("rollout: encode ACK: %w", err)
-	}
-	// The key orders an instance's ACKs by arrival; two arriving in the
-	// same nanosecond take the next free one.
-	for nanos := ack.ReceivedAt.UnixNano(); ; nanos++ {
-		key := configKey(ack.ConfigID, fmt.Sprintf("acks/%020d/%s/%020d", ack.Generation, ack.WorkloadIdentity, nanos))
-		_, err := r.store.Put(ctx, store.Put{Key: key, Value: b, ExpectModRevision: new(int64)})
-		if errors.Is(err, store.ErrRevisionMismatch) {
-			continue
-		}
-		if err != nil {
-			return Ack{}, fmt.Errorf("rollout: store ACK: %w", err)
-		}
-		if ack.Counted && (ack.State == Rejected || (ack.State == HealthyAcked && !ack.HealthOK)) {
-			// A rejection may fail a stage: evaluating now writes the stop
-			// record at once, so the canaries are called back at once.
-			if _, err := r.Status(ctx, ack.ConfigID, ack.Generation); err != nil {
-				return Ack{}, fmt.Errorf("rollout: evaluate after a rejection: %w", err)
-			}
-		}
-		return ack, nil
-	}
+func pointerKey(config string) string { return configKey(config, "active") }
+
+func headKey(config string) string { return configKey(config, "head") }
+
+func stopKey(config string, gen int64) string {
+	return configKey(config, fmt.Sprintf("stops/%020d", gen))
 }
 
-// judge decides whether ack counts.
-func (r *Rollouts) judge(ctx context.Context, rel release.Release, ack Ack) (bool, string, error) {
-	member := false
-	for _, m := range rel.Membership {
-		if m.ID == ack.WorkloadIdentity {
-			member = true
-		}
-	}
-	ptr, err := r.Pointer(ctx, ack.ConfigID)
-	if err != nil {
-		return false, "", err
-	}
-	stop, err := r.GetStop(ctx, ack.ConfigID, ack.Generation)
-	if err != nil {
-		return false, "", err
-	}
-	prev, err := r.acks(ctx, ack.ConfigID, ack.Generation, ack.WorkloadIdentity)
-	if err != nil {
-		return false, "", err
-	}
-	current, currentEpoch := "", int64(0)
-	if rec, err := r.registry.Get(ctx, ack.WorkloadIdentity); err == nil {
-		current, currentEpoch = rec.BootID, rec.MembershipEpoch
-	} else if !errors.Is(err, instance.ErrNotFound) {
-		return false, "", err
-	}
-	switch {
-	case !member:
-		return false, "the instance is not in the release's frozen membership", nil
-	case current != "" && current != ack.BootID:
-		return false, fmt.Sprintf("stale boot %s: the instance registered again as boot %s", ack.BootID, current), nil
-	case ack.MembershipEpoch != 0 && currentEpoch != 0 && ack.MembershipEpoch != currentEpoch:
-		return false, fmt.Sprintf("stale membership epoch %d: the instance's registration is at epoch %d; register again", ack.MembershipEpoch, currentEpoch), nil
-	case ack.ContentDigest != rel.ContentDigest:
-		return false, fmt.Sprintf("content digest %s is not the release's %s", ack.ContentDigest, rel.ContentDigest), nil
-	case ack.ValidatorDigest != rel.ValidatorDigest:
-		return false, fmt.Sprintf("validator digest %s is not the release's %s", ack.ValidatorDigest, rel.ValidatorDigest), nil
-	case ptr.Generation > rel.Generation:
-		// ACKs of the active release still count: after promotion they
-		// are its health, which a rollback decision reads.
-		return false, fmt.Sprintf("late: generation %d was superseded (active generation %d)", rel.Generation, ptr.Generation), nil
-	case stop != nil:
-		return false, fmt.Sprintf("late: the rollout stopped at %s (%s); its evidence is frozen", stop.Time.Format(time.RFC3339), stop.Reason), nil
-	}
-	var applied *Ack
-	for i, p := range prev {
-		if p.BootID != ack.BootID || !p.Counted {
-			continue
-		}
-		switch {
-		case p.ApplySequence > ack.ApplySequence:
-			return false, fmt.Sprintf("out of order: apply sequence %d after %d", ack.ApplySequence, p.ApplySequence), nil
-		case p.ApplySequence == ack.ApplySequence && p.State == ack.State:
-			return false, fmt.Sprintf("duplicate: %s at apply sequence %d was already counted", ack.State, ack.ApplySequence), nil
-		case p.ApplySequence == ack.ApplySequence && p.State == Applied && applied == nil:
-			applied = &prev[i]
-		}
-	}
-	if why := healthWindowUnmet(rel, ack, applied); why != "" {
-		return false, why, nil
-	}
-	return true, "", nil
+func progressKey(config string, gen int64) string {
+	return configKey(config, fmt.Sprintf("progress/%020d", gen))
 }
 
-// healthWindowUnmet says why a healthy report came too soon, or "" if it did
-// not: with a health window, HEALTHY_ACKED counts only when the same boot's
-// APPLIED of the same apply sequence arrived at least the window before it.
-// An unhealthy report counts at once: a failure needs no waiting.
-func healthWindowUnmet(rel release.Release, ack Ack, applied *Ack) string {
-	if ack.State != HealthyAcked || !ack.HealthOK || rel.HealthWindow <= 0 {
-		return ""
-	}
-	if applied == nil {
-		return fmt.Sprintf("health window: no APPLIED ACK of boot %s at apply sequence %d came first; report APPLIED, then HEALTHY_ACKED after %s",
-			ack.BootID, ack.ApplySequence, rel.HealthWindow)
-	}
-	if held := ack.ReceivedAt.Sub(applied.ReceivedAt); held < rel.HealthWindow {
-		return fmt.Sprintf("health window: healthy %s after APPLIED, but the release's health window is %s; report again when it has passed",
-			held.Round(time.Millisecond), rel.HealthWindow)
-	}
-	return ""
+func acksPrefix(config string, gen int64) string {
+	return fmt.Sprintf("%sacks/%s/%020d/", store.SystemPrefix, config, gen)
 }
 
-// Acks returns every ACK of a generation, counted or not, in arrival order
-// per instance.
-func (r *Rollouts) Acks(ctx context.Context, config string, gen int64) ([]Ack, error) {
-	return r.acks(ctx, config, gen, "")
+func retiredPrefix(config string, gen int64) string {
+	return configKey(config, fmt.Sprintf("retired/%020d/", gen))
 }
 
-func (r *Rollouts) acks(ctx context.Context, config string, gen int64, identity string) ([]Ack, error) {
-	prefix := configKey(config, fmt.Sprintf("acks/%020d/", gen))
-	if identity != "" {
-		prefix += identity + "/"
-	}
-	var out []Ack
-	err := store.Each(ctx, r.store, prefix, func(kv store.KeyValue) error {
-		var a Ack
-		if err := json.Unmarshal(kv.Value, &a); err != nil {
-			return fmt.Errorf("rollout: ACK %s: %w", kv.Key, err)
-		}
-		// Identities may hold '/': the prefix of "a" also covers "a/b".
-		if identity == "" || a.WorkloadIdentity == identity {
-			out = append(out, a)
-		}
-		return nil
-	})
-	return out, err
-}
-
-// States reduces a generation's counted ACKs to each member's latest
-// state: healthy (HEALTHY_ACKED with a passing health window), rejected, or
-// pending.
-func States(acks []Ack) map[string]quorum.State {
-	return quorumStates(latestCounted(acks))
-}
-
-// latestCounted is each instance's latest counted ACK: the highest apply
-// sequence, and of equal ones the last to arrive.
-func latestCounted(acks []Ack) map[string]Ack {
-	latest := map[string]Ack{}
-	for _, a := range acks {
-		if l, ok := latest[a.WorkloadIdentity]; a.Counted && (!ok || a.ApplySequence >= l.ApplySequence) {
-			latest[a.WorkloadIdentity] = a
-		}
-	}
-	return latest
-}
-
-// quorumStates maps latest ACKs to what quorum counts.
-func quorumStates(latest map[string]Ack) map[string]quorum.State {
-	states := map[string]quorum.State{}
-	for id, a := range latest {
-		switch {
-		case a.State == Rejected || (a.State == HealthyAcked && !a.HealthOK):
-			states[id] = quorum.Rejected
-		case a.State == HealthyAcked:
-			states[id] = quorum.Healthy
-		}
-	}
-	return states
-}
+func appliedPrefix(config string) string { return store.SystemPrefix + "applied/" + config + "/" }
 
 // Pointer returns a config's active pointer (generation 0 before the first
 // promotion).
 func (r *Rollouts) Pointer(ctx context.Context, config string) (Pointer, error) {
-	kv, _, err := r.store.Get(ctx, configKey(config, "active"), 0)
-	if errors.Is(err, store.ErrNotFound) {
-		return Pointer{}, nil
-	}
-	if err != nil {
-		return Pointer{}, err
-	}
+	return r.pointerAt(ctx, config, 0)
+}
+
+func (r *Rollouts) pointerAt(ctx context.Context, config string, rev int64) (Pointer, error) {
 	var p Pointer
-	if err := json.Unmarshal(kv.Value, &p); err != nil {
-		return Pointer{}, fmt.Errorf("rollout: pointer of %s: %w", config, err)
+	kv, ok, err := getAt(ctx, r.store, pointerKey(config), rev, &p)
+	if err != nil || !ok {
+		return Pointer{}, err
 	}
 	p.Revision = kv.ModRevision
 	return p, nil
+}
+
+// getAt reads key at rev (0: current) and decodes its JSON into v; ok is
+// false when the key does not exist.
+func getAt(ctx context.Context, st store.Store, key string, rev int64, v any) (store.KeyValue, bool, error) {
+	kv, _, err := st.Get(ctx, key, rev)
+	if errors.Is(err, store.ErrNotFound) {
+		return store.KeyValue{}, false, nil
+	}
+	if err != nil {
+		return store.KeyValue{}, false, err
+	}
+	if err := json.Unmarshal(kv.Value, v); err != nil {
+		return store.KeyValue{}, false, fmt.Errorf("rollout: record %s: %w", kv.Key, err)
+	}
+	return kv, true, nil
+}
+
+// currentRevision is the store's revision now: what a decision reads at.
+func (r *Rollouts) currentRevision(ctx context.Context) (int64, error) {
+	st, err := r.store.Status(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("rollout: read the store's revision: %w", err)
+	}
+	return st.Revision, nil
 }

@@ -88,17 +88,28 @@ func (e *env) releaseWith(t *testing.T, weight int, edit func(*release.Spec)) re
 	return rel
 }
 
-func (e *env) ack(t *testing.T, rel release.Release, id, boot string, seq int64, state rollout.AckState) rollout.Ack {
+// ack reports state for id's boot at apply sequence seq, from the
+// instance's current registration (its membership epoch), and returns the
+// ACK as judged.
+func (e *env) ack(t *testing.T, rel release.Release, id, boot string, seq int64, state rollout.AckState, opts ...func(*rollout.Ack)) rollout.Ack {
 	t.Helper()
-	a, err := e.rollouts.RecordAck(context.Background(), rollout.Ack{
-		ConfigID: rel.ConfigID, Generation: rel.Generation, WorkloadIdentity: id, BootID: boot, ApplySequence: seq,
-		ContentDigest: rel.ContentDigest, ValidatorDigest: rel.ValidatorDigest, State: state, HealthOK: true,
-		TraceParent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
-	})
+	reg, err := e.registry.Get(context.Background(), id)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return a
+	a := rollout.Ack{
+		ConfigID: rel.ConfigID, Generation: rel.Generation, WorkloadIdentity: id, BootID: boot, ApplySequence: seq,
+		MembershipEpoch: reg.MembershipEpoch, ContentDigest: rel.ContentDigest, ValidatorDigest: rel.ValidatorDigest,
+		State: state, HealthOK: true, TraceParent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+	}
+	for _, o := range opts {
+		o(&a)
+	}
+	got, err := e.rollouts.RecordAck(context.Background(), a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
 }
 
 func TestStageBlocksUntilEveryZoneAcksThenPromotes(t *testing.T) {
@@ -157,20 +168,31 @@ func TestAcksThatDoNotCountAreKeptWithTheirReason(t *testing.T) {
 	if a := e.ack(t, rel, "i1", "boot-1", 1, rollout.HealthyAcked); a.Counted || !strings.Contains(a.Why, "stale boot boot-1") {
 		t.Fatalf("old boot ACK = %+v", a)
 	}
-	wrong, err := e.rollouts.RecordAck(ctx, rollout.Ack{ConfigID: "routing", Generation: 1, WorkloadIdentity: "i2", BootID: "boot-1", ApplySequence: 1,
-		ContentDigest: "sha256:00", ValidatorDigest: rel.ValidatorDigest, State: rollout.HealthyAcked, HealthOK: true})
-	if err != nil || wrong.Counted || !strings.Contains(wrong.Why, "content digest sha256:00 is not the release's") {
-		t.Fatalf("wrong-digest ACK = %+v, %v", wrong, err)
+	if wrong := e.ack(t, rel, "i2", "boot-1", 1, rollout.HealthyAcked, func(a *rollout.Ack) { a.ContentDigest = "sha256:00" }); wrong.Counted ||
+		!strings.Contains(wrong.Why, "content digest sha256:00 is not the release's") {
+		t.Fatalf("wrong-digest ACK = %+v", wrong)
 	}
 	acks, err := e.rollouts.Acks(ctx, "routing", 1)
 	if err != nil || len(acks) != 6 {
 		t.Fatalf("audit trail holds %d ACKs, %v; want all 6", len(acks), err)
 	}
-	if states := rollout.States(acks); len(states) != 1 || states["i0"] != quorum.Healthy {
-		t.Fatalf("counted states = %v", states)
+	st, err := e.rollouts.Status(ctx, "routing", 1)
+	if err != nil || st.Stages[0].Evaluation.Healthy != 1 || st.Stages[0].States["HEALTHY_ACKED"] != 1 || st.Stages[0].States["NO_ACK"] != 5 {
+		t.Fatalf("counted states = %+v, %v", st.Stages, err)
 	}
-	if _, err := e.rollouts.RecordAck(ctx, rollout.Ack{ConfigID: "routing", Generation: 1, State: "MAYBE"}); !errors.Is(err, rollout.ErrInvalid) {
-		t.Fatalf("malformed ACK = %v", err)
+	for _, bad := range []rollout.Ack{
+		{ConfigID: "routing", Generation: 1, State: "MAYBE"},
+		{ConfigID: "routing", Generation: 1, WorkloadIdentity: "i0", BootID: "boot-1", State: rollout.Applied}, // no membership epoch
+		{ConfigID: "routing", Generation: 1, WorkloadIdentity: "i0", BootID: "boot-1", MembershipEpoch: 1, State: rollout.Applied, ApplySequence: -1},
+		{ConfigID: "routing", Generation: 1, WorkloadIdentity: "i0", BootID: "boot-1", MembershipEpoch: 1, State: rollout.HealthyAcked,
+			Health: &rollout.Health{ErrorRate: 1.5}},
+	} {
+		if _, err := e.rollouts.RecordAck(ctx, bad); !errors.Is(err, rollout.ErrInvalid) {
+			t.Fatalf("malformed ACK %+v = %v", bad, err)
+		}
+	}
+	if acks, _ := e.rollouts.Acks(ctx, "routing", 1); len(acks) != 6 {
+		t.Fatalf("malformed ACKs were stored: %d ACKs", len(acks))
 	}
 }
 
@@ -213,6 +235,24 @@ func (e *env) state(t *testing.T, rel release.Release) release.State {
 		t.Fatal(err)
 	}
 	return state(rel)
+}
+
+// promoted creates a release, has every instance report healthy, and
+// promotes it from the pointer as it stands, with key p<generation>.
+func (e *env) promoted(t *testing.T, weight int) release.Release {
+	t.Helper()
+	ctx := context.Background()
+	rel := e.release(t, weight)
+	ackAll(t, e, rel)
+	ptr, err := e.rollouts.Pointer(ctx, "routing")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.rollouts.Promote(ctx, rollout.Move{ConfigID: "routing", To: rel.Generation, ExpectedGeneration: ptr.Generation,
+		ExpectedEpoch: ptr.Epoch, IdempotencyKey: fmt.Sprintf("p%d", rel.Generation)}); err != nil {
+		t.Fatal(err)
+	}
+	return rel
 }
 
 func ackAll(t *testing.T, e *env, rel release.Release) {
@@ -309,10 +349,19 @@ func TestAStageWaitingAtTheDeadlineFails(t *testing.T) {
 		t.Fatalf("before the deadline: %+v, %v", st, err)
 	}
 	e.clock.Advance(2 * time.Hour)
+	// Status only reads: it shows the stage failed, and Settle (the
+	// supervisor, or the next ACK) records the stop.
 	st, err = e.rollouts.Status(context.Background(), "routing", 1)
 	if ev := st.Stages[0].Evaluation; err != nil || ev.Outcome != quorum.Failed || !strings.Contains(ev.Reason, "the deadline passed") ||
-		ev.Healthy != 4 || st.Stop == nil || !strings.Contains(st.Stop.Reason, "the deadline passed") {
+		ev.Healthy != 4 || st.Stop != nil {
 		t.Fatalf("after the deadline: %+v, %v", st, err)
+	}
+	if err := e.rollouts.Settle(context.Background(), "routing", 1); err != nil {
+		t.Fatal(err)
+	}
+	st, err = e.rollouts.Status(context.Background(), "routing", 1)
+	if err != nil || st.Stop == nil || !strings.Contains(st.Stop.Reason, "the deadline passed") || st.Stop.Evidence[0].Healthy != 4 {
+		t.Fatalf("after Settle: %+v, %v", st.Stop, err)
 	}
 	if _, err := e.rollouts.Promote(context.Background(), rollout.Move{ConfigID: "routing", To: 1, IdempotencyKey: "late"}); !errors.Is(err, rollout.ErrNotReady) {
 		t.Fatalf("Promote after the deadline = %v", err)

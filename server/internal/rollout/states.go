@@ -55,7 +55,7 @@ func (r *Rollouts) ReleaseStates(ctx context.Context, config string) (func(relea
 	if err != nil {
 		return nil, err
 	}
-	latest, err := r.releases.Latest(ctx, config)
+	latest, err := r.releases.HeadAt(ctx, config, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -68,7 +68,7 @@ func (r *Rollouts) ReleaseStates(ctx context.Context, config string) (func(relea
 			return StateRolledBack
 		case stopped[g]:
 			return StateStopped
-		case ptr.promoted(g) || g < latest.Generation:
+		case ptr.promoted(g) || g < latest:
 			return StateSuperseded
 		}
 		return release.StateCandidate

@@ -2,26 +2,13 @@ package rollout
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
-	"fmt"
+	"sort"
 	"time"
 
 	"github.com/pawlcfg/pawl/server/internal/instance"
 	"github.com/pawlcfg/pawl/server/internal/quorum"
 	"github.com/pawlcfg/pawl/server/internal/release"
-	"github.com/pawlcfg/pawl/server/internal/store"
 )
-
-// StageResult is one stage's evaluation.
-type StageResult struct {
-	Name       string
-	Evaluation quorum.Evaluation
-	// States counts the stage's members by their latest counted state
-	// ("NO_ACK" for none), overall and per zone.
-	States     map[string]int
-	ZoneStates map[string]map[string]int
-}
 
 // Stop is the record of a stopped rollout: the stage that failed (or the
 // operator who stopped it), why, and every stage's tallies at that moment.
@@ -41,172 +28,82 @@ type Stop struct {
 	Revision int64 `json:"-"`
 }
 
-// Status is a release's rollout as it stands.
+// Status is a release's rollout as it stands at one store revision.
 type Status struct {
 	Release release.Release
-	// Stages are evaluated now, from the ACKs that counted.
+	// Revision is the store revision everything was read at.
+	Revision int64
+	// Stages are evaluated at Revision, from each member's latest counted
+	// ACK of its current registration.
 	Stages []StageResult
-	// Acks are every ACK of the release, counted or not, as evaluated.
+	// Acks are every ACK of the release, counted or not.
 	Acks []Ack
 	// Pointer is the config's active pointer.
 	Pointer Pointer
 	// Stop is set once the rollout stopped.
 	Stop *Stop
+	// Progress records the stages that passed.
+	Progress Progress
+	// Retirements are the members retired from the membership, by identity.
+	Retirements []Retirement
+	// Coverage says how many members reported what they run.
+	Coverage Coverage
 }
 
-// promoted reports whether gen was ever active or passed over by a
-// promotion: its rollout is over either way.
-func (p Pointer) promoted(gen int64) bool { return gen <= max(p.Generation, p.HighWater) }
-
-// Status evaluates every stage of a release against its frozen membership.
-// The first time a stage of a release that was never promoted is found
-// failed (its rejections passed the threshold, or the deadline came while
-// it waited), the stop record is written with the tallies as evidence.
+// Status evaluates every stage of a release against its frozen membership,
+// at one store revision. It only reads: a stage it finds passed or failed is
+// recorded by Settle.
 func (r *Rollouts) Status(ctx context.Context, config string, gen int64) (Status, error) {
-	rel, err := r.releases.Get(ctx, config, gen)
+	rev, err := r.currentRevision(ctx)
 	if err != nil {
 		return Status{}, err
 	}
-	ptr, err := r.Pointer(ctx, config)
+	s, err := r.load(ctx, config, gen, rev)
 	if err != nil {
 		return Status{}, err
 	}
-	stop, err := r.GetStop(ctx, config, gen)
+	ev, err := r.evaluateAt(ctx, s)
 	if err != nil {
 		return Status{}, err
 	}
-	acks, err := r.Acks(ctx, config, gen)
+	applied, err := r.appliedAll(ctx, config, rev)
 	if err != nil {
 		return Status{}, err
 	}
-	stages := r.evaluate(rel, acks)
-	st := Status{Release: rel, Stages: stages, Acks: acks, Pointer: ptr, Stop: stop}
-	if stop != nil || ptr.promoted(gen) {
-		return st, nil
+	st := Status{Release: s.rel, Revision: rev, Stages: ev.stages, Acks: ev.acks, Pointer: s.ptr, Stop: s.stop, Progress: s.progress,
+		Coverage: coverage(ev.plan, gen, s.rel.ContentDigest, applied, ev.regs)}
+	for _, rt := range s.retired {
+		st.Retirements = append(st.Retirements, rt)
 	}
-	for _, s := range stages {
-		if s.Evaluation.Outcome == quorum.Failed {
-			st.Stop, _, err = r.writeStop(ctx, newStop(rel, stages, s.Name, s.Evaluation.Reason, r.now()))
-			return st, err
-		}
-	}
+	sort.Slice(st.Retirements, func(i, j int) bool { return st.Retirements[i].WorkloadIdentity < st.Retirements[j].WorkloadIdentity })
 	return st, nil
 }
 
-func newStop(rel release.Release, stages []StageResult, stage, reason string, now time.Time) Stop {
-	s := Stop{ConfigID: rel.ConfigID, Generation: rel.Generation, Stage: stage, Reason: reason, Time: now.UTC()}
-	for _, res := range stages {
-		s.Evidence = append(s.Evidence, res.Evaluation)
-		s.StageNames = append(s.StageNames, res.Name)
-	}
-	return s
+// evaluation is a snapshot's stages evaluated, with what they rest on.
+type evaluation struct {
+	plan   plan
+	acks   []Ack
+	regs   map[string]instance.Record
+	stages []StageResult
 }
 
-// evaluate tallies every stage of rel from the counted ones of its ACKs.
-func (r *Rollouts) evaluate(rel release.Release, acks []Ack) []StageResult {
-	latest := latestCounted(acks)
-	states := quorumStates(latest)
-	var out []StageResult
-	for _, st := range rel.Stages {
-		res := StageResult{Name: st.Name, States: map[string]int{}, ZoneStates: map[string]map[string]int{}}
-		var members []quorum.Member
-		for _, m := range rel.Membership {
-			if !instance.Matches(m, st.Selector) {
-				continue
-			}
-			members = append(members, m)
-			state := string(latest[m.ID].State)
-			if state == "" {
-				state = "NO_ACK"
-			}
-			res.States[state]++
-			if res.ZoneStates[m.Zone] == nil {
-				res.ZoneStates[m.Zone] = map[string]int{}
-			}
-			res.ZoneStates[m.Zone][state]++
-		}
-		res.Evaluation = quorum.Evaluate(st.Policy, members, states)
-		if deadline := rel.CreatedAt.Add(rel.Deadline); res.Evaluation.Outcome == quorum.Waiting && r.now().After(deadline) {
-			// A stage still waiting at the release's deadline has failed;
-			// its tallies stay as the evidence.
-			res.Evaluation.Outcome = quorum.Failed
-			res.Evaluation.Reason = fmt.Sprintf("the deadline passed at %s while %s", deadline.Format(time.RFC3339), res.Evaluation.Reason)
-		}
-		out = append(out, res)
-	}
-	return out
-}
-
-func stopKey(config string, gen int64) string {
-	return configKey(config, fmt.Sprintf("stops/%020d", gen))
-}
-
-// GetStop returns the stop record of a release, or nil while its rollout
-// goes on.
-func (r *Rollouts) GetStop(ctx context.Context, config string, gen int64) (*Stop, error) {
-	kv, _, err := r.store.Get(ctx, stopKey(config, gen), 0)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, nil
-	}
+// evaluateAt reads the ACKs, registrations and config state at s.rev and
+// evaluates s's stages.
+func (r *Rollouts) evaluateAt(ctx context.Context, s snapshot) (evaluation, error) {
+	acks, err := r.acksAt(ctx, s.rel.ConfigID, s.rel.Generation, "", s.rev)
 	if err != nil {
-		return nil, err
+		return evaluation{}, err
 	}
-	var s Stop
-	if err := json.Unmarshal(kv.Value, &s); err != nil {
-		return nil, fmt.Errorf("rollout: stop record of %s generation %d: %w", config, gen, err)
-	}
-	s.Revision = kv.ModRevision
-	return &s, nil
-}
-
-// writeStop writes s if the release has no stop record yet, and returns
-// the record that stands and whether it is s (false: another was first).
-func (r *Rollouts) writeStop(ctx context.Context, s Stop) (*Stop, bool, error) {
-	b, err := json.Marshal(s)
+	regs, err := r.registrationsAt(ctx, s.rev)
 	if err != nil {
-		return nil, false, fmt.Errorf("rollout: encode stop record: %w", err)
+		return evaluation{}, err
 	}
-	res, err := r.store.Put(ctx, store.Put{Key: stopKey(s.ConfigID, s.Generation), Value: b, ExpectModRevision: new(int64)})
-	if errors.Is(err, store.ErrRevisionMismatch) {
-		first, err := r.GetStop(ctx, s.ConfigID, s.Generation)
-		return first, false, err
-	}
+	cs, err := r.configStateAt(ctx, s.rel.ConfigID, s.rev)
 	if err != nil {
-		return nil, false, fmt.Errorf("rollout: write stop record: %w", err)
+		return evaluation{}, err
 	}
-	s.Revision = res.Revision
-	return &s, true, nil
-}
-
-// StopRollout stops a release's rollout by hand, as an operator does at the
-// first sign of trouble: the stop record names the actor and the reason.
-// A release that was promoted cannot be stopped (roll back instead), and a
-// stopped one cannot be stopped again.
-func (r *Rollouts) StopRollout(ctx context.Context, config string, gen int64, reason, actor string) (Stop, error) {
-	if reason == "" {
-		return Stop{}, fmt.Errorf("%w: a stop needs a reason, for the audit trail", ErrInvalid)
-	}
-	st, err := r.Status(ctx, config, gen)
-	if err != nil {
-		return Stop{}, err
-	}
-	switch {
-	case st.Stop != nil:
-		return Stop{}, fmt.Errorf("%w: the rollout of %s generation %d already stopped at %s: %s",
-			ErrNotReady, config, gen, st.Stop.Time.Format(time.RFC3339), st.Stop.Reason)
-	case st.Pointer.promoted(gen):
-		return Stop{}, fmt.Errorf("%w: %s generation %d was promoted (active generation %d); roll back instead",
-			ErrNotReady, config, gen, st.Pointer.Generation)
-	}
-	s := newStop(st.Release, st.Stages, "", reason, r.now())
-	s.Manual, s.Actor = true, actor
-	written, won, err := r.writeStop(ctx, s)
-	if err != nil {
-		return Stop{}, err
-	}
-	if !won {
-		return Stop{}, fmt.Errorf("%w: the rollout of %s generation %d stopped first, at %s: %s",
-			ErrNotReady, config, gen, written.Time.Format(time.RFC3339), written.Reason)
-	}
-	return *written, nil
+	p := newPlan(s.rel, s.retired)
+	latest := latestCounted(acks, regs)
+	stale := staleMembers(s.rel.Generation, p.members, latest, cs)
+	return evaluation{plan: p, acks: acks, regs: regs, stages: evaluate(s, p, latest, stale)}, nil
 }

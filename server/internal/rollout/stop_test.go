@@ -205,15 +205,11 @@ func TestTheSupervisorStopsAnOverdueRollout(t *testing.T) {
 func TestAStoppedRolloutCallsTheCanariesBack(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	g1 := e.release(t, 10)
-	ackAll(t, e, g1)
-	if _, err := e.rollouts.Promote(ctx, rollout.Move{ConfigID: "routing", To: 1, IdempotencyKey: "p1"}); err != nil {
-		t.Fatal(err)
-	}
+	e.promoted(t, 10)
 	e.release(t, 20)
 	assigned := func() rollout.Assignment {
 		t.Helper()
-		as, err := e.rollouts.Assignments(ctx, "i0")
+		as, _, err := e.rollouts.Assignments(ctx, "i0")
 		if err != nil || len(as) != 1 {
 			t.Fatalf("assignments = %+v, %v", as, err)
 		}

@@ -6,29 +6,37 @@ import (
 	"time"
 )
 
-// Supervise stops rollouts at their deadline even when nobody is looking.
-// Every interval it checks each config's newest release: if it was never
-// promoted, has no stop record and its deadline has passed, it is evaluated,
-// which writes the stop record; the stop reaches every assignment stream,
-// and canary instances go back to the active generation. Supervise returns
-// when ctx is done; errors are logged on log and retried at the next tick.
+// Supervise moves rollouts forward even when nobody is looking. On its
+// first pass it settles every config's newest release, so that a step an
+// ACK earned just before a crash is recorded after the restart; after
+// that, every interval, it settles each newest release whose deadline has
+// passed, which stops a rollout still waiting: the stop reaches every
+// assignment stream, and canary instances go back to the active
+// generation. Supervise returns when ctx is done; errors are logged on log
+// and retried at the next tick.
 func (r *Rollouts) Supervise(ctx context.Context, interval time.Duration, log *slog.Logger) {
 	ticker := time.NewTicker(interval)
 	defer ticker.Stop()
+	everything := true
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-ticker.C:
 		}
-		if err := r.stopOverdue(ctx); err != nil && ctx.Err() == nil {
-			log.Warn("rollout deadline check failed", "error", err)
+		if err := r.settleAll(ctx, everything); err != nil {
+			if ctx.Err() == nil {
+				log.Warn("rollout supervision failed", "error", err)
+			}
+			continue
 		}
+		everything = false
 	}
 }
 
-// stopOverdue evaluates every overdue rollout once.
-func (r *Rollouts) stopOverdue(ctx context.Context) error {
+// settleAll settles each config's newest release: every one, or only those
+// past their deadline.
+func (r *Rollouts) settleAll(ctx context.Context, everything bool) error {
 	configs, err := r.releases.Configs(ctx)
 	if err != nil {
 		return err
@@ -38,24 +46,10 @@ func (r *Rollouts) stopOverdue(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if !r.now().After(latest.CreatedAt.Add(latest.Deadline)) {
+		if !everything && !r.now().After(latest.CreatedAt.Add(latest.Deadline)) {
 			continue
 		}
-		ptr, err := r.Pointer(ctx, config)
-		if err != nil {
-			return err
-		}
-		if ptr.promoted(latest.Generation) {
-			continue
-		}
-		stop, err := r.GetStop(ctx, config, latest.Generation)
-		if err != nil {
-			return err
-		}
-		if stop != nil {
-			continue
-		}
-		if _, err := r.Status(ctx, config, latest.Generation); err != nil {
+		if err := r.Settle(ctx, config, latest.Generation); err != nil {
 			return err
 		}
 	}

@@ -7,38 +7,46 @@ import (
 	"strings"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pawlv1 "github.com/pawlcfg/pawl/gen/pawl/v1"
 	"github.com/pawlcfg/pawl/gen/pawl/v1/pawlv1connect"
 	"github.com/pawlcfg/pawl/server/internal/apierr"
+	"github.com/pawlcfg/pawl/server/internal/pagetoken"
 	"github.com/pawlcfg/pawl/server/internal/quorum"
+	"github.com/pawlcfg/pawl/server/internal/release"
 	"github.com/pawlcfg/pawl/server/internal/rollout"
 )
 
 // Rollouts is the RolloutService handler.
 type Rollouts struct {
 	rollouts *rollout.Rollouts
+	releases *release.Releases
 	log      *slog.Logger
 }
 
 var _ pawlv1connect.RolloutServiceHandler = (*Rollouts)(nil)
 
 // NewRollouts returns the RolloutService handler.
-func NewRollouts(r *rollout.Rollouts, log *slog.Logger) *Rollouts {
-	return &Rollouts{rollouts: r, log: log}
+func NewRollouts(r *rollout.Rollouts, releases *release.Releases, log *slog.Logger) *Rollouts {
+	return &Rollouts{rollouts: r, releases: releases, log: log}
 }
 
 // Ack implements pawl.v1.RolloutService.Ack.
 func (h *Rollouts) Ack(ctx context.Context, req *connect.Request[pawlv1.AckRequest]) (*connect.Response[pawlv1.AckResponse], error) {
 	a := req.Msg.GetAck()
-	stored, err := h.rollouts.RecordAck(ctx, rollout.Ack{
+	ack := rollout.Ack{
 		ConfigID: a.GetConfigId(), Generation: a.GetGeneration(), WorkloadIdentity: a.GetWorkloadIdentity(), BootID: a.GetBootId(),
 		MembershipEpoch: a.GetMembershipEpoch(), ContentDigest: a.GetContentDigest(), ValidatorDigest: a.GetValidatorDigest(),
 		AppArtifact: a.GetAppArtifact(), ApplySequence: a.GetApplySequence(),
 		State:    rollout.AckState(strings.TrimPrefix(a.GetState().String(), "INSTANCE_STATE_")),
 		HealthOK: a.GetHealthOk(), Reason: a.GetReason(), TraceParent: a.GetTraceparent(),
-	})
+	}
+	if m := a.GetHealth(); m != nil {
+		ack.Health = &rollout.Health{ErrorRate: m.GetErrorRate(), P99: m.GetP99Latency().AsDuration()}
+	}
+	stored, err := h.rollouts.RecordAck(ctx, ack)
 	if err != nil {
 		return nil, h.error(req.Spec(), err)
 	}
@@ -56,14 +64,24 @@ func (h *Rollouts) GetRolloutStatus(ctx context.Context, req *connect.Request[pa
 	if err != nil {
 		return nil, h.error(req.Spec(), err)
 	}
-	resp := &pawlv1.GetRolloutStatusResponse{Pointer: toProtoPointer(st.Pointer), State: ToProtoState(state(st.Release))}
+	c := st.Coverage
+	resp := &pawlv1.GetRolloutStatusResponse{Pointer: toProtoPointer(st.Pointer), State: ToProtoState(state(st.Release)),
+		Coverage: &pawlv1.Coverage{Generation: c.Generation, Members: int32(c.Members), Reported: int32(c.Reported),
+			OnRelease: int32(c.OnRelease), Mismatched: int32(c.Mismatched), Summary: c.String()}}
 	for _, s := range st.Stages {
 		ps := toProtoStage(s.Name, s.Evaluation)
 		ps.States = counts(s.States)
+		ps.Shadow, ps.Reached, ps.Retired = s.Shadow, s.Reached, int32(s.Retired)
+		if !s.PassedAt.IsZero() {
+			ps.PassedAt = timestamppb.New(s.PassedAt)
+		}
 		for zone, zs := range ps.Zones {
 			zs.States = counts(s.ZoneStates[zone])
 		}
 		resp.Stages = append(resp.Stages, ps)
+	}
+	for _, rt := range st.Retirements {
+		resp.Retirements = append(resp.Retirements, toProtoRetirement(rt))
 	}
 	if st.Stop != nil {
 		resp.Stop = toProtoStop(*st.Stop)
@@ -122,6 +140,53 @@ func (h *Rollouts) GetPromotion(ctx context.Context, req *connect.Request[pawlv1
 	return connect.NewResponse(&pawlv1.GetPromotionResponse{Receipt: toProtoReceipt(rc)}), nil
 }
 
+// ListApplied implements pawl.v1.RolloutService.ListApplied.
+func (h *Rollouts) ListApplied(ctx context.Context, req *connect.Request[pawlv1.ListAppliedRequest]) (*connect.Response[pawlv1.ListAppliedResponse], error) {
+	config := req.Msg.GetConfigId()
+	size, err := apierr.PageSize(req.Msg.GetPageSize())
+	if err != nil {
+		return nil, err
+	}
+	var revision int64
+	var after string
+	if t := req.Msg.GetPageToken(); t != "" {
+		tok, err := pagetoken.Decode(t)
+		if err != nil || tok.Scope != config {
+			return nil, apierr.InvalidArgument("page_token is not a token of the applied listing of config %q; start again without it", config)
+		}
+		revision, after = tok.Revision, tok.After
+	}
+	page, err := h.rollouts.ListApplied(ctx, config, revision, after, size)
+	if err != nil {
+		return nil, h.error(req.Spec(), err)
+	}
+	resp := &pawlv1.ListAppliedResponse{Revision: page.Revision}
+	digests := map[int64]string{} // generation -> the release's content digest
+	for _, rec := range page.Records {
+		digest, ok := digests[rec.Generation]
+		if !ok {
+			if rel, err := h.releases.Get(ctx, config, rec.Generation); err == nil {
+				digest = rel.ContentDigest
+			} else if !errors.Is(err, release.ErrNotFound) && !errors.Is(err, release.ErrInvalid) {
+				return nil, h.error(req.Spec(), err)
+			}
+			digests[rec.Generation] = digest
+		}
+		resp.Applied = append(resp.Applied, &pawlv1.AppliedConfig{
+			ConfigId: rec.ConfigID, WorkloadIdentity: rec.WorkloadIdentity, Generation: rec.Generation,
+			ContentDigest: rec.ContentDigest, ValidatorDigest: rec.ValidatorDigest, BootId: rec.BootID,
+			MembershipEpoch: rec.MembershipEpoch, ApplySequence: rec.ApplySequence,
+			State:      pawlv1.InstanceState(pawlv1.InstanceState_value["INSTANCE_STATE_"+string(rec.State)]),
+			ReportedAt: timestamppb.New(rec.ReportedAt), Traceparent: rec.TraceParent,
+			CurrentBoot: rec.CurrentBoot, MatchesRelease: digest != "" && digest == rec.ContentDigest,
+		})
+	}
+	if page.More && len(page.Records) > 0 {
+		resp.NextPageToken = pagetoken.Token{Scope: config, Revision: page.Revision, After: page.Records[len(page.Records)-1].WorkloadIdentity}.Encode()
+	}
+	return connect.NewResponse(resp), nil
+}
+
 // GetPointer implements pawl.v1.RolloutService.GetPointer.
 func (h *Rollouts) GetPointer(ctx context.Context, req *connect.Request[pawlv1.GetPointerRequest]) (*connect.Response[pawlv1.GetPointerResponse], error) {
 	ptr, err := h.rollouts.Pointer(ctx, req.Msg.GetConfigId())
@@ -154,14 +219,18 @@ func actor(req connect.AnyRequest) string {
 }
 
 func toProtoAck(a rollout.Ack) *pawlv1.Ack {
-	return &pawlv1.Ack{
+	out := &pawlv1.Ack{
 		ConfigId: a.ConfigID, Generation: a.Generation, WorkloadIdentity: a.WorkloadIdentity, BootId: a.BootID,
 		MembershipEpoch: a.MembershipEpoch, ContentDigest: a.ContentDigest, ValidatorDigest: a.ValidatorDigest,
 		AppArtifact: a.AppArtifact, ApplySequence: a.ApplySequence,
 		State:    pawlv1.InstanceState(pawlv1.InstanceState_value["INSTANCE_STATE_"+string(a.State)]),
 		HealthOk: a.HealthOK, Reason: a.Reason, Traceparent: a.TraceParent, ReceivedAt: timestamppb.New(a.ReceivedAt),
-		Counted: a.Counted, NotCountedReason: a.Why,
+		Counted: a.Counted, NotCountedReason: a.Why, BudgetBreach: a.Breach,
 	}
+	if a.Health != nil {
+		out.Health = &pawlv1.HealthMeasurement{ErrorRate: a.Health.ErrorRate, P99Latency: durationpb.New(a.Health.P99)}
+	}
+	return out
 }
 
 func toProtoStage(name string, ev quorum.Evaluation) *pawlv1.StageStatus {

@@ -48,11 +48,8 @@ func (h *Releases) CreateRelease(ctx context.Context, req *connect.Request[pawlv
 	if err != nil {
 		return nil, err
 	}
-	actor := req.Header().Get(ActorHeader)
-	if actor == "" {
-		actor = req.Peer().Addr
-	}
-	rel, err := h.releases.Create(ctx, spec, actor)
+	by := actor(req)
+	rel, err := h.releases.Create(ctx, spec, by)
 	var rejected *release.RejectedError
 	if errors.As(err, &rejected) {
 		return nil, rejectedError(rejected)
@@ -61,7 +58,7 @@ func (h *Releases) CreateRelease(ctx context.Context, req *connect.Request[pawlv
 		return nil, apierr.Connect(h.log, req.Spec().Procedure, err)
 	}
 	h.log.Info("release created", "config", rel.ConfigID, "generation", rel.Generation, "content_digest", rel.ContentDigest,
-		"members", len(rel.Membership), "actor", actor)
+		"members", len(rel.Membership), "actor", by)
 	return connect.NewResponse(&pawlv1.CreateReleaseResponse{Release: toProtoRelease(rel, release.StateCandidate)}), nil
 }
 
@@ -96,6 +93,22 @@ func (h *Releases) ListReleases(ctx context.Context, req *connect.Request[pawlv1
 		resp.Releases = append(resp.Releases, toProtoRelease(rel, state(rel)))
 	}
 	return connect.NewResponse(resp), nil
+}
+
+// RetireMember implements pawl.v1.ReleaseService.RetireMember.
+func (h *Releases) RetireMember(ctx context.Context, req *connect.Request[pawlv1.RetireMemberRequest]) (*connect.Response[pawlv1.RetireMemberResponse], error) {
+	m := req.Msg
+	rt, err := h.rollouts.Retire(ctx, m.GetConfigId(), m.GetGeneration(), m.GetWorkloadIdentity(), m.GetReason(), actor(req))
+	if err != nil {
+		return nil, apierr.Connect(h.log, req.Spec().Procedure, err)
+	}
+	h.log.Info("member retired", "config", rt.ConfigID, "generation", rt.Generation, "identity", rt.WorkloadIdentity, "reason", rt.Reason, "actor", rt.Actor)
+	return connect.NewResponse(&pawlv1.RetireMemberResponse{Retirement: toProtoRetirement(rt)}), nil
+}
+
+func toProtoRetirement(rt rollout.Retirement) *pawlv1.Retirement {
+	return &pawlv1.Retirement{ConfigId: rt.ConfigID, Generation: rt.Generation, WorkloadIdentity: rt.WorkloadIdentity,
+		Reason: rt.Reason, Actor: rt.Actor, Time: timestamppb.New(rt.Time), Revision: rt.Revision}
 }
 
 // rejectedError lists the violations in the message, for people, and in a
@@ -143,10 +156,14 @@ func fromProtoSpec(s *pawlv1.ReleaseSpec) (release.Spec, error) {
 		if !ok {
 			return release.Spec{}, apierr.InvalidArgument("stage %d (%q): the ACK policy kind is missing or unknown", i, st.GetName())
 		}
-		spec.Stages = append(spec.Stages, release.Stage{
-			Name: st.GetName(), Selector: st.GetSelector(),
+		stage := release.Stage{
+			Name: st.GetName(), Selector: st.GetSelector(), Shadow: st.GetShadow(),
 			Policy: quorum.Policy{Kind: kind, Fraction: st.GetPolicy().GetFraction(), Role: st.GetPolicy().GetRole(), MaxRejected: int(st.GetPolicy().GetMaxRejected())},
-		})
+		}
+		if b := st.GetBudget(); b != nil {
+			stage.Budget = &release.Budget{MaxErrorRate: b.MaxErrorRate, MaxP99: b.GetMaxP99Latency().AsDuration()}
+		}
+		spec.Stages = append(spec.Stages, stage)
 	}
 	return spec, nil
 }
@@ -170,9 +187,16 @@ func toProtoRelease(r release.Release, state release.State) *pawlv1.Release {
 				kind = k
 			}
 		}
-		spec.Stages = append(spec.Stages, &pawlv1.Stage{Name: st.Name, Selector: st.Selector, Policy: &pawlv1.AckPolicy{
+		ps := &pawlv1.Stage{Name: st.Name, Selector: st.Selector, Shadow: st.Shadow, Policy: &pawlv1.AckPolicy{
 			Kind: kind, Fraction: st.Policy.Fraction, Role: st.Policy.Role, MaxRejected: int32(st.Policy.MaxRejected),
-		}})
+		}}
+		if b := st.Budget; b != nil {
+			ps.Budget = &pawlv1.HealthBudget{MaxErrorRate: b.MaxErrorRate}
+			if b.MaxP99 > 0 {
+				ps.Budget.MaxP99Latency = durationpb.New(b.MaxP99)
+			}
+		}
+		spec.Stages = append(spec.Stages, ps)
 	}
 	out := &pawlv1.Release{
 		Spec: spec, Generation: r.Generation, Predecessor: r.Predecessor, ContentDigest: r.ContentDigest,
@@ -211,7 +235,10 @@ func NewInstances(r *instance.Registry, ro *rollout.Rollouts, hub *watch.Hub, lo
 // WatchAssignments implements pawl.v1.InstanceService.WatchAssignments. It
 // recomputes the instance's assignments after every change to release or
 // rollout records and sends the set when it differs from the last one
-// sent. The stream ends with Unavailable when the server shuts down.
+// sent. A stream that fell so far behind that the change log it needs was
+// compacted starts over from now with the current set, which is all an
+// instance needs. The stream ends with Unavailable when the server shuts
+// down.
 func (h *Instances) WatchAssignments(ctx context.Context, req *connect.Request[pawlv1.WatchAssignmentsRequest], stream *connect.ServerStream[pawlv1.WatchAssignmentsResponse]) error {
 	identity := req.Msg.GetWorkloadIdentity()
 	if identity == "" {
@@ -232,7 +259,7 @@ func (h *Instances) WatchAssignments(ctx context.Context, req *connect.Request[p
 			if w, err = h.hub.Watch(ctx, store.SystemPrefix+"configs/", 0); err != nil {
 				return apierr.Connect(h.log, req.Spec().Procedure, err)
 			}
-			if err := h.sendIfChanged(ctx, stream, identity, w.StartedAt(), &last); err != nil {
+			if err := h.sendIfChanged(ctx, stream, identity, &last); err != nil {
 				return err
 			}
 		}
@@ -242,7 +269,9 @@ func (h *Instances) WatchAssignments(ctx context.Context, req *connect.Request[p
 		case ctx.Err() != nil:
 			return nil
 		case errors.As(err, &compacted):
-			w.Close() // fell too far behind: start over from now
+			h.log.Info("assignment stream fell behind the change log's compaction; it starts over from the current set",
+				"identity", identity, "needed", compacted.Requested, "compact_revision", compacted.CompactRevision)
+			w.Close()
 			w = nil
 			continue
 		case err != nil:
@@ -250,14 +279,14 @@ func (h *Instances) WatchAssignments(ctx context.Context, req *connect.Request[p
 		case len(batch.Events) == 0:
 			continue
 		}
-		if err := h.sendIfChanged(ctx, stream, identity, batch.Events[len(batch.Events)-1].Revision(), &last); err != nil {
+		if err := h.sendIfChanged(ctx, stream, identity, &last); err != nil {
 			return err
 		}
 	}
 }
 
-func (h *Instances) sendIfChanged(ctx context.Context, stream *connect.ServerStream[pawlv1.WatchAssignmentsResponse], identity string, rev int64, last *string) error {
-	as, err := h.rollouts.Assignments(ctx, identity)
+func (h *Instances) sendIfChanged(ctx context.Context, stream *connect.ServerStream[pawlv1.WatchAssignmentsResponse], identity string, last *string) error {
+	as, rev, err := h.rollouts.Assignments(ctx, identity)
 	if err != nil {
 		return apierr.Connect(h.log, "WatchAssignments", err)
 	}
@@ -265,8 +294,8 @@ func (h *Instances) sendIfChanged(ctx context.Context, stream *connect.ServerStr
 	var key strings.Builder
 	for _, a := range as {
 		resp.Assignments = append(resp.Assignments, &pawlv1.Assignment{ConfigId: a.ConfigID, Generation: a.Generation,
-			ContentDigest: a.ContentDigest, ValidatorDigest: a.ValidatorDigest, Stage: a.Stage, Epoch: a.Epoch})
-		fmt.Fprintf(&key, "%s/%d/%d/%s;", a.ConfigID, a.Generation, a.Epoch, a.Stage)
+			ContentDigest: a.ContentDigest, ValidatorDigest: a.ValidatorDigest, Stage: a.Stage, Epoch: a.Epoch, Shadow: a.Shadow})
+		fmt.Fprintf(&key, "%s/%d/%d/%s/%v;", a.ConfigID, a.Generation, a.Epoch, a.Stage, a.Shadow)
 	}
 	if key.String() == *last {
 		return nil

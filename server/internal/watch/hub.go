@@ -59,6 +59,16 @@ type Source interface {
 // prefix, since the lost events may be anyone's: each reads the events
 // around the gap from the store's change log, which is the source of truth.
 //
+// A watcher whose prefix is quiet is not slow: while events of other
+// prefixes stream past, it sleeps, and its cursor stays where it was, soon
+// below the ring. The hub keeps, per watched prefix, the newest revision of
+// an event under it that left the ring (and the revision from which it saw
+// every event leave); a watcher whose cursor is below the ring and above
+// that revision missed nothing under its prefix, and moves to the ring's
+// oldest event instead of reading a change log that may be compacted by
+// then. After a gap in the feed, what was lost is unknown, and only the log
+// decides.
+//
 // Progress: a ticker owned by the hub marks every watcher "progress due" and
 // wakes it; a watcher that is caught up then reports the revision it is
 // current at. No per-watcher timer exists.
@@ -76,6 +86,8 @@ type Hub struct {
 	ringBytes int
 	newest    int64 // revision of the newest event published
 	closed    bool
+	prefixes  map[string]*prefixTrack // what left the ring, per watched prefix
+	evicted   []store.Event           // scratch: the events one Publish evicted
 
 	wmu      sync.Mutex
 	watchers map[string]map[*Watcher]struct{} // by prefix
@@ -86,6 +98,23 @@ type Hub struct {
 	wg          sync.WaitGroup
 	unsubscribe func()
 	closeOnce   sync.Once
+}
+
+// prefixTrack is what the hub saw of one watched prefix leave the ring:
+// every event after revision since that left it was looked at, and evicted
+// is the newest of them under the prefix (0: none). Guarded by Hub.mu.
+type prefixTrack struct {
+	watchers int
+	since    int64
+	evicted  int64
+}
+
+// quietBelowRingLocked reports, for a watcher of prefix whose next revision
+// is next, below the ring, whether no event under the prefix came from next
+// up to the ring's oldest event. The caller holds mu (read or write).
+func (h *Hub) quietBelowRingLocked(prefix string, next int64) bool {
+	t := h.prefixes[prefix]
+	return t != nil && next > t.since && t.evicted < next
 }
 
 // New starts a hub fed by src. Close stops it.
@@ -103,6 +132,7 @@ func New(ctx context.Context, src Source, opts ...Option) (*Hub, error) {
 		opts:     o,
 		ring:     make([]store.Event, o.ringEvents),
 		watchers: make(map[string]map[*Watcher]struct{}),
+		prefixes: make(map[string]*prefixTrack),
 		ctx:      hctx,
 		cancel:   cancel,
 	}
@@ -174,6 +204,7 @@ func (h *Hub) Publish(events []store.Event) {
 		return
 	}
 	added := events[:0:0]
+	h.evicted = h.evicted[:0]
 	gap := false
 	for _, ev := range events {
 		rev := ev.Revision()
@@ -188,6 +219,19 @@ func (h *Hub) Publish(events []store.Event) {
 		h.newest = rev
 		added = append(added, ev)
 	}
+	for prefix, t := range h.prefixes {
+		if gap {
+			// What the lost events were is unknown: only the log can say.
+			t.since, t.evicted = h.newest, 0
+			continue
+		}
+		for _, ev := range h.evicted {
+			if strings.HasPrefix(ev.KV.Key, prefix) {
+				t.evicted = ev.Revision()
+			}
+		}
+	}
+	clear(h.evicted) // drop the values, keep the capacity
 	h.mu.Unlock()
 	if len(added) == 0 {
 		return
@@ -215,11 +259,13 @@ func anyUnder(events []store.Event, prefix string) bool {
 	return false
 }
 
-// appendLocked adds ev to the ring, evicting the oldest events while the ring
-// is over its count or byte limit. The caller holds mu.
+// appendLocked adds ev to the ring, evicting the oldest events (into
+// h.evicted) while the ring is over its count or byte limit. The caller
+// holds mu.
 func (h *Hub) appendLocked(ev store.Event) {
 	n := eventBytes(ev)
 	for h.size > 0 && (h.size == len(h.ring) || h.ringBytes+n > h.opts.ringBytes) {
+		h.evicted = append(h.evicted, h.ring[h.head])
 		h.ringBytes -= eventBytes(h.ring[h.head])
 		h.ring[h.head] = store.Event{}
 		h.head = (h.head + 1) % len(h.ring)
@@ -290,12 +336,20 @@ func (h *Hub) Watch(ctx context.Context, prefix string, start int64) (*Watcher, 
 		}
 		w.next = start
 	}
-	h.mu.RLock()
+	h.mu.Lock()
 	closed := h.closed
 	if start == 0 {
 		w.next = h.newest + 1
 	}
-	h.mu.RUnlock()
+	if !closed {
+		t := h.prefixes[prefix]
+		if t == nil {
+			t = &prefixTrack{since: h.newest}
+			h.prefixes[prefix] = t
+		}
+		t.watchers++
+	}
+	h.mu.Unlock()
 	if closed {
 		return nil, ErrClosed
 	}

@@ -76,7 +76,8 @@ func (w *Watcher) Next(ctx context.Context) (Batch, error) {
 
 // fromRing copies the matching events of the ring from the cursor on, at
 // most opts.maxBatch of them, and advances the cursor past every event it
-// examined. needLog says that the cursor is older than the ring.
+// examined. needLog says that the cursor is older than the ring and events
+// under the prefix may have come since.
 func (w *Watcher) fromRing() (events []store.Event, needLog bool, err error) {
 	h := w.hub
 	h.mu.RLock()
@@ -89,7 +90,12 @@ func (w *Watcher) fromRing() (events []store.Event, needLog bool, err error) {
 	}
 	oldest := h.oldestLocked()
 	if w.next < oldest {
-		return nil, true, nil
+		if !h.quietBelowRingLocked(w.prefix, w.next) {
+			return nil, true, nil
+		}
+		// Nothing under the prefix left the ring after the cursor: the
+		// watcher was quiet, not behind.
+		w.next = oldest
 	}
 	for i := int(w.next - oldest); i < h.size && len(events) < h.opts.maxBatch; i++ {
 		ev := h.ring[(h.head+i)%len(h.ring)]
@@ -116,6 +122,13 @@ func (w *Watcher) Close() {
 	}
 	w.closed = true
 	h := w.hub
+	h.mu.Lock()
+	if t := h.prefixes[w.prefix]; t != nil {
+		if t.watchers--; t.watchers == 0 {
+			delete(h.prefixes, w.prefix)
+		}
+	}
+	h.mu.Unlock()
 	h.wmu.Lock()
 	defer h.wmu.Unlock()
 	if set := h.watchers[w.prefix]; set != nil {

@@ -42,6 +42,9 @@ const (
 	// ReleaseServiceListReleasesProcedure is the fully-qualified name of the ReleaseService's
 	// ListReleases RPC.
 	ReleaseServiceListReleasesProcedure = "/pawl.v1.ReleaseService/ListReleases"
+	// ReleaseServiceRetireMemberProcedure is the fully-qualified name of the ReleaseService's
+	// RetireMember RPC.
+	ReleaseServiceRetireMemberProcedure = "/pawl.v1.ReleaseService/RetireMember"
 )
 
 // ReleaseServiceClient is a client for the pawl.v1.ReleaseService service.
@@ -56,6 +59,12 @@ type ReleaseServiceClient interface {
 	GetRelease(context.Context, *connect.Request[v1.GetReleaseRequest]) (*connect.Response[v1.GetReleaseResponse], error)
 	// ListReleases reads a config's releases in generation order.
 	ListReleases(context.Context, *connect.Request[v1.ListReleasesRequest]) (*connect.Response[v1.ListReleasesResponse], error)
+	// RetireMember removes an instance from a release's frozen membership,
+	// recording who, when and why: the only way the denominator of a frozen
+	// membership shrinks. Its ACKs stop counting; in a fraction stage the
+	// next instance in rank joins the cohort in its place. Allowed while the
+	// release is a candidate or active.
+	RetireMember(context.Context, *connect.Request[v1.RetireMemberRequest]) (*connect.Response[v1.RetireMemberResponse], error)
 }
 
 // NewReleaseServiceClient constructs a client for the pawl.v1.ReleaseService service. By default,
@@ -89,6 +98,12 @@ func NewReleaseServiceClient(httpClient connect.HTTPClient, baseURL string, opts
 			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 			connect.WithClientOptions(opts...),
 		),
+		retireMember: connect.NewClient[v1.RetireMemberRequest, v1.RetireMemberResponse](
+			httpClient,
+			baseURL+ReleaseServiceRetireMemberProcedure,
+			connect.WithSchema(releaseServiceMethods.ByName("RetireMember")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -97,6 +112,7 @@ type releaseServiceClient struct {
 	createRelease *connect.Client[v1.CreateReleaseRequest, v1.CreateReleaseResponse]
 	getRelease    *connect.Client[v1.GetReleaseRequest, v1.GetReleaseResponse]
 	listReleases  *connect.Client[v1.ListReleasesRequest, v1.ListReleasesResponse]
+	retireMember  *connect.Client[v1.RetireMemberRequest, v1.RetireMemberResponse]
 }
 
 // CreateRelease calls pawl.v1.ReleaseService.CreateRelease.
@@ -114,6 +130,11 @@ func (c *releaseServiceClient) ListReleases(ctx context.Context, req *connect.Re
 	return c.listReleases.CallUnary(ctx, req)
 }
 
+// RetireMember calls pawl.v1.ReleaseService.RetireMember.
+func (c *releaseServiceClient) RetireMember(ctx context.Context, req *connect.Request[v1.RetireMemberRequest]) (*connect.Response[v1.RetireMemberResponse], error) {
+	return c.retireMember.CallUnary(ctx, req)
+}
+
 // ReleaseServiceHandler is an implementation of the pawl.v1.ReleaseService service.
 type ReleaseServiceHandler interface {
 	// CreateRelease validates the content with the named validator on the
@@ -126,6 +147,12 @@ type ReleaseServiceHandler interface {
 	GetRelease(context.Context, *connect.Request[v1.GetReleaseRequest]) (*connect.Response[v1.GetReleaseResponse], error)
 	// ListReleases reads a config's releases in generation order.
 	ListReleases(context.Context, *connect.Request[v1.ListReleasesRequest]) (*connect.Response[v1.ListReleasesResponse], error)
+	// RetireMember removes an instance from a release's frozen membership,
+	// recording who, when and why: the only way the denominator of a frozen
+	// membership shrinks. Its ACKs stop counting; in a fraction stage the
+	// next instance in rank joins the cohort in its place. Allowed while the
+	// release is a candidate or active.
+	RetireMember(context.Context, *connect.Request[v1.RetireMemberRequest]) (*connect.Response[v1.RetireMemberResponse], error)
 }
 
 // NewReleaseServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -155,6 +182,12 @@ func NewReleaseServiceHandler(svc ReleaseServiceHandler, opts ...connect.Handler
 		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 		connect.WithHandlerOptions(opts...),
 	)
+	releaseServiceRetireMemberHandler := connect.NewUnaryHandler(
+		ReleaseServiceRetireMemberProcedure,
+		svc.RetireMember,
+		connect.WithSchema(releaseServiceMethods.ByName("RetireMember")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/pawl.v1.ReleaseService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case ReleaseServiceCreateReleaseProcedure:
@@ -163,6 +196,8 @@ func NewReleaseServiceHandler(svc ReleaseServiceHandler, opts ...connect.Handler
 			releaseServiceGetReleaseHandler.ServeHTTP(w, r)
 		case ReleaseServiceListReleasesProcedure:
 			releaseServiceListReleasesHandler.ServeHTTP(w, r)
+		case ReleaseServiceRetireMemberProcedure:
+			releaseServiceRetireMemberHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -182,4 +217,8 @@ func (UnimplementedReleaseServiceHandler) GetRelease(context.Context, *connect.R
 
 func (UnimplementedReleaseServiceHandler) ListReleases(context.Context, *connect.Request[v1.ListReleasesRequest]) (*connect.Response[v1.ListReleasesResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("pawl.v1.ReleaseService.ListReleases is not implemented"))
+}
+
+func (UnimplementedReleaseServiceHandler) RetireMember(context.Context, *connect.Request[v1.RetireMemberRequest]) (*connect.Response[v1.RetireMemberResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("pawl.v1.ReleaseService.RetireMember is not implemented"))
 }

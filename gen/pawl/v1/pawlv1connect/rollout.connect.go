@@ -51,6 +51,9 @@ const (
 	// RolloutServiceGetPointerProcedure is the fully-qualified name of the RolloutService's GetPointer
 	// RPC.
 	RolloutServiceGetPointerProcedure = "/pawl.v1.RolloutService/GetPointer"
+	// RolloutServiceListAppliedProcedure is the fully-qualified name of the RolloutService's
+	// ListApplied RPC.
+	RolloutServiceListAppliedProcedure = "/pawl.v1.RolloutService/ListApplied"
 )
 
 // RolloutServiceClient is a client for the pawl.v1.RolloutService service.
@@ -74,6 +77,10 @@ type RolloutServiceClient interface {
 	StopRollout(context.Context, *connect.Request[v1.StopRolloutRequest]) (*connect.Response[v1.StopRolloutResponse], error)
 	// GetPointer returns a config's active pointer.
 	GetPointer(context.Context, *connect.Request[v1.GetPointerRequest]) (*connect.Response[v1.GetPointerResponse], error)
+	// ListApplied returns, for a config, what each instance last reported
+	// running (its latest APPLIED or HEALTHY_ACKED: generation and content
+	// digest, counted or not), paginated in identity order.
+	ListApplied(context.Context, *connect.Request[v1.ListAppliedRequest]) (*connect.Response[v1.ListAppliedResponse], error)
 }
 
 // NewRolloutServiceClient constructs a client for the pawl.v1.RolloutService service. By default,
@@ -132,6 +139,13 @@ func NewRolloutServiceClient(httpClient connect.HTTPClient, baseURL string, opts
 			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 			connect.WithClientOptions(opts...),
 		),
+		listApplied: connect.NewClient[v1.ListAppliedRequest, v1.ListAppliedResponse](
+			httpClient,
+			baseURL+RolloutServiceListAppliedProcedure,
+			connect.WithSchema(rolloutServiceMethods.ByName("ListApplied")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -144,6 +158,7 @@ type rolloutServiceClient struct {
 	getPromotion     *connect.Client[v1.GetPromotionRequest, v1.GetPromotionResponse]
 	stopRollout      *connect.Client[v1.StopRolloutRequest, v1.StopRolloutResponse]
 	getPointer       *connect.Client[v1.GetPointerRequest, v1.GetPointerResponse]
+	listApplied      *connect.Client[v1.ListAppliedRequest, v1.ListAppliedResponse]
 }
 
 // Ack calls pawl.v1.RolloutService.Ack.
@@ -181,6 +196,11 @@ func (c *rolloutServiceClient) GetPointer(ctx context.Context, req *connect.Requ
 	return c.getPointer.CallUnary(ctx, req)
 }
 
+// ListApplied calls pawl.v1.RolloutService.ListApplied.
+func (c *rolloutServiceClient) ListApplied(ctx context.Context, req *connect.Request[v1.ListAppliedRequest]) (*connect.Response[v1.ListAppliedResponse], error) {
+	return c.listApplied.CallUnary(ctx, req)
+}
+
 // RolloutServiceHandler is an implementation of the pawl.v1.RolloutService service.
 type RolloutServiceHandler interface {
 	// Ack records an instance's report. Every ACK is stored; counted says
@@ -202,6 +222,10 @@ type RolloutServiceHandler interface {
 	StopRollout(context.Context, *connect.Request[v1.StopRolloutRequest]) (*connect.Response[v1.StopRolloutResponse], error)
 	// GetPointer returns a config's active pointer.
 	GetPointer(context.Context, *connect.Request[v1.GetPointerRequest]) (*connect.Response[v1.GetPointerResponse], error)
+	// ListApplied returns, for a config, what each instance last reported
+	// running (its latest APPLIED or HEALTHY_ACKED: generation and content
+	// digest, counted or not), paginated in identity order.
+	ListApplied(context.Context, *connect.Request[v1.ListAppliedRequest]) (*connect.Response[v1.ListAppliedResponse], error)
 }
 
 // NewRolloutServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -256,6 +280,13 @@ func NewRolloutServiceHandler(svc RolloutServiceHandler, opts ...connect.Handler
 		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 		connect.WithHandlerOptions(opts...),
 	)
+	rolloutServiceListAppliedHandler := connect.NewUnaryHandler(
+		RolloutServiceListAppliedProcedure,
+		svc.ListApplied,
+		connect.WithSchema(rolloutServiceMethods.ByName("ListApplied")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/pawl.v1.RolloutService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case RolloutServiceAckProcedure:
@@ -272,6 +303,8 @@ func NewRolloutServiceHandler(svc RolloutServiceHandler, opts ...connect.Handler
 			rolloutServiceStopRolloutHandler.ServeHTTP(w, r)
 		case RolloutServiceGetPointerProcedure:
 			rolloutServiceGetPointerHandler.ServeHTTP(w, r)
+		case RolloutServiceListAppliedProcedure:
+			rolloutServiceListAppliedHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -307,4 +340,8 @@ func (UnimplementedRolloutServiceHandler) StopRollout(context.Context, *connect.
 
 func (UnimplementedRolloutServiceHandler) GetPointer(context.Context, *connect.Request[v1.GetPointerRequest]) (*connect.Response[v1.GetPointerResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("pawl.v1.RolloutService.GetPointer is not implemented"))
+}
+
+func (UnimplementedRolloutServiceHandler) ListApplied(context.Context, *connect.Request[v1.ListAppliedRequest]) (*connect.Response[v1.ListAppliedResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("pawl.v1.RolloutService.ListApplied is not implemented"))
 }

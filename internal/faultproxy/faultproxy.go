@@ -1,0 +1,193 @@
+// Package faultproxy puts network faults between a test's clients and a
+// real server: a TCP proxy that holds everything the server sends until
+// released (a delayed stream), and an HTTP proxy that loses the answers to
+// chosen calls after the server handled them (a lost response).
+package faultproxy
+
+import (
+	"errors"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// Holder is a TCP proxy whose server-to-client direction can be held: while
+// held, what the server sends is read and kept, in order, and delivered
+// when released. The client-to-server direction always flows.
+type Holder struct {
+	// Addr is the address clients dial instead of the server's.
+	Addr string
+
+	ln     net.Listener
+	target string
+	mu     sync.Mutex
+	held   bool
+	gate   chan struct{} // closed on release
+	kept   int           // bytes read from the server while held
+	conns  []net.Conn
+	wg     sync.WaitGroup
+}
+
+// NewHolder proxies to target until the test ends.
+func NewHolder(t testing.TB, target string) *Holder {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("faultproxy: listen: %v", err)
+	}
+	h := &Holder{Addr: ln.Addr().String(), ln: ln, target: target, gate: make(chan struct{})}
+	close(h.gate) // not held
+	h.wg.Add(1)
+	go h.accept()
+	t.Cleanup(h.close)
+	return h
+}
+
+// Hold starts holding what the server sends.
+func (h *Holder) Hold() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.held {
+		h.held, h.gate, h.kept = true, make(chan struct{}), 0
+	}
+}
+
+// Release delivers what was held and stops holding; it returns how many
+// bytes were held.
+func (h *Holder) Release() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.held {
+		h.held = false
+		close(h.gate)
+	}
+	return h.kept
+}
+
+func (h *Holder) accept() {
+	defer h.wg.Done()
+	for {
+		client, err := h.ln.Accept()
+		if err != nil {
+			return
+		}
+		server, err := net.Dial("tcp", h.target)
+		if err != nil {
+			_ = client.Close()
+			continue
+		}
+		h.mu.Lock()
+		h.conns = append(h.conns, client, server)
+		h.mu.Unlock()
+		h.wg.Add(2)
+		go func() {
+			defer h.wg.Done()
+			_, _ = io.Copy(server, client)
+			_ = server.Close()
+		}()
+		go func() {
+			defer h.wg.Done()
+			h.toClient(client, server)
+			_ = client.Close()
+		}()
+	}
+}
+
+// toClient copies server to client, waiting at the gate before each write.
+func (h *Holder) toClient(client, server net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := server.Read(buf)
+		if n > 0 {
+			h.mu.Lock()
+			gate := h.gate
+			if h.held {
+				h.kept += n
+			}
+			h.mu.Unlock()
+			<-gate
+			if _, werr := client.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (h *Holder) close() {
+	_ = h.ln.Close()
+	h.Release()
+	h.mu.Lock()
+	for _, c := range h.conns {
+		_ = c.Close()
+	}
+	h.mu.Unlock()
+	h.wg.Wait()
+}
+
+// Loser is an HTTP reverse proxy that passes every call to the server and,
+// for the next calls whose path ends with a suffix it was told to lose,
+// throws the server's answer away and answers 502: the call happened, the
+// caller cannot tell.
+type Loser struct {
+	// URL is the address clients use instead of the server's.
+	URL string
+
+	mu   sync.Mutex
+	lose map[string]int // path suffix -> answers still to lose
+	lost map[string]int // path suffix -> answers lost
+}
+
+// NewLoser proxies to the server at target (http://host:port) until the
+// test ends. It speaks HTTP/1.1 to clients and to the server, so clients
+// use the Connect protocol through it.
+func NewLoser(t testing.TB, target string) *Loser {
+	t.Helper()
+	u, err := url.Parse(target)
+	if err != nil {
+		t.Fatalf("faultproxy: %v", err)
+	}
+	l := &Loser{lose: map[string]int{}, lost: map[string]int{}}
+	proxy := httputil.NewSingleHostReverseProxy(u)
+	proxy.ErrorLog = log.New(io.Discard, "", 0)
+	proxy.ModifyResponse = func(resp *http.Response) error {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		for suffix, n := range l.lose {
+			if n > 0 && strings.HasSuffix(resp.Request.URL.Path, suffix) {
+				l.lose[suffix]--
+				l.lost[suffix]++
+				return errors.New("faultproxy: the answer is lost")
+			}
+		}
+		return nil
+	}
+	front := httptest.NewServer(proxy)
+	t.Cleanup(front.Close)
+	l.URL = front.URL
+	return l
+}
+
+// LoseNext makes the next n answers to calls whose path ends with suffix
+// get lost.
+func (l *Loser) LoseNext(suffix string, n int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lose[suffix] += n
+}
+
+// Lost says how many answers to calls ending with suffix were lost.
+func (l *Loser) Lost(suffix string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.lost[suffix]
+}

@@ -1,0 +1,316 @@
+package rollout
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/pawlcfg/pawl/server/internal/instance"
+	"github.com/pawlcfg/pawl/server/internal/store"
+)
+
+// AckState is the state an instance reports for a release.
+type AckState string
+
+// The instance states, in the order an apply goes through them; REJECTED
+// ends an apply that failed, STALE says the instance holds a generation its
+// assignment moved past.
+const (
+	Discovered   AckState = "DISCOVERED"
+	Downloaded   AckState = "DOWNLOADED"
+	Validated    AckState = "VALIDATED"
+	Staged       AckState = "STAGED"
+	Applied      AckState = "APPLIED"
+	HealthyAcked AckState = "HEALTHY_ACKED"
+	Rejected     AckState = "REJECTED"
+	Stale        AckState = "STALE"
+)
+
+// stateRank orders the states of one apply: within an apply sequence a
+// state may not follow a later one. REJECTED and STALE may come at any
+// point.
+var stateRank = map[AckState]int{Discovered: 1, Downloaded: 2, Validated: 3, Staged: 4, Applied: 5, HealthyAcked: 6, Rejected: 7, Stale: 7}
+
+// Health is what an instance measured over its health window.
+type Health struct {
+	// ErrorRate is the share of failed requests, in [0, 1].
+	ErrorRate float64 `json:"error_rate"`
+	// P99 is the 99th percentile latency.
+	P99 time.Duration `json:"p99"`
+}
+
+// Ack is one report from an instance.
+type Ack struct {
+	ConfigID         string    `json:"config_id"`
+	Generation       int64     `json:"generation"`
+	WorkloadIdentity string    `json:"workload_identity"`
+	BootID           string    `json:"boot_id"`
+	MembershipEpoch  int64     `json:"membership_epoch"`
+	ContentDigest    string    `json:"content_digest"`
+	ValidatorDigest  string    `json:"validator_digest"`
+	AppArtifact      string    `json:"app_artifact"`
+	ApplySequence    int64     `json:"apply_sequence"`
+	State            AckState  `json:"state"`
+	HealthOK         bool      `json:"health_ok"`
+	Health           *Health   `json:"health,omitempty"`
+	Reason           string    `json:"reason,omitempty"`
+	TraceParent      string    `json:"traceparent,omitempty"`
+	ReceivedAt       time.Time `json:"received_at"`
+	// Counted says whether the ACK counts toward quorum; Why says why not.
+	Counted bool   `json:"counted"`
+	Why     string `json:"why,omitempty"`
+	// arrival orders the ACKs of one instance: the nanosecond in its key.
+	arrival int64
+	// Breach says how a counted HEALTHY_ACKED broke its stage's health
+	// budget: it then counts as a rejection.
+	Breach string `json:"breach,omitempty"`
+}
+
+// check refuses a malformed ACK.
+func (a Ack) check() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case a.WorkloadIdentity == "" || a.BootID == "":
+		return bad("an ACK needs the instance's workload identity and boot ID")
+	case stateRank[a.State] == 0:
+		return bad("state %q is not an instance state (DISCOVERED, DOWNLOADED, VALIDATED, STAGED, APPLIED, HEALTHY_ACKED, REJECTED, STALE)", a.State)
+	case a.ApplySequence < 0:
+		return bad("apply sequence %d is negative", a.ApplySequence)
+	case a.MembershipEpoch <= 0:
+		return bad("membership_epoch is required: send the epoch Register returned (the instance's registration the ACK comes from)")
+	case a.Health != nil && (math.IsNaN(a.Health.ErrorRate) || a.Health.ErrorRate < 0 || a.Health.ErrorRate > 1):
+		return bad("health error rate %v must be in [0, 1]", a.Health.ErrorRate)
+	case a.Health != nil && a.Health.P99 < 0:
+		return bad("health p99 latency %s is negative", a.Health.P99)
+	}
+	return nil
+}
+
+// RecordAck judges ack, stores it, counted or with the reason it does not
+// count, and returns it as stored. Only a malformed ACK, an unknown release
+// or a store failure is an error: late, duplicate, stale and
+// out-of-membership ACKs are kept.
+//
+// The judgement reads the release's records at one revision, and the ACK
+// is stored only if the pointer, the stop record, the instance's
+// registration and retirement and its earlier ACKs are unchanged since;
+// otherwise it is judged again. An APPLIED or HEALTHY_ACKED from the
+// instance's current registration also becomes its applied record for the
+// config, in the same write. A counted HEALTHY_ACKED, VALIDATED or REJECTED
+// then settles the rollout, which may pass a stage or stop it.
+func (r *Rollouts) RecordAck(ctx context.Context, ack Ack) (Ack, error) {
+	if err := ack.check(); err != nil {
+		return Ack{}, err
+	}
+	for range maxAttempts {
+		stored, err := r.recordAck(ctx, ack)
+		if errors.Is(err, store.ErrRevisionMismatch) {
+			continue
+		}
+		if err != nil {
+			return Ack{}, err
+		}
+		if (stored.Counted || isDuplicate(stored.Why)) && (stored.State == HealthyAcked || stored.State == Validated || stored.State == Rejected) {
+			// Only these can pass a stage (VALIDATED, in a shadow stage) or
+			// fail one. A duplicate settles too: a client that retried after
+			// losing the first answer must not leave a step unrecorded.
+			if err := r.Settle(ctx, stored.ConfigID, stored.Generation); err != nil {
+				return Ack{}, fmt.Errorf("rollout: settle after the ACK: %w", err)
+			}
+		}
+		return stored, nil
+	}
+	return Ack{}, fmt.Errorf("%w: the ACK of %s for %s generation %d was judged %d times", ErrContended, ack.WorkloadIdentity, ack.ConfigID, ack.Generation, maxAttempts)
+}
+
+func (r *Rollouts) recordAck(ctx context.Context, ack Ack) (Ack, error) {
+	rev, err := r.currentRevision(ctx)
+	if err != nil {
+		return Ack{}, err
+	}
+	s, err := r.load(ctx, ack.ConfigID, ack.Generation, rev)
+	if err != nil {
+		return Ack{}, err
+	}
+	reg, err := r.registry.RegistrationAt(ctx, ack.WorkloadIdentity, rev)
+	registered := err == nil
+	if err != nil && !errors.Is(err, instance.ErrNotFound) {
+		return Ack{}, err
+	}
+	prev, err := r.acksAt(ctx, ack.ConfigID, ack.Generation, ack.WorkloadIdentity, rev)
+	if err != nil {
+		return Ack{}, err
+	}
+	applied, err := r.appliedAt(ctx, ack.ConfigID, ack.WorkloadIdentity, rev)
+	if err != nil {
+		return Ack{}, err
+	}
+	ack.ReceivedAt = r.now().UTC()
+	ack.Counted, ack.Why, ack.Breach = judge(s, newPlan(s.rel, s.retired), ack, reg, registered, prev)
+	b, err := json.Marshal(ack)
+	if err != nil {
+		return Ack{}, fmt.Errorf("rollout: encode ACK: %w", err)
+	}
+	// The key orders an instance's ACKs by arrival; of two in the same
+	// nanosecond, the second takes the next one.
+	idPrefix := acksPrefix(ack.ConfigID, ack.Generation) + ack.WorkloadIdentity + "/"
+	nanos := ack.ReceivedAt.UnixNano()
+	if len(prev) > 0 {
+		nanos = max(nanos, prev[len(prev)-1].arrival+1)
+	}
+	puts := []store.Put{{Key: fmt.Sprintf("%s%020d", idPrefix, nanos), Value: b}}
+	if rec, ok := newApplied(ack, reg, registered, applied); ok {
+		ab, err := json.Marshal(rec)
+		if err != nil {
+			return Ack{}, fmt.Errorf("rollout: encode applied record: %w", err)
+		}
+		puts = append(puts, store.Put{Key: appliedPrefix(ack.ConfigID) + ack.WorkloadIdentity, Value: ab})
+	}
+	_, err = r.store.Txn(ctx, store.Txn{
+		Unchanged: []store.Unchanged{
+			{Prefix: pointerKey(ack.ConfigID), Since: rev},
+			{Prefix: stopKey(ack.ConfigID, ack.Generation), Since: rev},
+			{Prefix: retiredPrefix(ack.ConfigID, ack.Generation) + ack.WorkloadIdentity, Since: rev},
+			{Prefix: instance.RegistrationKey(ack.WorkloadIdentity), Since: rev},
+			{Prefix: idPrefix, Since: rev},
+			{Prefix: appliedPrefix(ack.ConfigID) + ack.WorkloadIdentity, Since: rev},
+		},
+		Puts: puts,
+	})
+	if err != nil {
+		return Ack{}, fmt.Errorf("rollout: store ACK: %w", err)
+	}
+	return ack, nil
+}
+
+func isDuplicate(why string) bool { return len(why) >= 10 && why[:10] == "duplicate:" }
+
+// judge decides whether ack counts, from the snapshot of its release, the
+// plan of its stages, the instance's registration (registered false: it
+// has none) and its earlier ACKs of the release. It returns the reason it
+// does not count, or for a counted HEALTHY_ACKED outside its stage's
+// budget, the breach.
+func judge(s snapshot, p plan, ack Ack, reg instance.Record, registered bool, prev []Ack) (counted bool, why, breach string) {
+	rel := s.rel
+	_, member := p.members[ack.WorkloadIdentity]
+	retired, isRetired := s.retired[ack.WorkloadIdentity]
+	switch {
+	case isRetired:
+		return false, fmt.Sprintf("retired from the membership at %s by %s: %s", retired.Time.Format(time.RFC3339), retired.Actor, retired.Reason), ""
+	case !member:
+		return false, "the instance is not in the release's frozen membership", ""
+	case !registered:
+		return false, "the instance is not registered; register, then report", ""
+	case reg.BootID != ack.BootID:
+		return false, fmt.Sprintf("stale boot %s: the instance registered again as boot %s", ack.BootID, reg.BootID), ""
+	case reg.MembershipEpoch != ack.MembershipEpoch:
+		return false, fmt.Sprintf("stale membership epoch %d: the instance's registration is at epoch %d; report with that epoch", ack.MembershipEpoch, reg.MembershipEpoch), ""
+	case ack.ContentDigest != rel.ContentDigest:
+		return false, fmt.Sprintf("content digest %s is not the release's %s", ack.ContentDigest, rel.ContentDigest), ""
+	case ack.ValidatorDigest != rel.ValidatorDigest:
+		return false, fmt.Sprintf("validator digest %s is not the release's %s", ack.ValidatorDigest, rel.ValidatorDigest), ""
+	}
+	if over := s.over(); over != "" {
+		return false, "late: " + over, ""
+	}
+	stage := p.stageOf(ack.WorkloadIdentity)
+	if rel.Generation != s.ptr.Generation {
+		// A candidate: only the instances its reached stages took were
+		// assigned it.
+		i, taken := p.takenBy[ack.WorkloadIdentity]
+		switch {
+		case !taken:
+			return false, fmt.Sprintf("not assigned: no stage of generation %d takes %s before promotion (outside every selector, or not in a fraction stage's cohort)", rel.Generation, ack.WorkloadIdentity), ""
+		case !s.progress.reached(i):
+			return false, fmt.Sprintf("not assigned: %s gets generation %d through stage %q, which the rollout has not reached (stage %q has not passed)",
+				ack.WorkloadIdentity, rel.Generation, rel.Stages[i].Name, rel.Stages[len(s.progress.Passed)].Name), ""
+		case rel.Stages[i].Shadow && stateRank[ack.State] > stateRank[Validated] && ack.State != Rejected && ack.State != Stale:
+			return false, fmt.Sprintf("shadow: %s validates generation %d in shadow stage %q and must never apply it; report VALIDATED", ack.WorkloadIdentity, rel.Generation, rel.Stages[i].Name), ""
+		}
+	}
+	// The instance's earlier counted reports of this registration: a later
+	// apply sequence makes this one out of order; at the same sequence, a
+	// counted failure stands, the same report is a duplicate, and states
+	// only go forward.
+	var applied, failure, same, later *Ack
+	for i := range prev {
+		q := &prev[i]
+		if !q.Counted || q.BootID != ack.BootID || q.MembershipEpoch != ack.MembershipEpoch {
+			continue // another boot or registration: it started over
+		}
+		switch {
+		case q.ApplySequence > ack.ApplySequence:
+			return false, fmt.Sprintf("out of order: apply sequence %d after %d", ack.ApplySequence, q.ApplySequence), ""
+		case q.ApplySequence < ack.ApplySequence:
+			continue
+		case failed(*q):
+			if failure == nil || sameReport(*q, ack) {
+				failure = q
+			}
+		case sameReport(*q, ack):
+			same = q
+		case stateRank[ack.State] < stateRank[q.State]:
+			later = q
+		case q.State == Applied && applied == nil:
+			applied = q
+		}
+	}
+	switch {
+	case failure != nil && sameReport(*failure, ack):
+		return false, fmt.Sprintf("duplicate: %s at apply sequence %d was already counted", ack.State, ack.ApplySequence), ""
+	case failure != nil:
+		return false, fmt.Sprintf("a failure stands: %s at apply sequence %d was counted (%s); apply again, with a higher apply sequence, to report anew",
+			displayState(*failure, true, false), failure.ApplySequence, failureOf(*failure)), ""
+	case later != nil:
+		return false, fmt.Sprintf("out of order: %s after %s at apply sequence %d", ack.State, later.State, ack.ApplySequence), ""
+	case same != nil:
+		return false, fmt.Sprintf("duplicate: %s at apply sequence %d was already counted", ack.State, ack.ApplySequence), ""
+	}
+	if ack.State != HealthyAcked || !ack.HealthOK {
+		return true, "", "" // a failure counts at once: it needs no waiting
+	}
+	if rel.HealthWindow > 0 {
+		if applied == nil {
+			return false, fmt.Sprintf("health window: no APPLIED ACK of boot %s at apply sequence %d came first; report APPLIED, then HEALTHY_ACKED after %s",
+				ack.BootID, ack.ApplySequence, rel.HealthWindow), ""
+		}
+		if held := ack.ReceivedAt.Sub(applied.ReceivedAt); held < rel.HealthWindow {
+			return false, fmt.Sprintf("health window: healthy %s after APPLIED, but the release's health window is %s; report again when it has passed",
+				held.Round(time.Millisecond), rel.HealthWindow), ""
+		}
+	}
+	if stage >= 0 && rel.Stages[stage].Budget != nil {
+		budget := rel.Stages[stage].Budget
+		if ack.Health == nil {
+			return false, fmt.Sprintf("stage %q has a health budget (%s): report the error rate and p99 latency measured over the health window", rel.Stages[stage].Name, budget), ""
+		}
+		if over := budget.Check(ack.Health.ErrorRate, ack.Health.P99); over != "" {
+			return true, "", fmt.Sprintf("stage %q: %s", rel.Stages[stage].Name, over)
+		}
+	}
+	return true, "", ""
+}
+
+// sameReport reports whether two ACKs of one apply say the same thing.
+func sameReport(a, b Ack) bool {
+	return a.State == b.State && a.HealthOK == b.HealthOK && (a.Health == nil) == (b.Health == nil) &&
+		(a.Health == nil || *a.Health == *b.Health)
+}
+
+// failureOf says what a counted failure was.
+func failureOf(a Ack) string {
+	switch {
+	case a.State == Rejected && a.Reason != "":
+		return a.Reason
+	case a.State == Rejected:
+		return "rejected"
+	case a.Breach != "":
+		return a.Breach
+	}
+	return "health_ok false"
+}

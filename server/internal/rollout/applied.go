@@ -1,0 +1,182 @@
+package rollout
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/pawlcfg/pawl/server/internal/instance"
+	"github.com/pawlcfg/pawl/server/internal/quorum"
+	"github.com/pawlcfg/pawl/server/internal/store"
+)
+
+// AppliedRecord is what an instance last reported running for a config: the
+// generation and content digest of its latest APPLIED or HEALTHY_ACKED, from
+// the boot that sent it, whether or not that ACK counted (a wrong digest is
+// exactly what an operator needs to see).
+type AppliedRecord struct {
+	ConfigID         string    `json:"config_id"`
+	WorkloadIdentity string    `json:"workload_identity"`
+	Generation       int64     `json:"generation"`
+	ContentDigest    string    `json:"content_digest"`
+	ValidatorDigest  string    `json:"validator_digest"`
+	BootID           string    `json:"boot_id"`
+	MembershipEpoch  int64     `json:"membership_epoch"`
+	ApplySequence    int64     `json:"apply_sequence"`
+	State            AckState  `json:"state"`
+	ReportedAt       time.Time `json:"reported_at"`
+	TraceParent      string    `json:"traceparent,omitempty"`
+	// CurrentBoot is set on reading: the record comes from the instance's
+	// current registration. After a restart it describes the previous
+	// process until the new one reports.
+	CurrentBoot bool `json:"-"`
+}
+
+func (r *Rollouts) appliedAt(ctx context.Context, config, identity string, rev int64) (*AppliedRecord, error) {
+	var rec AppliedRecord
+	_, ok, err := getAt(ctx, r.store, appliedPrefix(config)+identity, rev, &rec)
+	if err != nil || !ok {
+		return nil, err
+	}
+	return &rec, nil
+}
+
+// newApplied returns the applied record ack makes, if it makes one: an
+// APPLIED or HEALTHY_ACKED from the instance's current registration that is
+// not older, within its boot, than the record it replaces.
+func newApplied(ack Ack, reg instance.Record, registered bool, prev *AppliedRecord) (AppliedRecord, bool) {
+	if (ack.State != Applied && ack.State != HealthyAcked) || !registered ||
+		reg.BootID != ack.BootID || reg.MembershipEpoch != ack.MembershipEpoch {
+		return AppliedRecord{}, false
+	}
+	if prev != nil && prev.BootID == ack.BootID && prev.MembershipEpoch == ack.MembershipEpoch && prev.ApplySequence > ack.ApplySequence {
+		return AppliedRecord{}, false
+	}
+	return AppliedRecord{
+		ConfigID: ack.ConfigID, WorkloadIdentity: ack.WorkloadIdentity, Generation: ack.Generation,
+		ContentDigest: ack.ContentDigest, ValidatorDigest: ack.ValidatorDigest, BootID: ack.BootID,
+		MembershipEpoch: ack.MembershipEpoch, ApplySequence: ack.ApplySequence, State: ack.State,
+		ReportedAt: ack.ReceivedAt, TraceParent: ack.TraceParent,
+	}, true
+}
+
+// appliedAll reads every applied record of a config at rev, by identity.
+func (r *Rollouts) appliedAll(ctx context.Context, config string, rev int64) (map[string]AppliedRecord, error) {
+	out := map[string]AppliedRecord{}
+	_, err := store.EachAt(ctx, r.store, appliedPrefix(config), rev, func(kv store.KeyValue) error {
+		var rec AppliedRecord
+		if err := json.Unmarshal(kv.Value, &rec); err != nil {
+			return fmt.Errorf("rollout: applied record %s: %w", kv.Key, err)
+		}
+		out[rec.WorkloadIdentity] = rec
+		return nil
+	})
+	return out, err
+}
+
+// AppliedPage is one page of a config's applied records.
+type AppliedPage struct {
+	Records []AppliedRecord
+	// Revision is the store revision every page of the listing is read at.
+	Revision int64
+	// More says whether records follow the last one.
+	More bool
+}
+
+// ListApplied returns, for a config, what each instance last reported
+// running, in identity order after the identity after ("" for the first
+// page), at most limit of them, read at revision (0: now; give the first
+// page's Revision for the next pages, so that the listing is one snapshot).
+func (r *Rollouts) ListApplied(ctx context.Context, config string, revision int64, after string, limit int) (AppliedPage, error) {
+	if _, err := r.releases.HeadAt(ctx, config, 0); err != nil {
+		return AppliedPage{}, err
+	}
+	prefix := appliedPrefix(config)
+	start := ""
+	if after != "" {
+		start = prefix + after
+	}
+	page, err := r.store.List(ctx, prefix, revision, start, limit)
+	if err != nil {
+		return AppliedPage{}, err
+	}
+	regs, err := r.registrationsAt(ctx, page.Revision)
+	if err != nil {
+		return AppliedPage{}, err
+	}
+	out := AppliedPage{Revision: page.Revision, More: page.More}
+	for _, kv := range page.KVs {
+		var rec AppliedRecord
+		if err := json.Unmarshal(kv.Value, &rec); err != nil {
+			return AppliedPage{}, fmt.Errorf("rollout: applied record %s: %w", kv.Key, err)
+		}
+		reg, ok := regs[rec.WorkloadIdentity]
+		rec.CurrentBoot = ok && reg.BootID == rec.BootID && reg.MembershipEpoch == rec.MembershipEpoch
+		out.Records = append(out.Records, rec)
+	}
+	return out, nil
+}
+
+// Coverage says how much of a release's membership reported what it runs.
+type Coverage struct {
+	// Generation is the release's.
+	Generation int64
+	// Members are the unretired frozen members.
+	Members int
+	// Reported are the members whose current registration reported an
+	// applied generation and content digest of the config (any generation).
+	Reported int
+	// OnRelease are the reported members running this release: its
+	// generation with its content digest.
+	OnRelease int
+	// Mismatched are the reported members that run this release's
+	// generation with another content digest.
+	Mismatched int
+}
+
+// String reads like "9998 of 10000 members reported a digest; 9990 run
+// generation 2".
+func (c Coverage) String() string {
+	s := fmt.Sprintf("%d of %d members reported a digest; %d run generation %d", c.Reported, c.Members, c.OnRelease, c.Generation)
+	if c.Mismatched > 0 {
+		s += fmt.Sprintf("; %d run generation %d with another digest", c.Mismatched, c.Generation)
+	}
+	return s
+}
+
+func coverage(p plan, gen int64, digest string, applied map[string]AppliedRecord, regs map[string]instance.Record) Coverage {
+	c := Coverage{Generation: gen, Members: len(p.members)}
+	for id := range p.members {
+		rec, ok := applied[id]
+		reg, registered := regs[id]
+		if !ok || !registered || reg.BootID != rec.BootID || reg.MembershipEpoch != rec.MembershipEpoch {
+			continue
+		}
+		c.Reported++
+		switch {
+		case rec.Generation == gen && rec.ContentDigest == digest:
+			c.OnRelease++
+		case rec.Generation == gen:
+			c.Mismatched++
+		}
+	}
+	return c
+}
+
+// staleMembers are the members that applied gen (their latest counted ACK
+// from their current registration is APPLIED or HEALTHY_ACKED) although
+// their assignment has moved past it.
+func staleMembers(gen int64, members map[string]quorum.Member, latest map[string]Ack, cs configState) map[string]bool {
+	out := map[string]bool{}
+	for id := range members {
+		a, ok := latest[id]
+		if !ok || (a.State != Applied && a.State != HealthyAcked) {
+			continue
+		}
+		if run, _ := cs.assign(id); run == nil || run.Generation != gen {
+			out[id] = true
+		}
+	}
+	return out
+}

@@ -1,0 +1,168 @@
+package rollout
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/pawlcfg/pawl/server/internal/quorum"
+	"github.com/pawlcfg/pawl/server/internal/store"
+)
+
+// Settle moves a release's rollout forward as far as its evaluation allows,
+// and records it: the first stage found failed (its rejections passed the
+// threshold, or the deadline came while it waited) stops the rollout with
+// every stage's tallies as evidence, and so does a deadline that passed
+// before anyone promoted it; otherwise each stage found passed,
+// in plan order, is added to the progress record, which reaches the next
+// stage and assigns the release to its instances. A release whose rollout
+// is over (stopped, promoted, superseded) is left alone.
+//
+// Each write is conditioned on the pointer, the stop record and the
+// progress record read, so Settle never stops a release that a concurrent
+// Promote made active, and concurrent calls record each step once.
+func (r *Rollouts) Settle(ctx context.Context, config string, gen int64) error {
+	for range maxAttempts {
+		err := r.settle(ctx, config, gen)
+		if !errors.Is(err, store.ErrRevisionMismatch) {
+			return err
+		}
+	}
+	return fmt.Errorf("%w: settling %s generation %d", ErrContended, config, gen)
+}
+
+func (r *Rollouts) settle(ctx context.Context, config string, gen int64) error {
+	rev, err := r.currentRevision(ctx)
+	if err != nil {
+		return err
+	}
+	s, err := r.load(ctx, config, gen, rev)
+	if err != nil || !s.candidate() {
+		return err
+	}
+	ev, err := r.evaluateAt(ctx, s)
+	if err != nil {
+		return err
+	}
+	for _, st := range ev.stages {
+		if st.Evaluation.Outcome == quorum.Failed {
+			_, err := r.writeStop(ctx, s, newStop(s, ev.stages, st.Name, st.Evaluation.Reason))
+			return err
+		}
+	}
+	if deadline := s.rel.CreatedAt.Add(s.rel.Deadline); s.now.After(deadline) {
+		// Every stage passed, but nobody promoted it in time: Promote now
+		// refuses it, so it stops rather than stay a candidate forever.
+		_, err := r.writeStop(ctx, s, newStop(s, ev.stages, "", fmt.Sprintf("the deadline passed at %s before the release was promoted", deadline.Format(time.RFC3339))))
+		return err
+	}
+	passed := len(s.progress.Passed)
+	progress := s.progress
+	progress.Passed = append([]StagePass(nil), s.progress.Passed...)
+	for len(progress.Passed) < len(ev.stages) && ev.stages[len(progress.Passed)].Evaluation.Outcome == quorum.Passed {
+		st := ev.stages[len(progress.Passed)]
+		progress.Passed = append(progress.Passed, StagePass{Stage: st.Name, Time: s.now.UTC(), Evidence: st.Evaluation})
+	}
+	if len(progress.Passed) == passed {
+		return nil
+	}
+	b, err := json.Marshal(progress)
+	if err != nil {
+		return fmt.Errorf("rollout: encode progress: %w", err)
+	}
+	_, err = r.store.Txn(ctx, store.Txn{
+		Compares: []store.Compare{
+			{Key: pointerKey(config), ModRevision: s.ptr.Revision},
+			{Key: stopKey(config, gen), ModRevision: 0},
+			{Key: progressKey(config, gen), ModRevision: s.progress.Revision},
+		},
+		Puts: []store.Put{{Key: progressKey(config, gen), Value: b}},
+	})
+	if err != nil {
+		return fmt.Errorf("rollout: record progress of %s generation %d: %w", config, gen, err)
+	}
+	return nil
+}
+
+func newStop(s snapshot, stages []StageResult, stage, reason string) Stop {
+	st := Stop{ConfigID: s.rel.ConfigID, Generation: s.rel.Generation, Stage: stage, Reason: reason, Time: s.now.UTC()}
+	for _, res := range stages {
+		st.Evidence = append(st.Evidence, res.Evaluation)
+		st.StageNames = append(st.StageNames, res.Name)
+	}
+	return st
+}
+
+// writeStop writes st if the pointer is still the one s read and the
+// release has no stop record: a stop never lands on a release that a
+// concurrent Promote made active. A failed condition is returned as the
+// store's ErrRevisionMismatch.
+func (r *Rollouts) writeStop(ctx context.Context, s snapshot, st Stop) (Stop, error) {
+	b, err := json.Marshal(st)
+	if err != nil {
+		return Stop{}, fmt.Errorf("rollout: encode stop record: %w", err)
+	}
+	res, err := r.store.Txn(ctx, store.Txn{
+		Compares: []store.Compare{
+			{Key: pointerKey(st.ConfigID), ModRevision: s.ptr.Revision},
+			{Key: stopKey(st.ConfigID, st.Generation), ModRevision: 0},
+		},
+		Puts: []store.Put{{Key: stopKey(st.ConfigID, st.Generation), Value: b}},
+	})
+	if err != nil {
+		return Stop{}, fmt.Errorf("rollout: write stop record of %s generation %d: %w", st.ConfigID, st.Generation, err)
+	}
+	st.Revision = res.Revision
+	return st, nil
+}
+
+// GetStop returns the stop record of a release, or nil while its rollout
+// goes on.
+func (r *Rollouts) GetStop(ctx context.Context, config string, gen int64) (*Stop, error) {
+	return r.stopAt(ctx, config, gen, 0)
+}
+
+// StopRollout stops a release's rollout by hand, as an operator does at the
+// first sign of trouble: the stop record names the actor and the reason,
+// and holds every stage's tallies. A release that was promoted cannot be
+// stopped (roll back instead), nor one already stopped or superseded.
+func (r *Rollouts) StopRollout(ctx context.Context, config string, gen int64, reason, actor string) (Stop, error) {
+	if reason == "" {
+		return Stop{}, fmt.Errorf("%w: a stop needs a reason, for the audit trail", ErrInvalid)
+	}
+	for range maxAttempts {
+		rev, err := r.currentRevision(ctx)
+		if err != nil {
+			return Stop{}, err
+		}
+		s, err := r.load(ctx, config, gen, rev)
+		if err != nil {
+			return Stop{}, err
+		}
+		switch {
+		case s.stop != nil:
+			return Stop{}, fmt.Errorf("%w: the rollout of %s generation %d already stopped at %s: %s",
+				ErrNotReady, config, gen, s.stop.Time.Format(time.RFC3339), s.stop.Reason)
+		case s.ptr.promoted(gen):
+			return Stop{}, fmt.Errorf("%w: %s generation %d was promoted (active generation %d); roll back instead",
+				ErrNotReady, config, gen, s.ptr.Generation)
+		case gen < s.latest:
+			return Stop{}, fmt.Errorf("%w: %s generation %d was superseded by generation %d; nothing of it is offered any more",
+				ErrNotReady, config, gen, s.latest)
+		}
+		ev, err := r.evaluateAt(ctx, s)
+		if err != nil {
+			return Stop{}, err
+		}
+		st := newStop(s, ev.stages, "", reason)
+		st.Manual, st.Actor = true, actor
+		written, err := r.writeStop(ctx, s, st)
+		if errors.Is(err, store.ErrRevisionMismatch) {
+			continue // promoted or stopped meanwhile: the next read says which
+		}
+		return written, err
+	}
+	return Stop{}, fmt.Errorf("%w: stopping %s generation %d", ErrContended, config, gen)
+}

@@ -1,0 +1,306 @@
+package rollout
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/pawlcfg/pawl/server/internal/instance"
+	"github.com/pawlcfg/pawl/server/internal/quorum"
+	"github.com/pawlcfg/pawl/server/internal/release"
+	"github.com/pawlcfg/pawl/server/internal/store"
+)
+
+// Progress is how far a release's rollout got: the stages that passed, in
+// plan order, each with the evidence of the moment it passed. Stage i is
+// reached (its instances are assigned the release) once the i stages
+// before it passed. Progress only grows, so an assignment once made is
+// never taken back while the rollout goes on.
+type Progress struct {
+	ConfigID   string      `json:"config_id"`
+	Generation int64       `json:"generation"`
+	Passed     []StagePass `json:"passed"`
+	// Revision is the store revision of the record (0: no stage passed).
+	Revision int64 `json:"-"`
+}
+
+// StagePass records that a stage passed.
+type StagePass struct {
+	Stage    string            `json:"stage"`
+	Time     time.Time         `json:"time"`
+	Evidence quorum.Evaluation `json:"evidence"`
+}
+
+// reached reports whether stage i is reached.
+func (p Progress) reached(i int) bool { return i <= len(p.Passed) }
+
+// Retirement records that a member left a release's frozen membership: the
+// only way its denominator shrinks.
+type Retirement struct {
+	ConfigID         string    `json:"config_id"`
+	Generation       int64     `json:"generation"`
+	WorkloadIdentity string    `json:"workload_identity"`
+	Reason           string    `json:"reason"`
+	Actor            string    `json:"actor"`
+	Time             time.Time `json:"time"`
+	// Revision is the store revision of the record.
+	Revision int64 `json:"-"`
+}
+
+// snapshot is a release's rollout as of one store revision: what a
+// judgement, an evaluation or a promotion rests on. Every field is read at
+// rev, so a write conditioned on "nothing changed since rev" commits only
+// while the snapshot still holds.
+type snapshot struct {
+	rev      int64
+	rel      release.Release
+	latest   int64 // the config's newest generation
+	ptr      Pointer
+	stop     *Stop
+	progress Progress
+	retired  map[string]Retirement
+	now      time.Time
+}
+
+// candidate reports whether the release's rollout goes on: it is the
+// config's newest release, was never promoted or passed over, and did not
+// stop.
+func (s snapshot) candidate() bool {
+	return s.rel.Generation == s.latest && !s.ptr.promoted(s.rel.Generation) && s.stop == nil
+}
+
+// over says why the release's rollout is over and its evidence frozen, or
+// "" while it goes on or the release is active.
+func (s snapshot) over() string {
+	g := s.rel.Generation
+	switch {
+	case g == s.ptr.Generation:
+		return ""
+	case s.ptr.promoted(g):
+		return fmt.Sprintf("generation %d is no longer active (active generation %d, epoch %d); its evidence is frozen", g, s.ptr.Generation, s.ptr.Epoch)
+	case s.stop != nil:
+		return fmt.Sprintf("the rollout stopped at %s (%s); its evidence is frozen", s.stop.Time.Format(time.RFC3339), s.stop.Reason)
+	case g < s.latest:
+		return fmt.Sprintf("generation %d was superseded by generation %d before it was promoted; its evidence is frozen", g, s.latest)
+	}
+	return ""
+}
+
+// load reads the release and the records that follow it at rev.
+func (r *Rollouts) load(ctx context.Context, config string, gen, rev int64) (snapshot, error) {
+	rel, err := r.releases.Get(ctx, config, gen)
+	if err != nil {
+		return snapshot{}, err
+	}
+	s := snapshot{rev: rev, rel: rel, now: r.now()}
+	if s.latest, err = r.releases.HeadAt(ctx, config, rev); err != nil {
+		return snapshot{}, err
+	}
+	s.latest = max(s.latest, gen) // created after rev: it exists all the same
+	if s.ptr, err = r.pointerAt(ctx, config, rev); err != nil {
+		return snapshot{}, err
+	}
+	if s.stop, err = r.stopAt(ctx, config, gen, rev); err != nil {
+		return snapshot{}, err
+	}
+	if s.progress, err = r.progressAt(ctx, config, gen, rev); err != nil {
+		return snapshot{}, err
+	}
+	if s.retired, err = r.retiredAt(ctx, config, gen, rev); err != nil {
+		return snapshot{}, err
+	}
+	return s, nil
+}
+
+func (r *Rollouts) stopAt(ctx context.Context, config string, gen, rev int64) (*Stop, error) {
+	var s Stop
+	kv, ok, err := getAt(ctx, r.store, stopKey(config, gen), rev, &s)
+	if err != nil || !ok {
+		return nil, err
+	}
+	s.Revision = kv.ModRevision
+	return &s, nil
+}
+
+func (r *Rollouts) progressAt(ctx context.Context, config string, gen, rev int64) (Progress, error) {
+	p := Progress{ConfigID: config, Generation: gen}
+	kv, ok, err := getAt(ctx, r.store, progressKey(config, gen), rev, &p)
+	if err != nil || !ok {
+		return Progress{ConfigID: config, Generation: gen}, err
+	}
+	p.Revision = kv.ModRevision
+	return p, nil
+}
+
+func (r *Rollouts) retiredAt(ctx context.Context, config string, gen, rev int64) (map[string]Retirement, error) {
+	out := map[string]Retirement{}
+	_, err := store.EachAt(ctx, r.store, retiredPrefix(config, gen), rev, func(kv store.KeyValue) error {
+		var rt Retirement
+		if err := json.Unmarshal(kv.Value, &rt); err != nil {
+			return fmt.Errorf("rollout: retirement %s: %w", kv.Key, err)
+		}
+		rt.Revision = kv.ModRevision
+		out[rt.WorkloadIdentity] = rt
+		return nil
+	})
+	return out, err
+}
+
+// acksAt reads a generation's ACKs at rev, of one identity or (identity "")
+// of every instance, in arrival order per instance.
+func (r *Rollouts) acksAt(ctx context.Context, config string, gen int64, identity string, rev int64) ([]Ack, error) {
+	prefix := acksPrefix(config, gen)
+	if identity != "" {
+		prefix += identity + "/"
+	}
+	var out []Ack
+	_, err := store.EachAt(ctx, r.store, prefix, rev, func(kv store.KeyValue) error {
+		var a Ack
+		if err := json.Unmarshal(kv.Value, &a); err != nil {
+			return fmt.Errorf("rollout: ACK %s: %w", kv.Key, err)
+		}
+		arrival, err := strconv.ParseInt(kv.Key[strings.LastIndexByte(kv.Key, '/')+1:], 10, 64)
+		if err != nil {
+			return fmt.Errorf("rollout: ACK key %s: %w", kv.Key, err)
+		}
+		a.arrival = arrival
+		// Identities may hold '/': the prefix of "a" also covers "a/b".
+		if identity == "" || a.WorkloadIdentity == identity {
+			out = append(out, a)
+		}
+		return nil
+	})
+	return out, err
+}
+
+// Acks returns every ACK of a generation, counted or not, in arrival order
+// per instance.
+func (r *Rollouts) Acks(ctx context.Context, config string, gen int64) ([]Ack, error) {
+	return r.acksAt(ctx, config, gen, "", 0)
+}
+
+// configState is what decides every assignment of a config at one
+// revision: its pointer, its active release, and its candidate (the newest
+// release, while its rollout goes on) with the stages it reached.
+type configState struct {
+	ptr    Pointer
+	active *release.Release
+	cand   *candidate
+}
+
+type candidate struct {
+	plan     plan
+	progress Progress
+}
+
+// configStateAt reads a config's state at rev.
+func (r *Rollouts) configStateAt(ctx context.Context, config string, rev int64) (configState, error) {
+	var cs configState
+	var err error
+	if cs.ptr, err = r.pointerAt(ctx, config, rev); err != nil {
+		return configState{}, err
+	}
+	if cs.ptr.Generation > 0 {
+		active, err := r.releases.Get(ctx, config, cs.ptr.Generation)
+		if err != nil {
+			return configState{}, err
+		}
+		cs.active = &active
+	}
+	head, err := r.releases.HeadAt(ctx, config, rev)
+	if err != nil || head == 0 || cs.ptr.promoted(head) {
+		return cs, err
+	}
+	s, err := r.load(ctx, config, head, rev)
+	if err != nil {
+		return configState{}, err
+	}
+	if s.candidate() {
+		cs.cand = &candidate{plan: newPlan(s.rel, s.retired), progress: s.progress}
+	}
+	return cs, nil
+}
+
+// Assignment is the generation of one config an instance must run, or, for
+// a shadow stage, validate without applying. An instance activates only
+// what it is assigned, never the largest generation it has seen.
+type Assignment struct {
+	ConfigID        string
+	Generation      int64
+	ContentDigest   string
+	ValidatorDigest string
+	// Stage is empty for the active generation, and names the stage for a
+	// canary assignment of a newer, not yet promoted release.
+	Stage string
+	// Shadow says the instance validates this generation and reports
+	// VALIDATED, and never applies it: it keeps running what it runs.
+	Shadow bool
+	// Epoch is the config pointer's epoch, which every rollback increments.
+	Epoch int64
+}
+
+// assign returns what identity must run (nil: nothing) and what it must
+// validate in a shadow stage (nil: nothing).
+func (cs configState) assign(identity string) (run, shadow *Assignment) {
+	if cs.active != nil {
+		run = assignmentOf(*cs.active, "", false, cs.ptr.Epoch)
+	}
+	if cs.cand == nil {
+		return run, nil
+	}
+	i, ok := cs.cand.plan.takenBy[identity]
+	if !ok || !cs.cand.progress.reached(i) {
+		return run, nil
+	}
+	st := cs.cand.plan.rel.Stages[i]
+	a := assignmentOf(cs.cand.plan.rel, st.Name, st.Shadow, cs.ptr.Epoch)
+	if st.Shadow {
+		return run, a
+	}
+	return a, nil
+}
+
+func assignmentOf(rel release.Release, stage string, shadow bool, epoch int64) *Assignment {
+	return &Assignment{ConfigID: rel.ConfigID, Generation: rel.Generation, ContentDigest: rel.ContentDigest,
+		ValidatorDigest: rel.ValidatorDigest, Stage: stage, Shadow: shadow, Epoch: epoch}
+}
+
+// Assignments computes what the instance must run, config by config, all
+// at one store revision: the newest release's generation if its rollout
+// goes on and reached the stage that takes the instance, else the active
+// generation; and, for an instance of a reached shadow stage, the release
+// to validate beside what it runs. Configs with neither are left out. The
+// revision read is returned.
+func (r *Rollouts) Assignments(ctx context.Context, identity string) ([]Assignment, int64, error) {
+	rev, err := r.currentRevision(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	configs, err := r.releases.Configs(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	var out []Assignment
+	for _, config := range configs {
+		cs, err := r.configStateAt(ctx, config, rev)
+		if err != nil {
+			return nil, 0, err
+		}
+		run, shadow := cs.assign(identity)
+		if run != nil {
+			out = append(out, *run)
+		}
+		if shadow != nil {
+			out = append(out, *shadow)
+		}
+	}
+	return out, rev, nil
+}
+
+// registrationsAt reads every registration at rev.
+func (r *Rollouts) registrationsAt(ctx context.Context, rev int64) (map[string]instance.Record, error) {
+	return r.registry.Registrations(ctx, rev)
+}
