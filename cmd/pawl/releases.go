@@ -34,13 +34,15 @@ var policyKinds = map[string]pawlv1.AckPolicyKind{
 	"traffic-weight": pawlv1.AckPolicyKind_ACK_POLICY_KIND_TRAFFIC_WEIGHT,
 }
 
-// parseStage reads NAME[@K=V,...]:KIND[=VALUE][:max-rejected=N], e.g.
+// parseStage reads NAME[@K=V,...]:KIND[=VALUE][:OPTION...], e.g.
 // canary:fraction=0.05, zone-a@zone=zone-a:all,
-// zones:zone-quorum=0.5:max-rejected=2, primaries:critical-role=primary.
+// zones:zone-quorum=0.5:max-rejected=2, primaries:critical-role=primary,
+// mirror@zone=zone-a:all:shadow, canary:all:max-error-rate=0.01:max-p99=250ms.
 func parseStage(s string) (*pawlv1.Stage, error) {
+	const usage = "NAME[@K=V,...]:KIND[=VALUE][:max-rejected=N][:shadow][:max-error-rate=F][:max-p99=DURATION]"
 	parts := strings.Split(s, ":")
-	if len(parts) < 2 || len(parts) > 3 || parts[0] == "" {
-		return nil, fmt.Errorf("--stage %q: want NAME[@K=V,...]:KIND[=VALUE][:max-rejected=N]", s)
+	if len(parts) < 2 || parts[0] == "" {
+		return nil, fmt.Errorf("--stage %q: want %s", s, usage)
 	}
 	name, sel, hasSel := strings.Cut(parts[0], "@")
 	if name == "" {
@@ -73,15 +75,44 @@ func parseStage(s string) (*pawlv1.Stage, error) {
 		}
 		policy.Fraction = f
 	}
-	if len(parts) == 3 {
-		n, ok := strings.CutPrefix(parts[2], "max-rejected=")
-		max, err := strconv.Atoi(n)
-		if !ok || err != nil {
-			return nil, fmt.Errorf("--stage %q: the third part must be max-rejected=N", s)
+	stage := &pawlv1.Stage{Name: name, Selector: selector, Policy: policy}
+	for _, opt := range parts[2:] {
+		key, val, _ := strings.Cut(opt, "=")
+		var err error
+		switch key {
+		case "max-rejected":
+			var n int
+			n, err = strconv.Atoi(val)
+			policy.MaxRejected = int32(n)
+		case "shadow":
+			stage.Shadow = val == ""
+			if val != "" {
+				err = errors.New("shadow takes no value")
+			}
+		case "max-error-rate":
+			var f float64
+			f, err = strconv.ParseFloat(val, 64)
+			budget(stage).MaxErrorRate = &f
+		case "max-p99":
+			var d time.Duration
+			d, err = time.ParseDuration(val)
+			budget(stage).MaxP99Latency = durationpb.New(d)
+		default:
+			err = errors.New("unknown option")
 		}
-		policy.MaxRejected = int32(max)
+		if err != nil {
+			return nil, fmt.Errorf("--stage %q: option %q: %v; want %s", s, opt, err, usage)
+		}
 	}
-	return &pawlv1.Stage{Name: name, Selector: selector, Policy: policy}, nil
+	return stage, nil
+}
+
+// budget returns the stage's health budget, creating it.
+func budget(st *pawlv1.Stage) *pawlv1.HealthBudget {
+	if st.Budget == nil {
+		st.Budget = &pawlv1.HealthBudget{}
+	}
+	return st.Budget
 }
 
 func releaseCommand(g *globals) *cobra.Command {
@@ -137,7 +168,7 @@ func releaseCommand(g *globals) *cobra.Command {
 	create.Flags().StringVar(&mediaType, "media-type", "application/json", "the content's media type")
 	create.Flags().StringVar(&params, "params", "", "a JSON file of validator parameters")
 	create.Flags().StringToStringVar(&selector, "selector", nil, "labels the target instances must have (k=v,...)")
-	create.Flags().StringArrayVar(&stages, "stage", nil, "a stage NAME[@K=V,...]:KIND[=VALUE][:max-rejected=N], in order; repeat (K may be zone or role)")
+	create.Flags().StringArrayVar(&stages, "stage", nil, "a stage NAME[@K=V,...]:KIND[=VALUE][:max-rejected=N][:shadow][:max-error-rate=F][:max-p99=D], in order; repeat (K may be zone or role)")
 	create.Flags().DurationVar(&healthWindow, "health-window", time.Minute, "how long an instance must stay healthy before its ACK counts")
 	create.Flags().DurationVar(&deadline, "deadline", time.Hour, "how long the rollout may take")
 	create.Flags().StringVar(&actor, "actor", os.Getenv("PAWL_ACTOR"), "who is releasing (env PAWL_ACTOR)")
@@ -179,7 +210,40 @@ func releaseCommand(g *globals) *cobra.Command {
 			return g.printJSON(resp.Msg.GetRelease())
 		},
 	}
-	cmd.AddCommand(create, ls, show)
+	cmd.AddCommand(create, ls, show, retireCommand(g))
+	return cmd
+}
+
+func retireCommand(g *globals) *cobra.Command {
+	var reason, actor string
+	cmd := &cobra.Command{
+		Use:   "retire CONFIG GENERATION IDENTITY --reason TEXT",
+		Short: "Retire an instance from a release's frozen membership (it stops counting toward any stage), with who and why",
+		Args:  usageArgs(cobra.ExactArgs(3)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			gen, err := strconv.ParseInt(args[1], 10, 64)
+			if err != nil {
+				return usageError{fmt.Errorf("generation %q is not a number", args[1])}
+			}
+			if reason == "" {
+				return usageError{errors.New("--reason is required: it goes into the retirement record")}
+			}
+			req := connect.NewRequest(&pawlv1.RetireMemberRequest{ConfigId: args[0], Generation: gen, WorkloadIdentity: args[2], Reason: reason})
+			setActor(req, actor)
+			resp, err := g.releases().RetireMember(cmd.Context(), req)
+			if err != nil {
+				return err
+			}
+			rt := resp.Msg.GetRetirement()
+			if g.output == "json" {
+				return g.printJSON(rt)
+			}
+			_, err = fmt.Fprintf(g.stdout, "%s retired from %s generation %d by %s: %s\n", rt.GetWorkloadIdentity(), rt.GetConfigId(), rt.GetGeneration(), rt.GetActor(), rt.GetReason())
+			return err
+		},
+	}
+	cmd.Flags().StringVar(&reason, "reason", "", "why (required; kept in the record)")
+	cmd.Flags().StringVar(&actor, "actor", os.Getenv("PAWL_ACTOR"), "who is retiring it (env PAWL_ACTOR)")
 	return cmd
 }
 

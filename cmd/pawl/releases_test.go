@@ -4,9 +4,11 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	pawlv1 "github.com/pawlcfg/pawl/gen/pawl/v1"
 	"github.com/pawlcfg/pawl/gen/pawl/v1/pawlv1connect"
@@ -72,13 +74,18 @@ func TestStageFlagsTakeSelectors(t *testing.T) {
 		"zone-a@zone=zone-a:all": {Name: "zone-a", Selector: map[string]string{"zone": "zone-a"}, Policy: all},
 		"shadow@shadow=true,role=web:all:max-rejected=1": {Name: "shadow", Selector: map[string]string{"shadow": "true", "role": "web"},
 			Policy: &pawlv1.AckPolicy{Kind: pawlv1.AckPolicyKind_ACK_POLICY_KIND_ALL, MaxRejected: 1}},
+		"mirror@zone=zone-a:all:shadow": {Name: "mirror", Selector: map[string]string{"zone": "zone-a"}, Policy: all, Shadow: true},
+		"canary:fraction=0.1:max-error-rate=0.01:max-p99=250ms:max-rejected=2": {Name: "canary",
+			Policy: &pawlv1.AckPolicy{Kind: pawlv1.AckPolicyKind_ACK_POLICY_KIND_FRACTION, Fraction: 0.1, MaxRejected: 2},
+			Budget: &pawlv1.HealthBudget{MaxErrorRate: new(0.01), MaxP99Latency: durationpb.New(250 * time.Millisecond)}},
 	} {
 		got, err := parseStage(in)
 		if err != nil || !proto.Equal(got, want) {
 			t.Errorf("parseStage(%q) = %v, %v; want %v", in, got, err, want)
 		}
 	}
-	for _, bad := range []string{"canary@:all", "canary@zone:all", "@zone=a:all"} {
+	for _, bad := range []string{"canary@:all", "canary@zone:all", "@zone=a:all", "c:all:shadow=yes", "c:all:max-p99=soon",
+		"c:all:max-error-rate=x", "c:all:bogus", "c:all:max-rejected=x", "c"} {
 		if _, err := parseStage(bad); err == nil {
 			t.Errorf("parseStage(%q) accepted", bad)
 		}

@@ -187,8 +187,47 @@ func rolloutCommand(g *globals) *cobra.Command {
 		},
 	}
 	status.Flags().Int64Var(&gen, "generation", 0, "the release (default: the latest)")
-	cmd.AddCommand(status, stopCommand(g))
+	cmd.AddCommand(status, stopCommand(g), appliedCommand(g))
 	return cmd
+}
+
+func appliedCommand(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "applied CONFIG",
+		Short: "What each instance last reported running: IDENTITY<TAB>GENERATION<TAB>CONTENT_DIGEST<TAB>MATCH<TAB>STATE<TAB>BOOT<TAB>current|previous<TAB>REPORTED",
+		Args:  usageArgs(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			token := ""
+			for {
+				resp, err := g.rollouts().ListApplied(cmd.Context(), connect.NewRequest(&pawlv1.ListAppliedRequest{ConfigId: args[0], PageToken: token, PageSize: 1000}))
+				if err != nil {
+					return err
+				}
+				for _, a := range resp.Msg.GetApplied() {
+					if g.output == "json" {
+						if err := g.printJSON(a); err != nil {
+							return err
+						}
+						continue
+					}
+					match, boot := "mismatch", "previous"
+					if a.GetMatchesRelease() {
+						match = "match"
+					}
+					if a.GetCurrentBoot() {
+						boot = "current"
+					}
+					if _, err := fmt.Fprintf(g.stdout, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", a.GetWorkloadIdentity(), a.GetGeneration(), a.GetContentDigest(), match,
+						strings.TrimPrefix(a.GetState().String(), "INSTANCE_STATE_"), a.GetBootId(), boot, a.GetReportedAt().AsTime().Format(time.RFC3339)); err != nil {
+						return err
+					}
+				}
+				if token = resp.Msg.GetNextPageToken(); token == "" {
+					return nil
+				}
+			}
+		},
+	}
 }
 
 func stopCommand(g *globals) *cobra.Command {
@@ -234,8 +273,27 @@ func printStatus(g *globals, config string, gen int64, st *pawlv1.GetRolloutStat
 		}
 		fmt.Fprintf(w, "stopped %s at %s: %s\n", by, stop.GetTime().AsTime().Format(time.RFC3339), stop.GetReason())
 	}
+	if c := st.GetCoverage(); c != nil {
+		fmt.Fprintf(w, "coverage: %s\n", c.GetSummary())
+	}
 	for _, s := range st.GetStages() {
-		fmt.Fprintf(w, "stage %s: %s, %d/%d healthy, %d rejected: %s\n", s.GetName(), s.GetOutcome(), s.GetHealthy(), s.GetMembers(), s.GetRejected(), s.GetReason())
+		var notes []string
+		if s.GetShadow() {
+			notes = append(notes, "shadow")
+		}
+		switch {
+		case s.GetPassedAt() != nil:
+			notes = append(notes, "passed at "+s.GetPassedAt().AsTime().Format(time.RFC3339))
+		case s.GetReached():
+			notes = append(notes, "reached")
+		default:
+			notes = append(notes, "not reached")
+		}
+		if s.GetRetired() > 0 {
+			notes = append(notes, fmt.Sprintf("%d retired", s.GetRetired()))
+		}
+		fmt.Fprintf(w, "stage %s (%s): %s, %d/%d healthy, %d rejected: %s\n", s.GetName(), strings.Join(notes, ", "), s.GetOutcome(),
+			s.GetHealthy(), s.GetMembers(), s.GetRejected(), s.GetReason())
 		fmt.Fprintf(w, "  states: %s\n", stateCounts(s.GetStates()))
 		zones := make([]string, 0, len(s.GetZones()))
 		for z := range s.GetZones() {
@@ -247,10 +305,17 @@ func printStatus(g *globals, config string, gen int64, st *pawlv1.GetRolloutStat
 			fmt.Fprintf(w, "  zone %s: %d/%d healthy, %d rejected (%s)\n", z, zs.GetHealthy(), zs.GetMembers(), zs.GetRejected(), stateCounts(zs.GetStates()))
 		}
 	}
+	for _, rt := range st.GetRetirements() {
+		fmt.Fprintf(w, "retired %s by %s at %s: %s\n", rt.GetWorkloadIdentity(), rt.GetActor(), rt.GetTime().AsTime().Format(time.RFC3339), rt.GetReason())
+	}
 	for _, a := range st.GetAcks() {
 		switch {
 		case a.GetState() == pawlv1.InstanceState_INSTANCE_STATE_REJECTED && a.GetCounted():
 			fmt.Fprintf(w, "rejected by %s: %s\n", a.GetWorkloadIdentity(), a.GetReason())
+		case a.GetBudgetBreach() != "" && a.GetCounted():
+			fmt.Fprintf(w, "over budget: %s: %s\n", a.GetWorkloadIdentity(), a.GetBudgetBreach())
+		case a.GetState() == pawlv1.InstanceState_INSTANCE_STATE_HEALTHY_ACKED && !a.GetHealthOk() && a.GetCounted():
+			fmt.Fprintf(w, "unhealthy: %s at apply sequence %d\n", a.GetWorkloadIdentity(), a.GetApplySequence())
 		case !a.GetCounted():
 			fmt.Fprintf(w, "not counted: %s %s: %s\n", a.GetWorkloadIdentity(), strings.TrimPrefix(a.GetState().String(), "INSTANCE_STATE_"), a.GetNotCountedReason())
 		}

@@ -2,22 +2,18 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
-	"log"
-	"net/http"
-	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	pawlv1 "github.com/pawlcfg/pawl/gen/pawl/v1"
 	"github.com/pawlcfg/pawl/gen/pawl/v1/pawlv1connect"
+	"github.com/pawlcfg/pawl/internal/faultproxy"
 	"github.com/pawlcfg/pawl/internal/testclock"
 	"github.com/pawlcfg/pawl/internal/testserver"
 	"github.com/pawlcfg/pawl/internal/wasmbuild"
@@ -110,8 +106,10 @@ func TestRolloutFromTheCLI(t *testing.T) {
 	code, out, _ := pawl(t, srv, "", "rollout", "status", "routing")
 	for _, want := range []string{
 		"routing generation 1: CANDIDATE (active: generation 0, epoch 0)",
-		"stage canary: passed, 5/6 healthy",
-		"stage zones: waiting, 5/6 healthy, 0 rejected: [zone \"zone-c\" has 1 of 2 healthy, needs 2]",
+		"coverage: 5 of 6 members reported a digest; 5 run generation 1",
+		"stage canary (passed at ",
+		"): passed, 5/6 healthy",
+		"stage zones (reached): waiting, 5/6 healthy, 0 rejected: [zone \"zone-c\" has 1 of 2 healthy, needs 2]",
 		"  zone zone-c: 1/2 healthy, 0 rejected (HEALTHY_ACKED=1 NO_ACK=1)",
 		"  states: HEALTHY_ACKED=5 NO_ACK=1",
 	} {
@@ -150,7 +148,7 @@ func TestRolloutFromTheCLI(t *testing.T) {
 		}
 	}
 	code, out, _ = pawl(t, srv, "", "rollout", "status", "routing", "--generation", "2")
-	if code != 0 || !strings.Contains(out, "stage zones: failed, 5/6 healthy, 1 rejected") || !strings.Contains(out, "rejected by pay-0: rejected by local policy") {
+	if code != 0 || !regexp.MustCompile(`stage zones \(passed at [^)]+\): failed, 5/6 healthy, 1 rejected`).MatchString(out) || !strings.Contains(out, "rejected by pay-0: rejected by local policy") {
 		t.Fatalf("status of the rolled-back release = %d, %q", code, out)
 	}
 	// Every ACK of generation 2 is kept: 6 APPLIED, 6 HEALTHY_ACKED, 1 REJECTED.
@@ -210,20 +208,8 @@ func assigned(t *testing.T, client connect.HTTPClient, url, id string) int64 {
 // looks the receipt up by its key and reports the promotion that happened.
 func TestPromoteResolvesALostResponse(t *testing.T) {
 	srv := testserver.Start(t)
-	target, err := url.Parse(srv.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := httputil.NewSingleHostReverseProxy(target)
-	proxy.ModifyResponse = func(resp *http.Response) error {
-		if strings.HasSuffix(resp.Request.URL.Path, "/Promote") {
-			return errors.New("the answer is lost")
-		}
-		return nil
-	}
-	proxy.ErrorLog = log.New(io.Discard, "", 0)
-	front := httptest.NewServer(proxy)
-	defer front.Close()
+	front := faultproxy.NewLoser(t, srv.URL)
+	front.LoseNext("/Promote", 2) // the first attempt and the retry
 
 	client := testserver.HTTPClient(t)
 	is := pawlv1connect.NewInstanceServiceClient(client, srv.URL, connect.WithGRPC())
@@ -257,7 +243,105 @@ func TestPromoteResolvesALostResponse(t *testing.T) {
 	}
 	// A retry with the same key is the same promotion, not a second one.
 	code, out, errOut = pawl(t, srv, "", "--server", front.URL, "promote", "routing", "1", "--key", "k1")
-	if code != 0 || !strings.Contains(out, "receipt k1 by alice") {
-		t.Fatalf("retried promote = %d, %q, %q", code, out, errOut)
+	if code != 0 || !strings.Contains(out, "receipt k1 by alice") || front.Lost("/Promote") != 2 {
+		t.Fatalf("retried promote = %d, %q, %q (%d answers lost)", code, out, errOut, front.Lost("/Promote"))
+	}
+}
+
+// TestShadowBudgetsRetireAndAppliedFromTheCLI: a plan with a shadow stage
+// and a health budget, written on the command line; a member that never
+// comes back is retired; the applied listing and the status show what
+// each instance runs, its budget breach and the retirement.
+func TestShadowBudgetsRetireAndAppliedFromTheCLI(t *testing.T) {
+	srv := testserver.Start(t)
+	client := testserver.HTTPClient(t)
+	is := pawlv1connect.NewInstanceServiceClient(client, srv.URL, connect.WithGRPC())
+	rs := pawlv1connect.NewRolloutServiceClient(client, srv.URL, connect.WithGRPC())
+	ctx := context.Background()
+	epochs := map[string]int64{}
+	for _, id := range []string{"pay-a", "pay-b", "pay-c"} {
+		resp, err := is.Register(ctx, connect.NewRequest(&pawlv1.RegisterRequest{Instance: &pawlv1.Instance{
+			WorkloadIdentity: id, BootId: "b1", Zone: "zone-" + id[4:], TrafficWeight: 1,
+		}}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		epochs[id] = resp.Msg.GetRecord().GetMembershipEpoch()
+	}
+	wasm := wasmbuild.Build(t, "routing")
+	digest := host.Digest(wasm)
+	expect(t, srv, digest+"\n", "validator", "upload", writeFile(t, "routing.wasm", wasm))
+	f := writeFile(t, "r.json", []byte(`{"upstreams":[{"host":"a","weight":100}]}`))
+	if code, out, errOut := pawl(t, srv, "", "release", "create", "routing", "--file", f, "--validator", digest, "--health-window", "0s",
+		"--stage", "mirror@zone=zone-a:all:shadow", "--stage", "rest:all:max-error-rate=0.01:max-p99=250ms"); code != 0 {
+		t.Fatalf("release create = %d, %q, %q", code, out, errOut)
+	}
+	code, out, _ := pawl(t, srv, "", "release", "show", "routing", "1")
+	if code != 0 || !strings.Contains(out, `"shadow":true`) || !strings.Contains(out, `"maxErrorRate":0.01`) || !strings.Contains(out, `"maxP99Latency":"0.250s"`) {
+		t.Fatalf("release show = %d, %q", code, out)
+	}
+	var contentDigest string
+	if rel, err := pawlv1connect.NewReleaseServiceClient(client, srv.URL).GetRelease(ctx, connect.NewRequest(&pawlv1.GetReleaseRequest{ConfigId: "routing", Generation: 1})); err == nil {
+		contentDigest = rel.Msg.GetRelease().GetContentDigest()
+	} else {
+		t.Fatal(err)
+	}
+	ack := func(id string, seq int64, state pawlv1.InstanceState, errorRate float64) *pawlv1.Ack {
+		t.Helper()
+		resp, err := rs.Ack(ctx, connect.NewRequest(&pawlv1.AckRequest{Ack: &pawlv1.Ack{
+			ConfigId: "routing", Generation: 1, WorkloadIdentity: id, BootId: "b1", MembershipEpoch: epochs[id], ApplySequence: seq,
+			ContentDigest: contentDigest, ValidatorDigest: digest, State: state, HealthOk: true,
+			Health: &pawlv1.HealthMeasurement{ErrorRate: errorRate, P99Latency: durationpb.New(100 * time.Millisecond)},
+		}}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Msg.GetAck()
+	}
+	// pay-a validates in the shadow stage; the rest stage is reached.
+	if a := ack("pay-a", 1, pawlv1.InstanceState_INSTANCE_STATE_VALIDATED, 0); !a.GetCounted() {
+		t.Fatalf("VALIDATED = %v", a)
+	}
+	if a := ack("pay-b", 1, pawlv1.InstanceState_INSTANCE_STATE_HEALTHY_ACKED, 0.001); !a.GetCounted() {
+		t.Fatalf("healthy within budget = %v", a)
+	}
+	// pay-c never comes back: retired, the rest stage passes.
+	if code, _, errOut := pawl(t, srv, "", "release", "retire", "routing", "1", "pay-c"); code != 2 || !strings.Contains(errOut, "--reason is required") {
+		t.Fatalf("retire without a reason = %d, %q", code, errOut)
+	}
+	if code, _, errOut := pawl(t, srv, "", "release", "retire", "routing", "1", "pay-z", "--reason", "x"); code != 1 || !strings.Contains(errOut, "not_found") {
+		t.Fatalf("retire of a non-member = %d, %q", code, errOut)
+	}
+	code, out, errOut := pawl(t, srv, "", "release", "retire", "routing", "1", "pay-c", "--reason", "host decommissioned", "--actor", "oncall")
+	if code != 0 || out != "pay-c retired from routing generation 1 by oncall: host decommissioned\n" {
+		t.Fatalf("retire = %d, %q, %q", code, out, errOut)
+	}
+	code, out, _ = pawl(t, srv, "", "rollout", "status", "routing")
+	for _, want := range []string{
+		"stage mirror (shadow, passed at ",
+		"stage rest (passed at ",
+		", 1 retired): passed, 1/1 healthy",
+		"retired pay-c by oncall at ",
+		"coverage: 1 of 2 members reported a digest; 1 run generation 1",
+	} {
+		if code != 0 || !strings.Contains(out, want) {
+			t.Fatalf("rollout status = %d, %q; missing %q", code, out, want)
+		}
+	}
+	if code, out, errOut := pawl(t, srv, "", "promote", "routing", "1"); code != 0 {
+		t.Fatalf("promote = %d, %q, %q", code, out, errOut)
+	}
+	// After promotion pay-b's error rate jumps past the budget: a
+	// rejection, shown with the breach.
+	if a := ack("pay-b", 2, pawlv1.InstanceState_INSTANCE_STATE_HEALTHY_ACKED, 0.5); !a.GetCounted() || !strings.Contains(a.GetBudgetBreach(), "error rate 0.5 is over the budget of 0.01") {
+		t.Fatalf("healthy over budget = %v", a)
+	}
+	code, out, _ = pawl(t, srv, "", "rollout", "status", "routing")
+	if code != 0 || !strings.Contains(out, `over budget: pay-b: stage "rest": error rate 0.5 is over the budget of 0.01`) || !strings.Contains(out, "UNHEALTHY=1") {
+		t.Fatalf("status after the breach = %d, %q", code, out)
+	}
+	code, out, _ = pawl(t, srv, "", "rollout", "applied", "routing")
+	if code != 0 || !regexp.MustCompile(`^pay-b\t1\t`+regexp.QuoteMeta(contentDigest)+`\tmatch\tHEALTHY_ACKED\tb1\tcurrent\t\S+\n$`).MatchString(out) {
+		t.Fatalf("rollout applied = %d, %q", code, out)
 	}
 }
