@@ -1,5 +1,6 @@
 // Package server runs Pawl: it opens the store, starts the watch hub and
-// the rollout supervisor (which stops rollouts at their deadline), and
+// the rollout supervisor (which settles rollouts left mid-step by a crash,
+// and stops rollouts at their deadline), and
 // serves the Connect handlers (Connect, gRPC and gRPC-Web on one port), with
 // gRPC health checking and server reflection.
 //
@@ -18,11 +19,12 @@
 //	server/internal/watch      the watch hub
 //	server/internal/kvservice  pawl.v1.KVService
 //	server/internal/apierr     domain errors to Connect codes
+//	server/internal/pagetoken  the tokens that continue paginated listings
 //	server/internal/validatorservice  pawl.v1.ValidatorService
 //	server/internal/canonical  the canonical content digest
 //	server/internal/instance   the instance registry: leases, boots, membership epochs
 //	server/internal/release    immutable releases and their generations
 //	server/internal/quorum     ACK policies evaluated against a frozen membership
-//	server/internal/rollout    ACKs, stages, stop records, promotion, rollback, receipts
+//	server/internal/rollout    what counts, stage progress, stops, promotion, rollback, receipts, retirements, applied records
 //	server/internal/rolloutservice  pawl.v1.ReleaseService, InstanceService, RolloutService
 package server

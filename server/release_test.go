@@ -208,3 +208,119 @@ func TestFiftyConcurrentPromoteCallsOverTheAPI(t *testing.T) {
 		t.Fatalf("receipts = %v, %v", list, err)
 	}
 }
+
+// TestRolloutBadRequestsChangeNothing: each refused rollout request gets
+// the code it should, says why, and leaves the store's revision where it
+// was.
+func TestRolloutBadRequestsChangeNothing(t *testing.T) {
+	srv := testserver.Start(t)
+	client := testserver.HTTPClient(t)
+	is := pawlv1connect.NewInstanceServiceClient(client, srv.URL, connect.WithGRPC())
+	rs := pawlv1connect.NewReleaseServiceClient(client, srv.URL, connect.WithGRPC())
+	ro := pawlv1connect.NewRolloutServiceClient(client, srv.URL, connect.WithGRPC())
+	kv := pawlv1connect.NewKVServiceClient(client, srv.URL, connect.WithGRPC())
+	ctx := context.Background()
+	register(t, is, "pay-1", "b", "zone-a", map[string]string{"env": "prod"})
+	register(t, is, "pay-2", "b", "zone-b", map[string]string{"env": "prod"})
+	digest := upload(t, newValidators(t, srv), "routing")
+	spec := releaseSpec(digest, `{"upstreams":[{"host":"a","weight":100}]}`)
+	spec.HealthWindow = durationpb.New(0)
+	spec.Stages = []*pawlv1.Stage{{Name: "all", Policy: &pawlv1.AckPolicy{Kind: pawlv1.AckPolicyKind_ACK_POLICY_KIND_ALL}}}
+	created, err := rs.CreateRelease(ctx, connect.NewRequest(&pawlv1.CreateReleaseRequest{Spec: spec}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel := created.Msg.GetRelease()
+	healthy := func(id string) *pawlv1.Ack {
+		return &pawlv1.Ack{ConfigId: "payments.routing", Generation: 1, WorkloadIdentity: id, BootId: "b", ApplySequence: 1,
+			MembershipEpoch: epochOf(t, is, id), ContentDigest: rel.GetContentDigest(), ValidatorDigest: digest,
+			State: pawlv1.InstanceState_INSTANCE_STATE_HEALTHY_ACKED, HealthOk: true}
+	}
+	for _, id := range []string{"pay-1", "pay-2"} {
+		if _, err := ro.Ack(ctx, connect.NewRequest(&pawlv1.AckRequest{Ack: healthy(id)})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := ro.Promote(ctx, connect.NewRequest(&pawlv1.PromoteRequest{ConfigId: "payments.routing", Generation: 1, IdempotencyKey: "k1"})); err != nil {
+		t.Fatal(err)
+	}
+	noEpoch := healthy("pay-1")
+	noEpoch.MembershipEpoch = 0
+	badHealth := healthy("pay-1")
+	badHealth.Health = &pawlv1.HealthMeasurement{ErrorRate: -0.5}
+	bad := []struct {
+		name string
+		call func() error
+		code connect.Code
+		says string
+	}{
+		{"ACK without a membership epoch", func() error {
+			_, err := ro.Ack(ctx, connect.NewRequest(&pawlv1.AckRequest{Ack: noEpoch}))
+			return err
+		}, connect.CodeInvalidArgument, "membership_epoch is required"},
+		{"ACK with a negative error rate", func() error {
+			_, err := ro.Ack(ctx, connect.NewRequest(&pawlv1.AckRequest{Ack: badHealth}))
+			return err
+		}, connect.CodeInvalidArgument, "error rate -0.5 must be in [0, 1]"},
+		{"a promotion's key reused for a rollback", func() error {
+			_, err := ro.Rollback(ctx, connect.NewRequest(&pawlv1.RollbackRequest{ConfigId: "payments.routing", ExpectedGeneration: 1, IdempotencyKey: "k1"}))
+			return err
+		}, connect.CodeAlreadyExists, "is the receipt of a promotion from generation 0 to 1"},
+		{"retire without a reason", func() error {
+			_, err := rs.RetireMember(ctx, connect.NewRequest(&pawlv1.RetireMemberRequest{ConfigId: "payments.routing", Generation: 1, WorkloadIdentity: "pay-2"}))
+			return err
+		}, connect.CodeInvalidArgument, "needs a reason"},
+		{"retire a non-member", func() error {
+			_, err := rs.RetireMember(ctx, connect.NewRequest(&pawlv1.RetireMemberRequest{ConfigId: "payments.routing", Generation: 1, WorkloadIdentity: "pay-9", Reason: "x"}))
+			return err
+		}, connect.CodeNotFound, "not in the frozen membership"},
+		{"retire from a missing release", func() error {
+			_, err := rs.RetireMember(ctx, connect.NewRequest(&pawlv1.RetireMemberRequest{ConfigId: "payments.routing", Generation: 7, WorkloadIdentity: "pay-2", Reason: "x"}))
+			return err
+		}, connect.CodeNotFound, "has no generation 7"},
+		{"a foreign page token", func() error {
+			_, err := ro.ListApplied(ctx, connect.NewRequest(&pawlv1.ListAppliedRequest{ConfigId: "payments.routing", PageToken: "AQ"}))
+			return err
+		}, connect.CodeInvalidArgument, "page_token"},
+		{"applied of a malformed config ID", func() error {
+			_, err := ro.ListApplied(ctx, connect.NewRequest(&pawlv1.ListAppliedRequest{ConfigId: "Bad/ID"}))
+			return err
+		}, connect.CodeInvalidArgument, "config ID"},
+		{"a negative page size", func() error {
+			_, err := ro.ListApplied(ctx, connect.NewRequest(&pawlv1.ListAppliedRequest{ConfigId: "payments.routing", PageSize: -1}))
+			return err
+		}, connect.CodeInvalidArgument, "page_size"},
+		{"stop the active release", func() error {
+			_, err := ro.StopRollout(ctx, connect.NewRequest(&pawlv1.StopRolloutRequest{ConfigId: "payments.routing", Generation: 1, Reason: "x"}))
+			return err
+		}, connect.CodeFailedPrecondition, "roll back instead"},
+	}
+	revision := func() int64 {
+		t.Helper()
+		resp, err := kv.List(ctx, connect.NewRequest(&pawlv1.ListRequest{Prefix: "/nothing/"}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Msg.GetRevision()
+	}
+	for _, tt := range bad {
+		t.Run(tt.name, func(t *testing.T) {
+			before := revision()
+			err := tt.call()
+			if connect.CodeOf(err) != tt.code || !strings.Contains(err.Error(), tt.says) {
+				t.Fatalf("= %v; want %s saying %q", err, tt.code, tt.says)
+			}
+			if after := revision(); after != before {
+				t.Fatalf("the refused request moved the revision from %d to %d", before, after)
+			}
+		})
+	}
+	// Retiring from the active release is allowed, and once only.
+	if _, err := rs.RetireMember(ctx, connect.NewRequest(&pawlv1.RetireMemberRequest{ConfigId: "payments.routing", Generation: 1, WorkloadIdentity: "pay-2", Reason: "gone"})); err != nil {
+		t.Fatal(err)
+	}
+	_, err = rs.RetireMember(ctx, connect.NewRequest(&pawlv1.RetireMemberRequest{ConfigId: "payments.routing", Generation: 1, WorkloadIdentity: "pay-2", Reason: "gone"}))
+	if connect.CodeOf(err) != connect.CodeAlreadyExists {
+		t.Fatalf("second retirement = %v", err)
+	}
+}

@@ -1,5 +1,5 @@
 // Package quorum evaluates a rollout stage's ACK policy against the
-// membership frozen in its release (DESIGN.md, "Quorum").
+// membership frozen in its release.
 //
 // Evaluate is a pure function of the policy, the frozen membership and the
 // latest ACK state of each instance. It counts only members: an instance

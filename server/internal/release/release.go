@@ -293,6 +293,14 @@ func (r *Releases) Create(ctx context.Context, spec Spec, actor string) (Release
 	return Release{}, ErrContended
 }
 
+// CheckConfigID refuses a malformed config ID with ErrInvalid.
+func CheckConfigID(config string) error {
+	if !configIDPattern.MatchString(config) {
+		return fmt.Errorf("%w: config ID %q must be 1-128 of a-z 0-9 . _ - and start with a letter or digit", ErrInvalid, config)
+	}
+	return nil
+}
+
 // HeadAt returns the config's newest generation as of a store revision (0:
 // current); 0 before its first release.
 func (r *Releases) HeadAt(ctx context.Context, config string, revision int64) (int64, error) {

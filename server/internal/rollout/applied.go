@@ -8,6 +8,7 @@ import (
 
 	"github.com/pawlcfg/pawl/server/internal/instance"
 	"github.com/pawlcfg/pawl/server/internal/quorum"
+	"github.com/pawlcfg/pawl/server/internal/release"
 	"github.com/pawlcfg/pawl/server/internal/store"
 )
 
@@ -89,7 +90,7 @@ type AppliedPage struct {
 // page), at most limit of them, read at revision (0: now; give the first
 // page's Revision for the next pages, so that the listing is one snapshot).
 func (r *Rollouts) ListApplied(ctx context.Context, config string, revision int64, after string, limit int) (AppliedPage, error) {
-	if _, err := r.releases.HeadAt(ctx, config, 0); err != nil {
+	if err := release.CheckConfigID(config); err != nil {
 		return AppliedPage{}, err
 	}
 	prefix := appliedPrefix(config)
