@@ -102,7 +102,9 @@ func (a Ack) check() error {
 // otherwise it is judged again. An APPLIED or HEALTHY_ACKED from the
 // instance's current registration also becomes its applied record for the
 // config, in the same write. A counted HEALTHY_ACKED, VALIDATED or REJECTED
-// then settles the rollout, which may pass a stage or stop it.
+// then settles the rollout, which may pass a stage or stop it; when that
+// fails, the error says the ACK was stored, and the same ACK sent again is
+// a duplicate that settles again.
 func (r *Rollouts) RecordAck(ctx context.Context, ack Ack) (Ack, error) {
 	if err := ack.check(); err != nil {
 		return Ack{}, err
@@ -120,7 +122,8 @@ func (r *Rollouts) RecordAck(ctx context.Context, ack Ack) (Ack, error) {
 			// fail one. A duplicate settles too: a client that retried after
 			// losing the first answer must not leave a step unrecorded.
 			if err := r.Settle(ctx, stored.ConfigID, stored.Generation); err != nil {
-				return Ack{}, fmt.Errorf("rollout: settle after the ACK: %w", err)
+				return Ack{}, fmt.Errorf("rollout: the ACK was stored, and settling the rollout after it failed (send it again: "+
+					"it is then a duplicate, and settles again): %w", err)
 			}
 		}
 		return stored, nil
