@@ -1,0 +1,126 @@
+package rollout
+
+import (
+	"context"
+
+	"github.com/pawlcfg/pawl/server/internal/release"
+)
+
+// configState is what decides every assignment of a config at one
+// revision: its pointer, its active release, and its candidate (the newest
+// release, while its rollout goes on) with the stages it reached.
+type configState struct {
+	ptr    Pointer
+	active *release.Release
+	cand   *candidate
+}
+
+type candidate struct {
+	plan     plan
+	progress Progress
+}
+
+// configStateAt reads a config's state at rev.
+func (r *Rollouts) configStateAt(ctx context.Context, config string, rev int64) (configState, error) {
+	var cs configState
+	var err error
+	if cs.ptr, err = r.pointerAt(ctx, config, rev); err != nil {
+		return configState{}, err
+	}
+	if cs.ptr.Generation > 0 {
+		active, err := r.releases.Get(ctx, config, cs.ptr.Generation)
+		if err != nil {
+			return configState{}, err
+		}
+		cs.active = &active
+	}
+	head, err := r.releases.HeadAt(ctx, config, rev)
+	if err != nil || head == 0 || cs.ptr.promoted(head) {
+		return cs, err
+	}
+	s, err := r.load(ctx, config, head, rev)
+	if err != nil {
+		return configState{}, err
+	}
+	if s.candidate() {
+		cs.cand = &candidate{plan: newPlan(s.rel, s.retired), progress: s.progress}
+	}
+	return cs, nil
+}
+
+// Assignment is the generation of one config an instance must run, or, for
+// a shadow stage, validate without applying. An instance activates only
+// what it is assigned, never the largest generation it has seen.
+type Assignment struct {
+	ConfigID        string
+	Generation      int64
+	ContentDigest   string
+	ValidatorDigest string
+	// Stage is empty for the active generation, and names the stage for a
+	// canary assignment of a newer, not yet promoted release.
+	Stage string
+	// Shadow says the instance validates this generation and reports
+	// VALIDATED, and never applies it: it keeps running what it runs.
+	Shadow bool
+	// Epoch is the config pointer's epoch, which every rollback increments.
+	Epoch int64
+}
+
+// assign returns what identity must run (nil: nothing) and what it must
+// validate in a shadow stage (nil: nothing).
+func (cs configState) assign(identity string) (run, shadow *Assignment) {
+	if cs.active != nil {
+		run = assignmentOf(*cs.active, "", false, cs.ptr.Epoch)
+	}
+	if cs.cand == nil {
+		return run, nil
+	}
+	i, ok := cs.cand.plan.takenBy[identity]
+	if !ok || !cs.cand.progress.reached(i) {
+		return run, nil
+	}
+	st := cs.cand.plan.rel.Stages[i]
+	a := assignmentOf(cs.cand.plan.rel, st.Name, st.Shadow, cs.ptr.Epoch)
+	if st.Shadow {
+		return run, a
+	}
+	return a, nil
+}
+
+func assignmentOf(rel release.Release, stage string, shadow bool, epoch int64) *Assignment {
+	return &Assignment{ConfigID: rel.ConfigID, Generation: rel.Generation, ContentDigest: rel.ContentDigest,
+		ValidatorDigest: rel.ValidatorDigest, Stage: stage, Shadow: shadow, Epoch: epoch}
+}
+
+// Assignments computes what the instance must run, config by config, all
+// at one store revision: the newest release's generation if its rollout
+// goes on and reached the stage that takes the instance, else the active
+// generation; and, for an instance of a reached shadow stage, the release
+// to validate beside what it runs. Configs with neither are left out. The
+// revision read is returned.
+func (r *Rollouts) Assignments(ctx context.Context, identity string) ([]Assignment, int64, error) {
+	rev, err := r.currentRevision(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	configs, err := r.releases.Configs(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	var out []Assignment
+	for _, config := range configs {
+		cs, err := r.configStateAt(ctx, config, rev)
+		if err != nil {
+			return nil, 0, err
+		}
+		run, shadow := cs.assign(identity)
+		if run != nil {
+			out = append(out, *run)
+		}
+		if shadow != nil {
+			out = append(out, *shadow)
+		}
+	}
+	return out, rev, nil
+}
+
