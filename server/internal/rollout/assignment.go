@@ -123,4 +123,3 @@ func (r *Rollouts) Assignments(ctx context.Context, identity string) ([]Assignme
 	}
 	return out, rev, nil
 }
-
