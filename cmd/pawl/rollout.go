@@ -267,11 +267,14 @@ func printStatus(g *globals, config string, gen int64, st *pawlv1.GetRolloutStat
 	fmt.Fprintf(w, "%s generation %d: %s (active: generation %d, epoch %d)\n", config, gen,
 		strings.TrimPrefix(st.GetState().String(), "RELEASE_STATE_"), st.GetPointer().GetGeneration(), st.GetPointer().GetEpoch())
 	if stop := st.GetStop(); stop != nil {
-		by := "stage " + stop.GetStage()
-		if stop.GetManual() {
-			by = "by " + stop.GetActor()
+		by := ""
+		switch {
+		case stop.GetManual():
+			by = " by " + stop.GetActor()
+		case stop.GetStage() != "":
+			by = " at stage " + stop.GetStage()
 		}
-		fmt.Fprintf(w, "stopped %s at %s: %s\n", by, stop.GetTime().AsTime().Format(time.RFC3339), stop.GetReason())
+		fmt.Fprintf(w, "stopped%s at %s: %s\n", by, stop.GetTime().AsTime().Format(time.RFC3339), stop.GetReason())
 	}
 	if c := st.GetCoverage(); c != nil {
 		fmt.Fprintf(w, "coverage: %s\n", c.GetSummary())

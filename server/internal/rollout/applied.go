@@ -102,7 +102,7 @@ func (r *Rollouts) ListApplied(ctx context.Context, config string, revision int6
 	if err != nil {
 		return AppliedPage{}, err
 	}
-	regs, err := r.registrationsAt(ctx, page.Revision)
+	regs, err := r.registry.Registrations(ctx, page.Revision)
 	if err != nil {
 		return AppliedPage{}, err
 	}

@@ -22,28 +22,39 @@ type candidate struct {
 
 // configStateAt reads a config's state at rev.
 func (r *Rollouts) configStateAt(ctx context.Context, config string, rev int64) (configState, error) {
-	var cs configState
-	var err error
-	if cs.ptr, err = r.pointerAt(ctx, config, rev); err != nil {
+	ptr, err := r.pointerAt(ctx, config, rev)
+	if err != nil {
 		return configState{}, err
 	}
-	if cs.ptr.Generation > 0 {
-		active, err := r.releases.Get(ctx, config, cs.ptr.Generation)
+	head, err := r.releases.HeadAt(ctx, config, rev)
+	if err != nil {
+		return configState{}, err
+	}
+	var newest *snapshot
+	if head > 0 && !ptr.promoted(head) {
+		s, err := r.load(ctx, config, head, rev)
+		if err != nil {
+			return configState{}, err
+		}
+		newest = &s
+	}
+	return r.configState(ctx, config, ptr, newest)
+}
+
+// configState completes a config's state from its pointer and the snapshot
+// of its newest release (nil when that was promoted), both read at one
+// revision.
+func (r *Rollouts) configState(ctx context.Context, config string, ptr Pointer, newest *snapshot) (configState, error) {
+	cs := configState{ptr: ptr}
+	if newest != nil && newest.candidate() {
+		cs.cand = &candidate{plan: newPlan(newest.rel, newest.retired), progress: newest.progress}
+	}
+	if ptr.Generation > 0 {
+		active, err := r.releases.Get(ctx, config, ptr.Generation)
 		if err != nil {
 			return configState{}, err
 		}
 		cs.active = &active
-	}
-	head, err := r.releases.HeadAt(ctx, config, rev)
-	if err != nil || head == 0 || cs.ptr.promoted(head) {
-		return cs, err
-	}
-	s, err := r.load(ctx, config, head, rev)
-	if err != nil {
-		return configState{}, err
-	}
-	if s.candidate() {
-		cs.cand = &candidate{plan: newPlan(s.rel, s.retired), progress: s.progress}
 	}
 	return cs, nil
 }

@@ -3,6 +3,8 @@ package rollout_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -26,7 +28,7 @@ func (e *env) assignments(t *testing.T, id string) string {
 		if a.Shadow {
 			s = "~"
 		}
-		s += string(rune('0' + a.Generation))
+		s += strconv.FormatInt(a.Generation, 10)
 		if a.Stage != "" {
 			s += ":" + a.Stage
 		}
@@ -202,7 +204,7 @@ func TestRetiringACohortMemberBringsInTheNext(t *testing.T) {
 	}
 	assigned := 0
 	for i := range 6 {
-		id := string(rune('i')) + string(rune('0'+i))
+		id := fmt.Sprintf("i%d", i)
 		got := e.assignments(t, id)
 		switch {
 		case id == gone && got != "":

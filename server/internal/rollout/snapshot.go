@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/pawlcfg/pawl/server/internal/instance"
 	"github.com/pawlcfg/pawl/server/internal/quorum"
 	"github.com/pawlcfg/pawl/server/internal/release"
 	"github.com/pawlcfg/pawl/server/internal/store"
@@ -180,9 +179,4 @@ func (r *Rollouts) acksAt(ctx context.Context, config string, gen int64, identit
 // per instance.
 func (r *Rollouts) Acks(ctx context.Context, config string, gen int64) ([]Ack, error) {
 	return r.acksAt(ctx, config, gen, "", 0)
-}
-
-// registrationsAt reads every registration at rev.
-func (r *Rollouts) registrationsAt(ctx context.Context, rev int64) (map[string]instance.Record, error) {
-	return r.registry.Registrations(ctx, rev)
 }

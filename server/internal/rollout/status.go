@@ -94,11 +94,21 @@ func (r *Rollouts) evaluateAt(ctx context.Context, s snapshot) (evaluation, erro
 	if err != nil {
 		return evaluation{}, err
 	}
-	regs, err := r.registrationsAt(ctx, s.rev)
+	regs, err := r.registry.Registrations(ctx, s.rev)
 	if err != nil {
 		return evaluation{}, err
 	}
-	cs, err := r.configStateAt(ctx, s.rel.ConfigID, s.rev)
+	var cs configState
+	if s.rel.Generation == s.latest {
+		// s is the config's newest release: the state reuses it.
+		var newest *snapshot
+		if !s.ptr.promoted(s.latest) {
+			newest = &s
+		}
+		cs, err = r.configState(ctx, s.rel.ConfigID, s.ptr, newest)
+	} else {
+		cs, err = r.configStateAt(ctx, s.rel.ConfigID, s.rev)
+	}
 	if err != nil {
 		return evaluation{}, err
 	}
