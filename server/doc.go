@@ -17,14 +17,12 @@
 //	server/internal/store      the storage contract, with its conformance suite in storetest
 //	server/internal/store/boltstore  the embedded bbolt engine (the default)
 //	server/internal/watch      the watch hub
-//	server/internal/kvservice  pawl.v1.KVService
-//	server/internal/apierr     domain errors to Connect codes
+//	server/internal/api        the Connect edge: a handler per service, the error-to-code mapper, interceptors
 //	server/internal/pagetoken  the tokens that continue paginated listings
-//	server/internal/validatorservice  pawl.v1.ValidatorService
+//	server/internal/validator  stored validators: upload checks, loading, runs
 //	server/internal/canonical  the canonical content digest
 //	server/internal/instance   the instance registry: leases, boots, membership epochs
 //	server/internal/release    immutable releases and their generations
 //	server/internal/quorum     ACK policies evaluated against a frozen membership
 //	server/internal/rollout    what counts, stage progress, stops, promotion, rollback, receipts, retirements, applied records
-//	server/internal/rolloutservice  pawl.v1.ReleaseService, InstanceService, RolloutService
 package server

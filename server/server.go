@@ -17,13 +17,12 @@ import (
 
 	"github.com/pawlcfg/pawl/gen/pawl/v1/pawlv1connect"
 	"github.com/pawlcfg/pawl/server/internal/instance"
-	"github.com/pawlcfg/pawl/server/internal/kvservice"
+	"github.com/pawlcfg/pawl/server/internal/api"
 	"github.com/pawlcfg/pawl/server/internal/release"
 	"github.com/pawlcfg/pawl/server/internal/rollout"
-	"github.com/pawlcfg/pawl/server/internal/rolloutservice"
 	"github.com/pawlcfg/pawl/server/internal/store"
 	"github.com/pawlcfg/pawl/server/internal/store/boltstore"
-	"github.com/pawlcfg/pawl/server/internal/validatorservice"
+	"github.com/pawlcfg/pawl/server/internal/validator"
 	"github.com/pawlcfg/pawl/server/internal/watch"
 	"github.com/pawlcfg/pawl/validators/host"
 )
@@ -35,7 +34,7 @@ type Server struct {
 	store   store.Store
 	hub     *watch.Hub
 	wasm    *host.Runtime
-	vals    *validatorservice.Service
+	vals    *validator.Validators
 	health  *grpchealth.StaticChecker
 	handler http.Handler
 
@@ -90,7 +89,7 @@ func New(ctx context.Context, opts ...Option) (*Server, error) {
 		return nil, fmt.Errorf("server: %w", err)
 	}
 	s := &Server{cfg: cfg, store: st, hub: hub, wasm: rt, health: grpchealth.NewStaticChecker(services...)}
-	s.vals = validatorservice.New(st, rt, cfg.maxWasmBytes, cfg.maxValueBytes, cfg.log)
+	s.vals = validator.New(st, rt, cfg.maxWasmBytes)
 	s.handler = s.routes()
 	return s, nil
 }
@@ -107,23 +106,23 @@ func (s *Server) routes() http.Handler {
 		// fan-out profile. Larger messages (big configs, batches) still
 		// compress when the client accepts it.
 		connect.WithCompressMinBytes(compressMinBytes),
-		connect.WithInterceptors(logInterceptor(s.cfg.log)),
+		connect.WithInterceptors(api.LogInterceptor(s.cfg.log)),
 	}
 	mux := http.NewServeMux()
-	mux.Handle(pawlv1connect.NewKVServiceHandler(kvservice.New(s.store, s.hub, s.cfg.maxValueBytes, s.cfg.log), opts...))
+	mux.Handle(pawlv1connect.NewKVServiceHandler(api.NewKV(s.store, s.hub, s.cfg.maxValueBytes, s.cfg.log), opts...))
 	validatorOpts := []connect.HandlerOption{
 		connect.WithReadMaxBytes(s.cfg.maxWasmBytes + 64<<10),
 		connect.WithCompressMinBytes(compressMinBytes),
-		connect.WithInterceptors(logInterceptor(s.cfg.log)),
+		connect.WithInterceptors(api.LogInterceptor(s.cfg.log)),
 	}
-	mux.Handle(pawlv1connect.NewValidatorServiceHandler(s.vals, validatorOpts...))
+	mux.Handle(pawlv1connect.NewValidatorServiceHandler(api.NewValidators(s.vals, s.cfg.maxValueBytes, s.cfg.log), validatorOpts...))
 	registry := instance.New(s.store, s.cfg.instanceLease, instance.WithClock(s.cfg.now))
 	releases := release.New(s.store, s.vals.Run, registry.Members, release.WithClock(s.cfg.now))
 	rollouts := rollout.New(s.store, releases, registry, rollout.WithClock(s.cfg.now))
 	s.startSupervisor(rollouts)
-	mux.Handle(pawlv1connect.NewReleaseServiceHandler(rolloutservice.NewReleases(releases, rollouts, s.cfg.log), opts...))
-	mux.Handle(pawlv1connect.NewInstanceServiceHandler(rolloutservice.NewInstances(registry, rollouts, s.hub, s.cfg.log), opts...))
-	mux.Handle(pawlv1connect.NewRolloutServiceHandler(rolloutservice.NewRollouts(rollouts, releases, s.cfg.log), opts...))
+	mux.Handle(pawlv1connect.NewReleaseServiceHandler(api.NewReleases(releases, rollouts, s.cfg.log), opts...))
+	mux.Handle(pawlv1connect.NewInstanceServiceHandler(api.NewInstances(registry, rollouts, s.hub, s.cfg.log), opts...))
+	mux.Handle(pawlv1connect.NewRolloutServiceHandler(api.NewRollouts(rollouts, releases, s.cfg.log), opts...))
 	mux.Handle(grpchealth.NewHandler(s.health))
 	reflector := grpcreflect.NewStaticReflector(append([]string{grpchealth.HealthV1ServiceName}, services...)...)
 	mux.Handle(grpcreflect.NewHandlerV1(reflector))

@@ -1,7 +1,4 @@
-// Package kvservice implements pawl.v1.KVService over a store and a watch
-// hub: it validates requests, converts between wire and domain types, and
-// maps errors to Connect codes through apierr.
-package kvservice
+package api
 
 import (
 	"context"
@@ -14,84 +11,84 @@ import (
 
 	pawlv1 "github.com/pawlcfg/pawl/gen/pawl/v1"
 	"github.com/pawlcfg/pawl/gen/pawl/v1/pawlv1connect"
-	"github.com/pawlcfg/pawl/server/internal/apierr"
 	"github.com/pawlcfg/pawl/server/internal/pagetoken"
 	"github.com/pawlcfg/pawl/server/internal/store"
 	"github.com/pawlcfg/pawl/server/internal/watch"
 )
 
-// Service is the KVService handler.
-type Service struct {
+// KV is the KVService handler: it validates requests, converts between
+// wire and store types, and streams watches from the hub.
+type KV struct {
 	store         store.Store
 	hub           *watch.Hub
 	maxValueBytes int
 	log           *slog.Logger
 }
 
-var _ pawlv1connect.KVServiceHandler = (*Service)(nil)
+var _ pawlv1connect.KVServiceHandler = (*KV)(nil)
 
-// New returns a KVService over st and hub that refuses values longer than
+// NewKV returns a KVService over st and hub that refuses values longer than
 // maxValueBytes.
-func New(st store.Store, hub *watch.Hub, maxValueBytes int, log *slog.Logger) *Service {
-	return &Service{store: st, hub: hub, maxValueBytes: maxValueBytes, log: log}
+func NewKV(st store.Store, hub *watch.Hub, maxValueBytes int, log *slog.Logger) *KV {
+	return &KV{store: st, hub: hub, maxValueBytes: maxValueBytes, log: log}
 }
 
 // Put implements pawl.v1.KVService.Put.
-func (s *Service) Put(ctx context.Context, req *connect.Request[pawlv1.PutRequest]) (*connect.Response[pawlv1.PutResponse], error) {
+func (s *KV) Put(ctx context.Context, req *connect.Request[pawlv1.PutRequest]) (*connect.Response[pawlv1.PutResponse], error) {
 	m := req.Msg
 	if err := s.checkWrite(m.GetKey(), m.ExpectedModRevision); err != nil {
 		return nil, err
 	}
 	if len(m.GetValue()) > s.maxValueBytes {
-		return nil, apierr.ResourceExhausted("the value is %d bytes; the limit is %d bytes (pawld --max-value-bytes)",
+		return nil, ResourceExhausted("the value is %d bytes; the limit is %d bytes (pawld --max-value-bytes)",
 			len(m.GetValue()), s.maxValueBytes)
 	}
 	res, err := s.store.Put(ctx, store.Put{Key: m.GetKey(), Value: m.GetValue(), ExpectModRevision: m.ExpectedModRevision})
 	if err != nil {
-		return nil, s.error(req.Spec(), err)
+		return nil, Error(s.log, req.Spec(), err)
 	}
 	return connect.NewResponse(&pawlv1.PutResponse{Revision: res.Revision, PrevKv: toProtoKVPtr(res.Prev)}), nil
 }
 
 // Get implements pawl.v1.KVService.Get.
-func (s *Service) Get(ctx context.Context, req *connect.Request[pawlv1.GetRequest]) (*connect.Response[pawlv1.GetResponse], error) {
+func (s *KV) Get(ctx context.Context, req *connect.Request[pawlv1.GetRequest]) (*connect.Response[pawlv1.GetResponse], error) {
 	m := req.Msg
 	if err := store.ValidateKey(m.GetKey()); err != nil {
-		return nil, s.error(req.Spec(), err)
+		return nil, Error(s.log, req.Spec(), err)
 	}
 	if err := checkRevision("revision", m.GetRevision()); err != nil {
 		return nil, err
 	}
 	kv, at, err := s.store.Get(ctx, m.GetKey(), m.GetRevision())
 	if err != nil {
-		return nil, s.error(req.Spec(), err)
+		return nil, Error(s.log, req.Spec(), err)
 	}
 	return connect.NewResponse(&pawlv1.GetResponse{Kv: toProtoKV(kv), Revision: at}), nil
 }
 
 // Delete implements pawl.v1.KVService.Delete.
-func (s *Service) Delete(ctx context.Context, req *connect.Request[pawlv1.DeleteRequest]) (*connect.Response[pawlv1.DeleteResponse], error) {
+func (s *KV) Delete(ctx context.Context, req *connect.Request[pawlv1.DeleteRequest]) (*connect.Response[pawlv1.DeleteResponse], error) {
 	m := req.Msg
 	if err := s.checkWrite(m.GetKey(), m.ExpectedModRevision); err != nil {
 		return nil, err
 	}
 	res, err := s.store.Delete(ctx, store.Delete{Key: m.GetKey(), ExpectModRevision: m.ExpectedModRevision})
 	if err != nil {
-		return nil, s.error(req.Spec(), err)
+		return nil, Error(s.log, req.Spec(), err)
 	}
 	return connect.NewResponse(&pawlv1.DeleteResponse{Revision: res.Revision, PrevKv: toProtoKVPtr(res.Prev)}), nil
 }
 
 // List implements pawl.v1.KVService.List.
-func (s *Service) List(ctx context.Context, req *connect.Request[pawlv1.ListRequest]) (*connect.Response[pawlv1.ListResponse], error) {
+func (s *KV) List(ctx context.Context, req *connect.Request[pawlv1.ListRequest]) (*connect.Response[pawlv1.ListResponse], error) {
 	m := req.Msg
 	if err := store.ValidatePrefix(m.GetPrefix()); err != nil {
-		return nil, s.error(req.Spec(), err)
+		return nil, Error(s.log, req.Spec(), err)
 	}
 	if err := checkRevision("revision", m.GetRevision()); err != nil {
 		return nil, err
 	}
-	size, err := apierr.PageSize(m.GetPageSize())
+	size, err := PageSize(m.GetPageSize())
 	if err != nil {
 		return nil, err
 	}
@@ -99,13 +96,13 @@ func (s *Service) List(ctx context.Context, req *connect.Request[pawlv1.ListRequ
 	if m.GetPageToken() != "" {
 		tok, err := pagetoken.Decode(m.GetPageToken())
 		if err != nil || tok.Scope != m.GetPrefix() {
-			return nil, apierr.InvalidArgument("page_token is not a token of a listing of prefix %q; start again without it", m.GetPrefix())
+			return nil, InvalidArgument("page_token is not a token of a listing of prefix %q; start again without it", m.GetPrefix())
 		}
 		revision, after = tok.Revision, tok.After
 	}
 	page, err := s.store.List(ctx, m.GetPrefix(), revision, after, size)
 	if err != nil {
-		return nil, s.error(req.Spec(), err)
+		return nil, Error(s.log, req.Spec(), err)
 	}
 	resp := &pawlv1.ListResponse{Revision: page.Revision, Kvs: make([]*pawlv1.KeyValue, len(page.KVs))}
 	for i, kv := range page.KVs {
@@ -120,10 +117,10 @@ func (s *Service) List(ctx context.Context, req *connect.Request[pawlv1.ListRequ
 // Watch implements pawl.v1.KVService.Watch. The stream ends with no error
 // after a WatchCompacted message, and with Unavailable when the server shuts
 // down.
-func (s *Service) Watch(ctx context.Context, req *connect.Request[pawlv1.WatchRequest], stream *connect.ServerStream[pawlv1.WatchResponse]) error {
+func (s *KV) Watch(ctx context.Context, req *connect.Request[pawlv1.WatchRequest], stream *connect.ServerStream[pawlv1.WatchResponse]) error {
 	m := req.Msg
 	if err := store.ValidatePrefix(m.GetPrefix()); err != nil {
-		return s.error(req.Spec(), err)
+		return Error(s.log, req.Spec(), err)
 	}
 	if err := checkRevision("start_revision", m.GetStartRevision()); err != nil {
 		return err
@@ -134,7 +131,7 @@ func (s *Service) Watch(ctx context.Context, req *connect.Request[pawlv1.WatchRe
 		return sendCompacted(stream, compacted)
 	}
 	if err != nil {
-		return s.error(req.Spec(), err)
+		return Error(s.log, req.Spec(), err)
 	}
 	defer w.Close()
 	if err := stream.Send(&pawlv1.WatchResponse{Kind: &pawlv1.WatchResponse_Started{Started: &pawlv1.WatchStarted{Revision: w.StartedAt()}}}); err != nil {
@@ -149,7 +146,7 @@ func (s *Service) Watch(ctx context.Context, req *connect.Request[pawlv1.WatchRe
 			if ctx.Err() != nil {
 				return nil // the client went away
 			}
-			return s.error(req.Spec(), err)
+			return Error(s.log, req.Spec(), err)
 		}
 		if err := stream.Send(toProtoBatch(batch)); err != nil {
 			return err
@@ -164,27 +161,23 @@ func sendCompacted(stream *connect.ServerStream[pawlv1.WatchResponse], c *store.
 	}}})
 }
 
-func (s *Service) checkWrite(key string, expect *int64) error {
+func (s *KV) checkWrite(key string, expect *int64) error {
 	if err := store.ValidateKey(key); err != nil {
-		return apierr.Connect(s.log, "", err)
+		return Error(s.log, connect.Spec{}, err)
 	}
 	if strings.HasPrefix(key, store.SystemPrefix) {
 		return connect.NewError(connect.CodePermissionDenied, fmt.Errorf(
 			"keys under %s are Pawl's own records (releases, pointers, receipts); they can be read but change only through their services", store.SystemPrefix))
 	}
 	if expect != nil && *expect < 0 {
-		return apierr.InvalidArgument("expected_mod_revision is %d; it must be 0 (key absent) or a revision", *expect)
+		return InvalidArgument("expected_mod_revision is %d; it must be 0 (key absent) or a revision", *expect)
 	}
 	return nil
 }
 
-func (s *Service) error(spec connect.Spec, err error) error {
-	return apierr.Connect(s.log, spec.Procedure, err)
-}
-
 func checkRevision(field string, rev int64) error {
 	if rev < 0 {
-		return apierr.InvalidArgument("%s is %d; it must be 0 (current) or a positive revision", field, rev)
+		return InvalidArgument("%s is %d; it must be 0 (current) or a positive revision", field, rev)
 	}
 	return nil
 }
@@ -224,5 +217,5 @@ func toProtoType(t store.EventType) pawlv1.EventType {
 	case store.EventDelete:
 		return pawlv1.EventType_EVENT_TYPE_DELETE
 	}
-	panic(fmt.Sprintf("kvservice: unknown event type %d", t))
+	panic(fmt.Sprintf("api: unknown event type %d", t))
 }

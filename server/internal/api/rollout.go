@@ -1,4 +1,4 @@
-package rolloutservice
+package api
 
 import (
 	"context"
@@ -12,7 +12,6 @@ import (
 
 	pawlv1 "github.com/pawlcfg/pawl/gen/pawl/v1"
 	"github.com/pawlcfg/pawl/gen/pawl/v1/pawlv1connect"
-	"github.com/pawlcfg/pawl/server/internal/apierr"
 	"github.com/pawlcfg/pawl/server/internal/pagetoken"
 	"github.com/pawlcfg/pawl/server/internal/quorum"
 	"github.com/pawlcfg/pawl/server/internal/release"
@@ -48,7 +47,7 @@ func (h *Rollouts) Ack(ctx context.Context, req *connect.Request[pawlv1.AckReque
 	}
 	stored, err := h.rollouts.RecordAck(ctx, ack)
 	if err != nil {
-		return nil, h.error(req.Spec(), err)
+		return nil, Error(h.log, req.Spec(), err)
 	}
 	return connect.NewResponse(&pawlv1.AckResponse{Ack: toProtoAck(stored)}), nil
 }
@@ -58,11 +57,11 @@ func (h *Rollouts) GetRolloutStatus(ctx context.Context, req *connect.Request[pa
 	config, gen := req.Msg.GetConfigId(), req.Msg.GetGeneration()
 	st, err := h.rollouts.Status(ctx, config, gen)
 	if err != nil {
-		return nil, h.error(req.Spec(), err)
+		return nil, Error(h.log, req.Spec(), err)
 	}
 	state, err := h.rollouts.ReleaseStates(ctx, config)
 	if err != nil {
-		return nil, h.error(req.Spec(), err)
+		return nil, Error(h.log, req.Spec(), err)
 	}
 	c := st.Coverage
 	resp := &pawlv1.GetRolloutStatusResponse{Pointer: toProtoPointer(st.Pointer), State: ToProtoState(state(st.Release)),
@@ -97,7 +96,7 @@ func (h *Rollouts) StopRollout(ctx context.Context, req *connect.Request[pawlv1.
 	m := req.Msg
 	stop, err := h.rollouts.StopRollout(ctx, m.GetConfigId(), m.GetGeneration(), m.GetReason(), actor(req))
 	if err != nil {
-		return nil, h.error(req.Spec(), err)
+		return nil, Error(h.log, req.Spec(), err)
 	}
 	h.log.Info("rollout stopped", "config", stop.ConfigID, "generation", stop.Generation, "reason", stop.Reason, "actor", stop.Actor)
 	return connect.NewResponse(&pawlv1.StopRolloutResponse{Stop: toProtoStop(stop)}), nil
@@ -111,7 +110,7 @@ func (h *Rollouts) Promote(ctx context.Context, req *connect.Request[pawlv1.Prom
 		ExpectedEpoch: m.GetExpectedEpoch(), IdempotencyKey: m.GetIdempotencyKey(), Actor: actor(req),
 	})
 	if err != nil {
-		return nil, h.error(req.Spec(), err)
+		return nil, Error(h.log, req.Spec(), err)
 	}
 	h.log.Info("promoted", "config", rc.ConfigID, "from", rc.From, "to", rc.To, "epoch", rc.Epoch, "actor", rc.Actor, "key", rc.IdempotencyKey)
 	return connect.NewResponse(&pawlv1.PromoteResponse{Receipt: toProtoReceipt(rc)}), nil
@@ -125,7 +124,7 @@ func (h *Rollouts) Rollback(ctx context.Context, req *connect.Request[pawlv1.Rol
 		IdempotencyKey: m.GetIdempotencyKey(), Actor: actor(req),
 	})
 	if err != nil {
-		return nil, h.error(req.Spec(), err)
+		return nil, Error(h.log, req.Spec(), err)
 	}
 	h.log.Info("rolled back", "config", rc.ConfigID, "from", rc.From, "to", rc.To, "epoch", rc.Epoch, "actor", rc.Actor, "key", rc.IdempotencyKey)
 	return connect.NewResponse(&pawlv1.RollbackResponse{Receipt: toProtoReceipt(rc)}), nil
@@ -135,7 +134,7 @@ func (h *Rollouts) Rollback(ctx context.Context, req *connect.Request[pawlv1.Rol
 func (h *Rollouts) GetPromotion(ctx context.Context, req *connect.Request[pawlv1.GetPromotionRequest]) (*connect.Response[pawlv1.GetPromotionResponse], error) {
 	rc, err := h.rollouts.GetPromotion(ctx, req.Msg.GetConfigId(), req.Msg.GetIdempotencyKey())
 	if err != nil {
-		return nil, h.error(req.Spec(), err)
+		return nil, Error(h.log, req.Spec(), err)
 	}
 	return connect.NewResponse(&pawlv1.GetPromotionResponse{Receipt: toProtoReceipt(rc)}), nil
 }
@@ -143,7 +142,7 @@ func (h *Rollouts) GetPromotion(ctx context.Context, req *connect.Request[pawlv1
 // ListApplied implements pawl.v1.RolloutService.ListApplied.
 func (h *Rollouts) ListApplied(ctx context.Context, req *connect.Request[pawlv1.ListAppliedRequest]) (*connect.Response[pawlv1.ListAppliedResponse], error) {
 	config := req.Msg.GetConfigId()
-	size, err := apierr.PageSize(req.Msg.GetPageSize())
+	size, err := PageSize(req.Msg.GetPageSize())
 	if err != nil {
 		return nil, err
 	}
@@ -152,13 +151,13 @@ func (h *Rollouts) ListApplied(ctx context.Context, req *connect.Request[pawlv1.
 	if t := req.Msg.GetPageToken(); t != "" {
 		tok, err := pagetoken.Decode(t)
 		if err != nil || tok.Scope != config {
-			return nil, apierr.InvalidArgument("page_token is not a token of the applied listing of config %q; start again without it", config)
+			return nil, InvalidArgument("page_token is not a token of the applied listing of config %q; start again without it", config)
 		}
 		revision, after = tok.Revision, tok.After
 	}
 	page, err := h.rollouts.ListApplied(ctx, config, revision, after, size)
 	if err != nil {
-		return nil, h.error(req.Spec(), err)
+		return nil, Error(h.log, req.Spec(), err)
 	}
 	resp := &pawlv1.ListAppliedResponse{Revision: page.Revision}
 	digests := map[int64]string{} // generation -> the release's content digest
@@ -168,7 +167,7 @@ func (h *Rollouts) ListApplied(ctx context.Context, req *connect.Request[pawlv1.
 			if rel, err := h.releases.Get(ctx, config, rec.Generation); err == nil {
 				digest = rel.ContentDigest
 			} else if !errors.Is(err, release.ErrNotFound) && !errors.Is(err, release.ErrInvalid) {
-				return nil, h.error(req.Spec(), err)
+				return nil, Error(h.log, req.Spec(), err)
 			}
 			digests[rec.Generation] = digest
 		}
@@ -191,31 +190,9 @@ func (h *Rollouts) ListApplied(ctx context.Context, req *connect.Request[pawlv1.
 func (h *Rollouts) GetPointer(ctx context.Context, req *connect.Request[pawlv1.GetPointerRequest]) (*connect.Response[pawlv1.GetPointerResponse], error) {
 	ptr, err := h.rollouts.Pointer(ctx, req.Msg.GetConfigId())
 	if err != nil {
-		return nil, h.error(req.Spec(), err)
+		return nil, Error(h.log, req.Spec(), err)
 	}
 	return connect.NewResponse(&pawlv1.GetPointerResponse{Pointer: toProtoPointer(ptr)}), nil
-}
-
-func (h *Rollouts) error(spec connect.Spec, err error) error {
-	var unknown *rollout.UnknownError
-	if errors.As(err, &unknown) {
-		// Not the store's code: the caller must learn that the outcome is
-		// unknown and how to resolve it.
-		h.log.Warn("promotion outcome unknown", "procedure", spec.Procedure, "config", unknown.ConfigID, "key", unknown.IdempotencyKey, "error", unknown.Err)
-		ce := connect.NewError(connect.CodeUnknown, err)
-		if d, derr := connect.NewErrorDetail(&pawlv1.PromotionUnknown{ConfigId: unknown.ConfigID, IdempotencyKey: unknown.IdempotencyKey}); derr == nil {
-			ce.AddDetail(d)
-		}
-		return ce
-	}
-	return apierr.Connect(h.log, spec.Procedure, err)
-}
-
-func actor(req connect.AnyRequest) string {
-	if a := req.Header().Get(ActorHeader); a != "" {
-		return a
-	}
-	return req.Peer().Addr
 }
 
 func toProtoAck(a rollout.Ack) *pawlv1.Ack {

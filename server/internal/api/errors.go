@@ -1,35 +1,53 @@
-// Package apierr maps Pawl's domain errors to Connect errors at the API edge.
-// It is the one place where codes are chosen: handlers return domain errors
-// wrapped with %w, and call Connect once, so a wrapped error still maps to
-// the right code.
-package apierr
+package api
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 
 	"connectrpc.com/connect"
 
+	pawlv1 "github.com/pawlcfg/pawl/gen/pawl/v1"
 	"github.com/pawlcfg/pawl/server/internal/instance"
 	"github.com/pawlcfg/pawl/server/internal/release"
 	"github.com/pawlcfg/pawl/server/internal/rollout"
 	"github.com/pawlcfg/pawl/server/internal/store"
+	"github.com/pawlcfg/pawl/server/internal/validator"
 	"github.com/pawlcfg/pawl/server/internal/watch"
 	"github.com/pawlcfg/pawl/validators/host"
 )
 
-// Connect returns err as a *connect.Error with the code Pawl assigns to it
-// (README.md, "Errors") and a message that says what was wrong and what to do. A *connect.Error passes
-// through unchanged. Errors with no mapping become Internal, logged on log
-// with the procedure name.
-func Connect(log *slog.Logger, procedure string, err error) error {
+// Error returns err as a *connect.Error with the code Pawl assigns to it
+// (README.md, "Errors") and a message that says what was wrong and what to
+// do; it is the one place where codes are chosen: handlers return domain
+// errors wrapped with %w and call Error once, so a wrapped error still maps
+// to the right code. A *connect.Error passes through unchanged. A
+// rejected release carries a ReleaseRejected detail, an unknown promotion a
+// PromotionUnknown detail. Errors with no mapping become Internal, logged on
+// log with the procedure name.
+func Error(log *slog.Logger, spec connect.Spec, err error) error {
 	if err == nil {
 		return nil
 	}
 	var ce *connect.Error
 	if errors.As(err, &ce) {
+		return ce
+	}
+	var rejected *release.RejectedError
+	if errors.As(err, &rejected) {
+		return rejectedError(rejected)
+	}
+	var unknown *rollout.UnknownError
+	if errors.As(err, &unknown) {
+		// Not the store's code: the caller must learn that the outcome is
+		// unknown and how to resolve it.
+		log.Warn("promotion outcome unknown", "procedure", spec.Procedure, "config", unknown.ConfigID, "key", unknown.IdempotencyKey, "error", unknown.Err)
+		ce := connect.NewError(connect.CodeUnknown, err)
+		if d, derr := connect.NewErrorDetail(&pawlv1.PromotionUnknown{ConfigId: unknown.ConfigID, IdempotencyKey: unknown.IdempotencyKey}); derr == nil {
+			ce.AddDetail(d)
+		}
 		return ce
 	}
 	// A validator's *host.TimeoutError matches context.DeadlineExceeded.
@@ -66,8 +84,12 @@ func Connect(log *slog.Logger, procedure string, err error) error {
 	case errors.Is(err, host.ErrNotWasm), errors.Is(err, host.ErrABI), errors.Is(err, host.ErrTrap),
 		errors.Is(err, host.ErrBadOutput), errors.Is(err, host.ErrDigestMismatch):
 		return connect.NewError(connect.CodeInvalidArgument, err)
-	case errors.Is(err, host.ErrMemoryLimit), errors.Is(err, host.ErrOutputTooLarge):
+	case errors.Is(err, host.ErrMemoryLimit), errors.Is(err, host.ErrOutputTooLarge), errors.Is(err, validator.ErrTooLarge):
 		return connect.NewError(connect.CodeResourceExhausted, err)
+	case errors.Is(err, validator.ErrInvalid):
+		return connect.NewError(connect.CodeInvalidArgument, err)
+	case errors.Is(err, validator.ErrNotFound):
+		return connect.NewError(connect.CodeNotFound, err)
 	case errors.Is(err, rollout.ErrPointerMoved):
 		return connect.NewError(connect.CodeAborted, err)
 	case errors.Is(err, rollout.ErrNotReady):
@@ -89,8 +111,24 @@ func Connect(log *slog.Logger, procedure string, err error) error {
 	case errors.Is(err, store.ErrClosed), errors.Is(err, watch.ErrClosed), errors.Is(err, host.ErrClosed):
 		return newError(connect.CodeUnavailable, "the server is shutting down; retry shortly or against another replica")
 	}
-	log.Error("internal error", "procedure", procedure, "error", err)
-	return newError(connect.CodeInternal, "internal error in %s; the server log has the details", procedure)
+	log.Error("internal error", "procedure", spec.Procedure, "error", err)
+	return newError(connect.CodeInternal, "internal error in %s; the server log has the details", spec.Procedure)
+}
+
+// rejectedError lists the violations in the message, for people, and in a
+// ReleaseRejected detail, for programs.
+func rejectedError(r *release.RejectedError) error {
+	detail := &pawlv1.ReleaseRejected{ValidatorDigest: r.Digest, Violations: toProtoViolations(r.Violations)}
+	lines := make([]string, 0, len(r.Violations))
+	for _, v := range r.Violations {
+		lines = append(lines, fmt.Sprintf("%s: %s", v.Path, v.Message))
+	}
+	err := connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("validator %s rejected the content, so no release was created: %s",
+		r.Digest, strings.Join(lines, "; ")))
+	if d, derr := connect.NewErrorDetail(detail); derr == nil {
+		err.AddDetail(d)
+	}
+	return err
 }
 
 const (

@@ -1,0 +1,181 @@
+package api
+
+import (
+	"context"
+	"log/slog"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	pawlv1 "github.com/pawlcfg/pawl/gen/pawl/v1"
+	"github.com/pawlcfg/pawl/gen/pawl/v1/pawlv1connect"
+	"github.com/pawlcfg/pawl/server/internal/quorum"
+	"github.com/pawlcfg/pawl/server/internal/release"
+	"github.com/pawlcfg/pawl/server/internal/rollout"
+)
+
+// Releases is the ReleaseService handler.
+type Releases struct {
+	releases *release.Releases
+	rollouts *rollout.Rollouts
+	log      *slog.Logger
+}
+
+var _ pawlv1connect.ReleaseServiceHandler = (*Releases)(nil)
+
+// NewReleases returns the ReleaseService handler; rollouts give each
+// release its state.
+func NewReleases(r *release.Releases, ro *rollout.Rollouts, log *slog.Logger) *Releases {
+	return &Releases{releases: r, rollouts: ro, log: log}
+}
+
+// CreateRelease implements pawl.v1.ReleaseService.CreateRelease.
+func (h *Releases) CreateRelease(ctx context.Context, req *connect.Request[pawlv1.CreateReleaseRequest]) (*connect.Response[pawlv1.CreateReleaseResponse], error) {
+	spec, err := fromProtoSpec(req.Msg.GetSpec())
+	if err != nil {
+		return nil, err
+	}
+	by := actor(req)
+	rel, err := h.releases.Create(ctx, spec, by)
+	if err != nil {
+		return nil, Error(h.log, req.Spec(), err)
+	}
+	h.log.Info("release created", "config", rel.ConfigID, "generation", rel.Generation, "content_digest", rel.ContentDigest,
+		"members", len(rel.Membership), "actor", by)
+	return connect.NewResponse(&pawlv1.CreateReleaseResponse{Release: toProtoRelease(rel, release.StateCandidate)}), nil
+}
+
+// GetRelease implements pawl.v1.ReleaseService.GetRelease.
+func (h *Releases) GetRelease(ctx context.Context, req *connect.Request[pawlv1.GetReleaseRequest]) (*connect.Response[pawlv1.GetReleaseResponse], error) {
+	rel, err := h.releases.Get(ctx, req.Msg.GetConfigId(), req.Msg.GetGeneration())
+	if err != nil {
+		return nil, Error(h.log, req.Spec(), err)
+	}
+	state, err := h.rollouts.ReleaseStates(ctx, rel.ConfigID)
+	if err != nil {
+		return nil, Error(h.log, req.Spec(), err)
+	}
+	return connect.NewResponse(&pawlv1.GetReleaseResponse{Release: toProtoRelease(rel, state(rel))}), nil
+}
+
+// ListReleases implements pawl.v1.ReleaseService.ListReleases.
+func (h *Releases) ListReleases(ctx context.Context, req *connect.Request[pawlv1.ListReleasesRequest]) (*connect.Response[pawlv1.ListReleasesResponse], error) {
+	rels, err := h.releases.List(ctx, req.Msg.GetConfigId())
+	if err != nil {
+		return nil, Error(h.log, req.Spec(), err)
+	}
+	resp := &pawlv1.ListReleasesResponse{}
+	if len(rels) == 0 {
+		return connect.NewResponse(resp), nil
+	}
+	state, err := h.rollouts.ReleaseStates(ctx, req.Msg.GetConfigId())
+	if err != nil {
+		return nil, Error(h.log, req.Spec(), err)
+	}
+	for _, rel := range rels {
+		resp.Releases = append(resp.Releases, toProtoRelease(rel, state(rel)))
+	}
+	return connect.NewResponse(resp), nil
+}
+
+// RetireMember implements pawl.v1.ReleaseService.RetireMember.
+func (h *Releases) RetireMember(ctx context.Context, req *connect.Request[pawlv1.RetireMemberRequest]) (*connect.Response[pawlv1.RetireMemberResponse], error) {
+	m := req.Msg
+	rt, err := h.rollouts.Retire(ctx, m.GetConfigId(), m.GetGeneration(), m.GetWorkloadIdentity(), m.GetReason(), actor(req))
+	if err != nil {
+		return nil, Error(h.log, req.Spec(), err)
+	}
+	h.log.Info("member retired", "config", rt.ConfigID, "generation", rt.Generation, "identity", rt.WorkloadIdentity, "reason", rt.Reason, "actor", rt.Actor)
+	return connect.NewResponse(&pawlv1.RetireMemberResponse{Retirement: toProtoRetirement(rt)}), nil
+}
+
+func toProtoRetirement(rt rollout.Retirement) *pawlv1.Retirement {
+	return &pawlv1.Retirement{ConfigId: rt.ConfigID, Generation: rt.Generation, WorkloadIdentity: rt.WorkloadIdentity,
+		Reason: rt.Reason, Actor: rt.Actor, Time: timestamppb.New(rt.Time), Revision: rt.Revision}
+}
+
+var kinds = map[pawlv1.AckPolicyKind]quorum.Kind{
+	pawlv1.AckPolicyKind_ACK_POLICY_KIND_ALL:            quorum.All,
+	pawlv1.AckPolicyKind_ACK_POLICY_KIND_FRACTION:       quorum.Fraction,
+	pawlv1.AckPolicyKind_ACK_POLICY_KIND_ZONE_QUORUM:    quorum.ZoneQuorum,
+	pawlv1.AckPolicyKind_ACK_POLICY_KIND_CRITICAL_ROLE:  quorum.CriticalRole,
+	pawlv1.AckPolicyKind_ACK_POLICY_KIND_TRAFFIC_WEIGHT: quorum.TrafficWeight,
+}
+
+func fromProtoSpec(s *pawlv1.ReleaseSpec) (release.Spec, error) {
+	if s == nil {
+		return release.Spec{}, InvalidArgument("spec is required")
+	}
+	spec := release.Spec{
+		ConfigID: s.GetConfigId(), Content: s.GetContent(), MediaType: s.GetMediaType(),
+		ValidatorDigest: s.GetValidatorDigest(), ValidatorParams: s.GetValidatorParams(),
+		Selector: s.GetSelector(), Dependencies: s.GetDependencies(), SecretRefs: s.GetSecretRefs(),
+		MinAppVersion: s.GetMinAppVersion(),
+		HealthWindow:  s.GetHealthWindow().AsDuration(), Deadline: s.GetDeadline().AsDuration(),
+	}
+	for i, st := range s.GetStages() {
+		kind, ok := kinds[st.GetPolicy().GetKind()]
+		if !ok {
+			return release.Spec{}, InvalidArgument("stage %d (%q): the ACK policy kind is missing or unknown", i, st.GetName())
+		}
+		stage := release.Stage{
+			Name: st.GetName(), Selector: st.GetSelector(), Shadow: st.GetShadow(),
+			Policy: quorum.Policy{Kind: kind, Fraction: st.GetPolicy().GetFraction(), Role: st.GetPolicy().GetRole(), MaxRejected: int(st.GetPolicy().GetMaxRejected())},
+		}
+		if b := st.GetBudget(); b != nil {
+			stage.Budget = &release.Budget{MaxErrorRate: b.MaxErrorRate, MaxP99: b.GetMaxP99Latency().AsDuration()}
+		}
+		spec.Stages = append(spec.Stages, stage)
+	}
+	return spec, nil
+}
+
+// ToProtoState is a release state on the wire.
+func ToProtoState(s release.State) pawlv1.ReleaseState {
+	return pawlv1.ReleaseState(pawlv1.ReleaseState_value["RELEASE_STATE_"+string(s)])
+}
+
+func toProtoRelease(r release.Release, state release.State) *pawlv1.Release {
+	spec := &pawlv1.ReleaseSpec{
+		ConfigId: r.ConfigID, Content: r.Content, MediaType: r.MediaType,
+		ValidatorDigest: r.ValidatorDigest, ValidatorParams: r.ValidatorParams,
+		Selector: r.Selector, Dependencies: r.Dependencies, SecretRefs: r.SecretRefs, MinAppVersion: r.MinAppVersion,
+		HealthWindow: durationpb.New(r.HealthWindow), Deadline: durationpb.New(r.Deadline),
+	}
+	for _, st := range r.Stages {
+		var kind pawlv1.AckPolicyKind
+		for k, v := range kinds {
+			if v == st.Policy.Kind {
+				kind = k
+			}
+		}
+		ps := &pawlv1.Stage{Name: st.Name, Selector: st.Selector, Shadow: st.Shadow, Policy: &pawlv1.AckPolicy{
+			Kind: kind, Fraction: st.Policy.Fraction, Role: st.Policy.Role, MaxRejected: int32(st.Policy.MaxRejected),
+		}}
+		if b := st.Budget; b != nil {
+			ps.Budget = &pawlv1.HealthBudget{MaxErrorRate: b.MaxErrorRate}
+			if b.MaxP99 > 0 {
+				ps.Budget.MaxP99Latency = durationpb.New(b.MaxP99)
+			}
+		}
+		spec.Stages = append(spec.Stages, ps)
+	}
+	out := &pawlv1.Release{
+		Spec: spec, Generation: r.Generation, Predecessor: r.Predecessor, ContentDigest: r.ContentDigest,
+		State: ToProtoState(state), CreatedAt: timestamppb.New(r.CreatedAt),
+		CreatedBy: r.CreatedBy, Revision: r.Revision, MembershipEpoch: r.MembershipEpoch,
+	}
+	for _, m := range r.Membership {
+		out.Membership = append(out.Membership, toProtoMember(m))
+	}
+	for _, m := range r.Ineligible {
+		out.Ineligible = append(out.Ineligible, toProtoMember(m))
+	}
+	return out
+}
+
+func toProtoMember(m quorum.Member) *pawlv1.Member {
+	return &pawlv1.Member{WorkloadIdentity: m.ID, Zone: m.Zone, Role: m.Role, TrafficWeight: m.Weight, Labels: m.Labels, AppVersion: m.AppVersion}
+}
+
