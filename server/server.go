@@ -16,8 +16,8 @@ import (
 	"connectrpc.com/grpcreflect"
 
 	"github.com/pawlcfg/pawl/gen/pawl/v1/pawlv1connect"
-	"github.com/pawlcfg/pawl/server/internal/instance"
 	"github.com/pawlcfg/pawl/server/internal/api"
+	"github.com/pawlcfg/pawl/server/internal/instance"
 	"github.com/pawlcfg/pawl/server/internal/release"
 	"github.com/pawlcfg/pawl/server/internal/rollout"
 	"github.com/pawlcfg/pawl/server/internal/store"

@@ -178,4 +178,3 @@ func toProtoRelease(r release.Release, state release.State) *pawlv1.Release {
 func toProtoMember(m quorum.Member) *pawlv1.Member {
 	return &pawlv1.Member{WorkloadIdentity: m.ID, Zone: m.Zone, Role: m.Role, TrafficWeight: m.Weight, Labels: m.Labels, AppVersion: m.AppVersion}
 }
-
