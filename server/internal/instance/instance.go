@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/pawlcfg/pawl/server/internal/quorum"
+	"github.com/pawlcfg/pawl/server/internal/records"
 	"github.com/pawlcfg/pawl/server/internal/store"
 )
 
@@ -100,11 +101,11 @@ func (r *Registry) Lease() time.Duration { return r.lease }
 var identityPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:@/-]{0,254}$`)
 
 const (
-	registrationPrefix = store.SystemPrefix + "instances/"
+	registrationPrefix = records.InstancesPrefix
 	leasePrefix        = store.SystemPrefix + "leases/"
 )
 
-func key(identity string) string      { return registrationPrefix + identity }
+func key(identity string) string      { return records.Instance(identity) }
 func leaseKey(identity string) string { return leasePrefix + identity }
 
 // Register records in (replacing an earlier boot's registration), starts

@@ -12,6 +12,7 @@
 package quorum
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
 	"sort"
@@ -36,19 +37,44 @@ const (
 	TrafficWeight
 )
 
+// kindNames are the kinds' names, as stored and as the CLI writes them.
+var kindNames = map[Kind]string{All: "all", Fraction: "fraction", ZoneQuorum: "zone-quorum", CriticalRole: "critical-role", TrafficWeight: "traffic-weight"}
+
+// MarshalJSON stores the kind by name, so that records never depend on the
+// order of the constants.
+func (k Kind) MarshalJSON() ([]byte, error) {
+	name, ok := kindNames[k]
+	if !ok {
+		return nil, fmt.Errorf("quorum: cannot store unknown policy kind %d", int(k))
+	}
+	return json.Marshal(name)
+}
+
+// UnmarshalJSON reads a kind by name (or, from records written before
+// names, by number).
+func (k *Kind) UnmarshalJSON(b []byte) error {
+	var name string
+	if err := json.Unmarshal(b, &name); err != nil {
+		var n int
+		if nerr := json.Unmarshal(b, &n); nerr != nil {
+			return fmt.Errorf("quorum: policy kind %s is neither a name nor a number", b)
+		}
+		*k = Kind(n)
+		return nil
+	}
+	for kind, n := range kindNames {
+		if n == name {
+			*k = kind
+			return nil
+		}
+	}
+	return fmt.Errorf("quorum: unknown policy kind %q", name)
+}
+
 // String names the kind as the API does.
 func (k Kind) String() string {
-	switch k {
-	case All:
-		return "all"
-	case Fraction:
-		return "fraction"
-	case ZoneQuorum:
-		return "zone-quorum"
-	case CriticalRole:
-		return "critical-role"
-	case TrafficWeight:
-		return "traffic-weight"
+	if name, ok := kindNames[k]; ok {
+		return name
 	}
 	return fmt.Sprintf("Kind(%d)", int(k))
 }
@@ -56,15 +82,15 @@ func (k Kind) String() string {
 // Policy is one stage's ACK policy.
 type Policy struct {
 	// Kind is the shape of the policy.
-	Kind Kind
+	Kind Kind `json:"kind"`
 	// Fraction, in (0, 1], is the share Fraction, ZoneQuorum and
 	// TrafficWeight need.
-	Fraction float64
+	Fraction float64 `json:"fraction,omitempty"`
 	// Role is the critical role CriticalRole needs.
-	Role string
+	Role string `json:"role,omitempty"`
 	// MaxRejected is how many rejecting members the stage tolerates; one
 	// more fails it.
-	MaxRejected int
+	MaxRejected int `json:"max_rejected,omitempty"`
 }
 
 // Validate reports a policy that cannot be evaluated.
@@ -91,17 +117,17 @@ func (p Policy) Validate() error {
 // Member is one instance of the frozen membership.
 type Member struct {
 	// ID is the workload identity.
-	ID string
+	ID string `json:"id"`
 	// Zone is the fault domain.
-	Zone string
+	Zone string `json:"zone"`
 	// Role is the instance's role.
-	Role string
+	Role string `json:"role,omitempty"`
 	// Weight is the instance's traffic weight (0 or more).
-	Weight float64
+	Weight float64 `json:"weight"`
 	// Labels are the instance's labels, for stage selectors.
-	Labels map[string]string `json:",omitempty"`
+	Labels map[string]string `json:"labels,omitempty"`
 	// AppVersion is the application version it registered with.
-	AppVersion string `json:",omitempty"`
+	AppVersion string `json:"app_version,omitempty"`
 }
 
 // State is the latest state an instance reported for the release.
@@ -128,31 +154,70 @@ const (
 	Failed
 )
 
+var outcomeNames = [...]string{Waiting: "waiting", Passed: "passed", Failed: "failed"}
+
 // String names the outcome.
 func (o Outcome) String() string {
-	return [...]string{"waiting", "passed", "failed"}[o]
+	if int(o) < 0 || int(o) >= len(outcomeNames) {
+		return fmt.Sprintf("Outcome(%d)", int(o))
+	}
+	return outcomeNames[o]
+}
+
+// MarshalJSON stores the outcome by name.
+func (o Outcome) MarshalJSON() ([]byte, error) {
+	if int(o) < 0 || int(o) >= len(outcomeNames) {
+		return nil, fmt.Errorf("quorum: cannot store unknown outcome %d", int(o))
+	}
+	return json.Marshal(outcomeNames[o])
+}
+
+// UnmarshalJSON reads an outcome by name (or, from records written before
+// names, by number).
+func (o *Outcome) UnmarshalJSON(b []byte) error {
+	var name string
+	if err := json.Unmarshal(b, &name); err != nil {
+		var n int
+		if nerr := json.Unmarshal(b, &n); nerr != nil {
+			return fmt.Errorf("quorum: outcome %s is neither a name nor a number", b)
+		}
+		*o = Outcome(n)
+		return nil
+	}
+	for i, n := range outcomeNames {
+		if n == name {
+			*o = Outcome(i)
+			return nil
+		}
+	}
+	return fmt.Errorf("quorum: unknown outcome %q", name)
 }
 
 // ZoneTally counts one zone's members.
 type ZoneTally struct {
 	// Members, Healthy and Rejected count the zone's members by state.
-	Members, Healthy, Rejected int
+	Members  int `json:"members"`
+	Healthy  int `json:"healthy"`
+	Rejected int `json:"rejected"`
 	// Needed is how many healthy members the zone needs (ZoneQuorum only).
-	Needed int
+	Needed int `json:"needed,omitempty"`
 }
 
 // Evaluation is the verdict with its evidence.
 type Evaluation struct {
 	// Outcome is the verdict.
-	Outcome Outcome
+	Outcome Outcome `json:"outcome"`
 	// Reason says why, for people: what passed, or what is waited on.
-	Reason string
+	Reason string `json:"reason"`
 	// Members, Healthy and Rejected count the membership by state.
-	Members, Healthy, Rejected int
+	Members  int `json:"members"`
+	Healthy  int `json:"healthy"`
+	Rejected int `json:"rejected"`
 	// HealthyWeight and TotalWeight are traffic weights.
-	HealthyWeight, TotalWeight float64
+	HealthyWeight float64 `json:"healthy_weight"`
+	TotalWeight   float64 `json:"total_weight"`
 	// Zones tallies each zone.
-	Zones map[string]ZoneTally
+	Zones map[string]ZoneTally `json:"zones,omitempty"`
 }
 
 // Evaluate applies p to the frozen membership with the latest state of

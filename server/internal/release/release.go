@@ -1,14 +1,9 @@
 // Package release keeps releases: immutable generations of a config, each
 // naming the canonical digest of its content and the validator that passed
-// it. Records live in the key space under store.SystemPrefix, so the watch
+// it. Records live in the key space where package records lays them out
+// (the head, one key per release, and an index of configs), so the watch
 // hub carries them like any other change; a release is written once and
-// never updated (its rollout state will move forward in records of its own).
-//
-// Layout, for config ID C and generation G (20 digits, zero-padded so that
-// key order is generation order):
-//
-//	/_pawl/configs/C/head              the latest generation, as decimal
-//	/_pawl/configs/C/releases/G        the release, as JSON
+// never updated (its rollout state moves forward in records of its own).
 //
 // Create assigns the next generation with a transaction that compares the
 // head's revision, so concurrent creators of one config get distinct,
@@ -27,6 +22,7 @@ import (
 
 	"github.com/pawlcfg/pawl/server/internal/canonical"
 	"github.com/pawlcfg/pawl/server/internal/quorum"
+	"github.com/pawlcfg/pawl/server/internal/records"
 	"github.com/pawlcfg/pawl/server/internal/store"
 	"github.com/pawlcfg/pawl/validators/host"
 )
@@ -210,19 +206,6 @@ var (
 	secretRefPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._/-]{0,254}@[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
 )
 
-func headKey(config string) string { return store.SystemPrefix + "configs/" + config + "/head" }
-
-// HeadKey is the key that names a config's newest generation: a writer that
-// decided on which release is the newest conditions its write on it.
-func HeadKey(config string) string { return headKey(config) }
-
-// indexPrefix lists every config that has a release, one key each, so that
-// they can be enumerated without scanning their ACKs.
-var indexPrefix = store.SystemPrefix + "index/configs/"
-
-func releaseKey(config string, gen int64) string {
-	return fmt.Sprintf("%sconfigs/%s/releases/%020d", store.SystemPrefix, config, gen)
-}
 
 // maxCreateAttempts bounds retries when concurrent creators race for a
 // config's head; each retry means another creator succeeded.
@@ -266,19 +249,19 @@ func (r *Releases) Create(ctx context.Context, spec Spec, actor string) (Release
 			return Release{}, err
 		}
 		rel.Generation, rel.Predecessor = head+1, head
-		record, err := json.Marshal(rel)
+		record, err := records.Encode(rel)
 		if err != nil {
-			return Release{}, fmt.Errorf("release: encode: %w", err)
+			return Release{}, err
 		}
 		puts := []store.Put{
-			{Key: releaseKey(spec.ConfigID, rel.Generation), Value: record},
-			{Key: headKey(spec.ConfigID), Value: []byte(strconv.FormatInt(rel.Generation, 10))},
+			{Key: records.Release(spec.ConfigID, rel.Generation), Value: record},
+			{Key: records.Head(spec.ConfigID), Value: []byte(strconv.FormatInt(rel.Generation, 10))},
 		}
 		if head == 0 {
-			puts = append(puts, store.Put{Key: indexPrefix + spec.ConfigID})
+			puts = append(puts, store.Put{Key: records.Index(spec.ConfigID)})
 		}
 		result, err := r.store.Txn(ctx, store.Txn{
-			Compares: []store.Compare{{Key: headKey(spec.ConfigID), ModRevision: headRev}},
+			Compares: []store.Compare{{Key: records.Head(spec.ConfigID), ModRevision: headRev}},
 			Puts:     puts,
 		})
 		if errors.Is(err, store.ErrRevisionMismatch) {
@@ -315,7 +298,7 @@ func (r *Releases) head(ctx context.Context, config string) (int64, int64, error
 }
 
 func (r *Releases) headAt(ctx context.Context, config string, revision int64) (int64, int64, error) {
-	kv, _, err := r.store.Get(ctx, headKey(config), revision)
+	kv, _, err := r.store.Get(ctx, records.Head(config), revision)
 	if errors.Is(err, store.ErrNotFound) {
 		return 0, 0, nil
 	}
@@ -332,8 +315,8 @@ func (r *Releases) headAt(ctx context.Context, config string, revision int64) (i
 // Configs lists every config that has a release, in ID order.
 func (r *Releases) Configs(ctx context.Context) ([]string, error) {
 	var out []string
-	err := store.Each(ctx, r.store, indexPrefix, func(kv store.KeyValue) error {
-		out = append(out, strings.TrimPrefix(kv.Key, indexPrefix))
+	err := store.Each(ctx, r.store, records.IndexPrefix, func(kv store.KeyValue) error {
+		out = append(out, strings.TrimPrefix(kv.Key, records.IndexPrefix))
 		return nil
 	})
 	return out, err
@@ -353,7 +336,7 @@ func (r *Releases) Get(ctx context.Context, config string, gen int64) (Release, 
 	if !configIDPattern.MatchString(config) || gen <= 0 {
 		return Release{}, fmt.Errorf("%w: config %q generation %d", ErrInvalid, config, gen)
 	}
-	kv, _, err := r.store.Get(ctx, releaseKey(config, gen), 0)
+	kv, _, err := r.store.Get(ctx, records.Release(config, gen), 0)
 	if errors.Is(err, store.ErrNotFound) {
 		return Release{}, fmt.Errorf("%w: config %s has no generation %d", ErrNotFound, config, gen)
 	}
@@ -369,7 +352,7 @@ func (r *Releases) List(ctx context.Context, config string) ([]Release, error) {
 		return nil, fmt.Errorf("%w: config %q", ErrInvalid, config)
 	}
 	var out []Release
-	err := store.Each(ctx, r.store, store.SystemPrefix+"configs/"+config+"/releases/", func(kv store.KeyValue) error {
+	err := store.Each(ctx, r.store, records.Releases(config), func(kv store.KeyValue) error {
 		rel, err := decode(kv)
 		if err == nil {
 			out = append(out, rel)
@@ -381,8 +364,8 @@ func (r *Releases) List(ctx context.Context, config string) ([]Release, error) {
 
 func decode(kv store.KeyValue) (Release, error) {
 	var rel Release
-	if err := json.Unmarshal(kv.Value, &rel); err != nil {
-		return Release{}, fmt.Errorf("release: record %s: %w", kv.Key, err)
+	if err := records.Decode(kv, &rel); err != nil {
+		return Release{}, err
 	}
 	rel.Revision = kv.ModRevision
 	return rel, nil

@@ -2,13 +2,13 @@ package rollout
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
 	"time"
 
 	"github.com/pawlcfg/pawl/server/internal/instance"
+	"github.com/pawlcfg/pawl/server/internal/records"
 	"github.com/pawlcfg/pawl/server/internal/store"
 )
 
@@ -155,33 +155,33 @@ func (r *Rollouts) recordAck(ctx context.Context, ack Ack) (Ack, error) {
 	}
 	ack.ReceivedAt = r.now().UTC()
 	ack.Counted, ack.Why, ack.Breach = judge(s, newPlan(s.rel, s.retired), ack, reg, registered, prev)
-	b, err := json.Marshal(ack)
+	b, err := records.Encode(ack)
 	if err != nil {
 		return Ack{}, fmt.Errorf("rollout: encode ACK: %w", err)
 	}
 	// The key orders an instance's ACKs by arrival; of two in the same
 	// nanosecond, the second takes the next one.
-	idPrefix := acksPrefix(ack.ConfigID, ack.Generation) + ack.WorkloadIdentity + "/"
+	idPrefix := records.AcksOf(ack.ConfigID, ack.Generation, ack.WorkloadIdentity)
 	nanos := ack.ReceivedAt.UnixNano()
 	if len(prev) > 0 {
 		nanos = max(nanos, prev[len(prev)-1].arrival+1)
 	}
-	puts := []store.Put{{Key: fmt.Sprintf("%s%020d", idPrefix, nanos), Value: b}}
+	puts := []store.Put{{Key: records.Ack(ack.ConfigID, ack.Generation, ack.WorkloadIdentity, nanos), Value: b}}
 	if rec, ok := newApplied(ack, reg, registered, applied); ok {
-		ab, err := json.Marshal(rec)
+		ab, err := records.Encode(rec)
 		if err != nil {
 			return Ack{}, fmt.Errorf("rollout: encode applied record: %w", err)
 		}
-		puts = append(puts, store.Put{Key: appliedPrefix(ack.ConfigID) + ack.WorkloadIdentity, Value: ab})
+		puts = append(puts, store.Put{Key: records.Applied(ack.ConfigID, ack.WorkloadIdentity), Value: ab})
 	}
 	_, err = r.store.Txn(ctx, store.Txn{
 		Unchanged: []store.Unchanged{
-			{Prefix: pointerKey(ack.ConfigID), Since: rev},
-			{Prefix: stopKey(ack.ConfigID, ack.Generation), Since: rev},
-			{Prefix: retiredPrefix(ack.ConfigID, ack.Generation) + ack.WorkloadIdentity, Since: rev},
+			{Prefix: records.Pointer(ack.ConfigID), Since: rev},
+			{Prefix: records.Stop(ack.ConfigID, ack.Generation), Since: rev},
+			{Prefix: records.Retired(ack.ConfigID, ack.Generation, ack.WorkloadIdentity), Since: rev},
 			{Prefix: instance.RegistrationKey(ack.WorkloadIdentity), Since: rev},
 			{Prefix: idPrefix, Since: rev},
-			{Prefix: appliedPrefix(ack.ConfigID) + ack.WorkloadIdentity, Since: rev},
+			{Prefix: records.Applied(ack.ConfigID, ack.WorkloadIdentity), Since: rev},
 		},
 		Puts: puts,
 	})

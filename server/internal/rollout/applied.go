@@ -2,12 +2,12 @@ package rollout
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 
 	"github.com/pawlcfg/pawl/server/internal/instance"
 	"github.com/pawlcfg/pawl/server/internal/quorum"
+	"github.com/pawlcfg/pawl/server/internal/records"
 	"github.com/pawlcfg/pawl/server/internal/release"
 	"github.com/pawlcfg/pawl/server/internal/store"
 )
@@ -36,7 +36,7 @@ type AppliedRecord struct {
 
 func (r *Rollouts) appliedAt(ctx context.Context, config, identity string, rev int64) (*AppliedRecord, error) {
 	var rec AppliedRecord
-	_, ok, err := getAt(ctx, r.store, appliedPrefix(config)+identity, rev, &rec)
+	_, ok, err := getAt(ctx, r.store, records.Applied(config, identity), rev, &rec)
 	if err != nil || !ok {
 		return nil, err
 	}
@@ -65,10 +65,10 @@ func newApplied(ack Ack, reg instance.Record, registered bool, prev *AppliedReco
 // appliedAll reads every applied record of a config at rev, by identity.
 func (r *Rollouts) appliedAll(ctx context.Context, config string, rev int64) (map[string]AppliedRecord, error) {
 	out := map[string]AppliedRecord{}
-	_, err := store.EachAt(ctx, r.store, appliedPrefix(config), rev, func(kv store.KeyValue) error {
+	_, err := store.EachAt(ctx, r.store, records.AppliedOf(config), rev, func(kv store.KeyValue) error {
 		var rec AppliedRecord
-		if err := json.Unmarshal(kv.Value, &rec); err != nil {
-			return fmt.Errorf("rollout: applied record %s: %w", kv.Key, err)
+		if err := records.Decode(kv, &rec); err != nil {
+			return err
 		}
 		out[rec.WorkloadIdentity] = rec
 		return nil
@@ -93,7 +93,7 @@ func (r *Rollouts) ListApplied(ctx context.Context, config string, revision int6
 	if err := release.CheckConfigID(config); err != nil {
 		return AppliedPage{}, err
 	}
-	prefix := appliedPrefix(config)
+	prefix := records.AppliedOf(config)
 	start := ""
 	if after != "" {
 		start = prefix + after
@@ -109,8 +109,8 @@ func (r *Rollouts) ListApplied(ctx context.Context, config string, revision int6
 	out := AppliedPage{Revision: page.Revision, More: page.More}
 	for _, kv := range page.KVs {
 		var rec AppliedRecord
-		if err := json.Unmarshal(kv.Value, &rec); err != nil {
-			return AppliedPage{}, fmt.Errorf("rollout: applied record %s: %w", kv.Key, err)
+		if err := records.Decode(kv, &rec); err != nil {
+			return AppliedPage{}, err
 		}
 		reg, ok := regs[rec.WorkloadIdentity]
 		rec.CurrentBoot = ok && reg.BootID == rec.BootID && reg.MembershipEpoch == rec.MembershipEpoch

@@ -2,7 +2,6 @@ package rollout
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
@@ -11,7 +10,7 @@ import (
 
 	"github.com/pawlcfg/pawl/server/internal/instance"
 	"github.com/pawlcfg/pawl/server/internal/quorum"
-	"github.com/pawlcfg/pawl/server/internal/release"
+	"github.com/pawlcfg/pawl/server/internal/records"
 	"github.com/pawlcfg/pawl/server/internal/store"
 )
 
@@ -100,14 +99,14 @@ func (r *Rollouts) promote(ctx context.Context, m Move) (Receipt, error) {
 		names = append(names, st.Name)
 	}
 	unchanged := []store.Unchanged{
-		{Prefix: release.HeadKey(m.ConfigID), Since: rev},
-		{Prefix: stopKey(m.ConfigID, m.To), Since: rev},
-		{Prefix: retiredPrefix(m.ConfigID, m.To), Since: rev},
-		{Prefix: acksPrefix(m.ConfigID, m.To), Since: rev},
+		{Prefix: records.Head(m.ConfigID), Since: rev},
+		{Prefix: records.Stop(m.ConfigID, m.To), Since: rev},
+		{Prefix: records.RetiredOf(m.ConfigID, m.To), Since: rev},
+		{Prefix: records.Acks(m.ConfigID, m.To), Since: rev},
 		{Prefix: instance.RegistrationPrefix, Since: rev},
 	}
 	for dep := range s.rel.Dependencies {
-		unchanged = append(unchanged, store.Unchanged{Prefix: pointerKey(dep), Since: rev})
+		unchanged = append(unchanged, store.Unchanged{Prefix: records.Pointer(dep), Since: rev})
 	}
 	return r.write(ctx, m, ptr, unchanged, Receipt{ConfigID: m.ConfigID, From: ptr.Generation, To: m.To, Epoch: ptr.Epoch, Evidence: evidence, StageNames: names})
 }
@@ -161,7 +160,7 @@ func (r *Rollouts) Rollback(ctx context.Context, m Move) (Receipt, error) {
 // GetPromotion returns the receipt written for an idempotency key.
 func (r *Rollouts) GetPromotion(ctx context.Context, config, key string) (Receipt, error) {
 	var rc Receipt
-	kv, ok, err := getAt(ctx, r.store, configKey(config, "receipts/"+key), 0, &rc)
+	kv, ok, err := getAt(ctx, r.store, records.Receipt(config, key), 0, &rc)
 	if err != nil {
 		return Receipt{}, err
 	}
@@ -175,10 +174,10 @@ func (r *Rollouts) GetPromotion(ctx context.Context, config, key string) (Receip
 // Receipts returns a config's receipts in the order they were written.
 func (r *Rollouts) Receipts(ctx context.Context, config string) ([]Receipt, error) {
 	var out []Receipt
-	err := store.Each(ctx, r.store, configKey(config, "receipts/"), func(kv store.KeyValue) error {
+	err := store.Each(ctx, r.store, records.Receipts(config), func(kv store.KeyValue) error {
 		var rc Receipt
-		if err := json.Unmarshal(kv.Value, &rc); err != nil {
-			return fmt.Errorf("rollout: receipt %s: %w", kv.Key, err)
+		if err := records.Decode(kv, &rc); err != nil {
+			return err
 		}
 		rc.Revision = kv.ModRevision
 		out = append(out, rc)
@@ -236,19 +235,19 @@ func derefReceipt(rc *Receipt) Receipt {
 // committed, and is an *UnknownError.
 func (r *Rollouts) write(ctx context.Context, m Move, ptr Pointer, unchanged []store.Unchanged, rc Receipt) (Receipt, error) {
 	rc.Actor, rc.Time, rc.IdempotencyKey = m.Actor, r.now().UTC(), m.IdempotencyKey
-	receiptKey := configKey(m.ConfigID, "receipts/"+m.IdempotencyKey)
-	rb, err := json.Marshal(rc)
+	receiptKey := records.Receipt(m.ConfigID, m.IdempotencyKey)
+	rb, err := records.Encode(rc)
 	if err != nil {
 		return Receipt{}, err
 	}
-	pb, err := json.Marshal(Pointer{Generation: rc.To, Epoch: rc.Epoch, ReceiptKey: receiptKey, HighWater: max(ptr.HighWater, ptr.Generation, rc.To)})
+	pb, err := records.Encode(Pointer{Generation: rc.To, Epoch: rc.Epoch, ReceiptKey: receiptKey, HighWater: max(ptr.HighWater, ptr.Generation, rc.To)})
 	if err != nil {
 		return Receipt{}, err
 	}
 	res, err := r.store.Txn(ctx, store.Txn{
-		Compares:  []store.Compare{{Key: pointerKey(m.ConfigID), ModRevision: ptr.Revision}, {Key: receiptKey, ModRevision: 0}},
+		Compares:  []store.Compare{{Key: records.Pointer(m.ConfigID), ModRevision: ptr.Revision}, {Key: receiptKey, ModRevision: 0}},
 		Unchanged: unchanged,
-		Puts:      []store.Put{{Key: receiptKey, Value: rb}, {Key: pointerKey(m.ConfigID), Value: pb}},
+		Puts:      []store.Put{{Key: receiptKey, Value: rb}, {Key: records.Pointer(m.ConfigID), Value: pb}},
 	})
 	if errors.Is(err, store.ErrRevisionMismatch) {
 		return Receipt{}, err

@@ -2,10 +2,10 @@ package rollout
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 
+	"github.com/pawlcfg/pawl/server/internal/records"
 	"github.com/pawlcfg/pawl/server/internal/store"
 )
 
@@ -60,15 +60,15 @@ func (r *Rollouts) retire(ctx context.Context, config string, gen int64, identit
 		return Retirement{}, fmt.Errorf("%w: %s", ErrNotReady, over)
 	}
 	rt := Retirement{ConfigID: config, Generation: gen, WorkloadIdentity: identity, Reason: reason, Actor: actor, Time: s.now.UTC()}
-	b, err := json.Marshal(rt)
+	b, err := records.Encode(rt)
 	if err != nil {
 		return Retirement{}, fmt.Errorf("rollout: encode retirement: %w", err)
 	}
-	key := retiredPrefix(config, gen) + identity
+	key := records.Retired(config, gen, identity)
 	res, err := r.store.Txn(ctx, store.Txn{
 		Compares: []store.Compare{
-			{Key: pointerKey(config), ModRevision: s.ptr.Revision},
-			{Key: stopKey(config, gen), ModRevision: 0},
+			{Key: records.Pointer(config), ModRevision: s.ptr.Revision},
+			{Key: records.Stop(config, gen), ModRevision: 0},
 			{Key: key, ModRevision: 0},
 		},
 		Puts: []store.Put{{Key: key, Value: b}},

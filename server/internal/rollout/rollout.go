@@ -2,20 +2,8 @@
 // membership, moves each rollout forward, and moves a config's active
 // pointer by compare-and-swap with a promotion receipt.
 //
-// Layout, for config C and generation G, under store.SystemPrefix:
-//
-//	configs/C/progress/G                 how many stages of the rollout passed, with evidence
-//	configs/C/stops/G                    the stop record of a rollout that stopped
-//	configs/C/retired/G/<identity>       a member retired from the frozen membership
-//	configs/C/active                     the pointer: generation, epoch, receipt key
-//	configs/C/receipts/<key>             one receipt per idempotency key
-//	acks/C/G/<identity>/<time>           every ACK, counted or not, with the reason
-//	applied/C/<identity>                 what the instance last reported applying
-//
-// ACKs and applied records live outside configs/, which assignment streams
-// follow: thousands of ACKs wake no stream, and only the records that can
-// change an assignment (releases, progress, stops, retirements, pointers)
-// do.
+// Its records (pointers, receipts, progress and stop records, retirements,
+// ACKs and applied records) live where package records lays them out.
 //
 // # Reads and writes
 //
@@ -52,13 +40,13 @@ package rollout
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/pawlcfg/pawl/server/internal/instance"
 	"github.com/pawlcfg/pawl/server/internal/quorum"
+	"github.com/pawlcfg/pawl/server/internal/records"
 	"github.com/pawlcfg/pawl/server/internal/release"
 	"github.com/pawlcfg/pawl/server/internal/store"
 )
@@ -185,32 +173,6 @@ func WithClock(now func() time.Time) Option { return func(r *Rollouts) { r.now =
 // writer committed; under any realistic contention a few suffice.
 const maxAttempts = 16
 
-func configKey(config, rest string) string {
-	return store.SystemPrefix + "configs/" + config + "/" + rest
-}
-
-func pointerKey(config string) string { return configKey(config, "active") }
-
-func headKey(config string) string { return configKey(config, "head") }
-
-func stopKey(config string, gen int64) string {
-	return configKey(config, fmt.Sprintf("stops/%020d", gen))
-}
-
-func progressKey(config string, gen int64) string {
-	return configKey(config, fmt.Sprintf("progress/%020d", gen))
-}
-
-func acksPrefix(config string, gen int64) string {
-	return fmt.Sprintf("%sacks/%s/%020d/", store.SystemPrefix, config, gen)
-}
-
-func retiredPrefix(config string, gen int64) string {
-	return configKey(config, fmt.Sprintf("retired/%020d/", gen))
-}
-
-func appliedPrefix(config string) string { return store.SystemPrefix + "applied/" + config + "/" }
-
 // Pointer returns a config's active pointer (generation 0 before the first
 // promotion).
 func (r *Rollouts) Pointer(ctx context.Context, config string) (Pointer, error) {
@@ -219,7 +181,7 @@ func (r *Rollouts) Pointer(ctx context.Context, config string) (Pointer, error) 
 
 func (r *Rollouts) pointerAt(ctx context.Context, config string, rev int64) (Pointer, error) {
 	var p Pointer
-	kv, ok, err := getAt(ctx, r.store, pointerKey(config), rev, &p)
+	kv, ok, err := getAt(ctx, r.store, records.Pointer(config), rev, &p)
 	if err != nil || !ok {
 		return Pointer{}, err
 	}
@@ -237,8 +199,8 @@ func getAt(ctx context.Context, st store.Store, key string, rev int64, v any) (s
 	if err != nil {
 		return store.KeyValue{}, false, err
 	}
-	if err := json.Unmarshal(kv.Value, v); err != nil {
-		return store.KeyValue{}, false, fmt.Errorf("rollout: record %s: %w", kv.Key, err)
+	if err := records.Decode(kv, v); err != nil {
+		return store.KeyValue{}, false, err
 	}
 	return kv, true, nil
 }

@@ -2,12 +2,12 @@ package rollout
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/pawlcfg/pawl/server/internal/quorum"
+	"github.com/pawlcfg/pawl/server/internal/records"
 	"github.com/pawlcfg/pawl/server/internal/store"
 )
 
@@ -68,17 +68,17 @@ func (r *Rollouts) settle(ctx context.Context, config string, gen int64) error {
 	if len(progress.Passed) == passed {
 		return nil
 	}
-	b, err := json.Marshal(progress)
+	b, err := records.Encode(progress)
 	if err != nil {
 		return fmt.Errorf("rollout: encode progress: %w", err)
 	}
 	_, err = r.store.Txn(ctx, store.Txn{
 		Compares: []store.Compare{
-			{Key: pointerKey(config), ModRevision: s.ptr.Revision},
-			{Key: stopKey(config, gen), ModRevision: 0},
-			{Key: progressKey(config, gen), ModRevision: s.progress.Revision},
+			{Key: records.Pointer(config), ModRevision: s.ptr.Revision},
+			{Key: records.Stop(config, gen), ModRevision: 0},
+			{Key: records.Progress(config, gen), ModRevision: s.progress.Revision},
 		},
-		Puts: []store.Put{{Key: progressKey(config, gen), Value: b}},
+		Puts: []store.Put{{Key: records.Progress(config, gen), Value: b}},
 	})
 	if err != nil {
 		return fmt.Errorf("rollout: record progress of %s generation %d: %w", config, gen, err)
@@ -100,16 +100,16 @@ func newStop(s snapshot, stages []StageResult, stage, reason string) Stop {
 // concurrent Promote made active. A failed condition is returned as the
 // store's ErrRevisionMismatch.
 func (r *Rollouts) writeStop(ctx context.Context, s snapshot, st Stop) (Stop, error) {
-	b, err := json.Marshal(st)
+	b, err := records.Encode(st)
 	if err != nil {
 		return Stop{}, fmt.Errorf("rollout: encode stop record: %w", err)
 	}
 	res, err := r.store.Txn(ctx, store.Txn{
 		Compares: []store.Compare{
-			{Key: pointerKey(st.ConfigID), ModRevision: s.ptr.Revision},
-			{Key: stopKey(st.ConfigID, st.Generation), ModRevision: 0},
+			{Key: records.Pointer(st.ConfigID), ModRevision: s.ptr.Revision},
+			{Key: records.Stop(st.ConfigID, st.Generation), ModRevision: 0},
 		},
-		Puts: []store.Put{{Key: stopKey(st.ConfigID, st.Generation), Value: b}},
+		Puts: []store.Put{{Key: records.Stop(st.ConfigID, st.Generation), Value: b}},
 	})
 	if err != nil {
 		return Stop{}, fmt.Errorf("rollout: write stop record of %s generation %d: %w", st.ConfigID, st.Generation, err)

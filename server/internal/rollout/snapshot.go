@@ -2,13 +2,11 @@ package rollout
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/pawlcfg/pawl/server/internal/quorum"
+	"github.com/pawlcfg/pawl/server/internal/records"
 	"github.com/pawlcfg/pawl/server/internal/release"
 	"github.com/pawlcfg/pawl/server/internal/store"
 )
@@ -116,7 +114,7 @@ func (r *Rollouts) load(ctx context.Context, config string, gen, rev int64) (sna
 
 func (r *Rollouts) stopAt(ctx context.Context, config string, gen, rev int64) (*Stop, error) {
 	var s Stop
-	kv, ok, err := getAt(ctx, r.store, stopKey(config, gen), rev, &s)
+	kv, ok, err := getAt(ctx, r.store, records.Stop(config, gen), rev, &s)
 	if err != nil || !ok {
 		return nil, err
 	}
@@ -126,7 +124,7 @@ func (r *Rollouts) stopAt(ctx context.Context, config string, gen, rev int64) (*
 
 func (r *Rollouts) progressAt(ctx context.Context, config string, gen, rev int64) (Progress, error) {
 	p := Progress{ConfigID: config, Generation: gen}
-	kv, ok, err := getAt(ctx, r.store, progressKey(config, gen), rev, &p)
+	kv, ok, err := getAt(ctx, r.store, records.Progress(config, gen), rev, &p)
 	if err != nil || !ok {
 		return Progress{ConfigID: config, Generation: gen}, err
 	}
@@ -136,10 +134,10 @@ func (r *Rollouts) progressAt(ctx context.Context, config string, gen, rev int64
 
 func (r *Rollouts) retiredAt(ctx context.Context, config string, gen, rev int64) (map[string]Retirement, error) {
 	out := map[string]Retirement{}
-	_, err := store.EachAt(ctx, r.store, retiredPrefix(config, gen), rev, func(kv store.KeyValue) error {
+	_, err := store.EachAt(ctx, r.store, records.RetiredOf(config, gen), rev, func(kv store.KeyValue) error {
 		var rt Retirement
-		if err := json.Unmarshal(kv.Value, &rt); err != nil {
-			return fmt.Errorf("rollout: retirement %s: %w", kv.Key, err)
+		if err := records.Decode(kv, &rt); err != nil {
+			return err
 		}
 		rt.Revision = kv.ModRevision
 		out[rt.WorkloadIdentity] = rt
@@ -151,19 +149,19 @@ func (r *Rollouts) retiredAt(ctx context.Context, config string, gen, rev int64)
 // acksAt reads a generation's ACKs at rev, of one identity or (identity "")
 // of every instance, in arrival order per instance.
 func (r *Rollouts) acksAt(ctx context.Context, config string, gen int64, identity string, rev int64) ([]Ack, error) {
-	prefix := acksPrefix(config, gen)
+	prefix := records.Acks(config, gen)
 	if identity != "" {
 		prefix += identity + "/"
 	}
 	var out []Ack
 	_, err := store.EachAt(ctx, r.store, prefix, rev, func(kv store.KeyValue) error {
 		var a Ack
-		if err := json.Unmarshal(kv.Value, &a); err != nil {
-			return fmt.Errorf("rollout: ACK %s: %w", kv.Key, err)
+		if err := records.Decode(kv, &a); err != nil {
+			return err
 		}
-		arrival, err := strconv.ParseInt(kv.Key[strings.LastIndexByte(kv.Key, '/')+1:], 10, 64)
+		arrival, err := records.AckArrival(kv.Key)
 		if err != nil {
-			return fmt.Errorf("rollout: ACK key %s: %w", kv.Key, err)
+			return err
 		}
 		a.arrival = arrival
 		// Identities may hold '/': the prefix of "a" also covers "a/b".

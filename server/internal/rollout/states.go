@@ -2,10 +2,8 @@ package rollout
 
 import (
 	"context"
-	"fmt"
-	"strconv"
-	"strings"
 
+	"github.com/pawlcfg/pawl/server/internal/records"
 	"github.com/pawlcfg/pawl/server/internal/release"
 	"github.com/pawlcfg/pawl/server/internal/store"
 )
@@ -43,11 +41,10 @@ func (r *Rollouts) ReleaseStates(ctx context.Context, config string) (func(relea
 		}
 	}
 	stopped := map[int64]bool{}
-	prefix := configKey(config, "stops/")
-	err = store.Each(ctx, r.store, prefix, func(kv store.KeyValue) error {
-		gen, err := strconv.ParseInt(strings.TrimPrefix(kv.Key, prefix), 10, 64)
+	err = store.Each(ctx, r.store, records.Stops(config), func(kv store.KeyValue) error {
+		gen, err := records.StopGeneration(config, kv.Key)
 		if err != nil {
-			return fmt.Errorf("rollout: stop record key %s: %w", kv.Key, err)
+			return err
 		}
 		stopped[gen] = true
 		return nil
