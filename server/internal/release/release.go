@@ -206,7 +206,6 @@ var (
 	secretRefPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._/-]{0,254}@[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
 )
 
-
 // maxCreateAttempts bounds retries when concurrent creators race for a
 // config's head; each retry means another creator succeeded.
 const maxCreateAttempts = 16
