@@ -38,9 +38,12 @@ type Server struct {
 	health  *grpchealth.StaticChecker
 	handler http.Handler
 
-	// stopSupervisor ends the rollout supervisor; supervised waits for it.
-	stopSupervisor context.CancelFunc
-	supervised     sync.WaitGroup
+	registry *instance.Registry
+
+	// stopBackground ends the supervisor and the lease checkpoint;
+	// background waits for them.
+	stopBackground context.CancelFunc
+	background     sync.WaitGroup
 
 	closeOnce sync.Once
 	closeErr  error
@@ -88,7 +91,14 @@ func New(ctx context.Context, opts ...Option) (*Server, error) {
 		_ = st.Close()
 		return nil, fmt.Errorf("server: %w", err)
 	}
-	s := &Server{cfg: cfg, store: st, hub: hub, wasm: rt, health: grpchealth.NewStaticChecker(services...)}
+	registry, err := instance.New(ctx, st, cfg.instanceLease, instance.WithClock(cfg.now))
+	if err != nil {
+		_ = rt.Close(ctx)
+		hub.Close()
+		_ = st.Close()
+		return nil, fmt.Errorf("server: %w", err)
+	}
+	s := &Server{cfg: cfg, store: st, hub: hub, wasm: rt, registry: registry, health: grpchealth.NewStaticChecker(services...)}
 	s.vals = validator.New(st, rt, cfg.maxWasmBytes)
 	s.handler = s.routes()
 	return s, nil
@@ -116,10 +126,10 @@ func (s *Server) routes() http.Handler {
 		connect.WithInterceptors(api.LogInterceptor(s.cfg.log)),
 	}
 	mux.Handle(pawlv1connect.NewValidatorServiceHandler(api.NewValidators(s.vals, s.cfg.maxValueBytes, s.cfg.log), validatorOpts...))
-	registry := instance.New(s.store, s.cfg.instanceLease, instance.WithClock(s.cfg.now))
+	registry := s.registry
 	releases := release.New(s.store, s.vals.Run, registry.Members, release.WithClock(s.cfg.now))
 	rollouts := rollout.New(s.store, releases, registry, rollout.WithClock(s.cfg.now))
-	s.startSupervisor(rollouts)
+	s.startBackground(rollouts)
 	mux.Handle(pawlv1connect.NewReleaseServiceHandler(api.NewReleases(releases, rollouts, s.cfg.log), opts...))
 	mux.Handle(pawlv1connect.NewInstanceServiceHandler(api.NewInstances(registry, rollouts, s.hub, s.cfg.log), opts...))
 	mux.Handle(pawlv1connect.NewRolloutServiceHandler(api.NewRollouts(rollouts, releases, s.cfg.log), opts...))
@@ -130,15 +140,21 @@ func (s *Server) routes() http.Handler {
 	return mux
 }
 
-// startSupervisor runs the goroutine that stops rollouts at their deadline;
-// Close stops it.
-func (s *Server) startSupervisor(rollouts *rollout.Rollouts) {
+// startBackground runs the server's own goroutines: the rollout supervisor
+// (it settles rollouts and stops them at their deadline) and the lease
+// checkpoint. Close stops them, and waits for them, before it closes the
+// store.
+func (s *Server) startBackground(rollouts *rollout.Rollouts) {
 	ctx, cancel := context.WithCancel(context.Background())
-	s.stopSupervisor = cancel
-	s.supervised.Add(1)
+	s.stopBackground = cancel
+	s.background.Add(2)
 	go func() {
-		defer s.supervised.Done()
+		defer s.background.Done()
 		rollouts.Supervise(ctx, s.cfg.rolloutCheck, s.cfg.log)
+	}()
+	go func() {
+		defer s.background.Done()
+		s.registry.Run(ctx, s.cfg.log)
 	}()
 }
 
@@ -193,13 +209,13 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	return nil
 }
 
-// Close stops the rollout supervisor and the watch hub, releases the
-// validators and closes the store. Call it after Serve has returned; it is
+// Close stops the rollout supervisor, writes the leases a last time, stops
+// the watch hub, releases the validators and closes the store. Call it after Serve has returned; it is
 // idempotent.
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
-		s.stopSupervisor()
-		s.supervised.Wait()
+		s.stopBackground()
+		s.background.Wait()
 		s.hub.Close()
 		s.vals.Close(context.Background())
 		s.closeErr = errors.Join(s.wasm.Close(context.Background()), s.store.Close())

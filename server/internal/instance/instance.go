@@ -1,19 +1,23 @@
 // Package instance keeps the registry of running SDK clients, one
 // registration per workload identity, with a lease renewed by heartbeats.
-// Expiry is judged when the registry is read (no timer deletes anything), so
-// an instance that stopped simply stops being live, and its record stays for
-// audit.
 //
-// Layout, under store.SystemPrefix:
-//
-//	instances/<identity>   the registration: written only by Register
-//	leases/<identity>      the lease: its boot and expiry, renewed by Heartbeat
-//
-// Keeping the lease apart means the registration's store revision changes
-// only when the instance registers: that revision is the registration's
-// membership epoch. A release freezes the highest epoch it saw; an ACK names
-// the epoch of the registration it comes from, and one from an older
+// A registration is a record in the key space (records.Instance): it is
+// written only by Register, so its store revision changes only when the
+// instance registers, and that revision is the registration's membership
+// epoch. A release freezes the registry as one snapshot; an ACK names the
+// epoch of the registration it comes from, and one from an older
 // registration does not count.
+//
+// Leases are not history: a heartbeat takes no store revision and writes
+// nothing to the change log that watchers resume from. The registry keeps
+// every lease in memory, where heartbeats renew it, and checkpoints the
+// leases that changed once per checkpoint interval into the store's records
+// (store.PutRecords), beside the key space. A server that restarts loads
+// them and, as etcd does for its leases on a leader change, gives every
+// lease that was live at the last checkpoint a full term from the restart:
+// instances that could not reach a stopped server are not declared dead
+// for it. Expiry is judged when the registry is read; nothing deletes a
+// registration, which stays for audit.
 package instance
 
 import (
@@ -21,8 +25,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"regexp"
-	"strings"
+	"sync"
 	"time"
 
 	"github.com/pawlcfg/pawl/server/internal/quorum"
@@ -55,35 +60,45 @@ type Instance struct {
 type Record struct {
 	Instance
 	RegisteredAt time.Time `json:"registered_at"`
-	// LeaseExpiresAt comes from the lease key.
+	// LeaseExpiresAt comes from the lease (zero: no lease).
 	LeaseExpiresAt time.Time `json:"-"`
 	// MembershipEpoch is the store revision of the registration.
 	MembershipEpoch int64 `json:"-"`
 }
 
-// lease is the record under leases/.
-type lease struct {
-	BootID    string    `json:"boot_id"`
-	ExpiresAt time.Time `json:"expires_at"`
-}
-
 // Live reports whether the lease is live at now.
 func (r Record) Live(now time.Time) bool { return now.Before(r.LeaseExpiresAt) }
 
-// Registry reads and writes instance records.
-type Registry struct {
-	store store.Store
-	lease time.Duration
-	now   func() time.Time
+// lease is an instance's lease: which registration it belongs to (its boot
+// and epoch), and until when. It is checkpointed as the record of its
+// identity in leaseKind, with the time of the checkpoint.
+type lease struct {
+	BootID         string    `json:"boot_id"`
+	Epoch          int64     `json:"epoch"`
+	ExpiresAt      time.Time `json:"expires_at"`
+	CheckpointedAt time.Time `json:"checkpointed_at,omitempty"`
 }
 
-// New returns a registry whose leases last lease.
-func New(st store.Store, lease time.Duration, opts ...Option) *Registry {
-	r := &Registry{store: st, lease: lease, now: time.Now}
-	for _, opt := range opts {
-		opt(r)
-	}
-	return r
+// leaseKind is the store's record kind for leases.
+const leaseKind = "leases"
+
+// DefaultCheckpointInterval is how often changed leases are written to the
+// store: a crash loses at most this much of heartbeats, which a lease of
+// tens of seconds absorbs, and a fleet of 10,000 instances heartbeating
+// every 10 s costs one write a second instead of a thousand.
+const DefaultCheckpointInterval = time.Second
+
+// Registry reads and writes instance registrations and keeps their leases.
+// Its methods are safe for concurrent use; Run checkpoints the leases.
+type Registry struct {
+	store      store.Store
+	lease      time.Duration
+	now        func() time.Time
+	checkpoint time.Duration
+
+	mu     sync.Mutex
+	leases map[string]lease    // by identity; guarded by mu
+	dirty  map[string]struct{} // identities whose lease changed since the last checkpoint; guarded by mu
 }
 
 // Option configures New.
@@ -91,6 +106,110 @@ type Option func(*Registry)
 
 // WithClock replaces time.Now, for tests that move time by hand.
 func WithClock(now func() time.Time) Option { return func(r *Registry) { r.now = now } }
+
+// WithCheckpointInterval sets how often Run writes the leases that changed
+// (default DefaultCheckpointInterval).
+func WithCheckpointInterval(d time.Duration) Option { return func(r *Registry) { r.checkpoint = d } }
+
+// New returns a registry whose leases last term, with the leases
+// checkpointed in st loaded: each that was live at its checkpoint is live
+// for a full lease from now.
+func New(ctx context.Context, st store.Store, term time.Duration, opts ...Option) (*Registry, error) {
+	r := &Registry{store: st, lease: term, now: time.Now, checkpoint: DefaultCheckpointInterval,
+		leases: map[string]lease{}, dirty: map[string]struct{}{}}
+	for _, opt := range opts {
+		opt(r)
+	}
+	switch {
+	case term <= 0:
+		return nil, fmt.Errorf("instance: lease %s: must be positive", term)
+	case r.checkpoint <= 0:
+		return nil, fmt.Errorf("instance: WithCheckpointInterval(%s): must be positive", r.checkpoint)
+	}
+	now := r.now().UTC()
+	for after := ""; ; {
+		recs, more, err := st.ListRecords(ctx, leaseKind, after, 1000)
+		if err != nil {
+			return nil, fmt.Errorf("instance: load leases: %w", err)
+		}
+		for _, rec := range recs {
+			var l lease
+			if err := json.Unmarshal(rec.Value, &l); err != nil {
+				return nil, fmt.Errorf("instance: lease of %s: %w", rec.ID, err)
+			}
+			if l.ExpiresAt.After(l.CheckpointedAt) {
+				l.ExpiresAt = maxTime(l.ExpiresAt, now.Add(term))
+			}
+			r.leases[rec.ID] = l
+		}
+		if !more || len(recs) == 0 {
+			break
+		}
+		after = recs[len(recs)-1].ID
+	}
+	return r, nil
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// Run writes the leases that changed, every checkpoint interval, until ctx
+// is done; then it writes them once more and returns. Errors are logged on
+// log and retried at the next interval.
+func (r *Registry) Run(ctx context.Context, log *slog.Logger) {
+	t := time.NewTicker(r.checkpoint)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			// A last checkpoint, with its own short deadline: the server is
+			// stopping, and the store closes after this returns.
+			final, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := r.Checkpoint(final); err != nil {
+				log.Warn("final lease checkpoint failed", "error", err)
+			}
+			return
+		case <-t.C:
+			if err := r.Checkpoint(ctx); err != nil && ctx.Err() == nil {
+				log.Warn("lease checkpoint failed", "error", err)
+			}
+		}
+	}
+}
+
+// Checkpoint writes the leases that changed since the last checkpoint. On
+// failure they stay marked, and the next checkpoint writes them.
+func (r *Registry) Checkpoint(ctx context.Context) error {
+	now := r.now().UTC()
+	r.mu.Lock()
+	recs := make([]store.Record, 0, len(r.dirty))
+	for id := range r.dirty {
+		l := r.leases[id]
+		l.CheckpointedAt = now
+		b, err := json.Marshal(l)
+		if err != nil {
+			r.mu.Unlock()
+			return fmt.Errorf("instance: encode lease of %s: %w", id, err)
+		}
+		recs = append(recs, store.Record{ID: id, Value: b})
+	}
+	clear(r.dirty)
+	r.mu.Unlock()
+	if err := r.store.PutRecords(ctx, leaseKind, recs); err != nil {
+		r.mu.Lock()
+		for _, rec := range recs {
+			r.dirty[rec.ID] = struct{}{}
+		}
+		r.mu.Unlock()
+		return fmt.Errorf("instance: checkpoint %d leases: %w", len(recs), err)
+	}
+	return nil
+}
 
 // Now is the registry's clock: what leases are judged against.
 func (r *Registry) Now() time.Time { return r.now() }
@@ -100,13 +219,13 @@ func (r *Registry) Lease() time.Duration { return r.lease }
 
 var identityPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:@/-]{0,254}$`)
 
-const (
-	registrationPrefix = records.InstancesPrefix
-	leasePrefix        = store.SystemPrefix + "leases/"
-)
+// RegistrationPrefix is where registrations live: a writer that decided on
+// them conditions its write on nothing under it having changed.
+const RegistrationPrefix = records.InstancesPrefix
 
-func key(identity string) string      { return records.Instance(identity) }
-func leaseKey(identity string) string { return leasePrefix + identity }
+// RegistrationKey is the key of an instance's registration: a writer that
+// decided on it conditions its write on it.
+func RegistrationKey(identity string) string { return records.Instance(identity) }
 
 // Register records in (replacing an earlier boot's registration), starts
 // its lease, and gives it a new membership epoch.
@@ -119,28 +238,37 @@ func (r *Registry) Register(ctx context.Context, in Instance) (Record, error) {
 	case in.TrafficWeight < 0:
 		return Record{}, fmt.Errorf("%w: traffic weight %v is negative", ErrInvalid, in.TrafficWeight)
 	}
-	now := r.now().UTC()
-	rec := Record{Instance: in, RegisteredAt: now, LeaseExpiresAt: now.Add(r.lease)}
-	reg, err := json.Marshal(rec)
+	rec := Record{Instance: in, RegisteredAt: r.now().UTC()}
+	b, err := records.Encode(rec)
 	if err != nil {
-		return Record{}, fmt.Errorf("instance: encode: %w", err)
+		return Record{}, err
 	}
-	ls, err := json.Marshal(lease{BootID: in.BootID, ExpiresAt: rec.LeaseExpiresAt})
-	if err != nil {
-		return Record{}, fmt.Errorf("instance: encode lease: %w", err)
-	}
-	res, err := r.store.Txn(ctx, store.Txn{Puts: []store.Put{
-		{Key: key(in.WorkloadIdentity), Value: reg},
-		{Key: leaseKey(in.WorkloadIdentity), Value: ls},
-	}})
+	res, err := r.store.Put(ctx, store.Put{Key: records.Instance(in.WorkloadIdentity), Value: b})
 	if err != nil {
 		return Record{}, fmt.Errorf("instance: store: %w", err)
 	}
-	rec.MembershipEpoch = res.Revision - 1 // the registration is the first of the two puts
+	rec.MembershipEpoch = res.Revision
+	rec.LeaseExpiresAt = r.renew(in.WorkloadIdentity, in.BootID, rec.MembershipEpoch)
 	return rec, nil
 }
 
-// Heartbeat renews the lease of the instance's current boot.
+// renew gives the lease of the registration (boot, epoch) a full term,
+// unless a later registration's lease is there already, and returns its
+// expiry (zero when it was not renewed).
+func (r *Registry) renew(identity, boot string, epoch int64) time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if cur, ok := r.leases[identity]; ok && cur.Epoch > epoch {
+		return time.Time{}
+	}
+	l := lease{BootID: boot, Epoch: epoch, ExpiresAt: r.now().UTC().Add(r.lease)}
+	r.leases[identity] = l
+	r.dirty[identity] = struct{}{}
+	return l.ExpiresAt
+}
+
+// Heartbeat renews the lease of the instance's current boot. It writes
+// nothing to the key space.
 func (r *Registry) Heartbeat(ctx context.Context, identity, bootID string) (Record, error) {
 	rec, err := r.Get(ctx, identity)
 	if err != nil {
@@ -149,31 +277,38 @@ func (r *Registry) Heartbeat(ctx context.Context, identity, bootID string) (Reco
 	if rec.BootID != bootID {
 		return Record{}, fmt.Errorf("%w: %s is registered with boot %s, not %s; register again", ErrStaleBoot, identity, rec.BootID, bootID)
 	}
-	rec.LeaseExpiresAt = r.now().UTC().Add(r.lease)
-	ls, err := json.Marshal(lease{BootID: bootID, ExpiresAt: rec.LeaseExpiresAt})
-	if err != nil {
-		return Record{}, fmt.Errorf("instance: encode lease: %w", err)
-	}
-	// Only while the registration is the one read: a concurrent
-	// re-registration wins over a heartbeat.
-	_, err = r.store.Txn(ctx, store.Txn{
-		Compares: []store.Compare{{Key: key(identity), ModRevision: rec.MembershipEpoch}},
-		Puts:     []store.Put{{Key: leaseKey(identity), Value: ls}},
-	})
-	if errors.Is(err, store.ErrRevisionMismatch) {
+	if rec.LeaseExpiresAt = r.renew(identity, bootID, rec.MembershipEpoch); rec.LeaseExpiresAt.IsZero() {
+		// A registration landed between the read and the renewal: it wins.
 		return Record{}, fmt.Errorf("%w: %s re-registered during the heartbeat", ErrStaleBoot, identity)
 	}
-	if err != nil {
-		return Record{}, fmt.Errorf("instance: store: %w", err)
-	}
 	return rec, nil
+}
+
+// withLease fills in rec's lease expiry, when the lease is its
+// registration's.
+func (r *Registry) withLease(rec Record) Record {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if l, ok := r.leases[rec.WorkloadIdentity]; ok && l.BootID == rec.BootID && l.Epoch == rec.MembershipEpoch {
+		rec.LeaseExpiresAt = l.ExpiresAt
+	}
+	return rec
+}
+
+// Get returns one instance's record, with its lease.
+func (r *Registry) Get(ctx context.Context, identity string) (Record, error) {
+	rec, err := r.RegistrationAt(ctx, identity, 0)
+	if err != nil {
+		return Record{}, err
+	}
+	return r.withLease(rec), nil
 }
 
 // RegistrationAt returns one instance's registration (without its lease)
 // as of a store revision (0: current). It fails with ErrNotFound when the
 // instance had not registered by then.
 func (r *Registry) RegistrationAt(ctx context.Context, identity string, revision int64) (Record, error) {
-	kv, _, err := r.store.Get(ctx, key(identity), revision)
+	kv, _, err := r.store.Get(ctx, records.Instance(identity), revision)
 	if errors.Is(err, store.ErrNotFound) {
 		return Record{}, fmt.Errorf("%w: %s; register first", ErrNotFound, identity)
 	}
@@ -183,52 +318,19 @@ func (r *Registry) RegistrationAt(ctx context.Context, identity string, revision
 	return decode(kv)
 }
 
-// RegistrationKey is the key of an instance's registration: a writer that
-// decided on it conditions its write on it.
-func RegistrationKey(identity string) string { return key(identity) }
-
-// Get returns one instance's record.
-func (r *Registry) Get(ctx context.Context, identity string) (Record, error) {
-	kv, _, err := r.store.Get(ctx, key(identity), 0)
-	if errors.Is(err, store.ErrNotFound) {
-		return Record{}, fmt.Errorf("%w: %s; register first", ErrNotFound, identity)
-	}
-	if err != nil {
-		return Record{}, err
-	}
-	rec, err := decode(kv)
-	if err != nil {
-		return Record{}, err
-	}
-	lkv, _, err := r.store.Get(ctx, leaseKey(identity), 0)
-	switch {
-	case errors.Is(err, store.ErrNotFound):
-		return rec, nil // no lease: not live
-	case err != nil:
-		return Record{}, err
-	}
-	l, err := decodeLease(lkv)
-	if err != nil {
-		return Record{}, err
-	}
-	if l.BootID == rec.BootID {
-		rec.LeaseExpiresAt = l.ExpiresAt
-	}
-	return rec, nil
-}
-
 // List returns every record, live or not, by workload identity.
 func (r *Registry) List(ctx context.Context) ([]Record, error) {
 	recs, _, err := r.ListAt(ctx, 0)
 	return recs, err
 }
 
-// ListAt returns every record, live or not, by workload identity, as of
-// one store revision (0: the current one), and that revision: however many
-// pages the registrations and leases take, they are one snapshot.
+// ListAt returns every registration, live or not, by workload identity, as
+// of one store revision (0: the current one), and that revision: however
+// many pages the registrations take, they are one snapshot. Leases are as
+// they are now.
 func (r *Registry) ListAt(ctx context.Context, revision int64) ([]Record, int64, error) {
 	var out []Record
-	rev, err := store.EachAt(ctx, r.store, registrationPrefix, revision, func(kv store.KeyValue) error {
+	rev, err := store.EachAt(ctx, r.store, records.InstancesPrefix, revision, func(kv store.KeyValue) error {
 		rec, err := decode(kv)
 		out = append(out, rec)
 		return err
@@ -236,19 +338,8 @@ func (r *Registry) ListAt(ctx context.Context, revision int64) ([]Record, int64,
 	if err != nil {
 		return nil, 0, err
 	}
-	leases := map[string]lease{}
-	_, err = store.EachAt(ctx, r.store, leasePrefix, rev, func(kv store.KeyValue) error {
-		l, err := decodeLease(kv)
-		leases[strings.TrimPrefix(kv.Key, leasePrefix)] = l
-		return err
-	})
-	if err != nil {
-		return nil, 0, err
-	}
-	for i, rec := range out {
-		if l, ok := leases[rec.WorkloadIdentity]; ok && l.BootID == rec.BootID {
-			out[i].LeaseExpiresAt = l.ExpiresAt
-		}
+	for i := range out {
+		out[i] = r.withLease(out[i])
 	}
 	return out, rev, nil
 }
@@ -258,7 +349,7 @@ func (r *Registry) ListAt(ctx context.Context, revision int64) ([]Record, int64,
 // an instance's ACKs must come from to count.
 func (r *Registry) Registrations(ctx context.Context, revision int64) (map[string]Record, error) {
 	out := map[string]Record{}
-	_, err := store.EachAt(ctx, r.store, registrationPrefix, revision, func(kv store.KeyValue) error {
+	_, err := store.EachAt(ctx, r.store, records.InstancesPrefix, revision, func(kv store.KeyValue) error {
 		rec, err := decode(kv)
 		out[rec.WorkloadIdentity] = rec
 		return err
@@ -266,25 +357,13 @@ func (r *Registry) Registrations(ctx context.Context, revision int64) (map[strin
 	return out, err
 }
 
-// RegistrationPrefix is where registrations live: a writer that decided on
-// them conditions its write on nothing under it having changed.
-const RegistrationPrefix = registrationPrefix
-
 func decode(kv store.KeyValue) (Record, error) {
 	var rec Record
-	if err := json.Unmarshal(kv.Value, &rec); err != nil {
-		return Record{}, fmt.Errorf("instance: record %s: %w", kv.Key, err)
+	if err := records.Decode(kv, &rec); err != nil {
+		return Record{}, err
 	}
 	rec.MembershipEpoch = kv.ModRevision
 	return rec, nil
-}
-
-func decodeLease(kv store.KeyValue) (lease, error) {
-	var l lease
-	if err := json.Unmarshal(kv.Value, &l); err != nil {
-		return lease{}, fmt.Errorf("instance: lease %s: %w", kv.Key, err)
-	}
-	return l, nil
 }
 
 // Members returns the live instances whose labels include every selector

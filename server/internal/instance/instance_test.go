@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -24,9 +26,11 @@ func TestLeasesAndMembership(t *testing.T) {
 	}
 	defer st.Close()
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	r := New(st, 30*time.Second)
-	r.now = func() time.Time { return now }
 	ctx := context.Background()
+	r, err := New(ctx, st, 30*time.Second, WithClock(func() time.Time { return now }))
+	if err != nil {
+		t.Fatal(err)
+	}
 	epochs := map[string]int64{}
 	for _, in := range []Instance{
 		{WorkloadIdentity: "a", BootID: "1", Zone: "z1", Labels: map[string]string{"env": "prod"}, TrafficWeight: 2},
@@ -43,9 +47,14 @@ func TestLeasesAndMembership(t *testing.T) {
 		t.Fatalf("membership epochs = %v; each registration gets a higher one", epochs)
 	}
 	now = now.Add(20 * time.Second)
-	// A heartbeat renews the lease and keeps the registration's epoch.
+	// A heartbeat renews the lease and keeps the registration's epoch; it
+	// takes no store revision.
+	before, _ := st.Status(ctx)
 	if rec, err := r.Heartbeat(ctx, "a", "1"); err != nil || rec.MembershipEpoch != epochs["a"] || !rec.LeaseExpiresAt.Equal(now.Add(30*time.Second)) {
 		t.Fatalf("Heartbeat = %+v, %v", rec, err)
+	}
+	if after, _ := st.Status(ctx); after.Revision != before.Revision {
+		t.Fatalf("a heartbeat moved the revision from %d to %d", before.Revision, after.Revision)
 	}
 	if rec, err := r.Get(ctx, "a"); err != nil || rec.MembershipEpoch != epochs["a"] || !rec.Live(now.Add(25*time.Second)) {
 		t.Fatalf("Get after the heartbeat = %+v, %v", rec, err)
@@ -89,7 +98,7 @@ type registerBetweenPages struct {
 }
 
 func (s *registerBetweenPages) List(ctx context.Context, prefix string, revision int64, after string, limit int) (store.Page, error) {
-	if prefix == registrationPrefix && after != "" {
+	if prefix == RegistrationPrefix && after != "" {
 		s.once.Do(s.hook)
 	}
 	return s.Store.List(ctx, prefix, revision, after, limit)
@@ -106,7 +115,10 @@ func TestAFreezeOfManyInstancesIsOneSnapshot(t *testing.T) {
 	}
 	defer st.Close()
 	ctx := context.Background()
-	plain := New(st, time.Hour)
+	plain, err := New(ctx, st, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
 	const n = 1500
 	for i := range n {
 		if _, err := plain.Register(ctx, Instance{WorkloadIdentity: fmt.Sprintf("i-%05d", i*2), BootID: "1"}); err != nil {
@@ -124,7 +136,14 @@ func TestAFreezeOfManyInstancesIsOneSnapshot(t *testing.T) {
 			racers = append(racers, rec)
 		}
 	}
-	members, epoch, err := New(hooked, time.Hour).Members(ctx, nil)
+	if err := plain.Checkpoint(ctx); err != nil { // the second registry loads the leases
+		t.Fatal(err)
+	}
+	frozen, err := New(ctx, hooked, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	members, epoch, err := frozen.Members(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,5 +165,93 @@ func TestAFreezeOfManyInstancesIsOneSnapshot(t *testing.T) {
 		if rec.MembershipEpoch <= epoch {
 			t.Fatalf("%s registered at epoch %d, not after the freeze's epoch %d", rec.WorkloadIdentity, rec.MembershipEpoch, epoch)
 		}
+	}
+}
+
+// TestLeasesSurviveARestart: leases are checkpointed beside the key space
+// and loaded by the next registry on the same store. One that was live at
+// its checkpoint gets a full term from the restart (its instance could not
+// reach a stopped server); one that had expired stays expired.
+func TestLeasesSurviveARestart(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	st, err := boltstore.Open(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	r, err := New(ctx, st, 30*time.Second, WithClock(clock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"alive", "dead"} {
+		if _, err := r.Register(ctx, Instance{WorkloadIdentity: id, BootID: "1"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	now = now.Add(40 * time.Second) // both expire; only "alive" heartbeats
+	if _, err := r.Heartbeat(ctx, "alive", "1"); err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		r.Run(runCtx, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	}()
+	stop() // Run's last checkpoint writes what changed
+	<-done
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	now = now.Add(25 * time.Second) // the server was down for 25 s
+	st, err = boltstore.Open(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	again, err := New(ctx, st, 30*time.Second, WithClock(clock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	alive, err := again.Get(ctx, "alive")
+	if err != nil || !alive.Live(now.Add(29*time.Second)) {
+		t.Fatalf("after the restart alive = %+v, %v; want a full term from the restart", alive, err)
+	}
+	dead, err := again.Get(ctx, "dead")
+	if err != nil || dead.Live(now) {
+		t.Fatalf("after the restart dead = %+v, %v; want expired", dead, err)
+	}
+}
+
+// TestAHeartbeatRacingARegistrationLoses: the old boot's heartbeat that
+// read the registration before the new boot registered does not renew the
+// old boot's lease over the new one.
+func TestAHeartbeatRacingARegistrationLoses(t *testing.T) {
+	st, err := boltstore.Open(context.Background(), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	ctx := context.Background()
+	r, err := New(ctx, st, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, err := r.Register(ctx, Instance{WorkloadIdentity: "i", BootID: "1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Register(ctx, Instance{WorkloadIdentity: "i", BootID: "2"}); err != nil {
+		t.Fatal(err)
+	}
+	// What the old heartbeat would do after reading the old registration.
+	if exp := r.renew("i", "1", old.MembershipEpoch); !exp.IsZero() {
+		t.Fatal("the old registration's lease was renewed over the new one")
+	}
+	if rec, err := r.Get(ctx, "i"); err != nil || rec.BootID != "2" || !rec.Live(time.Now()) {
+		t.Fatalf("Get = %+v, %v", rec, err)
 	}
 }

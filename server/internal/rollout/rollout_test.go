@@ -51,7 +51,9 @@ func newEnv(t *testing.T) *env {
 	t.Cleanup(func() { _ = st.Close() })
 	v := wasmbuild.Load(t, "routing")
 	e := &env{clock: testclock.New(time.Now()), store: st, digest: v.Info().Digest}
-	e.registry = instance.New(st, time.Hour, instance.WithClock(e.clock.Now))
+	if e.registry, err = instance.New(ctx, st, time.Hour, instance.WithClock(e.clock.Now)); err != nil {
+		t.Fatal(err)
+	}
 	e.releases = release.New(st, func(ctx context.Context, _ string, in host.Input) (host.Result, error) { return v.Validate(ctx, in) }, e.registry.Members, release.WithClock(e.clock.Now))
 	e.rollouts = rollout.New(st, e.releases, e.registry, rollout.WithClock(e.clock.Now))
 	for i := range 6 {

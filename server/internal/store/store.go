@@ -162,6 +162,16 @@ type Blob struct {
 	Data []byte
 }
 
+// Record is a mutable entry kept beside the key space, outside its
+// revisions, watches and change log: what changes too often to be history,
+// such as instance leases.
+type Record struct {
+	// ID names the record within its kind.
+	ID string
+	// Value is the record.
+	Value []byte
+}
+
 // CommitFunc receives each committed batch of events, in revision order,
 // consecutive with the batch before it. It is called from the store's commit
 // path and must not block.
@@ -209,6 +219,14 @@ type Store interface {
 	// ListBlobs returns up to limit objects (without data) in id order,
 	// after the id after, and whether more follow.
 	ListBlobs(ctx context.Context, kind, after string, limit int) ([]Blob, bool, error)
+	// PutRecords stores records of a kind, each replacing the record with
+	// its ID, all together and durably; they take no revision. Engines may
+	// expire them (a lease store does), so readers judge freshness from
+	// the value.
+	PutRecords(ctx context.Context, kind string, recs []Record) error
+	// ListRecords returns up to limit records of a kind in ID order, after
+	// the ID after ("" for the first), and whether more follow.
+	ListRecords(ctx context.Context, kind, after string, limit int) ([]Record, bool, error)
 	// Subscribe registers fn for every batch committed from now on and
 	// returns a function that unregisters it.
 	Subscribe(fn CommitFunc) (unsubscribe func())

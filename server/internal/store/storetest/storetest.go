@@ -42,6 +42,7 @@ func Run(t *testing.T, open Opener) {
 		{"TxnUnchanged", testTxnUnchanged},
 		{"EachAtIsOneSnapshot", testEachAtIsOneSnapshot},
 		{"Blobs", testBlobs},
+		{"Records", testRecords},
 		{"Closed", testClosed},
 	}
 	for _, tt := range tests {
@@ -703,6 +704,63 @@ func testBlobs(t *testing.T, s store.Store) {
 	}
 	if st, _ := s.Status(ctx); st.Revision != 0 {
 		t.Fatalf("blobs took revisions: %d", st.Revision)
+	}
+}
+
+// testRecords: records beside the key space are replaced by ID, listed in
+// ID order by pages, and take no revision and no event.
+func testRecords(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	events := 0
+	var mu sync.Mutex
+	defer s.Subscribe(func(evs []store.Event) {
+		mu.Lock()
+		defer mu.Unlock()
+		events += len(evs)
+	})()
+	put := func(recs ...store.Record) {
+		t.Helper()
+		if err := s.PutRecords(ctx, "leases", recs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put(store.Record{ID: "b", Value: []byte("1")}, store.Record{ID: "a", Value: []byte("1")}, store.Record{ID: "c", Value: []byte("1")})
+	put(store.Record{ID: "b", Value: []byte("2")})
+	put()
+	list := func(after string, limit int) string {
+		t.Helper()
+		recs, more, err := s.ListRecords(ctx, "leases", after, limit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var parts []string
+		for _, r := range recs {
+			parts = append(parts, r.ID+"="+string(r.Value))
+		}
+		return fmt.Sprintf("%s more=%v", strings.Join(parts, ","), more)
+	}
+	if got := list("", 10); got != "a=1,b=2,c=1 more=false" {
+		t.Fatalf("ListRecords = %s", got)
+	}
+	if got := list("", 2); got != "a=1,b=2 more=true" {
+		t.Fatalf("first page = %s", got)
+	}
+	if got := list("b", 2); got != "c=1 more=false" {
+		t.Fatalf("after b = %s", got)
+	}
+	if got := list("", 10); got == "" {
+		t.Fatal("no records")
+	}
+	if recs, _, err := s.ListRecords(ctx, "other", "", 10); err != nil || len(recs) != 0 {
+		t.Fatalf("another kind = %v, %v", recs, err)
+	}
+	if rev := revision(t, s); rev != 0 {
+		t.Fatalf("records moved the revision to %d", rev)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if events != 0 {
+		t.Fatalf("records made %d events", events)
 	}
 }
 
