@@ -15,7 +15,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"sort"
 )
 
 // Kind is the shape of an ACK policy.
@@ -222,82 +221,15 @@ type Evaluation struct {
 
 // Evaluate applies p to the frozen membership with the latest state of
 // each instance. States of instances outside the membership are ignored.
+// It is a Tally of the membership moved to the states, evaluated once.
 func Evaluate(p Policy, membership []Member, states map[string]State) Evaluation {
-	ev := Evaluation{Zones: map[string]ZoneTally{}}
-	if err := p.Validate(); err != nil {
-		ev.Outcome, ev.Reason = Failed, err.Error()
-		return ev
-	}
-	roleMembers, roleHealthy := 0, 0
+	t := NewTally(p, membership)
 	for _, m := range membership {
-		st := states[m.ID]
-		z := ev.Zones[m.Zone]
-		z.Members++
-		ev.Members++
-		ev.TotalWeight += m.Weight
-		switch st {
-		case Healthy:
-			z.Healthy++
-			ev.Healthy++
-			ev.HealthyWeight += m.Weight
-		case Rejected:
-			z.Rejected++
-			ev.Rejected++
+		if st := states[m.ID]; st != Pending {
+			t.Move(m, Pending, st)
 		}
-		if m.Role == p.Role {
-			roleMembers++
-			if st == Healthy {
-				roleHealthy++
-			}
-		}
-		ev.Zones[m.Zone] = z
 	}
-	if ev.Members == 0 {
-		ev.Outcome, ev.Reason = Failed, "the frozen membership is empty: no instance can acknowledge"
-		return ev
-	}
-	if ev.Rejected > p.MaxRejected {
-		ev.Outcome = Failed
-		ev.Reason = fmt.Sprintf("%d members rejected; the stage tolerates %d", ev.Rejected, p.MaxRejected)
-		return ev
-	}
-	switch p.Kind {
-	case All:
-		ev.decide(ev.Healthy == ev.Members, fmt.Sprintf("%d of %d members healthy; all are needed", ev.Healthy, ev.Members))
-	case Fraction:
-		need := AtLeast(p.Fraction, ev.Members)
-		ev.decide(ev.Healthy >= need, fmt.Sprintf("%d of %d members healthy; %d are needed", ev.Healthy, ev.Members, need))
-	case ZoneQuorum:
-		var short []string
-		for name, z := range ev.Zones {
-			z.Needed = AtLeast(p.Fraction, z.Members)
-			ev.Zones[name] = z
-			if z.Healthy < z.Needed {
-				short = append(short, fmt.Sprintf("zone %q has %d of %d healthy, needs %d", name, z.Healthy, z.Members, z.Needed))
-			}
-		}
-		sort.Strings(short)
-		reason := fmt.Sprintf("every zone has its quorum (%d zones)", len(ev.Zones))
-		if len(short) > 0 {
-			reason = fmt.Sprint(short)
-		}
-		ev.decide(len(short) == 0, reason)
-	case CriticalRole:
-		if roleMembers == 0 {
-			ev.Outcome, ev.Reason = Failed, fmt.Sprintf("no member has the critical role %q", p.Role)
-			return ev
-		}
-		ev.decide(roleHealthy == roleMembers, fmt.Sprintf("%d of %d %q members healthy; all are needed", roleHealthy, roleMembers, p.Role))
-	case TrafficWeight:
-		if ev.TotalWeight <= 0 {
-			ev.Outcome, ev.Reason = Failed, "the membership carries no traffic weight"
-			return ev
-		}
-		need := p.Fraction * ev.TotalWeight
-		ev.decide(ev.HealthyWeight >= need-1e-9*ev.TotalWeight,
-			fmt.Sprintf("healthy members carry %.4g of %.4g traffic weight; %.4g is needed", ev.HealthyWeight, ev.TotalWeight, need))
-	}
-	return ev
+	return t.Evaluate()
 }
 
 func (ev *Evaluation) decide(ok bool, reason string) {
