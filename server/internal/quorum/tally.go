@@ -13,8 +13,8 @@ import (
 //
 // A Tally is not safe for concurrent use.
 type Tally struct {
-	policy  Policy
-	invalid error
+	policy                     Policy
+	invalid                    error
 	members, healthy, rejected int
 	totalWeight, healthyWeight float64
 	zones                      map[string]*ZoneTally
