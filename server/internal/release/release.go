@@ -178,21 +178,28 @@ type MembersFunc func(ctx context.Context, selector map[string]string) ([]quorum
 
 // Releases creates and reads releases in a store.
 type Releases struct {
-	store    store.Store
-	validate ValidateFunc
-	members  MembersFunc
-	now      func() time.Time
+	store     store.Store
+	validate  ValidateFunc
+	members   MembersFunc
+	now       func() time.Time
+	cacheSize int
+	cache     *cache
 }
 
 // New returns a Releases over st that validates with validate and freezes
 // the membership members returns.
 func New(st store.Store, validate ValidateFunc, members MembersFunc, opts ...Option) *Releases {
-	r := &Releases{store: st, validate: validate, members: members, now: time.Now}
+	r := &Releases{store: st, validate: validate, members: members, now: time.Now, cacheSize: DefaultCacheSize}
 	for _, opt := range opts {
 		opt(r)
 	}
+	r.cache = newCache(max(r.cacheSize, 1))
 	return r
 }
+
+// WithCacheSize sets how many decoded releases are kept (default
+// DefaultCacheSize).
+func WithCacheSize(n int) Option { return func(r *Releases) { r.cacheSize = n } }
 
 // Option configures New.
 type Option func(*Releases)
@@ -330,10 +337,15 @@ func (r *Releases) Latest(ctx context.Context, config string) (Release, error) {
 	return r.Get(ctx, config, head)
 }
 
-// Get reads one release.
+// Get reads one release, decoding it only the first time: releases are
+// immutable, and the value returned is shared (its slices and maps too), so
+// callers must not modify it.
 func (r *Releases) Get(ctx context.Context, config string, gen int64) (Release, error) {
 	if !configIDPattern.MatchString(config) || gen <= 0 {
 		return Release{}, fmt.Errorf("%w: config %q generation %d", ErrInvalid, config, gen)
+	}
+	if rel, ok := r.cache.get(config, gen); ok {
+		return rel, nil
 	}
 	kv, _, err := r.store.Get(ctx, records.Release(config, gen), 0)
 	if errors.Is(err, store.ErrNotFound) {
@@ -342,7 +354,12 @@ func (r *Releases) Get(ctx context.Context, config string, gen int64) (Release, 
 	if err != nil {
 		return Release{}, err
 	}
-	return decode(kv)
+	rel, err := decode(kv)
+	if err != nil {
+		return Release{}, err
+	}
+	r.cache.put(rel)
+	return rel, nil
 }
 
 // List reads a config's releases in generation order.
