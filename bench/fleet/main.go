@@ -1,0 +1,647 @@
+// Command fleet measures pawld under a simulated fleet: thousands of
+// registered instances, each holding an assignment stream, and a hundred
+// configs with an active release. It starts pawld as its own process (so
+// its CPU and memory are its own), drives it over loopback with real gRPC
+// clients, and prints a Markdown table:
+//
+//	go run ./bench/fleet -instances 10000 -configs 100
+//
+// What it measures, in order:
+//   - the time until every stream holds its first assignment set;
+//   - Promote to every stream holding the new generation (p50, p99 and
+//     max over the streams, for each of several promotions);
+//   - ACK ingestion with every stream connected: every instance reports
+//     APPLIED then HEALTHY_ACKED for a release of every instance
+//     (ACKs per second, pawld CPU per ACK);
+//   - GetRolloutStatus latency of that release (p50, p99);
+//   - pawld CPU and memory while idle: streams connected, every instance
+//     heartbeating every lease/3.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	pawlv1 "github.com/pawlcfg/pawl/gen/pawl/v1"
+	"github.com/pawlcfg/pawl/gen/pawl/v1/pawlv1connect"
+)
+
+type options struct {
+	instances, configs, conns, workers, promotions, statusCalls int
+	idle, lease                                                 time.Duration
+	pawld                                                       string
+}
+
+func main() {
+	var o options
+	flag.IntVar(&o.instances, "instances", 10000, "registered instances, each with an assignment stream")
+	flag.IntVar(&o.configs, "configs", 100, "configs, each with an active release")
+	flag.IntVar(&o.conns, "connections", 64, "HTTP/2 connections the streams share")
+	flag.IntVar(&o.workers, "workers", 64, "concurrent callers for registrations, ACKs and heartbeats")
+	flag.IntVar(&o.promotions, "promotions", 5, "promotions to time")
+	flag.IntVar(&o.statusCalls, "status-calls", 50, "GetRolloutStatus calls to time")
+	flag.DurationVar(&o.idle, "idle", 30*time.Second, "how long to measure pawld idle (streams connected, heartbeats flowing)")
+	flag.DurationVar(&o.lease, "lease", 30*time.Second, "instance lease; instances heartbeat every third of it")
+	flag.StringVar(&o.pawld, "pawld", "", "pawld binary (default: built from ./cmd/pawld)")
+	flag.Parse()
+	if err := run(context.Background(), o); err != nil {
+		fmt.Fprintln(os.Stderr, "fleet:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, o options) error {
+	dir, err := os.MkdirTemp("", "pawl-fleet")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	srv, err := startPawld(ctx, o, dir)
+	if err != nil {
+		return err
+	}
+	defer srv.stop()
+	b := newBench(o, srv)
+	defer b.close()
+	report := &table{}
+	report.add("machine", fmt.Sprintf("%d CPUs, %s", runtime.NumCPU(), runtime.Version()))
+	report.add("fleet", fmt.Sprintf("%d instances with a stream each on %d connections, %d configs", o.instances, o.conns, o.configs))
+
+	validator, err := b.upload(ctx, dir)
+	if err != nil {
+		return err
+	}
+	if err := b.register(ctx); err != nil {
+		return err
+	}
+	start := time.Now()
+	if err := b.openStreams(ctx); err != nil {
+		return err
+	}
+	report.add("all streams hold their first set", time.Since(start).Round(time.Millisecond).String())
+
+	start = time.Now()
+	if err := b.activate(ctx, validator); err != nil {
+		return err
+	}
+	report.add(fmt.Sprintf("%d configs created, canaried and promoted", o.configs), time.Since(start).Round(time.Millisecond).String())
+
+	var p50s, p99s, maxes []time.Duration
+	for i := range o.promotions {
+		d, err := b.promote(ctx, validator, fmt.Sprintf("cfg-%03d", i%o.configs))
+		if err != nil {
+			return err
+		}
+		p50s, p99s, maxes = append(p50s, percentile(d, 0.50)), append(p99s, percentile(d, 0.99)), append(maxes, d[len(d)-1])
+	}
+	report.add("Promote to every stream holding it: p50 over streams, per promotion", durations(p50s))
+	report.add("Promote to every stream holding it: p99 over streams, per promotion", durations(p99s))
+	report.add("Promote to every stream holding it: slowest stream, per promotion", durations(maxes))
+
+	acks, took, cpu, err := b.ingest(ctx, validator)
+	if err != nil {
+		return err
+	}
+	report.add("ACKs ingested (APPLIED, then HEALTHY_ACKED, of every instance)", strconv.Itoa(acks))
+	report.add("ACKs per second", fmt.Sprintf("%.0f", float64(acks)/took.Seconds()))
+	report.add("pawld CPU per ACK", (cpu / time.Duration(acks)).Round(time.Microsecond).String())
+
+	lat, size, err := b.status(ctx)
+	if err != nil {
+		return err
+	}
+	report.add(fmt.Sprintf("GetRolloutStatus of %d members: p50, p99", o.instances), fmt.Sprintf("%s, %s (%d bytes)",
+		percentile(lat, 0.5).Round(time.Microsecond), percentile(lat, 0.99).Round(time.Microsecond), size))
+
+	cpuShare, rss, err := b.idle(ctx)
+	if err != nil {
+		return err
+	}
+	report.add(fmt.Sprintf("pawld CPU while idle for %s (of one core)", o.idle), fmt.Sprintf("%.1f%%", 100*cpuShare))
+	report.add("pawld CPU while idle (of all cores)", fmt.Sprintf("%.1f%%", 100*cpuShare/float64(runtime.NumCPU())))
+	report.add("pawld resident memory", fmt.Sprintf("%d MiB", rss>>20))
+	report.print(os.Stdout)
+	return nil
+}
+
+// pawld is the server process.
+type pawld struct {
+	url string
+	cmd *exec.Cmd
+}
+
+func startPawld(ctx context.Context, o options, dir string) (*pawld, error) {
+	bin := o.pawld
+	if bin == "" {
+		bin = filepath.Join(dir, "pawld")
+		build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/pawld")
+		build.Stderr = os.Stderr
+		if err := build.Run(); err != nil {
+			return nil, fmt.Errorf("build pawld: %w", err)
+		}
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	cmd := exec.Command(bin, "--listen", addr, "--data", filepath.Join(dir, "data"), "--log-level", "warn",
+		"--instance-lease", o.lease.String())
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	p := &pawld{url: "http://" + addr, cmd: cmd}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		c, err := net.Dial("tcp", addr)
+		if err == nil {
+			_ = c.Close()
+			return p, nil
+		}
+		if time.Now().After(deadline) {
+			p.stop()
+			return nil, fmt.Errorf("pawld did not listen on %s", addr)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (p *pawld) stop() {
+	_ = p.cmd.Process.Signal(os.Interrupt)
+	done := make(chan error, 1)
+	go func() { done <- p.cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-done
+	}
+}
+
+// cpu is pawld's user and system CPU time so far.
+func (p *pawld) cpu() (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
+	if err != nil {
+		return 0, err
+	}
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
+	utime, _ := strconv.ParseInt(f[11], 10, 64)
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(utime+stime) * time.Second / 100, nil // USER_HZ is 100 on Linux
+}
+
+// rss is pawld's resident memory.
+func (p *pawld) rss() (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			return kb << 10, err
+		}
+	}
+	return 0, errors.New("no VmRSS")
+}
+
+// stream is one instance's assignment stream, as the instance sees it.
+type stream struct {
+	id     string
+	mu     sync.Mutex
+	gens   map[string]int64     // config -> generation it runs
+	stages map[string]string    // config -> stage of a canary assignment
+	seen   map[string]time.Time // "config@gen" -> when it first arrived
+	first  chan struct{}        // closed on the first message
+}
+
+type bench struct {
+	o        options
+	srv      *pawld
+	clients  []*http.Client
+	unary    *http.Client
+	is       pawlv1connect.InstanceServiceClient
+	rs       pawlv1connect.ReleaseServiceClient
+	ro       pawlv1connect.RolloutServiceClient
+	ids      []string
+	epochs   map[string]int64
+	streams  map[string]*stream
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+	received atomic.Int64
+	ingested *pawlv1.Release
+}
+
+func h2c(streams int) *http.Client {
+	var p http.Protocols
+	p.SetUnencryptedHTTP2(true)
+	return &http.Client{Transport: &http.Transport{Protocols: &p, HTTP2: &http.HTTP2Config{MaxConcurrentStreams: streams}}}
+}
+
+func newBench(o options, srv *pawld) *bench {
+	b := &bench{o: o, srv: srv, unary: h2c(0), epochs: map[string]int64{}, streams: map[string]*stream{}}
+	for range o.conns {
+		b.clients = append(b.clients, h2c(0))
+	}
+	b.is = pawlv1connect.NewInstanceServiceClient(b.unary, srv.url, connect.WithGRPC())
+	b.rs = pawlv1connect.NewReleaseServiceClient(b.unary, srv.url, connect.WithGRPC())
+	b.ro = pawlv1connect.NewRolloutServiceClient(b.unary, srv.url, connect.WithGRPC())
+	for i := range o.instances {
+		b.ids = append(b.ids, fmt.Sprintf("i-%05d", i))
+	}
+	return b
+}
+
+func (b *bench) close() {
+	if b.cancel != nil {
+		b.cancel()
+	}
+	b.wg.Wait()
+}
+
+// parallel runs fn on every item with the configured number of workers.
+func (b *bench) parallel(n int, fn func(i int) error) error {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, b.o.workers)
+	for range b.o.workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n {
+					return
+				}
+				if err := fn(i); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
+func (b *bench) upload(ctx context.Context, dir string) (string, error) {
+	out := filepath.Join(dir, "routing.wasm")
+	build := exec.CommandContext(ctx, "go", "build", "-o", out, "-buildmode=c-shared", "./validators/examples/routing")
+	build.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
+	build.Stderr = os.Stderr
+	if err := build.Run(); err != nil {
+		return "", fmt.Errorf("build the routing validator: %w", err)
+	}
+	wasm, err := os.ReadFile(out)
+	if err != nil {
+		return "", err
+	}
+	resp, err := pawlv1connect.NewValidatorServiceClient(b.unary, b.srv.url, connect.WithGRPC()).Upload(ctx,
+		connect.NewRequest(&pawlv1.UploadRequest{Wasm: wasm, Name: "routing"}))
+	if err != nil {
+		return "", err
+	}
+	return resp.Msg.GetValidator().GetDigest(), nil
+}
+
+func (b *bench) register(ctx context.Context) error {
+	var mu sync.Mutex
+	return b.parallel(len(b.ids), func(i int) error {
+		id := b.ids[i]
+		resp, err := b.is.Register(ctx, connect.NewRequest(&pawlv1.RegisterRequest{Instance: &pawlv1.Instance{
+			WorkloadIdentity: id, BootId: "boot-1", Zone: fmt.Sprintf("zone-%c", 'a'+i%3), Role: "worker", TrafficWeight: 1, AppVersion: "1.0.0",
+		}}))
+		if err != nil {
+			return fmt.Errorf("register %s: %w", id, err)
+		}
+		mu.Lock()
+		b.epochs[id] = resp.Msg.GetRecord().GetMembershipEpoch()
+		mu.Unlock()
+		return nil
+	})
+}
+
+// openStreams opens every instance's assignment stream, spread over the
+// connections, and waits until each holds its first set.
+func (b *bench) openStreams(ctx context.Context) error {
+	sctx, cancel := context.WithCancel(ctx)
+	b.cancel = cancel
+	for i, id := range b.ids {
+		s := &stream{id: id, gens: map[string]int64{}, stages: map[string]string{}, seen: map[string]time.Time{}, first: make(chan struct{})}
+		b.streams[id] = s
+		client := pawlv1connect.NewInstanceServiceClient(b.clients[i%len(b.clients)], b.srv.url, connect.WithGRPC())
+		b.wg.Add(1)
+		go func() {
+			defer b.wg.Done()
+			st, err := client.WatchAssignments(sctx, connect.NewRequest(&pawlv1.WatchAssignmentsRequest{WorkloadIdentity: id}))
+			if err != nil {
+				return
+			}
+			defer st.Close()
+			firstSeen := false
+			for st.Receive() {
+				now := time.Now()
+				s.mu.Lock()
+				clear(s.gens)
+				clear(s.stages)
+				for _, a := range st.Msg().GetAssignments() {
+					if a.GetShadow() {
+						continue
+					}
+					s.gens[a.GetConfigId()] = a.GetGeneration()
+					s.stages[a.GetConfigId()] = a.GetStage()
+					key := fmt.Sprintf("%s@%d", a.GetConfigId(), a.GetGeneration())
+					if _, ok := s.seen[key]; !ok {
+						s.seen[key] = now
+					}
+				}
+				s.mu.Unlock()
+				b.received.Add(1)
+				if !firstSeen {
+					firstSeen = true
+					close(s.first)
+				}
+			}
+		}()
+	}
+	timeout := time.After(10 * time.Minute)
+	for _, s := range b.streams {
+		select {
+		case <-s.first:
+		case <-timeout:
+			return errors.New("streams did not all receive their first set in 10 minutes")
+		}
+	}
+	return nil
+}
+
+func (b *bench) spec(config, validator string, weight int, stage *pawlv1.Stage) *pawlv1.ReleaseSpec {
+	return &pawlv1.ReleaseSpec{
+		ConfigId: config, MediaType: "application/json", ValidatorDigest: validator,
+		Content: []byte(fmt.Sprintf(`{"upstreams":[{"host":"a","weight":%d},{"host":"b","weight":%d}]}`, weight, 100-weight)),
+		Stages:  []*pawlv1.Stage{stage}, HealthWindow: durationpb.New(0), Deadline: durationpb.New(24 * time.Hour),
+	}
+}
+
+// canary is a stage that takes one instance in ten thousand (at least one).
+var canary = &pawlv1.Stage{Name: "canary", Policy: &pawlv1.AckPolicy{Kind: pawlv1.AckPolicyKind_ACK_POLICY_KIND_FRACTION, Fraction: 0.0001}}
+
+// waitFor waits until every stream satisfies cond, or a timeout.
+func (b *bench) waitFor(what string, limit time.Duration, cond func(s *stream) bool) error {
+	deadline := time.Now().Add(limit)
+	for _, s := range b.streams {
+		for {
+			s.mu.Lock()
+			ok := cond(s)
+			s.mu.Unlock()
+			if ok {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("%s: not all streams within %s", what, limit)
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}
+	return nil
+}
+
+// release creates a release of config with the canary stage, has its
+// canaries report healthy, and returns it with its canaries.
+func (b *bench) release(ctx context.Context, config, validator string, weight int) (*pawlv1.Release, error) {
+	resp, err := b.rs.CreateRelease(ctx, connect.NewRequest(&pawlv1.CreateReleaseRequest{Spec: b.spec(config, validator, weight, canary)}))
+	if err != nil {
+		return nil, fmt.Errorf("create %s: %w", config, err)
+	}
+	rel := resp.Msg.GetRelease()
+	gen := rel.GetGeneration()
+	var cohort []string
+	deadline := time.Now().Add(5 * time.Minute)
+	for len(cohort) == 0 {
+		for id, s := range b.streams {
+			s.mu.Lock()
+			if s.gens[config] == gen && s.stages[config] == "canary" {
+				cohort = append(cohort, id)
+			}
+			s.mu.Unlock()
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("%s@%d reached no canary", config, gen)
+		}
+		if len(cohort) == 0 {
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	for _, id := range cohort {
+		if err := b.ack(ctx, rel, id, pawlv1.InstanceState_INSTANCE_STATE_HEALTHY_ACKED, gen); err != nil {
+			return nil, err
+		}
+	}
+	return rel, nil
+}
+
+func (b *bench) ack(ctx context.Context, rel *pawlv1.Release, id string, state pawlv1.InstanceState, seq int64) error {
+	resp, err := b.ro.Ack(ctx, connect.NewRequest(&pawlv1.AckRequest{Ack: &pawlv1.Ack{
+		ConfigId: rel.GetSpec().GetConfigId(), Generation: rel.GetGeneration(), WorkloadIdentity: id, BootId: "boot-1",
+		MembershipEpoch: b.epochs[id], ApplySequence: seq, ContentDigest: rel.GetContentDigest(),
+		ValidatorDigest: rel.GetSpec().GetValidatorDigest(), State: state, HealthOk: true,
+	}}))
+	if err != nil {
+		return fmt.Errorf("ack %s: %w", id, err)
+	}
+	if !resp.Msg.GetAck().GetCounted() {
+		return fmt.Errorf("ack of %s not counted: %s", id, resp.Msg.GetAck().GetNotCountedReason())
+	}
+	return nil
+}
+
+func (b *bench) promoteTo(ctx context.Context, rel *pawlv1.Release) error {
+	config := rel.GetSpec().GetConfigId()
+	ptr, err := b.ro.GetPointer(ctx, connect.NewRequest(&pawlv1.GetPointerRequest{ConfigId: config}))
+	if err != nil {
+		return err
+	}
+	_, err = b.ro.Promote(ctx, connect.NewRequest(&pawlv1.PromoteRequest{ConfigId: config, Generation: rel.GetGeneration(),
+		ExpectedGeneration: ptr.Msg.GetPointer().GetGeneration(), ExpectedEpoch: ptr.Msg.GetPointer().GetEpoch(),
+		IdempotencyKey: fmt.Sprintf("%s-%d", config, rel.GetGeneration())}))
+	return err
+}
+
+// activate gives every config an active first release.
+func (b *bench) activate(ctx context.Context, validator string) error {
+	for c := range b.o.configs {
+		rel, err := b.release(ctx, fmt.Sprintf("cfg-%03d", c), validator, 50)
+		if err != nil {
+			return err
+		}
+		if err := b.promoteTo(ctx, rel); err != nil {
+			return err
+		}
+	}
+	return b.waitFor("every config active", 10*time.Minute, func(s *stream) bool { return len(s.gens) == b.o.configs })
+}
+
+// promote releases a new generation of config, canaries it, promotes it,
+// and returns, sorted, how long after the Promote call each stream held it.
+func (b *bench) promote(ctx context.Context, validator, config string) ([]time.Duration, error) {
+	rel, err := b.release(ctx, config, validator, 60)
+	if err != nil {
+		return nil, err
+	}
+	gen := rel.GetGeneration()
+	start := time.Now()
+	if err := b.promoteTo(ctx, rel); err != nil {
+		return nil, err
+	}
+	key := fmt.Sprintf("%s@%d", config, gen)
+	if err := b.waitFor("promotion of "+key, 5*time.Minute, func(s *stream) bool { return s.gens[config] == gen && s.stages[config] == "" }); err != nil {
+		return nil, err
+	}
+	var out []time.Duration
+	for _, s := range b.streams {
+		s.mu.Lock()
+		at := s.seen[key]
+		s.mu.Unlock()
+		out = append(out, max(0, at.Sub(start)))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out, nil
+}
+
+// ingest sends APPLIED then HEALTHY_ACKED from every instance for a
+// release of config "ingest" whose one stage takes everyone.
+func (b *bench) ingest(ctx context.Context, validator string) (int, time.Duration, time.Duration, error) {
+	all := &pawlv1.Stage{Name: "all", Policy: &pawlv1.AckPolicy{Kind: pawlv1.AckPolicyKind_ACK_POLICY_KIND_ALL}}
+	resp, err := b.rs.CreateRelease(ctx, connect.NewRequest(&pawlv1.CreateReleaseRequest{Spec: b.spec("ingest", validator, 50, all)}))
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	rel := resp.Msg.GetRelease()
+	b.ingested = rel
+	if err := b.waitFor("the ingest release assigned", 10*time.Minute, func(s *stream) bool { return s.gens["ingest"] == rel.GetGeneration() }); err != nil {
+		return 0, 0, 0, err
+	}
+	cpu0, err := b.srv.cpu()
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	start := time.Now()
+	for _, state := range []pawlv1.InstanceState{pawlv1.InstanceState_INSTANCE_STATE_APPLIED, pawlv1.InstanceState_INSTANCE_STATE_HEALTHY_ACKED} {
+		if err := b.parallel(len(b.ids), func(i int) error { return b.ack(ctx, rel, b.ids[i], state, 1) }); err != nil {
+			return 0, 0, 0, err
+		}
+	}
+	took := time.Since(start)
+	cpu1, err := b.srv.cpu()
+	return 2 * len(b.ids), took, cpu1 - cpu0, err
+}
+
+// status times GetRolloutStatus of the ingest release.
+func (b *bench) status(ctx context.Context) ([]time.Duration, int, error) {
+	var out []time.Duration
+	size := 0
+	for range b.o.statusCalls {
+		start := time.Now()
+		resp, err := b.ro.GetRolloutStatus(ctx, connect.NewRequest(&pawlv1.GetRolloutStatusRequest{ConfigId: "ingest", Generation: b.ingested.GetGeneration()}))
+		if err != nil {
+			return nil, 0, err
+		}
+		out = append(out, time.Since(start))
+		size = proto.Size(resp.Msg)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out, size, nil
+}
+
+// idle lets every instance heartbeat every lease/3, spread evenly, and
+// measures pawld's CPU share and memory.
+func (b *bench) idle(ctx context.Context) (float64, int64, error) {
+	interval := b.o.lease / 3
+	per := interval / time.Duration(len(b.ids))
+	cpu0, err := b.srv.cpu()
+	if err != nil {
+		return 0, 0, err
+	}
+	start := time.Now()
+	tick := time.NewTicker(max(per, time.Microsecond))
+	defer tick.Stop()
+	sem := make(chan struct{}, b.o.workers)
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	for i := 0; time.Since(start) < b.o.idle; i++ {
+		<-tick.C
+		id := b.ids[i%len(b.ids)]
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if _, err := b.is.Heartbeat(ctx, connect.NewRequest(&pawlv1.HeartbeatRequest{WorkloadIdentity: id, BootId: "boot-1"})); err != nil {
+				failed.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	took := time.Since(start)
+	cpu1, err := b.srv.cpu()
+	if err != nil {
+		return 0, 0, err
+	}
+	if n := failed.Load(); n > 0 {
+		return 0, 0, fmt.Errorf("%d heartbeats failed", n)
+	}
+	rss, err := b.srv.rss()
+	return (cpu1 - cpu0).Seconds() / took.Seconds(), rss, err
+}
+
+func percentile(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	return sorted[min(len(sorted)-1, int(p*float64(len(sorted))))]
+}
+
+func durations(ds []time.Duration) string {
+	parts := make([]string, len(ds))
+	for i, d := range ds {
+		parts[i] = d.Round(time.Millisecond).String()
+	}
+	return strings.Join(parts, ", ")
+}
+
+type table struct{ rows [][2]string }
+
+func (t *table) add(what, value string) {
+	t.rows = append(t.rows, [2]string{what, value})
+	fmt.Fprintf(os.Stderr, "fleet: %s: %s\n", what, value)
+}
+
+func (t *table) print(w io.Writer) {
+	fmt.Fprintln(w, "| measure | value |")
+	fmt.Fprintln(w, "| --- | --- |")
+	for _, r := range t.rows {
+		fmt.Fprintf(w, "| %s | %s |\n", r[0], r[1])
+	}
+}
