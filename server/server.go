@@ -128,7 +128,7 @@ func (s *Server) routes() http.Handler {
 	mux.Handle(pawlv1connect.NewValidatorServiceHandler(api.NewValidators(s.vals, s.cfg.maxValueBytes, s.cfg.log), validatorOpts...))
 	registry := s.registry
 	releases := release.New(s.store, s.vals.Run, registry.Members, release.WithClock(s.cfg.now))
-	rollouts := rollout.New(s.store, releases, registry, rollout.WithClock(s.cfg.now))
+	rollouts := rollout.New(s.store, releases, registry, rollout.WithClock(s.cfg.now), rollout.WithLogger(s.cfg.log))
 	s.startBackground(rollouts)
 	mux.Handle(pawlv1connect.NewReleaseServiceHandler(api.NewReleases(releases, rollouts, s.cfg.log), opts...))
 	mux.Handle(pawlv1connect.NewInstanceServiceHandler(api.NewInstances(registry, rollouts, s.hub, s.cfg.log), opts...))
@@ -140,14 +140,20 @@ func (s *Server) routes() http.Handler {
 	return mux
 }
 
-// startBackground runs the server's own goroutines: the rollout supervisor
-// (it settles rollouts and stops them at their deadline) and the lease
-// checkpoint. Close stops them, and waits for them, before it closes the
+// startBackground runs the server's own goroutines: the rollout views, the
+// rollout supervisor (it settles rollouts and stops them at their
+// deadline) and the lease checkpoint. Close stops them, and waits for them, before it closes the
 // store.
 func (s *Server) startBackground(rollouts *rollout.Rollouts) {
 	ctx, cancel := context.WithCancel(context.Background())
 	s.stopBackground = cancel
-	s.background.Add(2)
+	s.background.Add(3)
+	go func() {
+		defer s.background.Done()
+		if err := rollouts.Run(ctx); err != nil {
+			s.cfg.log.Error("rollout views did not start", "error", err)
+		}
+	}()
 	go func() {
 		defer s.background.Done()
 		rollouts.Supervise(ctx, s.cfg.rolloutCheck, s.cfg.log)

@@ -62,7 +62,7 @@ func (h *Instances) WatchAssignments(ctx context.Context, req *connect.Request[p
 			if w, err = h.hub.Watch(ctx, store.SystemPrefix+"configs/", 0); err != nil {
 				return Error(h.log, req.Spec(), err)
 			}
-			if err := h.sendIfChanged(ctx, stream, identity, &last); err != nil {
+			if err := h.sendIfChanged(ctx, stream, identity, w.StartedAt(), &last); err != nil {
 				return err
 			}
 		}
@@ -82,14 +82,16 @@ func (h *Instances) WatchAssignments(ctx context.Context, req *connect.Request[p
 		case len(batch.Events) == 0:
 			continue
 		}
-		if err := h.sendIfChanged(ctx, stream, identity, &last); err != nil {
+		if err := h.sendIfChanged(ctx, stream, identity, batch.Events[len(batch.Events)-1].Revision(), &last); err != nil {
 			return err
 		}
 	}
 }
 
-func (h *Instances) sendIfChanged(ctx context.Context, stream *connect.ServerStream[pawlv1.WatchAssignmentsResponse], identity string, last *string) error {
-	as, rev, err := h.rollouts.Assignments(ctx, identity)
+// sendIfChanged sends the instance's set, computed once the rollout views
+// are at revision rev, if it differs from the last one sent.
+func (h *Instances) sendIfChanged(ctx context.Context, stream *connect.ServerStream[pawlv1.WatchAssignmentsResponse], identity string, rev int64, last *string) error {
+	as, rev, err := h.rollouts.AssignmentsAt(ctx, identity, rev)
 	if err != nil {
 		return Error(h.log, connect.Spec{Procedure: pawlv1connect.InstanceServiceWatchAssignmentsProcedure}, err)
 	}

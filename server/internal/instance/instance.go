@@ -357,6 +357,10 @@ func (r *Registry) Registrations(ctx context.Context, revision int64) (map[strin
 	return out, err
 }
 
+// DecodeRegistration reads a registration record (without its lease), as
+// stored at records.Instance: for readers of the change feed.
+func DecodeRegistration(kv store.KeyValue) (Record, error) { return decode(kv) }
+
 func decode(kv store.KeyValue) (Record, error) {
 	var rec Record
 	if err := records.Decode(kv, &rec); err != nil {

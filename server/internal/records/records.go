@@ -40,13 +40,33 @@ const (
 	IndexPrefix = store.SystemPrefix + "index/configs/"
 	// InstancesPrefix holds the registrations.
 	InstancesPrefix = store.SystemPrefix + "instances/"
-	acksPrefix      = store.SystemPrefix + "acks/"
-	appliedPrefix   = store.SystemPrefix + "applied/"
+	// AcksPrefix holds every ACK.
+	AcksPrefix = store.SystemPrefix + "acks/"
+	// AppliedPrefix holds every applied record.
+	AppliedPrefix = store.SystemPrefix + "applied/"
 )
 
 func gen(g int64) string { return fmt.Sprintf("%020d", g) }
 
 func config(c, rest string) string { return ConfigsPrefix + c + "/" + rest }
+
+// ParseGeneration reads a generation as keys write it (20 digits).
+func ParseGeneration(s string) (int64, error) {
+	g, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || g <= 0 {
+		return 0, fmt.Errorf("records: %q is not a generation", s)
+	}
+	return g, nil
+}
+
+// HeadGeneration reads the value of a Head key.
+func HeadGeneration(value []byte) (int64, error) {
+	g, err := strconv.ParseInt(string(value), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("records: head %q is not a generation: %w", value, err)
+	}
+	return g, nil
+}
 
 // Index is the key that says config c has releases.
 func Index(c string) string { return IndexPrefix + c }
@@ -94,7 +114,7 @@ func Retired(c string, g int64, id string) string { return RetiredOf(c, g) + id 
 func RetiredOf(c string, g int64) string { return config(c, "retired/"+gen(g)+"/") }
 
 // Acks is the prefix of every ACK of generation g of config c.
-func Acks(c string, g int64) string { return acksPrefix + c + "/" + gen(g) + "/" }
+func Acks(c string, g int64) string { return AcksPrefix + c + "/" + gen(g) + "/" }
 
 // AcksOf is the prefix of instance id's ACKs of generation g.
 func AcksOf(c string, g int64, id string) string { return Acks(c, g) + id + "/" }
@@ -118,7 +138,7 @@ func AckArrival(key string) (int64, error) {
 func Applied(c, id string) string { return AppliedOf(c) + id }
 
 // AppliedOf is the prefix of every applied record of config c.
-func AppliedOf(c string) string { return appliedPrefix + c + "/" }
+func AppliedOf(c string) string { return AppliedPrefix + c + "/" }
 
 // Instance is the key of instance id's registration.
 func Instance(id string) string { return InstancesPrefix + id }

@@ -110,8 +110,12 @@ func (r *Rollouts) RecordAck(ctx context.Context, ack Ack) (Ack, error) {
 		return Ack{}, err
 	}
 	for range maxAttempts {
-		stored, err := r.recordAck(ctx, ack)
+		stored, rev, err := r.recordAck(ctx, ack)
 		if errors.Is(err, store.ErrRevisionMismatch) {
+			// The views lagged what the judgement rests on: catch up, judge again.
+			if err := r.wait(ctx, true); err != nil {
+				return Ack{}, err
+			}
 			continue
 		}
 		if err != nil {
@@ -121,6 +125,9 @@ func (r *Rollouts) RecordAck(ctx context.Context, ack Ack) (Ack, error) {
 			// Only these can pass a stage (VALIDATED, in a shadow stage) or
 			// fail one. A duplicate settles too: a client that retried after
 			// losing the first answer must not leave a step unrecorded.
+			if err := r.views.waitFor(ctx, rev); err != nil {
+				return Ack{}, err
+			}
 			if err := r.Settle(ctx, stored.ConfigID, stored.Generation); err != nil {
 				return Ack{}, fmt.Errorf("rollout: the ACK was stored, and settling the rollout after it failed (send it again: "+
 					"it is then a duplicate, and settles again): %w", err)
@@ -131,64 +138,50 @@ func (r *Rollouts) RecordAck(ctx context.Context, ack Ack) (Ack, error) {
 	return Ack{}, fmt.Errorf("%w: the ACK of %s for %s generation %d was judged %d times", ErrContended, ack.WorkloadIdentity, ack.ConfigID, ack.Generation, maxAttempts)
 }
 
-func (r *Rollouts) recordAck(ctx context.Context, ack Ack) (Ack, error) {
-	rev, err := r.currentRevision(ctx)
+func (r *Rollouts) recordAck(ctx context.Context, ack Ack) (Ack, int64, error) {
+	av, err := r.ackViewOf(ctx, ack.ConfigID, ack.Generation, ack.WorkloadIdentity)
 	if err != nil {
-		return Ack{}, err
-	}
-	s, err := r.load(ctx, ack.ConfigID, ack.Generation, rev)
-	if err != nil {
-		return Ack{}, err
-	}
-	reg, err := r.registry.RegistrationAt(ctx, ack.WorkloadIdentity, rev)
-	registered := err == nil
-	if err != nil && !errors.Is(err, instance.ErrNotFound) {
-		return Ack{}, err
-	}
-	prev, err := r.acksAt(ctx, ack.ConfigID, ack.Generation, ack.WorkloadIdentity, rev)
-	if err != nil {
-		return Ack{}, err
-	}
-	applied, err := r.appliedAt(ctx, ack.ConfigID, ack.WorkloadIdentity, rev)
-	if err != nil {
-		return Ack{}, err
+		return Ack{}, 0, err
 	}
 	ack.ReceivedAt = r.now().UTC()
-	ack.Counted, ack.Why, ack.Breach = judge(s, newPlan(s.rel, s.retired), ack, reg, registered, prev)
+	ack.Counted, ack.Why, ack.Breach = judge(av.snapshot, av.plan, ack, av.reg, av.registered, av.prior)
 	b, err := records.Encode(ack)
 	if err != nil {
-		return Ack{}, fmt.Errorf("rollout: encode ACK: %w", err)
+		return Ack{}, 0, err
 	}
 	// The key orders an instance's ACKs by arrival; of two in the same
 	// nanosecond, the second takes the next one.
-	idPrefix := records.AcksOf(ack.ConfigID, ack.Generation, ack.WorkloadIdentity)
-	nanos := ack.ReceivedAt.UnixNano()
-	if len(prev) > 0 {
-		nanos = max(nanos, prev[len(prev)-1].arrival+1)
-	}
+	nanos := max(ack.ReceivedAt.UnixNano(), av.arrival+1)
 	puts := []store.Put{{Key: records.Ack(ack.ConfigID, ack.Generation, ack.WorkloadIdentity, nanos), Value: b}}
-	if rec, ok := newApplied(ack, reg, registered, applied); ok {
+	if rec, ok := newApplied(ack, av.reg, av.registered, av.applied); ok {
 		ab, err := records.Encode(rec)
 		if err != nil {
-			return Ack{}, fmt.Errorf("rollout: encode applied record: %w", err)
+			return Ack{}, 0, err
 		}
 		puts = append(puts, store.Put{Key: records.Applied(ack.ConfigID, ack.WorkloadIdentity), Value: ab})
 	}
-	_, err = r.store.Txn(ctx, store.Txn{
+	// Stored only if nothing the judgement read changed since: the pointer,
+	// the newest release, the rollout's stop record, progress and
+	// retirements, the instance's registration, its ACKs and its applied
+	// record.
+	rev := av.rev
+	res, err := r.store.Txn(ctx, store.Txn{
 		Unchanged: []store.Unchanged{
 			{Prefix: records.Pointer(ack.ConfigID), Since: rev},
+			{Prefix: records.Head(ack.ConfigID), Since: rev},
 			{Prefix: records.Stop(ack.ConfigID, ack.Generation), Since: rev},
-			{Prefix: records.Retired(ack.ConfigID, ack.Generation, ack.WorkloadIdentity), Since: rev},
+			{Prefix: records.Progress(ack.ConfigID, ack.Generation), Since: rev},
+			{Prefix: records.RetiredOf(ack.ConfigID, ack.Generation), Since: rev},
 			{Prefix: instance.RegistrationKey(ack.WorkloadIdentity), Since: rev},
-			{Prefix: idPrefix, Since: rev},
+			{Prefix: records.AcksOf(ack.ConfigID, ack.Generation, ack.WorkloadIdentity), Since: rev},
 			{Prefix: records.Applied(ack.ConfigID, ack.WorkloadIdentity), Since: rev},
 		},
 		Puts: puts,
 	})
 	if err != nil {
-		return Ack{}, fmt.Errorf("rollout: store ACK: %w", err)
+		return Ack{}, 0, fmt.Errorf("rollout: store ACK: %w", err)
 	}
-	return ack, nil
+	return ack, res.Revision, nil
 }
 
 func isDuplicate(why string) bool { return len(why) >= 10 && why[:10] == "duplicate:" }
@@ -198,7 +191,7 @@ func isDuplicate(why string) bool { return len(why) >= 10 && why[:10] == "duplic
 // has none) and its earlier ACKs of the release. It returns the reason it
 // does not count, or for a counted HEALTHY_ACKED outside its stage's
 // budget, the breach.
-func judge(s snapshot, p plan, ack Ack, reg instance.Record, registered bool, prev []Ack) (counted bool, why, breach string) {
+func judge(s snapshot, p plan, ack Ack, reg registration, registered bool, prev []Ack) (counted bool, why, breach string) {
 	rel := s.rel
 	_, member := p.members[ack.WorkloadIdentity]
 	retired, isRetired := s.retired[ack.WorkloadIdentity]
@@ -209,10 +202,10 @@ func judge(s snapshot, p plan, ack Ack, reg instance.Record, registered bool, pr
 		return false, "the instance is not in the release's frozen membership", ""
 	case !registered:
 		return false, "the instance is not registered; register, then report", ""
-	case reg.BootID != ack.BootID:
-		return false, fmt.Sprintf("stale boot %s: the instance registered again as boot %s", ack.BootID, reg.BootID), ""
-	case reg.MembershipEpoch != ack.MembershipEpoch:
-		return false, fmt.Sprintf("stale membership epoch %d: the instance's registration is at epoch %d; report with that epoch", ack.MembershipEpoch, reg.MembershipEpoch), ""
+	case reg.boot != ack.BootID:
+		return false, fmt.Sprintf("stale boot %s: the instance registered again as boot %s", ack.BootID, reg.boot), ""
+	case reg.epoch != ack.MembershipEpoch:
+		return false, fmt.Sprintf("stale membership epoch %d: the instance's registration is at epoch %d; report with that epoch", ack.MembershipEpoch, reg.epoch), ""
 	case ack.ContentDigest != rel.ContentDigest:
 		return false, fmt.Sprintf("content digest %s is not the release's %s", ack.ContentDigest, rel.ContentDigest), ""
 	case ack.ValidatorDigest != rel.ValidatorDigest:

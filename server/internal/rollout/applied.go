@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/pawlcfg/pawl/server/internal/instance"
 	"github.com/pawlcfg/pawl/server/internal/quorum"
 	"github.com/pawlcfg/pawl/server/internal/records"
 	"github.com/pawlcfg/pawl/server/internal/release"
@@ -46,12 +45,11 @@ func (r *Rollouts) appliedAt(ctx context.Context, config, identity string, rev i
 // newApplied returns the applied record ack makes, if it makes one: an
 // APPLIED or HEALTHY_ACKED from the instance's current registration that is
 // not older, within its boot, than the record it replaces.
-func newApplied(ack Ack, reg instance.Record, registered bool, prev *AppliedRecord) (AppliedRecord, bool) {
-	if (ack.State != Applied && ack.State != HealthyAcked) || !registered ||
-		reg.BootID != ack.BootID || reg.MembershipEpoch != ack.MembershipEpoch {
+func newApplied(ack Ack, reg registration, registered bool, prev *applyInfo) (AppliedRecord, bool) {
+	if (ack.State != Applied && ack.State != HealthyAcked) || !registered || reg.boot != ack.BootID || reg.epoch != ack.MembershipEpoch {
 		return AppliedRecord{}, false
 	}
-	if prev != nil && prev.BootID == ack.BootID && prev.MembershipEpoch == ack.MembershipEpoch && prev.ApplySequence > ack.ApplySequence {
+	if prev != nil && prev.boot == ack.BootID && prev.epoch == ack.MembershipEpoch && prev.seq > ack.ApplySequence {
 		return AppliedRecord{}, false
 	}
 	return AppliedRecord{
@@ -146,19 +144,19 @@ func (c Coverage) String() string {
 	return s
 }
 
-func coverage(p plan, gen int64, digest string, applied map[string]AppliedRecord, regs map[string]instance.Record) Coverage {
+func coverage(p plan, gen int64, digest string, applied map[string]applyInfo, regs map[string]registration) Coverage {
 	c := Coverage{Generation: gen, Members: len(p.members)}
 	for id := range p.members {
 		rec, ok := applied[id]
 		reg, registered := regs[id]
-		if !ok || !registered || reg.BootID != rec.BootID || reg.MembershipEpoch != rec.MembershipEpoch {
+		if !ok || !registered || reg.boot != rec.boot || reg.epoch != rec.epoch {
 			continue
 		}
 		c.Reported++
 		switch {
-		case rec.Generation == gen && rec.ContentDigest == digest:
+		case rec.gen == gen && rec.contentDigest == digest:
 			c.OnRelease++
-		case rec.Generation == gen:
+		case rec.gen == gen:
 			c.Mismatched++
 		}
 	}

@@ -20,6 +20,20 @@ type candidate struct {
 	progress Progress
 }
 
+// state is the config's assignment state as the views hold it. The caller
+// holds the views' read lock; what it returns stays valid after.
+func (cv *configView) state() configState {
+	cs := configState{ptr: cv.ptr}
+	if cv.active != nil {
+		active := cv.active.rel
+		cs.active = &active
+	}
+	if t := cv.newest; t != nil && t.rel.Generation == cv.head && !cv.ptr.promoted(cv.head) && t.stop == nil {
+		cs.cand = &candidate{plan: t.plan, progress: t.progress}
+	}
+	return cs
+}
+
 // configStateAt reads a config's state at rev.
 func (r *Rollouts) configStateAt(ctx context.Context, config string, rev int64) (configState, error) {
 	ptr, err := r.pointerAt(ctx, config, rev)
@@ -104,27 +118,34 @@ func assignmentOf(rel release.Release, stage string, shadow bool, epoch int64) *
 }
 
 // Assignments computes what the instance must run, config by config, all
-// at one store revision: the newest release's generation if its rollout
-// goes on and reached the stage that takes the instance, else the active
-// generation; and, for an instance of a reached shadow stage, the release
-// to validate beside what it runs. Configs with neither are left out. The
-// revision read is returned.
+// at one store revision, after every change committed before the call; see
+// AssignmentsAt.
 func (r *Rollouts) Assignments(ctx context.Context, identity string) ([]Assignment, int64, error) {
 	rev, err := r.currentRevision(ctx)
 	if err != nil {
 		return nil, 0, err
 	}
-	configs, err := r.releases.Configs(ctx)
-	if err != nil {
+	return r.AssignmentsAt(ctx, identity, rev)
+}
+
+// AssignmentsAt computes what the instance must run, config by config, from
+// the views once they are at revision rev or later: the newest release's
+// generation if its rollout goes on and reached the stage that takes the
+// instance, else the active generation; and, for an instance of a reached
+// shadow stage, the release to validate beside what it runs. Configs with
+// neither are left out. The revision the set was computed at (rev or
+// later) is returned. Every assignment stream reads the same views: a
+// change is computed once, and each stream only looks its instance up.
+func (r *Rollouts) AssignmentsAt(ctx context.Context, identity string, rev int64) ([]Assignment, int64, error) {
+	if err := r.views.waitFor(ctx, rev); err != nil {
 		return nil, 0, err
 	}
+	v := r.views
+	v.mu.RLock()
+	defer v.mu.RUnlock()
 	var out []Assignment
-	for _, config := range configs {
-		cs, err := r.configStateAt(ctx, config, rev)
-		if err != nil {
-			return nil, 0, err
-		}
-		run, shadow := cs.assign(identity)
+	for _, config := range v.order {
+		run, shadow := v.configs[config].state().assign(identity)
 		if run != nil {
 			out = append(out, *run)
 		}
@@ -132,5 +153,5 @@ func (r *Rollouts) Assignments(ctx context.Context, identity string) ([]Assignme
 			out = append(out, *shadow)
 		}
 	}
-	return out, rev, nil
+	return out, v.rev, nil
 }

@@ -152,24 +152,6 @@ func quorumState(a Ack, shadow bool) quorum.State {
 	return quorum.Pending
 }
 
-// latestCounted is each member's latest counted ACK from its current
-// registration (the boot and membership epoch regs names): the highest
-// apply sequence, and of equal ones the last to arrive. A restart (a new
-// boot, or a new registration of the same boot) starts the member over.
-func latestCounted(acks []Ack, regs map[string]instance.Record) map[string]Ack {
-	latest := map[string]Ack{}
-	for _, a := range acks {
-		reg, ok := regs[a.WorkloadIdentity]
-		if !a.Counted || !ok || reg.BootID != a.BootID || reg.MembershipEpoch != a.MembershipEpoch {
-			continue
-		}
-		if l, ok := latest[a.WorkloadIdentity]; !ok || a.ApplySequence >= l.ApplySequence {
-			latest[a.WorkloadIdentity] = a
-		}
-	}
-	return latest
-}
-
 // StageResult is one stage's evaluation.
 type StageResult struct {
 	Name   string
@@ -200,39 +182,4 @@ func displayState(a Ack, ok, stale bool) string {
 		return "UNHEALTHY"
 	}
 	return string(a.State)
-}
-
-// evaluate tallies every stage of s's release from each member's latest
-// counted ACK. A stage still waiting at the release's deadline has failed;
-// its tallies stay as the evidence.
-func evaluate(s snapshot, p plan, latest map[string]Ack, stale map[string]bool) []StageResult {
-	deadline := s.rel.CreatedAt.Add(s.rel.Deadline)
-	out := make([]StageResult, 0, len(s.rel.Stages))
-	for i, st := range s.rel.Stages {
-		res := StageResult{Name: st.Name, Shadow: st.Shadow, Reached: s.progress.reached(i), Retired: p.retired[i],
-			States: map[string]int{}, ZoneStates: map[string]map[string]int{}}
-		if i < len(s.progress.Passed) {
-			res.PassedAt = s.progress.Passed[i].Time
-		}
-		states := map[string]quorum.State{}
-		for _, m := range p.counted[i] {
-			a, ok := latest[m.ID]
-			if ok {
-				states[m.ID] = quorumState(a, st.Shadow)
-			}
-			state := displayState(a, ok, stale[m.ID])
-			res.States[state]++
-			if res.ZoneStates[m.Zone] == nil {
-				res.ZoneStates[m.Zone] = map[string]int{}
-			}
-			res.ZoneStates[m.Zone][state]++
-		}
-		res.Evaluation = quorum.Evaluate(st.Policy, p.counted[i], states)
-		if res.Evaluation.Outcome == quorum.Waiting && s.now.After(deadline) {
-			res.Evaluation.Outcome = quorum.Failed
-			res.Evaluation.Reason = fmt.Sprintf("the deadline passed at %s while %s", deadline.Format(time.RFC3339), res.Evaluation.Reason)
-		}
-		out = append(out, res)
-	}
-	return out
 }

@@ -57,15 +57,11 @@ func (r *Rollouts) Promote(ctx context.Context, m Move) (Receipt, error) {
 }
 
 func (r *Rollouts) promote(ctx context.Context, m Move) (Receipt, error) {
-	rev, err := r.currentRevision(ctx)
+	rv, err := r.viewOf(ctx, m.ConfigID, m.To, true)
 	if err != nil {
 		return Receipt{}, err
 	}
-	s, err := r.load(ctx, m.ConfigID, m.To, rev)
-	if err != nil {
-		return Receipt{}, err
-	}
-	ptr := s.ptr
+	s, rev, ptr := rv.snapshot, rv.rev, rv.ptr
 	if ptr.Generation != m.ExpectedGeneration || ptr.Epoch != m.ExpectedEpoch {
 		return Receipt{}, &PointerError{Pointer: ptr}
 	}
@@ -85,19 +81,15 @@ func (r *Rollouts) promote(ctx context.Context, m Move) (Receipt, error) {
 	if deadline := s.rel.CreatedAt.Add(s.rel.Deadline); s.now.After(deadline) {
 		return Receipt{}, fmt.Errorf("%w: its deadline passed at %s", ErrNotReady, deadline.Format(time.RFC3339))
 	}
-	ev, err := r.evaluateAt(ctx, s)
-	if err != nil {
-		return Receipt{}, err
-	}
-	var evidence []quorum.Evaluation
 	var names []string
-	for _, st := range ev.stages {
-		if st.Evaluation.Outcome != quorum.Passed {
-			return Receipt{}, fmt.Errorf("%w: stage %q is %s: %s", ErrNotReady, st.Name, st.Evaluation.Outcome, st.Evaluation.Reason)
+	for i, ev := range rv.evals {
+		name := s.rel.Stages[i].Name
+		if ev.Outcome != quorum.Passed {
+			return Receipt{}, fmt.Errorf("%w: stage %q is %s: %s", ErrNotReady, name, ev.Outcome, ev.Reason)
 		}
-		evidence = append(evidence, st.Evaluation)
-		names = append(names, st.Name)
+		names = append(names, name)
 	}
+	evidence := rv.evals
 	unchanged := []store.Unchanged{
 		{Prefix: records.Head(m.ConfigID), Since: rev},
 		{Prefix: records.Stop(m.ConfigID, m.To), Since: rev},

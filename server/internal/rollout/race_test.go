@@ -36,9 +36,9 @@ func (s *hookStore) Txn(ctx context.Context, t store.Txn) (store.Result, error) 
 
 // hooked returns Rollouts whose writes of keys containing suffix run hook
 // first.
-func (e *env) hooked(suffix string, hook func()) (*rollout.Rollouts, *hookStore) {
+func (e *env) hooked(t *testing.T, suffix string, hook func()) (*rollout.Rollouts, *hookStore) {
 	hs := &hookStore{Store: e.store, suffix: suffix, hook: hook}
-	return rollout.New(hs, e.releases, e.registry, rollout.WithClock(e.clock.Now)), hs
+	return run(t, rollout.New(hs, e.releases, e.registry, rollout.WithClock(e.clock.Now))), hs
 }
 
 // stopKinds are the three ways a rollout stops: by hand, by a rejection
@@ -95,7 +95,7 @@ func TestAStopBetweenPromotesReadAndWriteWins(t *testing.T) {
 			e := newEnv(t)
 			rel := e.release(t, 50)
 			ackAll(t, e, rel)
-			promoter, hs := e.hooked("/active", func() {
+			promoter, hs := e.hooked(t, "/active", func() {
 				if err := stop(t, e, rel); err != nil {
 					t.Errorf("stop: %v", err)
 				}
@@ -127,7 +127,7 @@ func TestAPromoteBetweenAStopsReadAndWriteWins(t *testing.T) {
 	}
 	for kind, race := range map[string]func(t *testing.T, e *env, rel release.Release) *hookStore{
 		"manual": func(t *testing.T, e *env, rel release.Release) *hookStore {
-			stopper, hs := e.hooked("/stops/", func() { promote(t, e) })
+			stopper, hs := e.hooked(t, "/stops/", func() { promote(t, e) })
 			_, err := stopper.StopRollout(ctx, "routing", 1, "racing", "oncall")
 			if !errors.Is(err, rollout.ErrNotReady) || !strings.Contains(err.Error(), "roll back instead") {
 				t.Fatalf("StopRollout after the promotion landed = %v", err)
@@ -138,7 +138,7 @@ func TestAPromoteBetweenAStopsReadAndWriteWins(t *testing.T) {
 		// stored after the promotion: it is judged again, as the active
 		// release's health, and stops nothing.
 		"rejection": func(t *testing.T, e *env, rel release.Release) *hookStore {
-			stopper, hs := e.hooked("/acks/", func() { promote(t, e) })
+			stopper, hs := e.hooked(t, "/acks/", func() { promote(t, e) })
 			reg, _ := e.registry.Get(ctx, "i0")
 			a, err := stopper.RecordAck(ctx, rollout.Ack{ConfigID: "routing", Generation: 1, WorkloadIdentity: "i0", BootID: "boot-1",
 				MembershipEpoch: reg.MembershipEpoch, ApplySequence: 2, ContentDigest: rel.ContentDigest,
@@ -151,7 +151,7 @@ func TestAPromoteBetweenAStopsReadAndWriteWins(t *testing.T) {
 		// The supervisor's Settle decides after the deadline; the
 		// promotion decided before it and commits first.
 		"deadline": func(t *testing.T, e *env, rel release.Release) *hookStore {
-			stopper, hs := e.hooked("/stops/", func() {
+			stopper, hs := e.hooked(t, "/stops/", func() {
 				e.clock.Advance(-2 * time.Hour)
 				promote(t, e)
 				e.clock.Advance(2 * time.Hour)

@@ -38,14 +38,11 @@ func (r *Rollouts) Retire(ctx context.Context, config string, gen int64, identit
 }
 
 func (r *Rollouts) retire(ctx context.Context, config string, gen int64, identity, reason, actor string) (Retirement, error) {
-	rev, err := r.currentRevision(ctx)
+	rv, err := r.viewOf(ctx, config, gen, true)
 	if err != nil {
 		return Retirement{}, err
 	}
-	s, err := r.load(ctx, config, gen, rev)
-	if err != nil {
-		return Retirement{}, err
-	}
+	s := rv.snapshot
 	member := false
 	for _, m := range s.rel.Membership {
 		member = member || m.ID == identity
@@ -71,7 +68,8 @@ func (r *Rollouts) retire(ctx context.Context, config string, gen int64, identit
 			{Key: records.Stop(config, gen), ModRevision: 0},
 			{Key: key, ModRevision: 0},
 		},
-		Puts: []store.Put{{Key: key, Value: b}},
+		Unchanged: []store.Unchanged{{Prefix: records.Head(config), Since: s.rev}},
+		Puts:      []store.Put{{Key: key, Value: b}},
 	})
 	if err != nil {
 		return Retirement{}, fmt.Errorf("rollout: store retirement: %w", err)

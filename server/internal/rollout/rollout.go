@@ -42,6 +42,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/pawlcfg/pawl/server/internal/instance"
@@ -49,6 +50,7 @@ import (
 	"github.com/pawlcfg/pawl/server/internal/records"
 	"github.com/pawlcfg/pawl/server/internal/release"
 	"github.com/pawlcfg/pawl/server/internal/store"
+	"github.com/pawlcfg/pawl/server/internal/watch"
 )
 
 var (
@@ -145,20 +147,25 @@ type Receipt struct {
 	Revision int64 `json:"-"`
 }
 
-// Rollouts records ACKs and moves rollouts and pointers.
+// Rollouts records ACKs and moves rollouts and pointers. Its decisions and
+// reads rest on views of every config's rollout that Run keeps current; a
+// Rollouts answers only while its Run runs.
 type Rollouts struct {
 	store    store.Store
 	releases *release.Releases
 	registry *instance.Registry
 	now      func() time.Time
+	log      *slog.Logger
+	views    *views
 }
 
-// New returns Rollouts over st.
+// New returns Rollouts over st. The caller runs Run.
 func New(st store.Store, releases *release.Releases, registry *instance.Registry, opts ...Option) *Rollouts {
-	r := &Rollouts{store: st, releases: releases, registry: registry, now: time.Now}
+	r := &Rollouts{store: st, releases: releases, registry: registry, now: time.Now, log: slog.New(slog.DiscardHandler)}
 	for _, opt := range opts {
 		opt(r)
 	}
+	r.views = newViews(r)
 	return r
 }
 
@@ -167,6 +174,23 @@ type Option func(*Rollouts)
 
 // WithClock replaces time.Now, for tests and simulations of deadlines.
 func WithClock(now func() time.Time) Option { return func(r *Rollouts) { r.now = now } }
+
+// WithLogger sets where the views report that they read a snapshot again.
+func WithLogger(log *slog.Logger) Option { return func(r *Rollouts) { r.log = log } }
+
+// Run keeps the rollout views current until ctx ends, and returns then:
+// every method waits for the views, so a Rollouts serves only while Run
+// runs. It follows the store through a watch hub of its own (its ring is
+// the views' buffer against bursts), which it closes on return.
+func (r *Rollouts) Run(ctx context.Context) error {
+	hub, err := watch.New(ctx, r.store)
+	if err != nil {
+		return fmt.Errorf("rollout: %w", err)
+	}
+	defer hub.Close()
+	r.views.run(ctx, hub)
+	return nil
+}
 
 // maxAttempts bounds how often a decision is re-read and made again after
 // the records it rested on changed under it. Each retry means another

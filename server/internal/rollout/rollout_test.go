@@ -55,11 +55,29 @@ func newEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	e.releases = release.New(st, func(ctx context.Context, _ string, in host.Input) (host.Result, error) { return v.Validate(ctx, in) }, e.registry.Members, release.WithClock(e.clock.Now))
-	e.rollouts = rollout.New(st, e.releases, e.registry, rollout.WithClock(e.clock.Now))
+	e.rollouts = run(t, rollout.New(st, e.releases, e.registry, rollout.WithClock(e.clock.Now)))
 	for i := range 6 {
 		e.register(t, fmt.Sprintf("i%d", i), "boot-1", fmt.Sprintf("zone-%c", 'a'+i%3))
 	}
 	return e
+}
+
+// run runs r's views until the test ends (before its store closes).
+func run(t *testing.T, r *rollout.Rollouts) *rollout.Rollouts {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := r.Run(ctx); err != nil {
+			t.Error(err)
+		}
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	return r
 }
 
 func (e *env) register(t *testing.T, id, boot, zone string) {

@@ -34,49 +34,40 @@ func (r *Rollouts) Settle(ctx context.Context, config string, gen int64) error {
 }
 
 func (r *Rollouts) settle(ctx context.Context, config string, gen int64) error {
-	rev, err := r.currentRevision(ctx)
-	if err != nil {
+	rv, err := r.viewOf(ctx, config, gen, true)
+	if err != nil || !rv.candidate() {
 		return err
 	}
-	s, err := r.load(ctx, config, gen, rev)
-	if err != nil || !s.candidate() {
-		return err
-	}
-	ev, err := r.evaluateAt(ctx, s)
-	if err != nil {
-		return err
-	}
-	for _, st := range ev.stages {
-		if st.Evaluation.Outcome == quorum.Failed {
-			_, err := r.writeStop(ctx, s, newStop(s, ev.stages, st.Name, st.Evaluation.Reason))
+	for i, ev := range rv.evals {
+		if ev.Outcome == quorum.Failed {
+			_, err := r.writeStop(ctx, rv.snapshot, newStop(rv.snapshot, rv.evals, rv.rel.Stages[i].Name, ev.Reason))
 			return err
 		}
 	}
-	if deadline := s.rel.CreatedAt.Add(s.rel.Deadline); s.now.After(deadline) {
+	if deadline := rv.rel.CreatedAt.Add(rv.rel.Deadline); rv.now.After(deadline) {
 		// Every stage passed, but nobody promoted it in time: Promote now
 		// refuses it, so it stops rather than stay a candidate forever.
-		_, err := r.writeStop(ctx, s, newStop(s, ev.stages, "", fmt.Sprintf("the deadline passed at %s before the release was promoted", deadline.Format(time.RFC3339))))
+		_, err := r.writeStop(ctx, rv.snapshot, newStop(rv.snapshot, rv.evals, "", fmt.Sprintf("the deadline passed at %s before the release was promoted", deadline.Format(time.RFC3339))))
 		return err
 	}
-	passed := len(s.progress.Passed)
-	progress := s.progress
-	progress.Passed = append([]StagePass(nil), s.progress.Passed...)
-	for len(progress.Passed) < len(ev.stages) && ev.stages[len(progress.Passed)].Evaluation.Outcome == quorum.Passed {
-		st := ev.stages[len(progress.Passed)]
-		progress.Passed = append(progress.Passed, StagePass{Stage: st.Name, Time: s.now.UTC(), Evidence: st.Evaluation})
+	progress := rv.progress
+	progress.Passed = append([]StagePass(nil), rv.progress.Passed...)
+	for len(progress.Passed) < len(rv.evals) && rv.evals[len(progress.Passed)].Outcome == quorum.Passed {
+		i := len(progress.Passed)
+		progress.Passed = append(progress.Passed, StagePass{Stage: rv.rel.Stages[i].Name, Time: rv.now.UTC(), Evidence: rv.evals[i]})
 	}
-	if len(progress.Passed) == passed {
+	if len(progress.Passed) == len(rv.progress.Passed) {
 		return nil
 	}
 	b, err := records.Encode(progress)
 	if err != nil {
-		return fmt.Errorf("rollout: encode progress: %w", err)
+		return err
 	}
 	_, err = r.store.Txn(ctx, store.Txn{
 		Compares: []store.Compare{
-			{Key: records.Pointer(config), ModRevision: s.ptr.Revision},
+			{Key: records.Pointer(config), ModRevision: rv.ptr.Revision},
 			{Key: records.Stop(config, gen), ModRevision: 0},
-			{Key: records.Progress(config, gen), ModRevision: s.progress.Revision},
+			{Key: records.Progress(config, gen), ModRevision: rv.progress.Revision},
 		},
 		Puts: []store.Put{{Key: records.Progress(config, gen), Value: b}},
 	})
@@ -86,10 +77,9 @@ func (r *Rollouts) settle(ctx context.Context, config string, gen int64) error {
 	return nil
 }
 
-func newStop(s snapshot, stages []StageResult, stage, reason string) Stop {
-	st := Stop{ConfigID: s.rel.ConfigID, Generation: s.rel.Generation, Stage: stage, Reason: reason, Time: s.now.UTC()}
-	for _, res := range stages {
-		st.Evidence = append(st.Evidence, res.Evaluation)
+func newStop(s snapshot, evals []quorum.Evaluation, stage, reason string) Stop {
+	st := Stop{ConfigID: s.rel.ConfigID, Generation: s.rel.Generation, Stage: stage, Reason: reason, Time: s.now.UTC(), Evidence: evals}
+	for _, res := range s.rel.Stages {
 		st.StageNames = append(st.StageNames, res.Name)
 	}
 	return st
@@ -133,14 +123,11 @@ func (r *Rollouts) StopRollout(ctx context.Context, config string, gen int64, re
 		return Stop{}, fmt.Errorf("%w: a stop needs a reason, for the audit trail", ErrInvalid)
 	}
 	for range maxAttempts {
-		rev, err := r.currentRevision(ctx)
+		rv, err := r.viewOf(ctx, config, gen, true)
 		if err != nil {
 			return Stop{}, err
 		}
-		s, err := r.load(ctx, config, gen, rev)
-		if err != nil {
-			return Stop{}, err
-		}
+		s := rv.snapshot
 		switch {
 		case s.stop != nil:
 			return Stop{}, fmt.Errorf("%w: the rollout of %s generation %d already stopped at %s: %s",
@@ -152,11 +139,7 @@ func (r *Rollouts) StopRollout(ctx context.Context, config string, gen int64, re
 			return Stop{}, fmt.Errorf("%w: %s generation %d was superseded by generation %d; nothing of it is offered any more",
 				ErrNotReady, config, gen, s.latest)
 		}
-		ev, err := r.evaluateAt(ctx, s)
-		if err != nil {
-			return Stop{}, err
-		}
-		st := newStop(s, ev.stages, "", reason)
+		st := newStop(s, rv.evals, "", reason)
 		st.Manual, st.Actor = true, actor
 		written, err := r.writeStop(ctx, s, st)
 		if errors.Is(err, store.ErrRevisionMismatch) {

@@ -3,8 +3,10 @@ package rollout
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
+	"github.com/pawlcfg/pawl/server/internal/instance"
 	"github.com/pawlcfg/pawl/server/internal/quorum"
 	"github.com/pawlcfg/pawl/server/internal/records"
 	"github.com/pawlcfg/pawl/server/internal/release"
@@ -177,4 +179,135 @@ func (r *Rollouts) acksAt(ctx context.Context, config string, gen int64, identit
 // per instance.
 func (r *Rollouts) Acks(ctx context.Context, config string, gen int64) ([]Ack, error) {
 	return r.acksAt(ctx, config, gen, "", 0)
+}
+
+// viewsSnapshot is everything the views hold, read at one revision.
+type viewsSnapshot struct {
+	configs map[string]*configView
+	regs    map[string]registration
+	applied map[string]map[string]applyInfo
+}
+
+// readViews reads the views' state at rev: every registration and applied
+// record, and each config's pointer, head, and newest and active releases
+// with their ACKs.
+func (r *Rollouts) readViews(ctx context.Context, rev int64) (viewsSnapshot, error) {
+	snap := viewsSnapshot{configs: map[string]*configView{}, regs: map[string]registration{}, applied: map[string]map[string]applyInfo{}}
+	recs, err := r.registry.Registrations(ctx, rev)
+	if err != nil {
+		return viewsSnapshot{}, err
+	}
+	for id, rec := range recs {
+		snap.regs[id] = registration{boot: rec.BootID, epoch: rec.MembershipEpoch}
+	}
+	_, err = store.EachAt(ctx, r.store, records.AppliedPrefix, rev, func(kv store.KeyValue) error {
+		var rec AppliedRecord
+		if err := records.Decode(kv, &rec); err != nil {
+			return err
+		}
+		if snap.applied[rec.ConfigID] == nil {
+			snap.applied[rec.ConfigID] = map[string]applyInfo{}
+		}
+		snap.applied[rec.ConfigID][rec.WorkloadIdentity] = applyInfoOf(rec)
+		return nil
+	})
+	if err != nil {
+		return viewsSnapshot{}, err
+	}
+	var configs []string
+	_, err = store.EachAt(ctx, r.store, records.IndexPrefix, rev, func(kv store.KeyValue) error {
+		configs = append(configs, strings.TrimPrefix(kv.Key, records.IndexPrefix))
+		return nil
+	})
+	if err != nil {
+		return viewsSnapshot{}, err
+	}
+	regOf := func(id string) (registration, bool) { reg, ok := snap.regs[id]; return reg, ok }
+	for _, config := range configs {
+		cv := &configView{}
+		if cv.ptr, err = r.pointerAt(ctx, config, rev); err != nil {
+			return viewsSnapshot{}, err
+		}
+		if cv.head, err = r.releases.HeadAt(ctx, config, rev); err != nil {
+			return viewsSnapshot{}, err
+		}
+		if cv.head > 0 {
+			if cv.newest, err = r.loadTrackedWith(ctx, config, cv.head, rev, regOf); err != nil {
+				return viewsSnapshot{}, err
+			}
+		}
+		switch {
+		case cv.ptr.Generation == cv.head:
+			cv.active = cv.newest
+		case cv.ptr.Generation > 0:
+			if cv.active, err = r.loadTrackedWith(ctx, config, cv.ptr.Generation, rev, regOf); err != nil {
+				return viewsSnapshot{}, err
+			}
+		}
+		snap.configs[config] = cv
+	}
+	return snap, nil
+}
+
+// loadTracked reads generation gen of config and its rollout at rev, with
+// the registrations the views hold: the views' writer calls it for a
+// release that becomes the newest or the active one.
+func (r *Rollouts) loadTracked(ctx context.Context, config string, gen, rev int64) (*tracked, error) {
+	v := r.views
+	return r.loadTrackedWith(ctx, config, gen, rev, func(id string) (registration, bool) {
+		// The writer's own goroutine: the views' maps do not change under it.
+		reg, ok := v.regs[id]
+		return reg, ok
+	})
+}
+
+// loadTrackedWith reads generation gen of config and its rollout at rev:
+// the release, its progress, stop record and retirements, and every ACK,
+// counted against the registrations regOf gives.
+func (r *Rollouts) loadTrackedWith(ctx context.Context, config string, gen, rev int64, regOf func(string) (registration, bool)) (*tracked, error) {
+	s, err := r.load(ctx, config, gen, rev)
+	if err != nil {
+		return nil, err
+	}
+	t := newTracked(s.rel, s.progress, s.stop, s.retired)
+	acks, err := r.acksAt(ctx, config, gen, "", rev)
+	if err != nil {
+		return nil, err
+	}
+	for _, a := range acks {
+		reg, ok := regOf(a.WorkloadIdentity)
+		t.addAck(a, reg, ok)
+	}
+	return t, nil
+}
+
+// trackedAt builds the tracked rollout of any generation from the store at
+// rev: what status reads of a release the views do not keep.
+func (r *Rollouts) trackedAt(ctx context.Context, s snapshot) (*tracked, error) {
+	recs, err := r.registry.Registrations(ctx, s.rev)
+	if err != nil {
+		return nil, err
+	}
+	t := newTracked(s.rel, s.progress, s.stop, s.retired)
+	acks, err := r.acksAt(ctx, s.rel.ConfigID, s.rel.Generation, "", s.rev)
+	if err != nil {
+		return nil, err
+	}
+	for _, a := range acks {
+		rec, ok := recs[a.WorkloadIdentity]
+		t.addAck(a, registration{boot: rec.BootID, epoch: rec.MembershipEpoch}, ok)
+	}
+	return t, nil
+}
+
+func decodeRegistration(kv store.KeyValue) (registration, error) {
+	rec, err := instance.DecodeRegistration(kv)
+	if err != nil {
+		return registration{}, err
+	}
+	return registration{boot: rec.BootID, epoch: rec.MembershipEpoch}, nil
+}
+
+func applyInfoOf(rec AppliedRecord) applyInfo {
+	return applyInfo{gen: rec.Generation, contentDigest: rec.ContentDigest, boot: rec.BootID, epoch: rec.MembershipEpoch, seq: rec.ApplySequence}
 }

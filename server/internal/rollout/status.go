@@ -5,7 +5,6 @@ import (
 	"sort"
 	"time"
 
-	"github.com/pawlcfg/pawl/server/internal/instance"
 	"github.com/pawlcfg/pawl/server/internal/quorum"
 	"github.com/pawlcfg/pawl/server/internal/release"
 )
@@ -51,9 +50,23 @@ type Status struct {
 }
 
 // Status evaluates every stage of a release against its frozen membership,
-// at one store revision. It only reads: a stage it finds passed or failed is
-// recorded by Settle.
+// at one store revision, after every change committed before the call. It
+// only reads: a stage it finds passed or failed is recorded by Settle. The
+// views keep the newest and the active release of each config; any other
+// is read from the store.
 func (r *Rollouts) Status(ctx context.Context, config string, gen int64) (Status, error) {
+	if err := r.wait(ctx, true); err != nil {
+		return Status{}, err
+	}
+	v := r.views
+	v.mu.RLock()
+	if t := v.findLocked(config, gen); t != nil {
+		cv := v.configs[config]
+		st := statusOf(t, v.rev, cv.ptr, cv.state(), v.applied[config], v.regs, r.now())
+		v.mu.RUnlock()
+		return r.withAcks(ctx, st)
+	}
+	v.mu.RUnlock()
 	rev, err := r.currentRevision(ctx)
 	if err != nil {
 		return Status{}, err
@@ -62,58 +75,51 @@ func (r *Rollouts) Status(ctx context.Context, config string, gen int64) (Status
 	if err != nil {
 		return Status{}, err
 	}
-	ev, err := r.evaluateAt(ctx, s)
+	t, err := r.trackedAt(ctx, s)
 	if err != nil {
 		return Status{}, err
 	}
-	applied, err := r.appliedAll(ctx, config, rev)
+	cs, err := r.configStateAt(ctx, config, rev)
 	if err != nil {
 		return Status{}, err
 	}
-	st := Status{Release: s.rel, Revision: rev, Stages: ev.stages, Acks: ev.acks, Pointer: s.ptr, Stop: s.stop, Progress: s.progress,
-		Coverage: coverage(ev.plan, gen, s.rel.ContentDigest, applied, ev.regs)}
-	for _, rt := range s.retired {
+	recs, err := r.registry.Registrations(ctx, rev)
+	if err != nil {
+		return Status{}, err
+	}
+	regs := make(map[string]registration, len(recs))
+	for id, rec := range recs {
+		regs[id] = registration{boot: rec.BootID, epoch: rec.MembershipEpoch}
+	}
+	all, err := r.appliedAll(ctx, config, rev)
+	if err != nil {
+		return Status{}, err
+	}
+	applied := make(map[string]applyInfo, len(all))
+	for id, rec := range all {
+		applied[id] = applyInfoOf(rec)
+	}
+	return r.withAcks(ctx, statusOf(t, rev, s.ptr, cs, applied, regs, s.now))
+}
+
+// statusOf is the status of the tracked release t at rev.
+func statusOf(t *tracked, rev int64, ptr Pointer, cs configState, applied map[string]applyInfo, regs map[string]registration, now time.Time) Status {
+	stale := staleMembers(t.rel.Generation, t.plan.members, t.latest(), cs)
+	st := Status{Release: t.rel, Revision: rev, Stages: t.stageResults(now, stale), Pointer: ptr, Stop: t.stop, Progress: t.progress,
+		Coverage: coverage(t.plan, t.rel.Generation, t.rel.ContentDigest, applied, regs)}
+	for _, rt := range t.retired {
 		st.Retirements = append(st.Retirements, rt)
 	}
 	sort.Slice(st.Retirements, func(i, j int) bool { return st.Retirements[i].WorkloadIdentity < st.Retirements[j].WorkloadIdentity })
+	return st
+}
+
+// withAcks adds the release's ACKs, read at the status's revision.
+func (r *Rollouts) withAcks(ctx context.Context, st Status) (Status, error) {
+	acks, err := r.acksAt(ctx, st.Release.ConfigID, st.Release.Generation, "", st.Revision)
+	if err != nil {
+		return Status{}, err
+	}
+	st.Acks = acks
 	return st, nil
-}
-
-// evaluation is a snapshot's stages evaluated, with what they rest on.
-type evaluation struct {
-	plan   plan
-	acks   []Ack
-	regs   map[string]instance.Record
-	stages []StageResult
-}
-
-// evaluateAt reads the ACKs, registrations and config state at s.rev and
-// evaluates s's stages.
-func (r *Rollouts) evaluateAt(ctx context.Context, s snapshot) (evaluation, error) {
-	acks, err := r.acksAt(ctx, s.rel.ConfigID, s.rel.Generation, "", s.rev)
-	if err != nil {
-		return evaluation{}, err
-	}
-	regs, err := r.registry.Registrations(ctx, s.rev)
-	if err != nil {
-		return evaluation{}, err
-	}
-	var cs configState
-	if s.rel.Generation == s.latest {
-		// s is the config's newest release: the state reuses it.
-		var newest *snapshot
-		if !s.ptr.promoted(s.latest) {
-			newest = &s
-		}
-		cs, err = r.configState(ctx, s.rel.ConfigID, s.ptr, newest)
-	} else {
-		cs, err = r.configStateAt(ctx, s.rel.ConfigID, s.rev)
-	}
-	if err != nil {
-		return evaluation{}, err
-	}
-	p := newPlan(s.rel, s.retired)
-	latest := latestCounted(acks, regs)
-	stale := staleMembers(s.rel.Generation, p.members, latest, cs)
-	return evaluation{plan: p, acks: acks, regs: regs, stages: evaluate(s, p, latest, stale)}, nil
 }

@@ -248,7 +248,7 @@ func TestAPromotionWhoseAnswerIsLostIsUnknownAndResolvedByItsKey(t *testing.T) {
 	rel := e.release(t, 50)
 	ackAll(t, e, rel)
 	lossy := &lostAnswerStore{Store: e.store, lose: true}
-	rollouts := rollout.New(lossy, e.releases, e.registry, rollout.WithClock(e.clock.Now))
+	rollouts := run(t, rollout.New(lossy, e.releases, e.registry, rollout.WithClock(e.clock.Now)))
 	move := rollout.Move{ConfigID: "routing", To: 1, IdempotencyKey: "p1", Actor: "alice"}
 	_, err := rollouts.Promote(ctx, move)
 	var unknown *rollout.UnknownError

@@ -34,22 +34,33 @@ func (r *Rollouts) Supervise(ctx context.Context, interval time.Duration, log *s
 	}
 }
 
-// settleAll settles each config's newest release: every one, or only those
-// past their deadline.
+// settleAll settles each config's newest release while it is a
+// candidate: every one, or only those past their deadline. The candidates
+// come from the views; no release is read to find them.
 func (r *Rollouts) settleAll(ctx context.Context, everything bool) error {
-	configs, err := r.releases.Configs(ctx)
-	if err != nil {
+	if err := r.wait(ctx, false); err != nil {
 		return err
 	}
-	for _, config := range configs {
-		latest, err := r.releases.Latest(ctx, config)
-		if err != nil {
-			return err
-		}
-		if !everything && !r.now().After(latest.CreatedAt.Add(latest.Deadline)) {
+	type due struct {
+		config string
+		gen    int64
+	}
+	var todo []due
+	now := r.now()
+	v := r.views
+	v.mu.RLock()
+	for config, cv := range v.configs {
+		t := cv.newest
+		if t == nil || t.rel.Generation != cv.head || cv.ptr.promoted(cv.head) || t.stop != nil {
 			continue
 		}
-		if err := r.Settle(ctx, config, latest.Generation); err != nil {
+		if everything || now.After(t.rel.CreatedAt.Add(t.rel.Deadline)) {
+			todo = append(todo, due{config, cv.head})
+		}
+	}
+	v.mu.RUnlock()
+	for _, d := range todo {
+		if err := r.Settle(ctx, d.config, d.gen); err != nil {
 			return err
 		}
 	}

@@ -1,0 +1,135 @@
+package rollout
+
+import (
+	"context"
+	"errors"
+
+	"github.com/pawlcfg/pawl/server/internal/instance"
+	"github.com/pawlcfg/pawl/server/internal/quorum"
+)
+
+// releaseView is what a decision about one release rests on, at one store
+// revision: taken from the views for a release they keep (the newest or
+// the active one of its config), or read from the store for another.
+type releaseView struct {
+	snapshot
+	plan plan
+	// evals are its stages' verdicts now.
+	evals []quorum.Evaluation
+}
+
+// viewOf returns generation gen of config. With current set, it first
+// waits until the views have every change committed before the call.
+func (r *Rollouts) viewOf(ctx context.Context, config string, gen int64, current bool) (releaseView, error) {
+	if err := r.wait(ctx, current); err != nil {
+		return releaseView{}, err
+	}
+	v := r.views
+	v.mu.RLock()
+	if t := v.findLocked(config, gen); t != nil {
+		cv := v.configs[config]
+		rv := releaseView{snapshot: snapshot{rev: v.rev, rel: t.rel, latest: max(cv.head, gen), ptr: cv.ptr, stop: t.stop,
+			progress: t.progress, retired: t.retired, now: r.now()}, plan: t.plan}
+		rv.evals = t.evaluate(rv.now)
+		v.mu.RUnlock()
+		return rv, nil
+	}
+	v.mu.RUnlock()
+	rev, err := r.currentRevision(ctx)
+	if err != nil {
+		return releaseView{}, err
+	}
+	s, err := r.load(ctx, config, gen, rev)
+	if err != nil {
+		return releaseView{}, err
+	}
+	t, err := r.trackedAt(ctx, s)
+	if err != nil {
+		return releaseView{}, err
+	}
+	return releaseView{snapshot: s, plan: t.plan, evals: t.evaluate(s.now)}, nil
+}
+
+// wait waits for the views' first snapshot, or, with current set, until
+// they have every change committed before the call.
+func (r *Rollouts) wait(ctx context.Context, current bool) error {
+	if current {
+		return r.views.current(ctx)
+	}
+	return r.views.waitFor(ctx, 0)
+}
+
+// ackView is what judging an ACK of one instance rests on.
+type ackView struct {
+	releaseView
+	reg        registration
+	registered bool
+	// prior are the instance's counted ACKs of the release from its
+	// current registration.
+	prior []Ack
+	// arrival is its last ACK's arrival nanosecond (0: none).
+	arrival int64
+	// applied is what it last reported applying of the config (nil: none).
+	applied *applyInfo
+}
+
+// ackViewOf returns what judging identity's ACK of gen of config rests on,
+// from the views as they are (the write that follows is conditioned on it
+// being unchanged), or, for a release they do not keep, from the store.
+func (r *Rollouts) ackViewOf(ctx context.Context, config string, gen int64, identity string) (ackView, error) {
+	if err := r.wait(ctx, false); err != nil {
+		return ackView{}, err
+	}
+	v := r.views
+	v.mu.RLock()
+	if t := v.findLocked(config, gen); t != nil {
+		cv := v.configs[config]
+		av := ackView{releaseView: releaseView{snapshot: snapshot{rev: v.rev, rel: t.rel, latest: max(cv.head, gen), ptr: cv.ptr, stop: t.stop,
+			progress: t.progress, retired: t.retired, now: r.now()}, plan: t.plan},
+			prior: t.prior(identity), arrival: t.arrivals[identity]}
+		av.reg, av.registered = v.regs[identity]
+		if info, ok := v.applied[config][identity]; ok {
+			av.applied = &info
+		}
+		v.mu.RUnlock()
+		return av, nil
+	}
+	v.mu.RUnlock()
+	// A release the views do not keep: its rollout is over, and the ACK is
+	// late; only its key and the applied record need the store.
+	rev, err := r.currentRevision(ctx)
+	if err != nil {
+		return ackView{}, err
+	}
+	s, err := r.load(ctx, config, gen, rev)
+	if err != nil {
+		return ackView{}, err
+	}
+	av := ackView{releaseView: releaseView{snapshot: s, plan: newPlan(s.rel, s.retired)}}
+	rec, err := r.registry.RegistrationAt(ctx, identity, rev)
+	switch {
+	case err == nil:
+		av.reg, av.registered = registration{boot: rec.BootID, epoch: rec.MembershipEpoch}, true
+	case !errors.Is(err, instance.ErrNotFound):
+		return ackView{}, err
+	}
+	prev, err := r.acksAt(ctx, config, gen, identity, rev)
+	if err != nil {
+		return ackView{}, err
+	}
+	for _, a := range prev {
+		av.arrival = max(av.arrival, a.arrival)
+		if a.Counted && av.registered && a.BootID == av.reg.boot && a.MembershipEpoch == av.reg.epoch {
+			av.prior = append(av.prior, a)
+		}
+	}
+	applied, err := r.appliedAt(ctx, config, identity, rev)
+	if err != nil {
+		return ackView{}, err
+	}
+	if applied != nil {
+		info := applyInfoOf(*applied)
+		av.applied = &info
+	}
+	return av, nil
+}

@@ -1,0 +1,362 @@
+package rollout
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/pawlcfg/pawl/server/internal/records"
+	"github.com/pawlcfg/pawl/server/internal/store"
+	"github.com/pawlcfg/pawl/server/internal/watch"
+)
+
+// views is the state of every config's rollout, computed once per change
+// and shared by every request and every assignment stream: each config's
+// pointer and newest generation, a tracked tally of its newest and of its
+// active release, every instance's registration, and what each instance
+// reported running.
+//
+// # Design
+//
+// One goroutine (run) owns the writes. It reads everything at one store
+// revision, then follows the store's change feed from the next revision,
+// through a watch hub, applying each event in revision order: an ACK moves
+// one member's state in the tallies of its release, a registration resets
+// what that instance reported, a new head makes a new release the newest, a
+// pointer move makes another release the active one. The views are always
+// the store's state at one revision, rev. If the feed fails (its revision
+// was compacted, or the store is unreachable) the views are read again from
+// a fresh snapshot.
+//
+// Readers take the read lock and copy what they need; everything a
+// decision keeps after the lock (plans, progress, stop records, retirement
+// maps, releases) is replaced on change, never modified. A decision made on
+// the views at rev commits with store.Txn conditions on what it read being
+// unchanged since rev, so views that lag the store cost a retry, never a
+// wrong answer; WaitFor lets a caller read its own writes.
+type views struct {
+	r *Rollouts
+
+	mu      sync.RWMutex
+	ready   bool  // the first snapshot was read
+	rev     int64 // the revision the views are at
+	configs map[string]*configView
+	order   []string                        // the configs' IDs, sorted
+	regs    map[string]registration         // every registration, by identity
+	applied map[string]map[string]applyInfo // config -> identity -> what it last reported applying
+	// advanced is closed, and replaced, whenever rev moves.
+	advanced chan struct{}
+	// failed is the reason the views stopped following the feed for good
+	// (their context ended), or nil.
+	failed error
+}
+
+// configView is one config's state.
+type configView struct {
+	ptr    Pointer
+	head   int64
+	newest *tracked // the release at head (nil before the first)
+	active *tracked // the release the pointer names (nil before the first promotion)
+}
+
+// applyInfo is an applied record, as much as a judgement needs.
+type applyInfo struct {
+	gen           int64
+	contentDigest string
+	boot          string
+	epoch         int64
+	seq           int64
+}
+
+func newViews(r *Rollouts) *views {
+	return &views{r: r, configs: map[string]*configView{}, regs: map[string]registration{},
+		applied: map[string]map[string]applyInfo{}, advanced: make(chan struct{})}
+}
+
+// run keeps the views current until ctx ends: a snapshot, then the feed
+// from hub, and a fresh snapshot whenever the feed fails. Its exit is ctx.
+func (v *views) run(ctx context.Context, hub *watch.Hub) {
+	for ctx.Err() == nil {
+		err := v.follow(ctx, hub)
+		if ctx.Err() != nil {
+			break
+		}
+		v.r.log.Warn("rollout views read again from a snapshot", "error", err)
+	}
+	v.mu.Lock()
+	v.failed = errors.Join(ctx.Err(), errors.New("rollout: the rollout views stopped"))
+	close(v.advanced)
+	v.advanced = make(chan struct{})
+	v.mu.Unlock()
+}
+
+// follow reads a snapshot, then applies the feed until it fails.
+func (v *views) follow(ctx context.Context, hub *watch.Hub) error {
+	rev, err := v.r.currentRevision(ctx)
+	if err != nil {
+		return err
+	}
+	snap, err := v.r.readViews(ctx, rev)
+	if err != nil {
+		return err
+	}
+	w, err := hub.Watch(ctx, store.SystemPrefix, rev+1)
+	if err != nil {
+		return err
+	}
+	defer w.Close()
+	v.mu.Lock()
+	v.configs, v.regs, v.applied = snap.configs, snap.regs, snap.applied
+	v.order = slices.Sorted(maps.Keys(snap.configs))
+	v.ready = true
+	v.advanceLocked(rev)
+	v.mu.Unlock()
+	for {
+		batch, err := w.Next(ctx)
+		if err != nil {
+			return err
+		}
+		if len(batch.Events) == 0 {
+			continue
+		}
+		if err := v.apply(ctx, batch.Events); err != nil {
+			return err
+		}
+	}
+}
+
+func (v *views) advanceLocked(rev int64) {
+	v.rev = rev
+	close(v.advanced)
+	v.advanced = make(chan struct{})
+}
+
+// apply applies events, in revision order, and moves rev past the last.
+// What needs the store (a release that becomes the newest or the active
+// one) is read before the lock, at the event's revision.
+func (v *views) apply(ctx context.Context, events []store.Event) error {
+	for _, ev := range events {
+		var load *tracked
+		config, rest, isConfig := strings.Cut(strings.TrimPrefix(ev.KV.Key, records.ConfigsPrefix), "/")
+		if isConfig && strings.HasPrefix(ev.KV.Key, records.ConfigsPrefix) && ev.Type == store.EventPut && (rest == "head" || rest == "active") {
+			var gen int64
+			if rest == "head" {
+				var err error
+				if gen, err = records.HeadGeneration(ev.KV.Value); err != nil {
+					return err
+				}
+			} else {
+				var p Pointer
+				if err := records.Decode(ev.KV, &p); err != nil {
+					return err
+				}
+				gen = p.Generation
+			}
+			if !v.tracks(config, gen) {
+				t, err := v.r.loadTracked(ctx, config, gen, ev.Revision())
+				if err != nil {
+					return fmt.Errorf("rollout views: load %s generation %d at revision %d: %w", config, gen, ev.Revision(), err)
+				}
+				load = t
+			}
+		}
+		v.mu.Lock()
+		err := v.applyLocked(ev, load)
+		v.advanceLocked(ev.Revision())
+		v.mu.Unlock()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// tracks reports whether the views already track generation gen of config.
+func (v *views) tracks(config string, gen int64) bool {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	cv := v.configs[config]
+	return cv != nil && ((cv.newest != nil && cv.newest.rel.Generation == gen) || (cv.active != nil && cv.active.rel.Generation == gen))
+}
+
+// find is the tracked release gen of config, or nil. The caller holds mu.
+func (v *views) findLocked(config string, gen int64) *tracked {
+	cv := v.configs[config]
+	switch {
+	case cv == nil:
+		return nil
+	case cv.newest != nil && cv.newest.rel.Generation == gen:
+		return cv.newest
+	case cv.active != nil && cv.active.rel.Generation == gen:
+		return cv.active
+	}
+	return nil
+}
+
+// applyLocked applies one event; load is the release the event makes
+// newest or active, when it was not tracked. The caller holds mu.
+func (v *views) applyLocked(ev store.Event, load *tracked) error {
+	key := ev.KV.Key
+	switch {
+	case strings.HasPrefix(key, records.InstancesPrefix):
+		id := strings.TrimPrefix(key, records.InstancesPrefix)
+		if ev.Type == store.EventDelete {
+			delete(v.regs, id)
+		} else {
+			rec, err := decodeRegistration(ev.KV)
+			if err != nil {
+				return err
+			}
+			v.regs[id] = rec
+		}
+		for _, cv := range v.configs {
+			for _, t := range []*tracked{cv.newest, cv.active} {
+				if t != nil {
+					t.reregistered(id)
+				}
+			}
+		}
+	case strings.HasPrefix(key, records.AcksPrefix):
+		var a Ack
+		if err := records.Decode(ev.KV, &a); err != nil {
+			return err
+		}
+		arrival, err := records.AckArrival(key)
+		if err != nil {
+			return err
+		}
+		a.arrival = arrival
+		if t := v.findLocked(a.ConfigID, a.Generation); t != nil {
+			reg, ok := v.regs[a.WorkloadIdentity]
+			t.addAck(a, reg, ok)
+		}
+	case strings.HasPrefix(key, records.AppliedPrefix):
+		var rec AppliedRecord
+		if err := records.Decode(ev.KV, &rec); err != nil {
+			return err
+		}
+		byID := v.applied[rec.ConfigID]
+		if byID == nil {
+			byID = map[string]applyInfo{}
+			v.applied[rec.ConfigID] = byID
+		}
+		byID[rec.WorkloadIdentity] = applyInfoOf(rec)
+	case strings.HasPrefix(key, records.ConfigsPrefix):
+		return v.applyConfigLocked(ev, load)
+	}
+	return nil
+}
+
+// applyConfigLocked applies an event under records.ConfigsPrefix. The
+// caller holds mu.
+func (v *views) applyConfigLocked(ev store.Event, load *tracked) error {
+	config, rest, _ := strings.Cut(strings.TrimPrefix(ev.KV.Key, records.ConfigsPrefix), "/")
+	cv := v.configs[config]
+	if cv == nil {
+		cv = &configView{}
+		v.configs[config] = cv
+		i, _ := slices.BinarySearch(v.order, config)
+		v.order = slices.Insert(v.order, i, config)
+	}
+	what, tail, _ := strings.Cut(rest, "/")
+	switch what {
+	case "head":
+		gen, err := records.HeadGeneration(ev.KV.Value)
+		if err != nil {
+			return err
+		}
+		cv.head = gen
+		if t := v.findLocked(config, gen); t != nil {
+			cv.newest = t
+		} else {
+			cv.newest = load
+		}
+	case "active":
+		var p Pointer
+		if err := records.Decode(ev.KV, &p); err != nil {
+			return err
+		}
+		p.Revision = ev.KV.ModRevision
+		cv.ptr = p
+		if t := v.findLocked(config, p.Generation); t != nil {
+			cv.active = t
+		} else {
+			cv.active = load
+		}
+	case "progress", "stops":
+		gen, err := records.ParseGeneration(tail)
+		if err != nil {
+			return fmt.Errorf("rollout views: %s: %w", ev.KV.Key, err)
+		}
+		t := v.findLocked(config, gen)
+		if t == nil {
+			return nil
+		}
+		if what == "stops" {
+			var s Stop
+			if err := records.Decode(ev.KV, &s); err != nil {
+				return err
+			}
+			s.Revision = ev.KV.ModRevision
+			t.stop = &s
+			return nil
+		}
+		var p Progress
+		if err := records.Decode(ev.KV, &p); err != nil {
+			return err
+		}
+		p.Revision = ev.KV.ModRevision
+		t.progress = p
+	case "retired":
+		genPart, _, _ := strings.Cut(tail, "/")
+		gen, err := records.ParseGeneration(genPart)
+		if err != nil {
+			return fmt.Errorf("rollout views: %s: %w", ev.KV.Key, err)
+		}
+		if t := v.findLocked(config, gen); t != nil {
+			var rt Retirement
+			if err := records.Decode(ev.KV, &rt); err != nil {
+				return err
+			}
+			rt.Revision = ev.KV.ModRevision
+			t.retire(rt)
+		}
+	}
+	return nil
+}
+
+// waitFor blocks until the views are at revision rev or later (0: until
+// they read their first snapshot). It fails when ctx ends or the views
+// stopped.
+func (v *views) waitFor(ctx context.Context, rev int64) error {
+	for {
+		v.mu.RLock()
+		ready, at, advanced, failed := v.ready, v.rev, v.advanced, v.failed
+		v.mu.RUnlock()
+		switch {
+		case failed != nil:
+			return failed
+		case ready && at >= rev:
+			return nil
+		}
+		select {
+		case <-advanced:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// current waits until the views have every change committed before the
+// call: a reader reads its own writes.
+func (v *views) current(ctx context.Context) error {
+	rev, err := v.r.currentRevision(ctx)
+	if err != nil {
+		return err
+	}
+	return v.waitFor(ctx, rev)
+}
