@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -298,5 +299,82 @@ func TestAFractionStageSendsItsCohortThenZoneByZone(t *testing.T) {
 		if got[id] != "routing@1:everyone " || zoneOf[id] == "zone-a" {
 			t.Fatalf("after zone-a %s (%s) got %q", id, zoneOf[id], got[id])
 		}
+	}
+}
+
+// TestAssignmentDeltasAndResume: with deltas, the first message is the
+// full set and each later one carries only the configs that changed, and
+// the configs that have no assignment any more; a stream that reconnects
+// with the last revision it holds gets a set at that revision or later, and
+// a revision the server never had is refused.
+func TestAssignmentDeltasAndResume(t *testing.T) {
+	srv := testserver.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c := newCanaryRollout(t, ctx, srv, connect.WithGRPC())
+	register(t, c.is, "canary-1", "b", "zone-a", map[string]string{"canary": "true"})
+	register(t, c.is, "main-1", "b", "zone-b", nil)
+	rel1 := c.create(50)
+	c.ack(rel1, "canary-1")
+	c.ack(rel1, "main-1")
+	if _, err := c.ro.Promote(ctx, connect.NewRequest(&pawlv1.PromoteRequest{ConfigId: "routing", Generation: 1, IdempotencyKey: "p1"})); err != nil {
+		t.Fatal(err)
+	}
+	// A second config, whose first release goes to the canary only.
+	spec := &pawlv1.ReleaseSpec{ConfigId: "limits", MediaType: "application/json", ValidatorDigest: c.digest,
+		Content: []byte(`{"upstreams":[{"host":"a","weight":100}]}`), Deadline: durationpb.New(time.Hour),
+		Stages: []*pawlv1.Stage{{Name: "canary", Selector: map[string]string{"canary": "true"}, Policy: &pawlv1.AckPolicy{Kind: pawlv1.AckPolicyKind_ACK_POLICY_KIND_ALL}}}}
+	if _, err := c.rs.CreateRelease(ctx, connect.NewRequest(&pawlv1.CreateReleaseRequest{Spec: spec})); err != nil {
+		t.Fatal(err)
+	}
+	s, err := c.is.WatchAssignments(ctx, connect.NewRequest(&pawlv1.WatchAssignmentsRequest{WorkloadIdentity: "canary-1", Deltas: true}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	receive := func() *pawlv1.WatchAssignmentsResponse {
+		t.Helper()
+		if !s.Receive() {
+			t.Fatalf("stream ended: %v", s.Err())
+		}
+		return s.Msg()
+	}
+	first := receive()
+	if !first.GetFull() || render(first) != "limits@1:canary routing@1 " {
+		t.Fatalf("first message = %v (full %v)", render(first), first.GetFull())
+	}
+	// Generation 2 of routing reaches the canary: one config travels.
+	rel2 := c.create(70)
+	if d := receive(); d.GetFull() || render(d) != "routing@2:canary " || len(d.GetRemovedConfigIds()) != 0 {
+		t.Fatalf("delta after routing@2 = %q (full %v, removed %v)", render(d), d.GetFull(), d.GetRemovedConfigIds())
+	}
+	_ = rel2
+	// The limits rollout stops: its only assignment is gone.
+	if _, err := c.ro.StopRollout(ctx, connect.NewRequest(&pawlv1.StopRolloutRequest{ConfigId: "limits", Generation: 1, Reason: "bad"})); err != nil {
+		t.Fatal(err)
+	}
+	d := receive()
+	if d.GetFull() || len(d.GetAssignments()) != 0 || fmt.Sprint(d.GetRemovedConfigIds()) != "[limits]" {
+		t.Fatalf("delta after the stop = %q (full %v, removed %v)", render(d), d.GetFull(), d.GetRemovedConfigIds())
+	}
+	last := d.GetRevision()
+	_ = s.Close()
+
+	// Reconnecting with the last revision held: a full set, never older.
+	again, err := c.is.WatchAssignments(ctx, connect.NewRequest(&pawlv1.WatchAssignmentsRequest{WorkloadIdentity: "canary-1", Deltas: true, AfterRevision: last}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Close()
+	if !again.Receive() || !again.Msg().GetFull() || again.Msg().GetRevision() < last || render(again.Msg()) != "routing@2:canary " {
+		t.Fatalf("resumed = %v, %v", again.Msg(), again.Err())
+	}
+	future, err := c.is.WatchAssignments(ctx, connect.NewRequest(&pawlv1.WatchAssignmentsRequest{WorkloadIdentity: "canary-1", AfterRevision: last + 1000}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer future.Close()
+	if future.Receive() || connect.CodeOf(future.Err()) != connect.CodeInvalidArgument || !strings.Contains(future.Err().Error(), "after_revision") {
+		t.Fatalf("a revision from the future = %v", future.Err())
 	}
 }

@@ -1,5 +1,6 @@
 // Command fleet measures pawld under a simulated fleet: thousands of
-// registered instances, each holding an assignment stream, and a hundred
+// registered instances, each holding an assignment stream (with deltas, as
+// the SDK follows it), and a hundred
 // configs with an active release. It starts pawld as its own process (so
 // its CPU and memory are its own), drives it over loopback with real gRPC
 // clients, and prints a Markdown table:
@@ -48,7 +49,7 @@ import (
 type options struct {
 	instances, configs, conns, workers, promotions, statusCalls int
 	idle, lease                                                 time.Duration
-	pawld                                                       string
+	pawld, pprof                                                string
 }
 
 func main() {
@@ -62,6 +63,7 @@ func main() {
 	flag.DurationVar(&o.idle, "idle", 30*time.Second, "how long to measure pawld idle (streams connected, heartbeats flowing)")
 	flag.DurationVar(&o.lease, "lease", 30*time.Second, "instance lease; instances heartbeat every third of it")
 	flag.StringVar(&o.pawld, "pawld", "", "pawld binary (default: built from ./cmd/pawld)")
+	flag.StringVar(&o.pprof, "pprof", "", "have pawld serve its profiles on this address (pawld --pprof)")
 	flag.Parse()
 	if err := run(context.Background(), o); err != nil {
 		fmt.Fprintln(os.Stderr, "fleet:", err)
@@ -93,6 +95,14 @@ func run(ctx context.Context, o options) error {
 	if err := b.register(ctx); err != nil {
 		return err
 	}
+	// Instances heartbeat from now on, every lease/3, as the SDK will.
+	hbCtx, stopHeartbeats := context.WithCancel(ctx)
+	heartbeats := make(chan error, 1)
+	go func() { heartbeats <- b.heartbeat(hbCtx) }()
+	defer func() {
+		stopHeartbeats()
+		<-heartbeats
+	}()
 	start := time.Now()
 	if err := b.openStreams(ctx); err != nil {
 		return err
@@ -165,8 +175,11 @@ func startPawld(ctx context.Context, o options, dir string) (*pawld, error) {
 	}
 	addr := ln.Addr().String()
 	_ = ln.Close()
-	cmd := exec.Command(bin, "--listen", addr, "--data", filepath.Join(dir, "data"), "--log-level", "warn",
-		"--instance-lease", o.lease.String())
+	args := []string{"--listen", addr, "--data", filepath.Join(dir, "data"), "--log-level", "warn", "--instance-lease", o.lease.String()}
+	if o.pprof != "" {
+		args = append(args, "--pprof", o.pprof)
+	}
+	cmd := exec.Command(bin, args...)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		return nil, err
@@ -251,6 +264,8 @@ type bench struct {
 	wg       sync.WaitGroup
 	received atomic.Int64
 	ingested *pawlv1.Release
+	// heartbeatsFailed counts heartbeats that failed.
+	heartbeatsFailed atomic.Int64
 }
 
 func h2c(streams int) *http.Client {
@@ -355,7 +370,7 @@ func (b *bench) openStreams(ctx context.Context) error {
 		b.wg.Add(1)
 		go func() {
 			defer b.wg.Done()
-			st, err := client.WatchAssignments(sctx, connect.NewRequest(&pawlv1.WatchAssignmentsRequest{WorkloadIdentity: id}))
+			st, err := client.WatchAssignments(sctx, connect.NewRequest(&pawlv1.WatchAssignmentsRequest{WorkloadIdentity: id, Deltas: true}))
 			if err != nil {
 				return
 			}
@@ -364,9 +379,16 @@ func (b *bench) openStreams(ctx context.Context) error {
 			for st.Receive() {
 				now := time.Now()
 				s.mu.Lock()
-				clear(s.gens)
-				clear(s.stages)
-				for _, a := range st.Msg().GetAssignments() {
+				msg := st.Msg()
+				if msg.GetFull() {
+					clear(s.gens)
+					clear(s.stages)
+				}
+				for _, config := range msg.GetRemovedConfigIds() {
+					delete(s.gens, config)
+					delete(s.stages, config)
+				}
+				for _, a := range msg.GetAssignments() {
 					if a.GetShadow() {
 						continue
 					}
@@ -540,6 +562,13 @@ func (b *bench) ingest(ctx context.Context, validator string) (int, time.Duratio
 	}
 	rel := resp.Msg.GetRelease()
 	b.ingested = rel
+	members := map[string]bool{}
+	for _, m := range rel.GetMembership() {
+		members[m.GetWorkloadIdentity()] = true
+	}
+	if len(members) != len(b.ids) {
+		return 0, 0, 0, fmt.Errorf("the ingest release froze %d members of %d instances: leases lapsed", len(members), len(b.ids))
+	}
 	if err := b.waitFor("the ingest release assigned", 10*time.Minute, func(s *stream) bool { return s.gens["ingest"] == rel.GetGeneration() }); err != nil {
 		return 0, 0, 0, err
 	}
@@ -575,41 +604,49 @@ func (b *bench) status(ctx context.Context) ([]time.Duration, int, error) {
 	return out, size, nil
 }
 
-// idle lets every instance heartbeat every lease/3, spread evenly, and
-// measures pawld's CPU share and memory.
-func (b *bench) idle(ctx context.Context) (float64, int64, error) {
-	interval := b.o.lease / 3
-	per := interval / time.Duration(len(b.ids))
-	cpu0, err := b.srv.cpu()
-	if err != nil {
-		return 0, 0, err
-	}
-	start := time.Now()
+// heartbeat has every instance heartbeat every lease/3, spread evenly over
+// the interval, until ctx ends.
+func (b *bench) heartbeat(ctx context.Context) error {
+	per := b.o.lease / 3 / time.Duration(len(b.ids))
 	tick := time.NewTicker(max(per, time.Microsecond))
 	defer tick.Stop()
 	sem := make(chan struct{}, b.o.workers)
 	var wg sync.WaitGroup
-	var failed atomic.Int64
-	for i := 0; time.Since(start) < b.o.idle; i++ {
-		<-tick.C
+	defer wg.Wait()
+	for i := 0; ; i++ {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
 		id := b.ids[i%len(b.ids)]
 		sem <- struct{}{}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			if _, err := b.is.Heartbeat(ctx, connect.NewRequest(&pawlv1.HeartbeatRequest{WorkloadIdentity: id, BootId: "boot-1"})); err != nil {
-				failed.Add(1)
+			if _, err := b.is.Heartbeat(ctx, connect.NewRequest(&pawlv1.HeartbeatRequest{WorkloadIdentity: id, BootId: "boot-1"})); err != nil && ctx.Err() == nil {
+				b.heartbeatsFailed.Add(1)
 			}
 		}()
 	}
-	wg.Wait()
+}
+
+// idle measures pawld's CPU share and memory while nothing happens but
+// the streams being connected and every instance heartbeating.
+func (b *bench) idle(context.Context) (float64, int64, error) {
+	cpu0, err := b.srv.cpu()
+	if err != nil {
+		return 0, 0, err
+	}
+	start := time.Now()
+	time.Sleep(b.o.idle)
 	took := time.Since(start)
 	cpu1, err := b.srv.cpu()
 	if err != nil {
 		return 0, 0, err
 	}
-	if n := failed.Load(); n > 0 {
+	if n := b.heartbeatsFailed.Load(); n > 0 {
 		return 0, 0, fmt.Errorf("%d heartbeats failed", n)
 	}
 	rss, err := b.srv.rss()

@@ -15,9 +15,12 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/pawlcfg/pawl/server"
 )
@@ -52,6 +55,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	tlsKey := fs.String("tls-key", "", "PEM private key file for --tls-cert")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
+	pprofAddr := fs.String("pprof", "", "serve Go's profiles (net/http/pprof) on this address, e.g. 127.0.0.1:6060; off by default")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -79,6 +83,13 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	defer srv.Close()
+	if *pprofAddr != "" {
+		stopProfiles, err := serveProfiles(*pprofAddr, log)
+		if err != nil {
+			return err
+		}
+		defer stopProfiles()
+	}
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", *listen, err)
@@ -111,4 +122,32 @@ func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	}
 	return nil, fmt.Errorf("--log-format %q: want text or json", format)
+}
+
+// serveProfiles serves net/http/pprof on addr, apart from the API, until
+// the returned function stops it.
+func serveProfiles(addr string, log *slog.Logger) (func(), error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--pprof %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			log.Warn("pprof server stopped", "error", err)
+		}
+	}()
+	log.Info("profiles served", "url", "http://"+ln.Addr().String()+"/debug/pprof/")
+	return func() {
+		_ = srv.Close()
+		<-done
+	}, nil
 }

@@ -497,8 +497,16 @@ type WatchAssignmentsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The instance.
 	WorkloadIdentity string `protobuf:"bytes,1,opt,name=workload_identity,json=workloadIdentity,proto3" json:"workload_identity,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// After the first (full) set, send only the configs whose assignments
+	// changed, and the configs that have none any more: at fleet scale a
+	// promotion of one config then sends each instance one assignment.
+	Deltas bool `protobuf:"varint,2,opt,name=deltas,proto3" json:"deltas,omitempty"`
+	// The revision of the last set the client holds, when it reconnects: the
+	// first set sent is computed at this revision or a later one, never an
+	// older one (0: no constraint).
+	AfterRevision int64 `protobuf:"varint,3,opt,name=after_revision,json=afterRevision,proto3" json:"after_revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *WatchAssignmentsRequest) Reset() {
@@ -536,6 +544,20 @@ func (x *WatchAssignmentsRequest) GetWorkloadIdentity() string {
 		return x.WorkloadIdentity
 	}
 	return ""
+}
+
+func (x *WatchAssignmentsRequest) GetDeltas() bool {
+	if x != nil {
+		return x.Deltas
+	}
+	return false
+}
+
+func (x *WatchAssignmentsRequest) GetAfterRevision() int64 {
+	if x != nil {
+		return x.AfterRevision
+	}
+	return 0
 }
 
 // Assignment is one config's generation that an instance must run.
@@ -643,16 +665,23 @@ func (x *Assignment) GetShadow() bool {
 	return false
 }
 
-// WatchAssignmentsResponse is the instance's full set of assignments.
+// WatchAssignmentsResponse is the instance's set of assignments, or, with
+// deltas and full unset, the changes to it.
 type WatchAssignmentsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Per config: the generation to run (active or canary), if any, and
-	// the generation to validate in a shadow stage, if any.
+	// the generation to validate in a shadow stage, if any. In a delta,
+	// every assignment of each config that changed.
 	Assignments []*Assignment `protobuf:"bytes,1,rep,name=assignments,proto3" json:"assignments,omitempty"`
 	// The store revision the set was computed at.
-	Revision      int64 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Revision int64 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	// Whether this is the whole set (always, without deltas): the client
+	// replaces what it holds.
+	Full bool `protobuf:"varint,3,opt,name=full,proto3" json:"full,omitempty"`
+	// In a delta: configs that have no assignment any more.
+	RemovedConfigIds []string `protobuf:"bytes,4,rep,name=removed_config_ids,json=removedConfigIds,proto3" json:"removed_config_ids,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *WatchAssignmentsResponse) Reset() {
@@ -699,6 +728,20 @@ func (x *WatchAssignmentsResponse) GetRevision() int64 {
 	return 0
 }
 
+func (x *WatchAssignmentsResponse) GetFull() bool {
+	if x != nil {
+		return x.Full
+	}
+	return false
+}
+
+func (x *WatchAssignmentsResponse) GetRemovedConfigIds() []string {
+	if x != nil {
+		return x.RemovedConfigIds
+	}
+	return nil
+}
+
 var File_pawl_v1_instance_proto protoreflect.FileDescriptor
 
 const file_pawl_v1_instance_proto_rawDesc = "" +
@@ -734,9 +777,11 @@ const file_pawl_v1_instance_proto_rawDesc = "" +
 	"\x06record\x18\x01 \x01(\v2\x17.pawl.v1.InstanceRecordR\x06record\"\x16\n" +
 	"\x14ListInstancesRequest\"N\n" +
 	"\x15ListInstancesResponse\x125\n" +
-	"\tinstances\x18\x01 \x03(\v2\x17.pawl.v1.InstanceRecordR\tinstances\"F\n" +
+	"\tinstances\x18\x01 \x03(\v2\x17.pawl.v1.InstanceRecordR\tinstances\"\x85\x01\n" +
 	"\x17WatchAssignmentsRequest\x12+\n" +
-	"\x11workload_identity\x18\x01 \x01(\tR\x10workloadIdentity\"\xdf\x01\n" +
+	"\x11workload_identity\x18\x01 \x01(\tR\x10workloadIdentity\x12\x16\n" +
+	"\x06deltas\x18\x02 \x01(\bR\x06deltas\x12%\n" +
+	"\x0eafter_revision\x18\x03 \x01(\x03R\rafterRevision\"\xdf\x01\n" +
 	"\n" +
 	"Assignment\x12\x1b\n" +
 	"\tconfig_id\x18\x01 \x01(\tR\bconfigId\x12\x1e\n" +
@@ -747,10 +792,12 @@ const file_pawl_v1_instance_proto_rawDesc = "" +
 	"\x10validator_digest\x18\x04 \x01(\tR\x0fvalidatorDigest\x12\x14\n" +
 	"\x05stage\x18\x05 \x01(\tR\x05stage\x12\x14\n" +
 	"\x05epoch\x18\x06 \x01(\x03R\x05epoch\x12\x16\n" +
-	"\x06shadow\x18\a \x01(\bR\x06shadow\"m\n" +
+	"\x06shadow\x18\a \x01(\bR\x06shadow\"\xaf\x01\n" +
 	"\x18WatchAssignmentsResponse\x125\n" +
 	"\vassignments\x18\x01 \x03(\v2\x13.pawl.v1.AssignmentR\vassignments\x12\x1a\n" +
-	"\brevision\x18\x02 \x01(\x03R\brevision2\xcf\x02\n" +
+	"\brevision\x18\x02 \x01(\x03R\brevision\x12\x12\n" +
+	"\x04full\x18\x03 \x01(\bR\x04full\x12,\n" +
+	"\x12removed_config_ids\x18\x04 \x03(\tR\x10removedConfigIds2\xcf\x02\n" +
 	"\x0fInstanceService\x12A\n" +
 	"\bRegister\x12\x18.pawl.v1.RegisterRequest\x1a\x19.pawl.v1.RegisterResponse\"\x00\x12D\n" +
 	"\tHeartbeat\x12\x19.pawl.v1.HeartbeatRequest\x1a\x1a.pawl.v1.HeartbeatResponse\"\x00\x12^\n" +

@@ -3,8 +3,10 @@ package api
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
+	"strconv"
 	"strings"
 
 	"connectrpc.com/connect"
@@ -14,6 +16,7 @@ import (
 	pawlv1 "github.com/pawlcfg/pawl/gen/pawl/v1"
 	"github.com/pawlcfg/pawl/gen/pawl/v1/pawlv1connect"
 	"github.com/pawlcfg/pawl/server/internal/instance"
+	"github.com/pawlcfg/pawl/server/internal/records"
 	"github.com/pawlcfg/pawl/server/internal/rollout"
 	"github.com/pawlcfg/pawl/server/internal/store"
 	"github.com/pawlcfg/pawl/server/internal/watch"
@@ -36,33 +39,45 @@ func NewInstances(r *instance.Registry, ro *rollout.Rollouts, hub *watch.Hub, lo
 }
 
 // WatchAssignments implements pawl.v1.InstanceService.WatchAssignments. It
-// recomputes the instance's assignments after every change to release or
-// rollout records and sends the set when it differs from the last one
-// sent. A stream that fell so far behind that the change log it needs was
-// compacted starts over from now with the current set, which is all an
-// instance needs. The stream ends with Unavailable when the server shuts
-// down.
+// follows the release and rollout records through a watcher of the hub: a
+// change wakes the stream, which waits until the rollout views include it,
+// looks its instance up in the configs the change touched, and sends the
+// set (or, with deltas, what changed) when anything did. A stream that
+// fell so far behind that the change log it needs was compacted starts
+// over from now with a full set, which is all an instance needs. The
+// stream ends with Unavailable when the server shuts down.
 func (h *Instances) WatchAssignments(ctx context.Context, req *connect.Request[pawlv1.WatchAssignmentsRequest], stream *connect.ServerStream[pawlv1.WatchAssignmentsResponse]) error {
-	identity := req.Msg.GetWorkloadIdentity()
+	m := req.Msg
+	identity := m.GetWorkloadIdentity()
 	if identity == "" {
 		return InvalidArgument("workload_identity is required")
 	}
+	if after := m.GetAfterRevision(); after != 0 {
+		now := h.hub.Revision()
+		if after < 0 || after > now {
+			return InvalidArgument("after_revision %d is not a revision this server has (its revision is %d): resume from a revision it sent you, or 0", after, now)
+		}
+	}
+	as := &assignmentStream{stream: stream, identity: identity, deltas: m.GetDeltas(), held: map[string]string{}}
 	var w *watch.Watcher
 	defer func() {
 		if w != nil {
 			w.Close()
 		}
 	}()
-	last := "\x00nothing sent yet" // no real set renders like this
 	for {
 		if w == nil {
 			var err error
-			// From now: the set sent next is computed after registering,
-			// so no change between the two is missed.
-			if w, err = h.hub.Watch(ctx, store.SystemPrefix+"configs/", 0); err != nil {
+			// From now: the full set sent next is computed after the watcher
+			// started, so no change between the two is missed.
+			if w, err = h.hub.Watch(ctx, records.ConfigsPrefix, 0); err != nil {
 				return Error(h.log, req.Spec(), err)
 			}
-			if err := h.sendIfChanged(ctx, stream, identity, w.StartedAt(), &last); err != nil {
+			byConfig, rev, err := h.rollouts.AssignmentsAt(ctx, identity, max(w.StartedAt(), m.GetAfterRevision()), nil)
+			if err != nil {
+				return Error(h.log, req.Spec(), err)
+			}
+			if err := as.sendFull(byConfig, rev); err != nil {
 				return err
 			}
 		}
@@ -82,31 +97,108 @@ func (h *Instances) WatchAssignments(ctx context.Context, req *connect.Request[p
 		case len(batch.Events) == 0:
 			continue
 		}
-		if err := h.sendIfChanged(ctx, stream, identity, batch.Events[len(batch.Events)-1].Revision(), &last); err != nil {
+		byConfig, rev, err := h.rollouts.AssignmentsAt(ctx, identity, batch.Events[len(batch.Events)-1].Revision(), touchedConfigs(batch.Events))
+		if err != nil {
+			return Error(h.log, req.Spec(), err)
+		}
+		if err := as.sendChanges(byConfig, rev); err != nil {
 			return err
 		}
 	}
 }
 
-// sendIfChanged sends the instance's set, computed once the rollout views
-// are at revision rev, if it differs from the last one sent.
-func (h *Instances) sendIfChanged(ctx context.Context, stream *connect.ServerStream[pawlv1.WatchAssignmentsResponse], identity string, rev int64, last *string) error {
-	as, rev, err := h.rollouts.AssignmentsAt(ctx, identity, rev)
-	if err != nil {
-		return Error(h.log, connect.Spec{Procedure: pawlv1connect.InstanceServiceWatchAssignmentsProcedure}, err)
+// touchedConfigs are the configs whose records the events changed.
+func touchedConfigs(events []store.Event) []string {
+	var out []string
+	for _, ev := range events {
+		config, _, _ := strings.Cut(strings.TrimPrefix(ev.KV.Key, records.ConfigsPrefix), "/")
+		if !slices.Contains(out, config) {
+			out = append(out, config)
+		}
 	}
-	resp := &pawlv1.WatchAssignmentsResponse{Revision: rev}
-	var key strings.Builder
-	for _, a := range as {
-		resp.Assignments = append(resp.Assignments, &pawlv1.Assignment{ConfigId: a.ConfigID, Generation: a.Generation,
-			ContentDigest: a.ContentDigest, ValidatorDigest: a.ValidatorDigest, Stage: a.Stage, Epoch: a.Epoch, Shadow: a.Shadow})
-		fmt.Fprintf(&key, "%s/%d/%d/%s/%v;", a.ConfigID, a.Generation, a.Epoch, a.Stage, a.Shadow)
+	return out
+}
+
+// assignmentStream is what one stream sent its instance: per config, the
+// assignments it holds, rendered as a key to compare.
+type assignmentStream struct {
+	stream   *connect.ServerStream[pawlv1.WatchAssignmentsResponse]
+	identity string
+	deltas   bool
+	held     map[string]string               // config -> key of its assignments as sent
+	sent     map[string][]*pawlv1.Assignment // config -> its assignments as sent
+}
+
+// sendFull sends every config's assignments and makes them what is held.
+func (s *assignmentStream) sendFull(byConfig map[string][]rollout.Assignment, rev int64) error {
+	clear(s.held)
+	s.sent = map[string][]*pawlv1.Assignment{}
+	for config, as := range byConfig {
+		s.held[config], s.sent[config] = renderAssignments(as)
 	}
-	if key.String() == *last {
+	return s.stream.Send(&pawlv1.WatchAssignmentsResponse{Assignments: s.flatten(), Revision: rev, Full: true})
+}
+
+// sendChanges sends what changed of the configs computed, if anything did:
+// the whole set again, or with deltas only those configs.
+func (s *assignmentStream) sendChanges(byConfig map[string][]rollout.Assignment, rev int64) error {
+	delta := &pawlv1.WatchAssignmentsResponse{Revision: rev}
+	changed := false
+	for _, config := range slices.Sorted(maps.Keys(byConfig)) {
+		key, as := renderAssignments(byConfig[config])
+		if key == s.held[config] {
+			continue
+		}
+		changed = true
+		if len(as) == 0 {
+			delete(s.held, config)
+			delete(s.sent, config)
+			delta.RemovedConfigIds = append(delta.RemovedConfigIds, config)
+			continue
+		}
+		s.held[config], s.sent[config] = key, as
+		delta.Assignments = append(delta.Assignments, as...)
+	}
+	switch {
+	case !changed:
 		return nil
+	case s.deltas:
+		return s.stream.Send(delta)
 	}
-	*last = key.String()
-	return stream.Send(resp)
+	return s.stream.Send(&pawlv1.WatchAssignmentsResponse{Assignments: s.flatten(), Revision: rev, Full: true})
+}
+
+// flatten is every held assignment, in config order.
+func (s *assignmentStream) flatten() []*pawlv1.Assignment {
+	var out []*pawlv1.Assignment
+	for _, config := range slices.Sorted(maps.Keys(s.sent)) {
+		out = append(out, s.sent[config]...)
+	}
+	return out
+}
+
+// renderAssignments is a config's assignments on the wire, and a key that
+// differs whenever they do ("" for none).
+func renderAssignments(as []rollout.Assignment) (string, []*pawlv1.Assignment) {
+	if len(as) == 0 {
+		return "", nil
+	}
+	var key strings.Builder
+	out := make([]*pawlv1.Assignment, 0, len(as))
+	for _, a := range as {
+		out = append(out, &pawlv1.Assignment{ConfigId: a.ConfigID, Generation: a.Generation, ContentDigest: a.ContentDigest,
+			ValidatorDigest: a.ValidatorDigest, Stage: a.Stage, Epoch: a.Epoch, Shadow: a.Shadow})
+		key.WriteString(strconv.FormatInt(a.Generation, 10))
+		key.WriteByte('/')
+		key.WriteString(strconv.FormatInt(a.Epoch, 10))
+		key.WriteByte('/')
+		key.WriteString(a.Stage)
+		if a.Shadow {
+			key.WriteString("/shadow")
+		}
+		key.WriteByte(';')
+	}
+	return key.String(), out
 }
 
 // Register implements pawl.v1.InstanceService.Register.

@@ -2,6 +2,8 @@ package rollout
 
 import (
 	"context"
+	"maps"
+	"slices"
 
 	"github.com/pawlcfg/pawl/server/internal/release"
 )
@@ -25,8 +27,7 @@ type candidate struct {
 func (cv *configView) state() configState {
 	cs := configState{ptr: cv.ptr}
 	if cv.active != nil {
-		active := cv.active.rel
-		cs.active = &active
+		cs.active = &cv.active.rel // immutable: a tracked release never changes
 	}
 	if t := cv.newest; t != nil && t.rel.Generation == cv.head && !cv.ptr.promoted(cv.head) && t.stop == nil {
 		cs.cand = &candidate{plan: t.plan, progress: t.progress}
@@ -118,40 +119,70 @@ func assignmentOf(rel release.Release, stage string, shadow bool, epoch int64) *
 }
 
 // Assignments computes what the instance must run, config by config, all
-// at one store revision, after every change committed before the call; see
-// AssignmentsAt.
+// at one store revision, after every change committed before the call, in
+// config order; see AssignmentsAt.
 func (r *Rollouts) Assignments(ctx context.Context, identity string) ([]Assignment, int64, error) {
 	rev, err := r.currentRevision(ctx)
 	if err != nil {
 		return nil, 0, err
 	}
-	return r.AssignmentsAt(ctx, identity, rev)
+	byConfig, at, err := r.AssignmentsAt(ctx, identity, rev, nil)
+	if err != nil {
+		return nil, 0, err
+	}
+	var out []Assignment
+	for _, config := range slices.Sorted(maps.Keys(byConfig)) {
+		out = append(out, byConfig[config]...)
+	}
+	return out, at, nil
 }
 
-// AssignmentsAt computes what the instance must run, config by config, from
-// the views once they are at revision rev or later: the newest release's
+// AssignmentsAt computes what the instance must run, by config, from the
+// views once they are at revision rev or later: the newest release's
 // generation if its rollout goes on and reached the stage that takes the
 // instance, else the active generation; and, for an instance of a reached
-// shadow stage, the release to validate beside what it runs. Configs with
-// neither are left out. The revision the set was computed at (rev or
-// later) is returned. Every assignment stream reads the same views: a
-// change is computed once, and each stream only looks its instance up.
-func (r *Rollouts) AssignmentsAt(ctx context.Context, identity string, rev int64) ([]Assignment, int64, error) {
+// shadow stage, the release to validate beside what it runs. It computes
+// the configs named, each with its assignments (none: an empty list), or,
+// when configs is nil, every config that has any. It returns the revision
+// the views were at. Every assignment stream reads the same views: a
+// change is computed once, and each stream only looks its instance up in
+// the configs the change touched.
+func (r *Rollouts) AssignmentsAt(ctx context.Context, identity string, rev int64, configs []string) (map[string][]Assignment, int64, error) {
 	if err := r.views.waitFor(ctx, rev); err != nil {
 		return nil, 0, err
 	}
 	v := r.views
 	v.mu.RLock()
 	defer v.mu.RUnlock()
-	var out []Assignment
-	for _, config := range v.order {
-		run, shadow := v.configs[config].state().assign(identity)
-		if run != nil {
-			out = append(out, *run)
+	out := map[string][]Assignment{}
+	if configs == nil {
+		for config, cv := range v.configs {
+			if as := cv.assign(identity); len(as) > 0 {
+				out[config] = as
+			}
 		}
-		if shadow != nil {
-			out = append(out, *shadow)
+		return out, v.rev, nil
+	}
+	for _, config := range configs {
+		var as []Assignment
+		if cv := v.configs[config]; cv != nil {
+			as = cv.assign(identity)
 		}
+		out[config] = as
 	}
 	return out, v.rev, nil
+}
+
+// assign is what identity must run of the config and, in a shadow stage,
+// validate: zero, one or two assignments. The caller holds the views' read
+// lock.
+func (cv *configView) assign(identity string) []Assignment {
+	run, shadow := cv.state().assign(identity)
+	var out []Assignment
+	for _, a := range []*Assignment{run, shadow} {
+		if a != nil {
+			out = append(out, *a)
+		}
+	}
+	return out
 }

@@ -55,10 +55,15 @@ type InstanceServiceClient interface {
 	// Heartbeat renews a lease.
 	Heartbeat(context.Context, *connect.Request[v1.HeartbeatRequest]) (*connect.Response[v1.HeartbeatResponse], error)
 	// WatchAssignments streams what the instance must run: the first message
-	// has every current assignment, and each later one the full set again
-	// whenever it changes (a promotion, a rollback, a canary stage reached).
-	// An instance applies only its assignments, never the largest generation
-	// it has seen.
+	// has every current assignment (full set), and each later one the full
+	// set again whenever it changes (a promotion, a rollback, a canary stage
+	// reached), or, with deltas, only the configs whose assignments changed.
+	// A stream that falls so far behind that the changes it needs were
+	// compacted gets a full set again. An instance applies only its
+	// assignments, never the largest generation it has seen.
+	//
+	// Errors: INVALID_ARGUMENT for a missing identity, or an after_revision
+	// beyond the server's revision.
 	WatchAssignments(context.Context, *connect.Request[v1.WatchAssignmentsRequest]) (*connect.ServerStreamForClient[v1.WatchAssignmentsResponse], error)
 	// ListInstances lists registered instances, live or not.
 	ListInstances(context.Context, *connect.Request[v1.ListInstancesRequest]) (*connect.Response[v1.ListInstancesResponse], error)
@@ -140,10 +145,15 @@ type InstanceServiceHandler interface {
 	// Heartbeat renews a lease.
 	Heartbeat(context.Context, *connect.Request[v1.HeartbeatRequest]) (*connect.Response[v1.HeartbeatResponse], error)
 	// WatchAssignments streams what the instance must run: the first message
-	// has every current assignment, and each later one the full set again
-	// whenever it changes (a promotion, a rollback, a canary stage reached).
-	// An instance applies only its assignments, never the largest generation
-	// it has seen.
+	// has every current assignment (full set), and each later one the full
+	// set again whenever it changes (a promotion, a rollback, a canary stage
+	// reached), or, with deltas, only the configs whose assignments changed.
+	// A stream that falls so far behind that the changes it needs were
+	// compacted gets a full set again. An instance applies only its
+	// assignments, never the largest generation it has seen.
+	//
+	// Errors: INVALID_ARGUMENT for a missing identity, or an after_revision
+	// beyond the server's revision.
 	WatchAssignments(context.Context, *connect.Request[v1.WatchAssignmentsRequest], *connect.ServerStream[v1.WatchAssignmentsResponse]) error
 	// ListInstances lists registered instances, live or not.
 	ListInstances(context.Context, *connect.Request[v1.ListInstancesRequest]) (*connect.Response[v1.ListInstancesResponse], error)
