@@ -381,13 +381,25 @@ func (f *fleet) pointerEpoch() int64 {
 	return resp.Msg.GetPointer().GetEpoch()
 }
 
+// status is a release's status with every page of its ACKs.
 func (f *fleet) status(gen int64) *pawlv1.GetRolloutStatusResponse {
 	f.t.Helper()
-	resp, err := f.rollouts.GetRolloutStatus(f.ctx, connect.NewRequest(&pawlv1.GetRolloutStatusRequest{ConfigId: "checkout", Generation: gen}))
-	if err != nil {
-		f.t.Fatal(err)
+	var st *pawlv1.GetRolloutStatusResponse
+	for token := ""; ; {
+		resp, err := f.rollouts.GetRolloutStatus(f.ctx, connect.NewRequest(&pawlv1.GetRolloutStatusRequest{ConfigId: "checkout", Generation: gen,
+			AckPageSize: 97, AckPageToken: token})) // an odd size, so that pages end anywhere
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		if st == nil {
+			st = resp.Msg
+		} else {
+			st.Acks = append(st.Acks, resp.Msg.GetAcks()...)
+		}
+		if token = resp.Msg.GetNextAckPageToken(); token == "" {
+			return st
+		}
 	}
-	return resp.Msg
 }
 
 // checkTally compares a release's status with the model: the zones stage

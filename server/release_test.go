@@ -324,3 +324,106 @@ func TestRolloutBadRequestsChangeNothing(t *testing.T) {
 		t.Fatalf("second retirement = %v", err)
 	}
 }
+
+// TestListingsArePaged: releases come a page at a time, without membership
+// and content unless asked for (member_count always set); generation 0 is
+// the newest; a status carries one page of ACKs and a token for the next,
+// every page read at the revision of the first.
+func TestListingsArePaged(t *testing.T) {
+	srv := testserver.Start(t)
+	client := testserver.HTTPClient(t)
+	is := pawlv1connect.NewInstanceServiceClient(client, srv.URL, connect.WithGRPC())
+	rs := pawlv1connect.NewReleaseServiceClient(client, srv.URL, connect.WithGRPC())
+	ro := pawlv1connect.NewRolloutServiceClient(client, srv.URL, connect.WithGRPC())
+	ctx := context.Background()
+	for _, id := range []string{"pay-1", "pay-2", "pay-3"} {
+		register(t, is, id, "b", "zone-a", map[string]string{"env": "prod"})
+	}
+	digest := upload(t, newValidators(t, srv), "routing")
+	for i := range 5 {
+		spec := releaseSpec(digest, fmt.Sprintf(`{"upstreams":[{"host":"h%d","weight":100}]}`, i))
+		spec.Stages = []*pawlv1.Stage{{Name: "all", Policy: &pawlv1.AckPolicy{Kind: pawlv1.AckPolicyKind_ACK_POLICY_KIND_ALL}}}
+		spec.HealthWindow = durationpb.New(0)
+		if _, err := rs.CreateRelease(ctx, connect.NewRequest(&pawlv1.CreateReleaseRequest{Spec: spec})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var gens []int64
+	for token := ""; ; {
+		resp, err := rs.ListReleases(ctx, connect.NewRequest(&pawlv1.ListReleasesRequest{ConfigId: "payments.routing", PageSize: 2, PageToken: token}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range resp.Msg.GetReleases() {
+			if len(r.GetMembership()) != 0 || len(r.GetSpec().GetContent()) != 0 || r.GetMemberCount() != 3 {
+				t.Fatalf("listed release %d has membership %d, content %d bytes, member_count %d", r.GetGeneration(), len(r.GetMembership()), len(r.GetSpec().GetContent()), r.GetMemberCount())
+			}
+			gens = append(gens, r.GetGeneration())
+		}
+		if token = resp.Msg.GetNextPageToken(); token == "" {
+			break
+		}
+	}
+	if fmt.Sprint(gens) != "[1 2 3 4 5]" {
+		t.Fatalf("pages listed generations %v", gens)
+	}
+	full, err := rs.ListReleases(ctx, connect.NewRequest(&pawlv1.ListReleasesRequest{ConfigId: "payments.routing", PageSize: 1, IncludeMembership: true, IncludeContent: true}))
+	if err != nil || len(full.Msg.GetReleases()[0].GetMembership()) != 3 || len(full.Msg.GetReleases()[0].GetSpec().GetContent()) == 0 {
+		t.Fatalf("a listing asking for membership and content = %v, %v", full, err)
+	}
+	if _, err := rs.ListReleases(ctx, connect.NewRequest(&pawlv1.ListReleasesRequest{ConfigId: "other", PageToken: full.Msg.GetNextPageToken()})); connect.CodeOf(err) != connect.CodeInvalidArgument {
+		t.Fatalf("a token of another config = %v", err)
+	}
+	newest, err := rs.GetRelease(ctx, connect.NewRequest(&pawlv1.GetReleaseRequest{ConfigId: "payments.routing"}))
+	if err != nil || newest.Msg.GetRelease().GetGeneration() != 5 {
+		t.Fatalf("generation 0 = %v, %v", newest, err)
+	}
+	if _, err := rs.GetRelease(ctx, connect.NewRequest(&pawlv1.GetReleaseRequest{ConfigId: "nothing.yet"})); connect.CodeOf(err) != connect.CodeNotFound {
+		t.Fatalf("the newest release of a config without one = %v", err)
+	}
+
+	rel := newest.Msg.GetRelease()
+	for _, id := range []string{"pay-1", "pay-2", "pay-3"} {
+		for seq, state := range []pawlv1.InstanceState{pawlv1.InstanceState_INSTANCE_STATE_APPLIED, pawlv1.InstanceState_INSTANCE_STATE_HEALTHY_ACKED} {
+			if _, err := ro.Ack(ctx, connect.NewRequest(&pawlv1.AckRequest{Ack: &pawlv1.Ack{ConfigId: "payments.routing", Generation: 5,
+				WorkloadIdentity: id, BootId: "b", MembershipEpoch: epochOf(t, is, id), ApplySequence: int64(seq + 1),
+				ContentDigest: rel.GetContentDigest(), ValidatorDigest: digest, State: state, HealthOk: true}})); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	var acks []string
+	pages := 0
+	for token := ""; ; pages++ {
+		resp, err := ro.GetRolloutStatus(ctx, connect.NewRequest(&pawlv1.GetRolloutStatusRequest{ConfigId: "payments.routing", Generation: 5,
+			AckPageSize: 4, AckPageToken: token}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pages == 0 && resp.Msg.GetStages()[0].GetHealthy() != 3 {
+			t.Fatalf("stage %v", resp.Msg.GetStages()[0])
+		}
+		for _, a := range resp.Msg.GetAcks() {
+			acks = append(acks, a.GetWorkloadIdentity()+"/"+a.GetState().String())
+		}
+		if pages == 0 {
+			// An ACK after the first page is not in the later ones: every
+			// page is read at the revision of the first.
+			if _, err := ro.Ack(ctx, connect.NewRequest(&pawlv1.AckRequest{Ack: &pawlv1.Ack{ConfigId: "payments.routing", Generation: 5,
+				WorkloadIdentity: "pay-3", BootId: "b", MembershipEpoch: epochOf(t, is, "pay-3"), ApplySequence: 3,
+				ContentDigest: rel.GetContentDigest(), ValidatorDigest: digest, State: pawlv1.InstanceState_INSTANCE_STATE_APPLIED}})); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if token = resp.Msg.GetNextAckPageToken(); token == "" {
+			break
+		}
+	}
+	if len(acks) != 6 || pages != 1 {
+		t.Fatalf("%d ACKs over %d pages: %v", len(acks), pages+1, acks)
+	}
+	if _, err := ro.GetRolloutStatus(ctx, connect.NewRequest(&pawlv1.GetRolloutStatusRequest{ConfigId: "payments.routing", Generation: 4,
+		AckPageToken: "AQ"})); connect.CodeOf(err) != connect.CodeInvalidArgument {
+		t.Fatalf("a malformed ACK page token = %v", err)
+	}
+}

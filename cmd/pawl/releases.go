@@ -175,23 +175,31 @@ func releaseCommand(g *globals) *cobra.Command {
 
 	ls := &cobra.Command{
 		Use:   "ls CONFIG",
-		Short: "List a config's releases: GENERATION<TAB>STATE<TAB>CONTENT_DIGEST<TAB>MEMBERS<TAB>CREATED<TAB>BY",
+		Short: "List a config's releases: GENERATION<TAB>STATE<TAB>CONTENT_DIGEST<TAB>MEMBERS<TAB>CREATED<TAB>BY (-o json: one release per line, without membership and content)",
 		Args:  usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			resp, err := g.releases().ListReleases(cmd.Context(), connect.NewRequest(&pawlv1.ListReleasesRequest{ConfigId: args[0]}))
-			if err != nil {
-				return err
-			}
-			if g.output == "json" {
-				return g.printJSON(resp.Msg)
-			}
-			for _, r := range resp.Msg.GetReleases() {
-				if _, err := fmt.Fprintf(g.stdout, "%d\t%s\t%s\t%d\t%s\t%s\n", r.GetGeneration(), strings.TrimPrefix(r.GetState().String(), "RELEASE_STATE_"),
-					r.GetContentDigest(), len(r.GetMembership()), r.GetCreatedAt().AsTime().Format(time.RFC3339), r.GetCreatedBy()); err != nil {
+			token := ""
+			for {
+				resp, err := g.releases().ListReleases(cmd.Context(), connect.NewRequest(&pawlv1.ListReleasesRequest{ConfigId: args[0], PageToken: token, PageSize: 1000}))
+				if err != nil {
 					return err
 				}
+				for _, r := range resp.Msg.GetReleases() {
+					if g.output == "json" {
+						if err := g.printJSON(r); err != nil {
+							return err
+						}
+						continue
+					}
+					if _, err := fmt.Fprintf(g.stdout, "%d\t%s\t%s\t%d\t%s\t%s\n", r.GetGeneration(), strings.TrimPrefix(r.GetState().String(), "RELEASE_STATE_"),
+						r.GetContentDigest(), r.GetMemberCount(), r.GetCreatedAt().AsTime().Format(time.RFC3339), r.GetCreatedBy()); err != nil {
+						return err
+					}
+				}
+				if token = resp.Msg.GetNextPageToken(); token == "" {
+					return nil
+				}
 			}
-			return nil
 		},
 	}
 	show := &cobra.Command{

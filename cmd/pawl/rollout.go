@@ -166,24 +166,34 @@ func rolloutCommand(g *globals) *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			if gen == 0 {
-				list, err := g.releases().ListReleases(ctx, connect.NewRequest(&pawlv1.ListReleasesRequest{ConfigId: args[0]}))
+				newest, err := g.releases().GetRelease(ctx, connect.NewRequest(&pawlv1.GetReleaseRequest{ConfigId: args[0]}))
 				if err != nil {
 					return err
 				}
-				rels := list.Msg.GetReleases()
-				if len(rels) == 0 {
-					return errors.New("the config has no releases")
+				gen = newest.Msg.GetRelease().GetGeneration()
+			}
+			// Every page of ACKs, gathered into one answer.
+			var st *pawlv1.GetRolloutStatusResponse
+			for token := ""; ; {
+				resp, err := g.rollouts().GetRolloutStatus(ctx, connect.NewRequest(&pawlv1.GetRolloutStatusRequest{ConfigId: args[0], Generation: gen,
+					AckPageSize: 1000, AckPageToken: token}))
+				if err != nil {
+					return err
 				}
-				gen = rels[len(rels)-1].GetGeneration()
+				if st == nil {
+					st = resp.Msg
+				} else {
+					st.Acks = append(st.Acks, resp.Msg.GetAcks()...)
+				}
+				if token = resp.Msg.GetNextAckPageToken(); token == "" {
+					break
+				}
 			}
-			resp, err := g.rollouts().GetRolloutStatus(ctx, connect.NewRequest(&pawlv1.GetRolloutStatusRequest{ConfigId: args[0], Generation: gen}))
-			if err != nil {
-				return err
-			}
+			st.NextAckPageToken = ""
 			if g.output == "json" {
-				return g.printJSON(resp.Msg)
+				return g.printJSON(st)
 			}
-			return printStatus(g, args[0], gen, resp.Msg)
+			return printStatus(g, args[0], gen, st)
 		},
 	}
 	status.Flags().Int64Var(&gen, "generation", 0, "the release (default: the latest)")

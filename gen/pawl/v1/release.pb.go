@@ -636,7 +636,10 @@ type Release struct {
 	// Live instances matching the selector that were left out because
 	// their app version is below min_app_version: never assigned, never
 	// counted.
-	Ineligible    []*Member `protobuf:"bytes,11,rep,name=ineligible,proto3" json:"ineligible,omitempty"`
+	Ineligible []*Member `protobuf:"bytes,11,rep,name=ineligible,proto3" json:"ineligible,omitempty"`
+	// How many members the membership has (set even when the membership is
+	// left out of a listing).
+	MemberCount   int32 `protobuf:"varint,12,opt,name=member_count,json=memberCount,proto3" json:"member_count,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -746,6 +749,13 @@ func (x *Release) GetIneligible() []*Member {
 		return x.Ineligible
 	}
 	return nil
+}
+
+func (x *Release) GetMemberCount() int32 {
+	if x != nil {
+		return x.MemberCount
+	}
+	return 0
 }
 
 // ReleaseRejected is the error detail of a rejected CreateRelease.
@@ -1000,9 +1010,18 @@ func (x *GetReleaseResponse) GetRelease() *Release {
 type ListReleasesRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The config.
-	ConfigId      string `protobuf:"bytes,1,opt,name=config_id,json=configId,proto3" json:"config_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ConfigId string `protobuf:"bytes,1,opt,name=config_id,json=configId,proto3" json:"config_id,omitempty"`
+	// At most this many (default 100, at most 1000).
+	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// From a previous response, for the next page.
+	PageToken string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// Include each release's frozen membership and ineligible instances
+	// (member_count is always set).
+	IncludeMembership bool `protobuf:"varint,4,opt,name=include_membership,json=includeMembership,proto3" json:"include_membership,omitempty"`
+	// Include each release's content.
+	IncludeContent bool `protobuf:"varint,5,opt,name=include_content,json=includeContent,proto3" json:"include_content,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ListReleasesRequest) Reset() {
@@ -1042,11 +1061,41 @@ func (x *ListReleasesRequest) GetConfigId() string {
 	return ""
 }
 
-// ListReleasesResponse carries a config's releases.
+func (x *ListReleasesRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListReleasesRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+func (x *ListReleasesRequest) GetIncludeMembership() bool {
+	if x != nil {
+		return x.IncludeMembership
+	}
+	return false
+}
+
+func (x *ListReleasesRequest) GetIncludeContent() bool {
+	if x != nil {
+		return x.IncludeContent
+	}
+	return false
+}
+
+// ListReleasesResponse carries a page of a config's releases.
 type ListReleasesResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// In generation order.
-	Releases      []*Release `protobuf:"bytes,1,rep,name=releases,proto3" json:"releases,omitempty"`
+	// In generation order; membership and content only when asked for.
+	Releases []*Release `protobuf:"bytes,1,rep,name=releases,proto3" json:"releases,omitempty"`
+	// Set when more follow.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1086,6 +1135,13 @@ func (x *ListReleasesResponse) GetReleases() []*Release {
 		return x.Releases
 	}
 	return nil
+}
+
+func (x *ListReleasesResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 // Retirement records that an instance left a release's frozen membership.
@@ -1362,7 +1418,7 @@ const file_pawl_v1_release_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a?\n" +
 	"\x11DependenciesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xcc\x03\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xef\x03\n" +
 	"\aRelease\x12(\n" +
 	"\x04spec\x18\x01 \x01(\v2\x14.pawl.v1.ReleaseSpecR\x04spec\x12\x1e\n" +
 	"\n" +
@@ -1383,7 +1439,8 @@ const file_pawl_v1_release_proto_rawDesc = "" +
 	" \x01(\x03R\x0fmembershipEpoch\x12/\n" +
 	"\n" +
 	"ineligible\x18\v \x03(\v2\x0f.pawl.v1.MemberR\n" +
-	"ineligible\"p\n" +
+	"ineligible\x12!\n" +
+	"\fmember_count\x18\f \x01(\x05R\vmemberCount\"p\n" +
 	"\x0fReleaseRejected\x12)\n" +
 	"\x10validator_digest\x18\x01 \x01(\tR\x0fvalidatorDigest\x122\n" +
 	"\n" +
@@ -1399,11 +1456,17 @@ const file_pawl_v1_release_proto_rawDesc = "" +
 	"generation\x18\x02 \x01(\x03R\n" +
 	"generation\"@\n" +
 	"\x12GetReleaseResponse\x12*\n" +
-	"\arelease\x18\x01 \x01(\v2\x10.pawl.v1.ReleaseR\arelease\"2\n" +
+	"\arelease\x18\x01 \x01(\v2\x10.pawl.v1.ReleaseR\arelease\"\xc6\x01\n" +
 	"\x13ListReleasesRequest\x12\x1b\n" +
-	"\tconfig_id\x18\x01 \x01(\tR\bconfigId\"D\n" +
+	"\tconfig_id\x18\x01 \x01(\tR\bconfigId\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\x12-\n" +
+	"\x12include_membership\x18\x04 \x01(\bR\x11includeMembership\x12'\n" +
+	"\x0finclude_content\x18\x05 \x01(\bR\x0eincludeContent\"l\n" +
 	"\x14ListReleasesResponse\x12,\n" +
-	"\breleases\x18\x01 \x03(\v2\x10.pawl.v1.ReleaseR\breleases\"\xf0\x01\n" +
+	"\breleases\x18\x01 \x03(\v2\x10.pawl.v1.ReleaseR\breleases\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xf0\x01\n" +
 	"\n" +
 	"Retirement\x12\x1b\n" +
 	"\tconfig_id\x18\x01 \x01(\tR\bconfigId\x12\x1e\n" +

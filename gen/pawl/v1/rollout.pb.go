@@ -456,7 +456,11 @@ type GetRolloutStatusRequest struct {
 	// The config.
 	ConfigId string `protobuf:"bytes,1,opt,name=config_id,json=configId,proto3" json:"config_id,omitempty"`
 	// The generation.
-	Generation    int64 `protobuf:"varint,2,opt,name=generation,proto3" json:"generation,omitempty"`
+	Generation int64 `protobuf:"varint,2,opt,name=generation,proto3" json:"generation,omitempty"`
+	// How many ACKs to return (default 100, at most 1000).
+	AckPageSize int32 `protobuf:"varint,3,opt,name=ack_page_size,json=ackPageSize,proto3" json:"ack_page_size,omitempty"`
+	// From a previous response, for the next page of ACKs.
+	AckPageToken  string `protobuf:"bytes,4,opt,name=ack_page_token,json=ackPageToken,proto3" json:"ack_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -503,6 +507,20 @@ func (x *GetRolloutStatusRequest) GetGeneration() int64 {
 		return x.Generation
 	}
 	return 0
+}
+
+func (x *GetRolloutStatusRequest) GetAckPageSize() int32 {
+	if x != nil {
+		return x.AckPageSize
+	}
+	return 0
+}
+
+func (x *GetRolloutStatusRequest) GetAckPageToken() string {
+	if x != nil {
+		return x.AckPageToken
+	}
+	return ""
 }
 
 // StageStatus is one stage's evaluation.
@@ -732,7 +750,8 @@ type GetRolloutStatusResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Each stage, in plan order.
 	Stages []*StageStatus `protobuf:"bytes,1,rep,name=stages,proto3" json:"stages,omitempty"`
-	// Every ACK received for the release, counted or not.
+	// One page of the ACKs received for the release, counted or not, by
+	// instance and arrival; every page is read at the revision of the first.
 	Acks []*Ack `protobuf:"bytes,2,rep,name=acks,proto3" json:"acks,omitempty"`
 	// The config's active pointer.
 	Pointer *Pointer `protobuf:"bytes,3,opt,name=pointer,proto3" json:"pointer,omitempty"`
@@ -744,9 +763,11 @@ type GetRolloutStatusResponse struct {
 	// How many members reported what they run, of any generation.
 	Coverage *Coverage `protobuf:"bytes,6,opt,name=coverage,proto3" json:"coverage,omitempty"`
 	// The members retired from the membership.
-	Retirements   []*Retirement `protobuf:"bytes,7,rep,name=retirements,proto3" json:"retirements,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Retirements []*Retirement `protobuf:"bytes,7,rep,name=retirements,proto3" json:"retirements,omitempty"`
+	// Set when more ACKs follow: pass it as ack_page_token.
+	NextAckPageToken string `protobuf:"bytes,8,opt,name=next_ack_page_token,json=nextAckPageToken,proto3" json:"next_ack_page_token,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *GetRolloutStatusResponse) Reset() {
@@ -826,6 +847,13 @@ func (x *GetRolloutStatusResponse) GetRetirements() []*Retirement {
 		return x.Retirements
 	}
 	return nil
+}
+
+func (x *GetRolloutStatusResponse) GetNextAckPageToken() string {
+	if x != nil {
+		return x.NextAckPageToken
+	}
+	return ""
 }
 
 // Coverage says how much of a release's membership reported the
@@ -2159,12 +2187,14 @@ const file_pawl_v1_rollout_proto_rawDesc = "" +
 	"AckRequest\x12\x1e\n" +
 	"\x03ack\x18\x01 \x01(\v2\f.pawl.v1.AckR\x03ack\"-\n" +
 	"\vAckResponse\x12\x1e\n" +
-	"\x03ack\x18\x01 \x01(\v2\f.pawl.v1.AckR\x03ack\"V\n" +
+	"\x03ack\x18\x01 \x01(\v2\f.pawl.v1.AckR\x03ack\"\xa0\x01\n" +
 	"\x17GetRolloutStatusRequest\x12\x1b\n" +
 	"\tconfig_id\x18\x01 \x01(\tR\bconfigId\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x02 \x01(\x03R\n" +
-	"generation\"\xa3\x04\n" +
+	"generation\x12\"\n" +
+	"\rack_page_size\x18\x03 \x01(\x05R\vackPageSize\x12$\n" +
+	"\x0eack_page_token\x18\x04 \x01(\tR\fackPageToken\"\xa3\x04\n" +
 	"\vStageStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aoutcome\x18\x02 \x01(\tR\aoutcome\x12\x16\n" +
@@ -2194,7 +2224,7 @@ const file_pawl_v1_rollout_proto_rawDesc = "" +
 	"\x06states\x18\x04 \x03(\v2\x1f.pawl.v1.ZoneStatus.StatesEntryR\x06states\x1a9\n" +
 	"\vStatesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"\xcc\x02\n" +
+	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"\xfb\x02\n" +
 	"\x18GetRolloutStatusResponse\x12,\n" +
 	"\x06stages\x18\x01 \x03(\v2\x14.pawl.v1.StageStatusR\x06stages\x12 \n" +
 	"\x04acks\x18\x02 \x03(\v2\f.pawl.v1.AckR\x04acks\x12*\n" +
@@ -2202,7 +2232,8 @@ const file_pawl_v1_rollout_proto_rawDesc = "" +
 	"\x04stop\x18\x04 \x01(\v2\r.pawl.v1.StopR\x04stop\x12+\n" +
 	"\x05state\x18\x05 \x01(\x0e2\x15.pawl.v1.ReleaseStateR\x05state\x12-\n" +
 	"\bcoverage\x18\x06 \x01(\v2\x11.pawl.v1.CoverageR\bcoverage\x125\n" +
-	"\vretirements\x18\a \x03(\v2\x13.pawl.v1.RetirementR\vretirements\"\xb9\x01\n" +
+	"\vretirements\x18\a \x03(\v2\x13.pawl.v1.RetirementR\vretirements\x12-\n" +
+	"\x13next_ack_page_token\x18\b \x01(\tR\x10nextAckPageToken\"\xb9\x01\n" +
 	"\bCoverage\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x01 \x01(\x03R\n" +

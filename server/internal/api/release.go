@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"log/slog"
+	"strconv"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -10,6 +11,7 @@ import (
 
 	pawlv1 "github.com/pawlcfg/pawl/gen/pawl/v1"
 	"github.com/pawlcfg/pawl/gen/pawl/v1/pawlv1connect"
+	"github.com/pawlcfg/pawl/server/internal/pagetoken"
 	"github.com/pawlcfg/pawl/server/internal/quorum"
 	"github.com/pawlcfg/pawl/server/internal/release"
 	"github.com/pawlcfg/pawl/server/internal/rollout"
@@ -48,7 +50,13 @@ func (h *Releases) CreateRelease(ctx context.Context, req *connect.Request[pawlv
 
 // GetRelease implements pawl.v1.ReleaseService.GetRelease.
 func (h *Releases) GetRelease(ctx context.Context, req *connect.Request[pawlv1.GetReleaseRequest]) (*connect.Response[pawlv1.GetReleaseResponse], error) {
-	rel, err := h.releases.Get(ctx, req.Msg.GetConfigId(), req.Msg.GetGeneration())
+	var rel release.Release
+	var err error
+	if gen := req.Msg.GetGeneration(); gen == 0 {
+		rel, err = h.releases.Newest(ctx, req.Msg.GetConfigId())
+	} else {
+		rel, err = h.releases.Get(ctx, req.Msg.GetConfigId(), gen)
+	}
 	if err != nil {
 		return nil, Error(h.log, req.Spec(), err)
 	}
@@ -61,7 +69,24 @@ func (h *Releases) GetRelease(ctx context.Context, req *connect.Request[pawlv1.G
 
 // ListReleases implements pawl.v1.ReleaseService.ListReleases.
 func (h *Releases) ListReleases(ctx context.Context, req *connect.Request[pawlv1.ListReleasesRequest]) (*connect.Response[pawlv1.ListReleasesResponse], error) {
-	rels, err := h.releases.List(ctx, req.Msg.GetConfigId())
+	m := req.Msg
+	size, err := PageSize(m.GetPageSize())
+	if err != nil {
+		return nil, err
+	}
+	var revision, after int64
+	if t := m.GetPageToken(); t != "" {
+		tok, err := pagetoken.Decode(t)
+		var gen int64
+		if err == nil && tok.Scope == m.GetConfigId() {
+			gen, err = strconv.ParseInt(tok.After, 10, 64)
+		}
+		if err != nil || tok.Scope != m.GetConfigId() {
+			return nil, InvalidArgument("page_token is not a token of the releases of config %q; start again without it", m.GetConfigId())
+		}
+		revision, after = tok.Revision, gen
+	}
+	rels, rev, more, err := h.releases.ListPage(ctx, m.GetConfigId(), revision, after, size)
 	if err != nil {
 		return nil, Error(h.log, req.Spec(), err)
 	}
@@ -69,12 +94,22 @@ func (h *Releases) ListReleases(ctx context.Context, req *connect.Request[pawlv1
 	if len(rels) == 0 {
 		return connect.NewResponse(resp), nil
 	}
-	state, err := h.rollouts.ReleaseStates(ctx, req.Msg.GetConfigId())
+	state, err := h.rollouts.ReleaseStates(ctx, m.GetConfigId())
 	if err != nil {
 		return nil, Error(h.log, req.Spec(), err)
 	}
 	for _, rel := range rels {
-		resp.Releases = append(resp.Releases, toProtoRelease(rel, state(rel)))
+		pr := toProtoRelease(rel, state(rel))
+		if !m.GetIncludeMembership() {
+			pr.Membership, pr.Ineligible = nil, nil
+		}
+		if !m.GetIncludeContent() {
+			pr.Spec.Content = nil
+		}
+		resp.Releases = append(resp.Releases, pr)
+	}
+	if more {
+		resp.NextPageToken = pagetoken.Token{Scope: m.GetConfigId(), Revision: rev, After: strconv.FormatInt(rels[len(rels)-1].Generation, 10)}.Encode()
 	}
 	return connect.NewResponse(resp), nil
 }
@@ -162,7 +197,7 @@ func toProtoRelease(r release.Release, state release.State) *pawlv1.Release {
 		spec.Stages = append(spec.Stages, ps)
 	}
 	out := &pawlv1.Release{
-		Spec: spec, Generation: r.Generation, Predecessor: r.Predecessor, ContentDigest: r.ContentDigest,
+		Spec: spec, Generation: r.Generation, MemberCount: int32(len(r.Membership)), Predecessor: r.Predecessor, ContentDigest: r.ContentDigest,
 		State: ToProtoState(state), CreatedAt: timestamppb.New(r.CreatedAt),
 		CreatedBy: r.CreatedBy, Revision: r.Revision, MembershipEpoch: r.MembershipEpoch,
 	}

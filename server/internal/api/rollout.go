@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strconv"
 	"strings"
 
 	"connectrpc.com/connect"
@@ -55,6 +56,20 @@ func (h *Rollouts) Ack(ctx context.Context, req *connect.Request[pawlv1.AckReque
 // GetRolloutStatus implements pawl.v1.RolloutService.GetRolloutStatus.
 func (h *Rollouts) GetRolloutStatus(ctx context.Context, req *connect.Request[pawlv1.GetRolloutStatusRequest]) (*connect.Response[pawlv1.GetRolloutStatusResponse], error) {
 	config, gen := req.Msg.GetConfigId(), req.Msg.GetGeneration()
+	size, err := PageSize(req.Msg.GetAckPageSize())
+	if err != nil {
+		return nil, err
+	}
+	scope := config + "@" + strconv.FormatInt(gen, 10)
+	var ackRevision int64
+	var after string
+	if t := req.Msg.GetAckPageToken(); t != "" {
+		tok, err := pagetoken.Decode(t)
+		if err != nil || tok.Scope != scope {
+			return nil, InvalidArgument("ack_page_token is not a token of the ACKs of %s generation %d; start again without it", config, gen)
+		}
+		ackRevision, after = tok.Revision, tok.After
+	}
 	st, err := h.rollouts.Status(ctx, config, gen)
 	if err != nil {
 		return nil, Error(h.log, req.Spec(), err)
@@ -85,8 +100,18 @@ func (h *Rollouts) GetRolloutStatus(ctx context.Context, req *connect.Request[pa
 	if st.Stop != nil {
 		resp.Stop = toProtoStop(*st.Stop)
 	}
-	for _, a := range st.Acks {
+	if ackRevision == 0 {
+		ackRevision = st.Revision
+	}
+	acks, rev, more, err := h.rollouts.AckPage(ctx, config, gen, ackRevision, after, size)
+	if err != nil {
+		return nil, Error(h.log, req.Spec(), err)
+	}
+	for _, a := range acks {
 		resp.Acks = append(resp.Acks, toProtoAck(a))
+	}
+	if more {
+		resp.NextAckPageToken = pagetoken.Token{Scope: scope, Revision: rev, After: rollout.AckKey(acks[len(acks)-1])}.Encode()
 	}
 	return connect.NewResponse(resp), nil
 }

@@ -344,6 +344,25 @@ func (r *Releases) Get(ctx context.Context, config string, gen int64) (Release, 
 	if !configIDPattern.MatchString(config) || gen <= 0 {
 		return Release{}, fmt.Errorf("%w: config %q generation %d", ErrInvalid, config, gen)
 	}
+	return r.get(ctx, config, gen)
+}
+
+// Newest reads a config's newest release; NotFound when it has none.
+func (r *Releases) Newest(ctx context.Context, config string) (Release, error) {
+	if err := CheckConfigID(config); err != nil {
+		return Release{}, err
+	}
+	head, err := r.HeadAt(ctx, config, 0)
+	if err != nil {
+		return Release{}, err
+	}
+	if head == 0 {
+		return Release{}, fmt.Errorf("%w: config %s has no release", ErrNotFound, config)
+	}
+	return r.get(ctx, config, head)
+}
+
+func (r *Releases) get(ctx context.Context, config string, gen int64) (Release, error) {
 	if rel, ok := r.cache.get(config, gen); ok {
 		return rel, nil
 	}
@@ -376,6 +395,40 @@ func (r *Releases) List(ctx context.Context, config string) ([]Release, error) {
 		return err
 	})
 	return out, err
+}
+
+// ListPage reads up to limit of a config's releases in generation order,
+// after generation after (0: from the first), at revision (0: now), and
+// returns the revision read, to read the next pages at, and whether more
+// follow. Releases come from the cache when it has them.
+func (r *Releases) ListPage(ctx context.Context, config string, revision, after int64, limit int) ([]Release, int64, bool, error) {
+	if !configIDPattern.MatchString(config) {
+		return nil, 0, false, fmt.Errorf("%w: config %q", ErrInvalid, config)
+	}
+	start := ""
+	if after > 0 {
+		start = records.Release(config, after)
+	}
+	page, err := r.store.List(ctx, records.Releases(config), revision, start, limit)
+	if err != nil {
+		return nil, 0, false, err
+	}
+	out := make([]Release, 0, len(page.KVs))
+	for _, kv := range page.KVs {
+		gen, err := records.ParseGeneration(strings.TrimPrefix(kv.Key, records.Releases(config)))
+		if err != nil {
+			return nil, 0, false, err
+		}
+		rel, ok := r.cache.get(config, gen)
+		if !ok {
+			if rel, err = decode(kv); err != nil {
+				return nil, 0, false, err
+			}
+			r.cache.put(rel)
+		}
+		out = append(out, rel)
+	}
+	return out, page.Revision, page.More, nil
 }
 
 func decode(kv store.KeyValue) (Release, error) {

@@ -184,6 +184,12 @@ func (r *Rollouts) recordAck(ctx context.Context, ack Ack) (Ack, int64, error) {
 	return ack, res.Revision, nil
 }
 
+// AckKey is the key a stored ACK lives at, for listings that continue
+// after it.
+func AckKey(a Ack) string {
+	return records.Ack(a.ConfigID, a.Generation, a.WorkloadIdentity, a.arrival)
+}
+
 func isDuplicate(why string) bool { return len(why) >= 10 && why[:10] == "duplicate:" }
 
 // judge decides whether ack counts, from the snapshot of its release, the

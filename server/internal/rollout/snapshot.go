@@ -157,15 +157,10 @@ func (r *Rollouts) acksAt(ctx context.Context, config string, gen int64, identit
 	}
 	var out []Ack
 	_, err := store.EachAt(ctx, r.store, prefix, rev, func(kv store.KeyValue) error {
-		var a Ack
-		if err := records.Decode(kv, &a); err != nil {
-			return err
-		}
-		arrival, err := records.AckArrival(kv.Key)
+		a, err := decodeAck(kv)
 		if err != nil {
 			return err
 		}
-		a.arrival = arrival
 		// Identities may hold '/': the prefix of "a" also covers "a/b".
 		if identity == "" || a.WorkloadIdentity == identity {
 			out = append(out, a)
@@ -173,6 +168,20 @@ func (r *Rollouts) acksAt(ctx context.Context, config string, gen int64, identit
 		return nil
 	})
 	return out, err
+}
+
+// decodeAck reads a stored ACK with its arrival.
+func decodeAck(kv store.KeyValue) (Ack, error) {
+	var a Ack
+	if err := records.Decode(kv, &a); err != nil {
+		return Ack{}, err
+	}
+	arrival, err := records.AckArrival(kv.Key)
+	if err != nil {
+		return Ack{}, err
+	}
+	a.arrival = arrival
+	return a, nil
 }
 
 // Acks returns every ACK of a generation, counted or not, in arrival order

@@ -2,10 +2,13 @@ package rollout
 
 import (
 	"context"
+	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/pawlcfg/pawl/server/internal/quorum"
+	"github.com/pawlcfg/pawl/server/internal/records"
 	"github.com/pawlcfg/pawl/server/internal/release"
 )
 
@@ -35,8 +38,6 @@ type Status struct {
 	// Stages are evaluated at Revision, from each member's latest counted
 	// ACK of its current registration.
 	Stages []StageResult
-	// Acks are every ACK of the release, counted or not.
-	Acks []Ack
 	// Pointer is the config's active pointer.
 	Pointer Pointer
 	// Stop is set once the rollout stopped.
@@ -64,7 +65,7 @@ func (r *Rollouts) Status(ctx context.Context, config string, gen int64) (Status
 		cv := v.configs[config]
 		st := statusOf(t, v.rev, cv.ptr, cv.state(), v.applied[config], v.regs, r.now())
 		v.mu.RUnlock()
-		return r.withAcks(ctx, st)
+		return st, nil
 	}
 	v.mu.RUnlock()
 	rev, err := r.currentRevision(ctx)
@@ -99,7 +100,7 @@ func (r *Rollouts) Status(ctx context.Context, config string, gen int64) (Status
 	for id, rec := range all {
 		applied[id] = applyInfoOf(rec)
 	}
-	return r.withAcks(ctx, statusOf(t, rev, s.ptr, cs, applied, regs, s.now))
+	return statusOf(t, rev, s.ptr, cs, applied, regs, s.now), nil
 }
 
 // statusOf is the status of the tracked release t at rev.
@@ -114,12 +115,29 @@ func statusOf(t *tracked, rev int64, ptr Pointer, cs configState, applied map[st
 	return st
 }
 
-// withAcks adds the release's ACKs, read at the status's revision.
-func (r *Rollouts) withAcks(ctx context.Context, st Status) (Status, error) {
-	acks, err := r.acksAt(ctx, st.Release.ConfigID, st.Release.Generation, "", st.Revision)
-	if err != nil {
-		return Status{}, err
+// AckPage is one page of a release's ACKs, counted or not, by instance and
+// arrival, read at revision (0: now): at most limit of them after the key
+// after ("" for the first page). It returns the revision read, to read the
+// next pages at, and whether more follow.
+func (r *Rollouts) AckPage(ctx context.Context, config string, gen, revision int64, after string, limit int) ([]Ack, int64, bool, error) {
+	if _, err := r.releases.Get(ctx, config, gen); err != nil {
+		return nil, 0, false, err
 	}
-	st.Acks = acks
-	return st, nil
+	prefix := records.Acks(config, gen)
+	if after != "" && !strings.HasPrefix(after, prefix) {
+		return nil, 0, false, fmt.Errorf("%w: %q is not an ACK of %s generation %d", ErrInvalid, after, config, gen)
+	}
+	page, err := r.store.List(ctx, prefix, revision, after, limit)
+	if err != nil {
+		return nil, 0, false, err
+	}
+	out := make([]Ack, 0, len(page.KVs))
+	for _, kv := range page.KVs {
+		a, err := decodeAck(kv)
+		if err != nil {
+			return nil, 0, false, err
+		}
+		out = append(out, a)
+	}
+	return out, page.Revision, page.More, nil
 }

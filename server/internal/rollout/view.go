@@ -221,15 +221,10 @@ func (v *views) applyLocked(ev store.Event, load *tracked) error {
 			}
 		}
 	case strings.HasPrefix(key, records.AcksPrefix):
-		var a Ack
-		if err := records.Decode(ev.KV, &a); err != nil {
-			return err
-		}
-		arrival, err := records.AckArrival(key)
+		a, err := decodeAck(ev.KV)
 		if err != nil {
 			return err
 		}
-		a.arrival = arrival
 		if t := v.findLocked(a.ConfigID, a.Generation); t != nil {
 			reg, ok := v.regs[a.WorkloadIdentity]
 			t.addAck(a, reg, ok)
