@@ -13,7 +13,9 @@ import (
 
 	pawlv1 "github.com/pawlcfg/pawl/gen/pawl/v1"
 	"github.com/pawlcfg/pawl/gen/pawl/v1/pawlv1connect"
+	"github.com/pawlcfg/pawl/internal/testclock"
 	"github.com/pawlcfg/pawl/internal/testserver"
+	"github.com/pawlcfg/pawl/server"
 )
 
 // render is an assignment set as "config@generation[:stage]" entries.
@@ -376,5 +378,65 @@ func TestAssignmentDeltasAndResume(t *testing.T) {
 	defer future.Close()
 	if future.Receive() || connect.CodeOf(future.Err()) != connect.CodeInvalidArgument || !strings.Contains(future.Err().Error(), "after_revision") {
 		t.Fatalf("a revision from the future = %v", future.Err())
+	}
+}
+
+// TestAnAssignmentStreamHoldsTheLease: an instance that keeps its
+// assignment stream open with its boot stays live with no heartbeat, long
+// past its lease; when the stream ends it has a full lease to come back;
+// another boot cannot hold it.
+func TestAnAssignmentStreamHoldsTheLease(t *testing.T) {
+	clock := testclock.New(time.Now())
+	srv := testserver.Start(t, server.WithClock(clock.Now), server.WithInstanceLease(30*time.Second))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	client := testserver.HTTPClient(t)
+	is := pawlv1connect.NewInstanceServiceClient(client, srv.URL, connect.WithGRPC())
+	register(t, is, "pay-1", "boot-1", "zone-a", nil)
+	live := func() bool {
+		t.Helper()
+		resp, err := is.ListInstances(ctx, connect.NewRequest(&pawlv1.ListInstancesRequest{}))
+		if err != nil || len(resp.Msg.GetInstances()) != 1 {
+			t.Fatalf("ListInstances = %v, %v", resp, err)
+		}
+		return resp.Msg.GetInstances()[0].GetLive()
+	}
+	stale, err := is.WatchAssignments(ctx, connect.NewRequest(&pawlv1.WatchAssignmentsRequest{WorkloadIdentity: "pay-1", BootId: "boot-0"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stale.Receive() || connect.CodeOf(stale.Err()) != connect.CodeFailedPrecondition {
+		t.Fatalf("a stream of another boot = %v", stale.Err())
+	}
+	_ = stale.Close()
+	streamCtx, closeStream := context.WithCancel(ctx)
+	s, err := is.WatchAssignments(streamCtx, connect.NewRequest(&pawlv1.WatchAssignmentsRequest{WorkloadIdentity: "pay-1", BootId: "boot-1"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !s.Receive() {
+		t.Fatal(s.Err())
+	}
+	clock.Advance(10 * time.Minute)
+	if !live() {
+		t.Fatal("the instance holding its stream lost its lease")
+	}
+	closeStream()
+	_ = s.Close()
+	// The handler releases the lease before its watcher closes: once the
+	// server counts no watcher, the lease runs from the release.
+	for deadline := time.Now().Add(10 * time.Second); srv.Server.WatchStats().Watchers != 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("the stream's handler did not end")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	clock.Advance(29 * time.Second)
+	if !live() {
+		t.Fatal("after its stream ended the instance did not have a full lease")
+	}
+	clock.Advance(2 * time.Second)
+	if live() {
+		t.Fatal("the lease outlived its term after the stream ended")
 	}
 }

@@ -49,6 +49,12 @@ type Server struct {
 	closeErr  error
 }
 
+// pingInterval is how long a connection may stay silent before the server
+// pings it, and how long it waits for the answer before closing it: a dead
+// instance's stream ends, and stops holding its lease, within two of these,
+// well inside a 30-second lease.
+const pingInterval = 10 * time.Second
+
 // compressMinBytes is the smallest message the server compresses.
 const compressMinBytes = 4 << 10
 
@@ -179,9 +185,11 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	protocols.SetUnencryptedHTTP2(true)
 	protocols.SetHTTP2(true)
 	srv := &http.Server{
-		Handler:           s.handler,
-		Protocols:         &protocols,
-		HTTP2:             &http.HTTP2Config{MaxConcurrentStreams: int(s.cfg.maxStreams)},
+		Handler:   s.handler,
+		Protocols: &protocols,
+		// Pings find connections that died without a word, so that the
+		// assignment streams on them end and release the leases they hold.
+		HTTP2:             &http.HTTP2Config{MaxConcurrentStreams: int(s.cfg.maxStreams), SendPingTimeout: pingInterval, PingTimeout: pingInterval},
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(s.cfg.log.Handler(), slog.LevelWarn),
 	}

@@ -15,8 +15,9 @@
 //     APPLIED then HEALTHY_ACKED for a release of every instance
 //     (ACKs per second, pawld CPU per ACK);
 //   - GetRolloutStatus latency of that release (p50, p99);
-//   - pawld CPU and memory while idle: streams connected, every instance
-//     heartbeating every lease/3.
+//   - pawld CPU and memory while idle: streams connected, each holding its
+//     instance's lease (or, with -rpc-heartbeats, every instance calling
+//     Heartbeat every lease/3).
 package main
 
 import (
@@ -50,6 +51,7 @@ type options struct {
 	instances, configs, conns, workers, promotions, statusCalls int
 	idle, lease                                                 time.Duration
 	pawld, pprof                                                string
+	rpcHeartbeats                                               bool
 }
 
 func main() {
@@ -64,6 +66,7 @@ func main() {
 	flag.DurationVar(&o.lease, "lease", 30*time.Second, "instance lease; instances heartbeat every third of it")
 	flag.StringVar(&o.pawld, "pawld", "", "pawld binary (default: built from ./cmd/pawld)")
 	flag.StringVar(&o.pprof, "pprof", "", "have pawld serve its profiles on this address (pawld --pprof)")
+	flag.BoolVar(&o.rpcHeartbeats, "rpc-heartbeats", false, "keep leases with Heartbeat calls every lease/3 instead of with the assignment streams (boot_id)")
 	flag.Parse()
 	if err := run(context.Background(), o); err != nil {
 		fmt.Fprintln(os.Stderr, "fleet:", err)
@@ -86,7 +89,11 @@ func run(ctx context.Context, o options) error {
 	defer b.close()
 	report := &table{}
 	report.add("machine", fmt.Sprintf("%d CPUs, %s", runtime.NumCPU(), runtime.Version()))
-	report.add("fleet", fmt.Sprintf("%d instances with a stream each on %d connections, %d configs", o.instances, o.conns, o.configs))
+	leases := "assignment streams hold the leases"
+	if o.rpcHeartbeats {
+		leases = fmt.Sprintf("Heartbeat calls every %s", o.lease/3)
+	}
+	report.add("fleet", fmt.Sprintf("%d instances with a stream each on %d connections, %d configs; %s", o.instances, o.conns, o.configs, leases))
 
 	validator, err := b.upload(ctx, dir)
 	if err != nil {
@@ -95,14 +102,17 @@ func run(ctx context.Context, o options) error {
 	if err := b.register(ctx); err != nil {
 		return err
 	}
-	// Instances heartbeat from now on, every lease/3, as the SDK will.
-	hbCtx, stopHeartbeats := context.WithCancel(ctx)
-	heartbeats := make(chan error, 1)
-	go func() { heartbeats <- b.heartbeat(hbCtx) }()
-	defer func() {
-		stopHeartbeats()
-		<-heartbeats
-	}()
+	// With -rpc-heartbeats, instances heartbeat from now on, every
+	// lease/3; otherwise their assignment streams hold their leases.
+	if o.rpcHeartbeats {
+		hbCtx, stopHeartbeats := context.WithCancel(ctx)
+		heartbeats := make(chan error, 1)
+		go func() { heartbeats <- b.heartbeat(hbCtx) }()
+		defer func() {
+			stopHeartbeats()
+			<-heartbeats
+		}()
+	}
 	start := time.Now()
 	if err := b.openStreams(ctx); err != nil {
 		return err
@@ -370,7 +380,11 @@ func (b *bench) openStreams(ctx context.Context) error {
 		b.wg.Add(1)
 		go func() {
 			defer b.wg.Done()
-			st, err := client.WatchAssignments(sctx, connect.NewRequest(&pawlv1.WatchAssignmentsRequest{WorkloadIdentity: id, Deltas: true}))
+			req := &pawlv1.WatchAssignmentsRequest{WorkloadIdentity: id, Deltas: true}
+			if !b.o.rpcHeartbeats {
+				req.BootId = "boot-1"
+			}
+			st, err := client.WatchAssignments(sctx, connect.NewRequest(req))
 			if err != nil {
 				return
 			}

@@ -505,6 +505,11 @@ type WatchAssignmentsRequest struct {
 	// first set sent is computed at this revision or a later one, never an
 	// older one (0: no constraint).
 	AfterRevision int64 `protobuf:"varint,3,opt,name=after_revision,json=afterRevision,proto3" json:"after_revision,omitempty"`
+	// The boot of the instance's current registration: while the stream is
+	// open it holds the instance's lease, and no Heartbeat is needed; when it
+	// ends the lease runs a full term. A boot that is not the registered one
+	// is refused (FAILED_PRECONDITION). Empty: the stream holds no lease.
+	BootId        string `protobuf:"bytes,4,opt,name=boot_id,json=bootId,proto3" json:"boot_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -558,6 +563,13 @@ func (x *WatchAssignmentsRequest) GetAfterRevision() int64 {
 		return x.AfterRevision
 	}
 	return 0
+}
+
+func (x *WatchAssignmentsRequest) GetBootId() string {
+	if x != nil {
+		return x.BootId
+	}
+	return ""
 }
 
 // Assignment is one config's generation that an instance must run.
@@ -777,11 +789,12 @@ const file_pawl_v1_instance_proto_rawDesc = "" +
 	"\x06record\x18\x01 \x01(\v2\x17.pawl.v1.InstanceRecordR\x06record\"\x16\n" +
 	"\x14ListInstancesRequest\"N\n" +
 	"\x15ListInstancesResponse\x125\n" +
-	"\tinstances\x18\x01 \x03(\v2\x17.pawl.v1.InstanceRecordR\tinstances\"\x85\x01\n" +
+	"\tinstances\x18\x01 \x03(\v2\x17.pawl.v1.InstanceRecordR\tinstances\"\x9e\x01\n" +
 	"\x17WatchAssignmentsRequest\x12+\n" +
 	"\x11workload_identity\x18\x01 \x01(\tR\x10workloadIdentity\x12\x16\n" +
 	"\x06deltas\x18\x02 \x01(\bR\x06deltas\x12%\n" +
-	"\x0eafter_revision\x18\x03 \x01(\x03R\rafterRevision\"\xdf\x01\n" +
+	"\x0eafter_revision\x18\x03 \x01(\x03R\rafterRevision\x12\x17\n" +
+	"\aboot_id\x18\x04 \x01(\tR\x06bootId\"\xdf\x01\n" +
 	"\n" +
 	"Assignment\x12\x1b\n" +
 	"\tconfig_id\x18\x01 \x01(\tR\bconfigId\x12\x1e\n" +

@@ -58,13 +58,20 @@ func (h *Instances) WatchAssignments(ctx context.Context, req *connect.Request[p
 			return InvalidArgument("after_revision %d is not a revision this server has (its revision is %d): resume from a revision it sent you, or 0", after, now)
 		}
 	}
-	as := &assignmentStream{stream: stream, identity: identity, deltas: m.GetDeltas(), held: map[string]string{}}
 	var w *watch.Watcher
 	defer func() {
 		if w != nil {
 			w.Close()
 		}
 	}()
+	if boot := m.GetBootId(); boot != "" {
+		release, err := h.registry.Hold(ctx, identity, boot)
+		if err != nil {
+			return Error(h.log, req.Spec(), err)
+		}
+		defer release() // before the watcher closes: a stream counted open still holds
+	}
+	as := &assignmentStream{stream: stream, identity: identity, deltas: m.GetDeltas(), held: map[string]string{}}
 	for {
 		if w == nil {
 			var err error

@@ -10,14 +10,18 @@
 //
 // Leases are not history: a heartbeat takes no store revision and writes
 // nothing to the change log that watchers resume from. The registry keeps
-// every lease in memory, where heartbeats renew it, and checkpoints the
-// leases that changed once per checkpoint interval into the store's records
-// (store.PutRecords), beside the key space. A server that restarts loads
-// them and, as etcd does for its leases on a leader change, gives every
-// lease that was live at the last checkpoint a full term from the restart:
-// instances that could not reach a stopped server are not declared dead
-// for it. Expiry is judged when the registry is read; nothing deletes a
-// registration, which stays for audit.
+// every lease in memory, where heartbeats renew it; an instance can also
+// hold its lease with an open stream (Hold), as etcd's keep-alive stream
+// does, and needs no heartbeat while it is open. Once per checkpoint
+// interval the registry writes to the store's records (store.PutRecords),
+// beside the key space, the leases whose stored copy would lapse within
+// half a term, and the ones that expired: about one write per instance per
+// term, whatever the heartbeat rate. A server that restarts loads them and,
+// as etcd does for its leases on a leader change, gives every lease that
+// was live at its checkpoint a full term from the restart: instances that
+// could not reach a stopped server are not declared dead for it. Expiry is
+// judged when the registry is read; nothing deletes a registration, which
+// stays for audit.
 package instance
 
 import (
@@ -97,8 +101,17 @@ type Registry struct {
 	checkpoint time.Duration
 
 	mu     sync.Mutex
-	leases map[string]lease    // by identity; guarded by mu
-	dirty  map[string]struct{} // identities whose lease changed since the last checkpoint; guarded by mu
+	leases map[string]lease // by identity; guarded by mu
+	// stored is each lease as last written to the store; guarded by mu.
+	stored map[string]lease
+	// holds are the leases held by open streams: live while held, whatever
+	// their expiry. Guarded by mu.
+	holds map[string]hold
+	// regs are the registrations this registry wrote or read, by identity:
+	// a heartbeat checks its boot here, without reading the store. Guarded
+	// by mu; the store stays the truth, and a boot that does not match is
+	// read again from it.
+	regs map[string]Record
 }
 
 // Option configures New.
@@ -116,7 +129,7 @@ func WithCheckpointInterval(d time.Duration) Option { return func(r *Registry) {
 // for a full lease from now.
 func New(ctx context.Context, st store.Store, term time.Duration, opts ...Option) (*Registry, error) {
 	r := &Registry{store: st, lease: term, now: time.Now, checkpoint: DefaultCheckpointInterval,
-		leases: map[string]lease{}, dirty: map[string]struct{}{}}
+		leases: map[string]lease{}, stored: map[string]lease{}, holds: map[string]hold{}, regs: map[string]Record{}}
 	for _, opt := range opts {
 		opt(r)
 	}
@@ -137,6 +150,7 @@ func New(ctx context.Context, st store.Store, term time.Duration, opts ...Option
 			if err := json.Unmarshal(rec.Value, &l); err != nil {
 				return nil, fmt.Errorf("instance: lease of %s: %w", rec.ID, err)
 			}
+			r.stored[rec.ID] = l
 			if l.ExpiresAt.After(l.CheckpointedAt) {
 				l.ExpiresAt = maxTime(l.ExpiresAt, now.Add(term))
 			}
@@ -182,14 +196,36 @@ func (r *Registry) Run(ctx context.Context, log *slog.Logger) {
 	}
 }
 
-// Checkpoint writes the leases that changed since the last checkpoint. On
-// failure they stay marked, and the next checkpoint writes them.
+// hold is a lease held by open streams of one registration.
+type hold struct {
+	boot    string
+	epoch   int64
+	streams int
+}
+
+// Checkpoint writes the leases whose stored copy would lapse within half a
+// term (a live lease is written about once per term, however often it is
+// renewed), and the expired ones whose stored copy says they were live (so
+// that a restart does not revive them). On failure the next checkpoint
+// writes them.
 func (r *Registry) Checkpoint(ctx context.Context) error {
 	now := r.now().UTC()
+	soon := now.Add(r.lease / 2)
 	r.mu.Lock()
-	recs := make([]store.Record, 0, len(r.dirty))
-	for id := range r.dirty {
-		l := r.leases[id]
+	var recs []store.Record
+	var written []lease
+	for id, l := range r.leases {
+		if h, ok := r.holds[id]; ok && h.boot == l.BootID && h.epoch == l.Epoch {
+			l.ExpiresAt = maxTime(l.ExpiresAt, now.Add(r.lease))
+		}
+		st, ok := r.stored[id]
+		live := l.ExpiresAt.After(now)
+		switch {
+		case live && (!ok || st.BootID != l.BootID || st.Epoch != l.Epoch || (st.ExpiresAt.Before(soon) && l.ExpiresAt.After(st.ExpiresAt))):
+		case !live && ok && st.ExpiresAt.After(st.CheckpointedAt):
+		default:
+			continue
+		}
 		l.CheckpointedAt = now
 		b, err := json.Marshal(l)
 		if err != nil {
@@ -197,18 +233,63 @@ func (r *Registry) Checkpoint(ctx context.Context) error {
 			return fmt.Errorf("instance: encode lease of %s: %w", id, err)
 		}
 		recs = append(recs, store.Record{ID: id, Value: b})
+		written = append(written, l)
 	}
-	clear(r.dirty)
 	r.mu.Unlock()
 	if err := r.store.PutRecords(ctx, leaseKind, recs); err != nil {
-		r.mu.Lock()
-		for _, rec := range recs {
-			r.dirty[rec.ID] = struct{}{}
-		}
-		r.mu.Unlock()
 		return fmt.Errorf("instance: checkpoint %d leases: %w", len(recs), err)
 	}
+	r.mu.Lock()
+	for i, rec := range recs {
+		r.stored[rec.ID] = written[i]
+	}
+	r.mu.Unlock()
 	return nil
+}
+
+// Hold keeps the lease of the instance's current registration, which must
+// be of boot, live until the returned release is called (an open stream of
+// the instance calls it when it ends): the instance needs no heartbeat
+// meanwhile. Released, the lease runs a full term from then, so that the
+// instance has that long to come back.
+func (r *Registry) Hold(ctx context.Context, identity, boot string) (release func(), err error) {
+	rec, err := r.registrationOf(ctx, identity, boot)
+	if err != nil {
+		return nil, err
+	}
+	if rec.BootID != boot {
+		return nil, fmt.Errorf("%w: %s is registered with boot %s, not %s; register again", ErrStaleBoot, identity, rec.BootID, boot)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	h, ok := r.holds[identity]
+	switch {
+	case ok && h.epoch > rec.MembershipEpoch:
+		return nil, fmt.Errorf("%w: %s re-registered", ErrStaleBoot, identity)
+	case ok && h.epoch == rec.MembershipEpoch:
+		h.streams++
+	default:
+		h = hold{boot: boot, epoch: rec.MembershipEpoch, streams: 1}
+	}
+	r.holds[identity] = h
+	r.renewLocked(identity, boot, rec.MembershipEpoch)
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			h, ok := r.holds[identity]
+			if !ok || h.epoch != rec.MembershipEpoch {
+				return
+			}
+			if h.streams--; h.streams == 0 {
+				delete(r.holds, identity)
+			} else {
+				r.holds[identity] = h
+			}
+			r.renewLocked(identity, boot, rec.MembershipEpoch)
+		})
+	}, nil
 }
 
 // Now is the registry's clock: what leases are judged against.
@@ -248,8 +329,20 @@ func (r *Registry) Register(ctx context.Context, in Instance) (Record, error) {
 		return Record{}, fmt.Errorf("instance: store: %w", err)
 	}
 	rec.MembershipEpoch = res.Revision
+	r.remember(rec)
 	rec.LeaseExpiresAt = r.renew(in.WorkloadIdentity, in.BootID, rec.MembershipEpoch)
 	return rec, nil
+}
+
+// remember keeps rec as the identity's registration, unless a later one is
+// kept already.
+func (r *Registry) remember(rec Record) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if cur, ok := r.regs[rec.WorkloadIdentity]; !ok || cur.MembershipEpoch < rec.MembershipEpoch {
+		rec.LeaseExpiresAt = time.Time{}
+		r.regs[rec.WorkloadIdentity] = rec
+	}
 }
 
 // renew gives the lease of the registration (boot, epoch) a full term,
@@ -258,19 +351,40 @@ func (r *Registry) Register(ctx context.Context, in Instance) (Record, error) {
 func (r *Registry) renew(identity, boot string, epoch int64) time.Time {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	return r.renewLocked(identity, boot, epoch)
+}
+
+func (r *Registry) renewLocked(identity, boot string, epoch int64) time.Time {
 	if cur, ok := r.leases[identity]; ok && cur.Epoch > epoch {
 		return time.Time{}
 	}
 	l := lease{BootID: boot, Epoch: epoch, ExpiresAt: r.now().UTC().Add(r.lease)}
 	r.leases[identity] = l
-	r.dirty[identity] = struct{}{}
 	return l.ExpiresAt
 }
 
+// registrationOf is the identity's registration as the registry holds it,
+// read from the store when it holds none or one of another boot.
+func (r *Registry) registrationOf(ctx context.Context, identity, boot string) (Record, error) {
+	r.mu.Lock()
+	rec, ok := r.regs[identity]
+	r.mu.Unlock()
+	if ok && rec.BootID == boot {
+		return rec, nil
+	}
+	rec, err := r.RegistrationAt(ctx, identity, 0)
+	if err != nil {
+		return Record{}, err
+	}
+	r.remember(rec)
+	return rec, nil
+}
+
 // Heartbeat renews the lease of the instance's current boot. It writes
-// nothing to the key space.
+// nothing to the key space, and reads the store only for a registration it
+// does not hold, or one whose boot is not the heartbeat's.
 func (r *Registry) Heartbeat(ctx context.Context, identity, bootID string) (Record, error) {
-	rec, err := r.Get(ctx, identity)
+	rec, err := r.registrationOf(ctx, identity, bootID)
 	if err != nil {
 		return Record{}, err
 	}
@@ -285,12 +399,15 @@ func (r *Registry) Heartbeat(ctx context.Context, identity, bootID string) (Reco
 }
 
 // withLease fills in rec's lease expiry, when the lease is its
-// registration's.
+// registration's; a lease held by a stream runs a full term from now.
 func (r *Registry) withLease(rec Record) Record {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if l, ok := r.leases[rec.WorkloadIdentity]; ok && l.BootID == rec.BootID && l.Epoch == rec.MembershipEpoch {
 		rec.LeaseExpiresAt = l.ExpiresAt
+		if h, held := r.holds[rec.WorkloadIdentity]; held && h.boot == l.BootID && h.epoch == l.Epoch {
+			rec.LeaseExpiresAt = maxTime(l.ExpiresAt, r.now().UTC().Add(r.lease))
+		}
 	}
 	return rec
 }

@@ -255,3 +255,101 @@ func TestAHeartbeatRacingARegistrationLoses(t *testing.T) {
 		t.Fatalf("Get = %+v, %v", rec, err)
 	}
 }
+
+// countingStore counts the leases each checkpoint writes.
+type countingStore struct {
+	store.Store
+	mu      sync.Mutex
+	written []string
+}
+
+func (s *countingStore) PutRecords(ctx context.Context, kind string, recs []store.Record) error {
+	s.mu.Lock()
+	for _, r := range recs {
+		s.written = append(s.written, r.ID)
+	}
+	s.mu.Unlock()
+	return s.Store.PutRecords(ctx, kind, recs)
+}
+
+func (s *countingStore) take() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := s.written
+	s.written = nil
+	return out
+}
+
+// TestAStreamHoldsALeaseAndCheckpointsAreRare: an open stream keeps its
+// instance live with no heartbeat, and when it ends the instance has a full
+// term to come back; a stale boot cannot hold. A lease renewed every few
+// seconds is written about once per term, and an expired one once.
+func TestAStreamHoldsALeaseAndCheckpointsAreRare(t *testing.T) {
+	st, err := boltstore.Open(context.Background(), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	counting := &countingStore{Store: st}
+	ctx := context.Background()
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	r, err := New(ctx, counting, 30*time.Second, WithClock(func() time.Time { return now }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"streaming", "beating", "gone"} {
+		if _, err := r.Register(ctx, Instance{WorkloadIdentity: id, BootID: "1"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := r.Hold(ctx, "streaming", "0"); !errors.Is(err, ErrStaleBoot) {
+		t.Fatalf("a hold by another boot = %v", err)
+	}
+	release, err := r.Hold(ctx, "streaming", "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Checkpoint(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := counting.take(); len(got) != 3 {
+		t.Fatalf("the first checkpoint wrote %v, want every new lease", got)
+	}
+	var writes []string
+	for range 30 { // five minutes, a heartbeat every 10 s, a checkpoint each time
+		now = now.Add(10 * time.Second)
+		if _, err := r.Heartbeat(ctx, "beating", "1"); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Checkpoint(ctx); err != nil {
+			t.Fatal(err)
+		}
+		writes = append(writes, counting.take()...)
+	}
+	counts := map[string]int{}
+	for _, id := range writes {
+		counts[id]++
+	}
+	// A lease is written when its stored copy would lapse within half a
+	// term: every 20 s here, not every heartbeat. "gone" expired: written
+	// once more, so that a restart does not revive it.
+	if counts["beating"] > 16 || counts["streaming"] > 16 || counts["gone"] != 1 {
+		t.Fatalf("five minutes of checkpoints wrote %v", counts)
+	}
+	if rec, _ := r.Get(ctx, "streaming"); !rec.Live(now) {
+		t.Fatal("the held lease lapsed without heartbeats")
+	}
+	if rec, _ := r.Get(ctx, "gone"); rec.Live(now) {
+		t.Fatal("the lease nobody renewed is live")
+	}
+	release()
+	release() // idempotent
+	now = now.Add(29 * time.Second)
+	if rec, _ := r.Get(ctx, "streaming"); !rec.Live(now) {
+		t.Fatal("after the stream ended the instance did not get a full term")
+	}
+	now = now.Add(2 * time.Second)
+	if rec, _ := r.Get(ctx, "streaming"); rec.Live(now) {
+		t.Fatal("the released lease outlived its term")
+	}
+}
