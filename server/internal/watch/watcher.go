@@ -88,6 +88,10 @@ func (w *Watcher) fromRing() (events []store.Event, needLog bool, err error) {
 	if w.next > h.newest {
 		return nil, false, nil
 	}
+	if h.quietSinceLocked(w.prefix, w.next) {
+		w.next = h.newest + 1 // nothing under the prefix since the cursor
+		return nil, false, nil
+	}
 	oldest := h.oldestLocked()
 	if w.next < oldest {
 		if !h.quietBelowRingLocked(w.prefix, w.next) {
