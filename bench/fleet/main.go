@@ -268,6 +268,8 @@ type bench struct {
 	rs       pawlv1connect.ReleaseServiceClient
 	ro       pawlv1connect.RolloutServiceClient
 	ids      []string
+	conn     map[string]int // instance -> index of the connection it uses
+	acker    []pawlv1connect.RolloutServiceClient
 	epochs   map[string]int64
 	streams  map[string]*stream
 	cancel   context.CancelFunc
@@ -285,7 +287,7 @@ func h2c(streams int) *http.Client {
 }
 
 func newBench(o options, srv *pawld) *bench {
-	b := &bench{o: o, srv: srv, unary: h2c(0), epochs: map[string]int64{}, streams: map[string]*stream{}}
+	b := &bench{o: o, srv: srv, unary: h2c(0), epochs: map[string]int64{}, streams: map[string]*stream{}, conn: map[string]int{}}
 	for range o.conns {
 		b.clients = append(b.clients, h2c(0))
 	}
@@ -294,6 +296,10 @@ func newBench(o options, srv *pawld) *bench {
 	b.ro = pawlv1connect.NewRolloutServiceClient(b.unary, srv.url, connect.WithGRPC())
 	for i := range o.instances {
 		b.ids = append(b.ids, fmt.Sprintf("i-%05d", i))
+		b.conn[b.ids[i]] = i % o.conns
+	}
+	for _, c := range b.clients {
+		b.acker = append(b.acker, pawlv1connect.NewRolloutServiceClient(c, srv.url, connect.WithGRPC()))
 	}
 	return b
 }
@@ -498,8 +504,10 @@ func (b *bench) release(ctx context.Context, config, validator string, weight in
 	return rel, nil
 }
 
+// ack reports for id over the connection its stream uses, as an instance
+// does.
 func (b *bench) ack(ctx context.Context, rel *pawlv1.Release, id string, state pawlv1.InstanceState, seq int64) error {
-	resp, err := b.ro.Ack(ctx, connect.NewRequest(&pawlv1.AckRequest{Ack: &pawlv1.Ack{
+	resp, err := b.acker[b.conn[id]].Ack(ctx, connect.NewRequest(&pawlv1.AckRequest{Ack: &pawlv1.Ack{
 		ConfigId: rel.GetSpec().GetConfigId(), Generation: rel.GetGeneration(), WorkloadIdentity: id, BootId: "boot-1",
 		MembershipEpoch: b.epochs[id], ApplySequence: seq, ContentDigest: rel.GetContentDigest(),
 		ValidatorDigest: rel.GetSpec().GetValidatorDigest(), State: state, HealthOk: true,

@@ -12,9 +12,10 @@ import (
 )
 
 // AppliedRecord is what an instance last reported running for a config: the
-// generation and content digest of its latest APPLIED or HEALTHY_ACKED, from
-// the boot that sent it, whether or not that ACK counted (a wrong digest is
-// exactly what an operator needs to see).
+// generation and content digest of its latest apply, as the first APPLIED
+// or HEALTHY_ACKED of that apply reported it, from the boot that sent it,
+// whether or not that ACK counted (a wrong digest is exactly what an
+// operator needs to see). State is that first report's.
 type AppliedRecord struct {
 	ConfigID         string    `json:"config_id"`
 	WorkloadIdentity string    `json:"workload_identity"`
@@ -43,14 +44,19 @@ func (r *Rollouts) appliedAt(ctx context.Context, config, identity string, rev i
 }
 
 // newApplied returns the applied record ack makes, if it makes one: an
-// APPLIED or HEALTHY_ACKED from the instance's current registration that is
-// not older, within its boot, than the record it replaces.
+// APPLIED or HEALTHY_ACKED from the instance's current registration that
+// records a newer apply, within its boot, than the record it replaces. A
+// report of the apply already recorded (HEALTHY_ACKED after its APPLIED)
+// changes nothing the record says about what runs, and writes nothing.
 func newApplied(ack Ack, reg registration, registered bool, prev *applyInfo) (AppliedRecord, bool) {
 	if (ack.State != Applied && ack.State != HealthyAcked) || !registered || reg.boot != ack.BootID || reg.epoch != ack.MembershipEpoch {
 		return AppliedRecord{}, false
 	}
-	if prev != nil && prev.boot == ack.BootID && prev.epoch == ack.MembershipEpoch && prev.seq > ack.ApplySequence {
-		return AppliedRecord{}, false
+	if prev != nil && prev.boot == ack.BootID && prev.epoch == ack.MembershipEpoch {
+		if prev.seq > ack.ApplySequence ||
+			(prev.seq == ack.ApplySequence && prev.gen == ack.Generation && prev.contentDigest == ack.ContentDigest) {
+			return AppliedRecord{}, false
+		}
 	}
 	return AppliedRecord{
 		ConfigID: ack.ConfigID, WorkloadIdentity: ack.WorkloadIdentity, Generation: ack.Generation,
