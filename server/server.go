@@ -14,6 +14,7 @@ import (
 	"connectrpc.com/connect"
 	"connectrpc.com/grpchealth"
 	"connectrpc.com/grpcreflect"
+	"golang.org/x/net/http2"
 
 	"github.com/pawlcfg/pawl/gen/pawl/v1/pawlv1connect"
 	"github.com/pawlcfg/pawl/server/internal/api"
@@ -192,6 +193,17 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		HTTP2:             &http.HTTP2Config{MaxConcurrentStreams: int(s.cfg.maxStreams), SendPingTimeout: pingInterval, PingTimeout: pingInterval},
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(s.cfg.log.Handler(), slog.LevelWarn),
+	}
+	// HTTP/2 (with TLS and without) is served by x/net's server, which
+	// takes the settings above and lets us choose how frames are scheduled:
+	// the default round-robin scheduler walks every open stream of a
+	// connection for each frame it writes, and a connection here carries
+	// hundreds of idle assignment streams; the random scheduler only looks
+	// at streams that have something to send.
+	if err := http2.ConfigureServer(srv, &http2.Server{NewWriteScheduler: func() http2.WriteScheduler {
+		return http2.NewRandomWriteScheduler()
+	}}); err != nil {
+		return fmt.Errorf("server: configure HTTP/2: %w", err)
 	}
 	errc := make(chan error, 1)
 	go func() {
