@@ -3,10 +3,11 @@ package api
 import (
 	"context"
 	"errors"
+	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"maps"
 	"slices"
-	"strconv"
 	"strings"
 
 	"connectrpc.com/connect"
@@ -71,7 +72,7 @@ func (h *Instances) WatchAssignments(ctx context.Context, req *connect.Request[p
 		}
 		defer release() // before the watcher closes: a stream counted open still holds
 	}
-	as := &assignmentStream{stream: stream, identity: identity, deltas: m.GetDeltas(), held: map[string]string{}}
+	as := &assignmentStream{stream: stream, identity: identity, deltas: m.GetDeltas(), held: map[string]uint64{}, rollouts: h.rollouts}
 	for {
 		if w == nil {
 			var err error
@@ -108,8 +109,8 @@ func (h *Instances) WatchAssignments(ctx context.Context, req *connect.Request[p
 		if err != nil {
 			return Error(h.log, req.Spec(), err)
 		}
-		if err := as.sendChanges(byConfig, rev); err != nil {
-			return err
+		if err := as.sendChanges(ctx, byConfig, rev); err != nil {
+			return Error(h.log, req.Spec(), err)
 		}
 	}
 }
@@ -126,45 +127,45 @@ func touchedConfigs(events []store.Event) []string {
 	return out
 }
 
-// assignmentStream is what one stream sent its instance: per config, the
-// assignments it holds, rendered as a key to compare.
+// assignmentStream is what one stream sent its instance: per config, a
+// key of the assignments it holds. It keeps no copy of what it sent: a
+// stream of full sets computes the whole set again when something changed.
 type assignmentStream struct {
 	stream   *connect.ServerStream[pawlv1.WatchAssignmentsResponse]
 	identity string
 	deltas   bool
-	held     map[string]string               // config -> key of its assignments as sent
-	sent     map[string][]*pawlv1.Assignment // config -> its assignments as sent
+	held     map[string]uint64 // config -> key of its assignments as sent
+	rollouts *rollout.Rollouts
 }
 
 // sendFull sends every config's assignments and makes them what is held.
 func (s *assignmentStream) sendFull(byConfig map[string][]rollout.Assignment, rev int64) error {
 	clear(s.held)
-	s.sent = map[string][]*pawlv1.Assignment{}
 	for config, as := range byConfig {
-		s.held[config], s.sent[config] = renderAssignments(as)
+		s.held[config] = assignmentsKey(as)
 	}
-	return s.stream.Send(&pawlv1.WatchAssignmentsResponse{Assignments: s.flatten(), Revision: rev, Full: true})
+	return s.stream.Send(&pawlv1.WatchAssignmentsResponse{Assignments: flatten(byConfig), Revision: rev, Full: true})
 }
 
 // sendChanges sends what changed of the configs computed, if anything did:
-// the whole set again, or with deltas only those configs.
-func (s *assignmentStream) sendChanges(byConfig map[string][]rollout.Assignment, rev int64) error {
+// with deltas only those configs, else the whole set again.
+func (s *assignmentStream) sendChanges(ctx context.Context, byConfig map[string][]rollout.Assignment, rev int64) error {
 	delta := &pawlv1.WatchAssignmentsResponse{Revision: rev}
 	changed := false
 	for _, config := range slices.Sorted(maps.Keys(byConfig)) {
-		key, as := renderAssignments(byConfig[config])
+		as := byConfig[config]
+		key := assignmentsKey(as)
 		if key == s.held[config] {
 			continue
 		}
 		changed = true
 		if len(as) == 0 {
 			delete(s.held, config)
-			delete(s.sent, config)
 			delta.RemovedConfigIds = append(delta.RemovedConfigIds, config)
 			continue
 		}
-		s.held[config], s.sent[config] = key, as
-		delta.Assignments = append(delta.Assignments, as...)
+		s.held[config] = key
+		delta.Assignments = append(delta.Assignments, toProtoAssignments(as)...)
 	}
 	switch {
 	case !changed:
@@ -172,40 +173,42 @@ func (s *assignmentStream) sendChanges(byConfig map[string][]rollout.Assignment,
 	case s.deltas:
 		return s.stream.Send(delta)
 	}
-	return s.stream.Send(&pawlv1.WatchAssignmentsResponse{Assignments: s.flatten(), Revision: rev, Full: true})
+	all, at, err := s.rollouts.AssignmentsAt(ctx, s.identity, rev, nil)
+	if err != nil {
+		return err
+	}
+	return s.sendFull(all, at)
 }
 
-// flatten is every held assignment, in config order.
-func (s *assignmentStream) flatten() []*pawlv1.Assignment {
+// flatten is every config's assignments on the wire, in config order.
+func flatten(byConfig map[string][]rollout.Assignment) []*pawlv1.Assignment {
 	var out []*pawlv1.Assignment
-	for _, config := range slices.Sorted(maps.Keys(s.sent)) {
-		out = append(out, s.sent[config]...)
+	for _, config := range slices.Sorted(maps.Keys(byConfig)) {
+		out = append(out, toProtoAssignments(byConfig[config])...)
 	}
 	return out
 }
 
-// renderAssignments is a config's assignments on the wire, and a key that
-// differs whenever they do ("" for none).
-func renderAssignments(as []rollout.Assignment) (string, []*pawlv1.Assignment) {
-	if len(as) == 0 {
-		return "", nil
-	}
-	var key strings.Builder
+func toProtoAssignments(as []rollout.Assignment) []*pawlv1.Assignment {
 	out := make([]*pawlv1.Assignment, 0, len(as))
 	for _, a := range as {
 		out = append(out, &pawlv1.Assignment{ConfigId: a.ConfigID, Generation: a.Generation, ContentDigest: a.ContentDigest,
 			ValidatorDigest: a.ValidatorDigest, Stage: a.Stage, Epoch: a.Epoch, Shadow: a.Shadow})
-		key.WriteString(strconv.FormatInt(a.Generation, 10))
-		key.WriteByte('/')
-		key.WriteString(strconv.FormatInt(a.Epoch, 10))
-		key.WriteByte('/')
-		key.WriteString(a.Stage)
-		if a.Shadow {
-			key.WriteString("/shadow")
-		}
-		key.WriteByte(';')
 	}
-	return key.String(), out
+	return out
+}
+
+// assignmentsKey is a hash of a config's assignments that differs whenever
+// they do (0 for none).
+func assignmentsKey(as []rollout.Assignment) uint64 {
+	if len(as) == 0 {
+		return 0
+	}
+	h := fnv.New64a()
+	for _, a := range as {
+		fmt.Fprintf(h, "%d/%d/%s/%v;", a.Generation, a.Epoch, a.Stage, a.Shadow)
+	}
+	return h.Sum64() | 1 // never 0
 }
 
 // Register implements pawl.v1.InstanceService.Register.
