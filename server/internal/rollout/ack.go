@@ -125,10 +125,7 @@ func (r *Rollouts) RecordAck(ctx context.Context, ack Ack) (Ack, error) {
 			// Only these can pass a stage (VALIDATED, in a shadow stage) or
 			// fail one. A duplicate settles too: a client that retried after
 			// losing the first answer must not leave a step unrecorded.
-			if err := r.views.waitFor(ctx, rev); err != nil {
-				return Ack{}, err
-			}
-			if err := r.Settle(ctx, stored.ConfigID, stored.Generation); err != nil {
+			if err := r.settleAt(ctx, stored.ConfigID, stored.Generation, rev); err != nil {
 				return Ack{}, fmt.Errorf("rollout: the ACK was stored, and settling the rollout after it failed (send it again: "+
 					"it is then a duplicate, and settles again): %w", err)
 			}

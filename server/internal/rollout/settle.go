@@ -24,17 +24,37 @@ import (
 // progress record read, so Settle never stops a release that a concurrent
 // Promote made active, and concurrent calls record each step once.
 func (r *Rollouts) Settle(ctx context.Context, config string, gen int64) error {
+	rev, err := r.currentRevision(ctx)
+	if err != nil {
+		return err
+	}
+	return r.settleAt(ctx, config, gen, rev)
+}
+
+// settleAt is Settle on views at revision rev or later: after an ACK, the
+// ACK's revision, however far the store moved since.
+func (r *Rollouts) settleAt(ctx context.Context, config string, gen, rev int64) error {
 	for range maxAttempts {
-		err := r.settle(ctx, config, gen)
+		err := r.settle(ctx, config, gen, rev)
 		if !errors.Is(err, store.ErrRevisionMismatch) {
 			return err
 		}
+		rev = 0 // the views lagged a write: the next attempt waits for the store as it is
 	}
 	return fmt.Errorf("%w: settling %s generation %d", ErrContended, config, gen)
 }
 
-func (r *Rollouts) settle(ctx context.Context, config string, gen int64) error {
-	rv, err := r.viewOf(ctx, config, gen, true)
+func (r *Rollouts) settle(ctx context.Context, config string, gen, rev int64) error {
+	if rev == 0 {
+		var err error
+		if rev, err = r.currentRevision(ctx); err != nil {
+			return err
+		}
+	}
+	if err := r.views.waitFor(ctx, rev); err != nil {
+		return err
+	}
+	rv, err := r.viewOf(ctx, config, gen, false)
 	if err != nil || !rv.candidate() {
 		return err
 	}
