@@ -1,6 +1,8 @@
-// Package server runs Pawl: it opens the store, starts the watch hub and
-// the rollout supervisor (which settles rollouts left mid-step by a crash,
-// and stops rollouts at their deadline), and
+// Package server runs Pawl: it opens the store, starts the watch hub, the
+// rollout views (every config's rollout, kept current from the store's
+// feed, which every rollout decision and assignment stream reads), the
+// rollout supervisor (which settles rollouts left mid-step by a crash, and
+// stops rollouts at their deadline) and the lease checkpoint, and
 // serves the Connect handlers (Connect, gRPC and gRPC-Web on one port), with
 // gRPC health checking and server reflection.
 //
@@ -18,6 +20,7 @@
 //	server/internal/store/boltstore  the embedded bbolt engine (the default)
 //	server/internal/watch      the watch hub
 //	server/internal/api        the Connect edge: a handler per service, the error-to-code mapper, interceptors
+//	server/internal/records    the layout of /_pawl/ and its codec
 //	server/internal/pagetoken  the tokens that continue paginated listings
 //	server/internal/validator  stored validators: upload checks, loading, runs
 //	server/internal/canonical  the canonical content digest
