@@ -51,8 +51,9 @@ const (
 	// instance live: instances heartbeat at a third of it, so two lost
 	// heartbeats are survived.
 	DefaultInstanceLease = 30 * time.Second
-	// DefaultRolloutCheckInterval is how often the server looks for
-	// rollouts whose deadline passed, to stop them.
+	// DefaultRolloutCheckInterval is how often the server compares the
+	// earliest rollout deadline with its clock again, besides the timer
+	// that wakes it at that deadline.
 	DefaultRolloutCheckInterval = time.Second
 	// DefaultRetainRevisions is how many revisions the change log keeps.
 	DefaultRetainRevisions = boltstore.DefaultMaxEntries
@@ -169,8 +170,10 @@ func WithValidatorMemoryLimit(n int) Option { return func(c *config) { c.validat
 // instance live (default 30s).
 func WithInstanceLease(d time.Duration) Option { return func(c *config) { c.instanceLease = d } }
 
-// WithRolloutCheckInterval sets how often the server looks for rollouts
-// whose deadline passed while nobody asked, to stop them (default 1s).
+// WithRolloutCheckInterval sets how often the server compares the earliest
+// rollout deadline with its clock again (default 1s). A timer wakes the
+// server at each deadline; the interval matters for a clock that does not
+// follow wall time (WithClock in tests).
 func WithRolloutCheckInterval(d time.Duration) Option { return func(c *config) { c.rolloutCheck = d } }
 
 // WithClock replaces time.Now for leases, release times, health windows,

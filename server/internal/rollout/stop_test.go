@@ -377,3 +377,48 @@ func TestDependenciesAppVersionsAndSecretRefs(t *testing.T) {
 		t.Fatalf("Promote before the dependency = %v", err)
 	}
 }
+
+// TestTheSupervisorWakesAtTheDeadline runs the supervisor on a clock that
+// follows wall time, with an hour between its fallback checks: only the
+// deadline timer, armed when the release arrives, can stop the rollout.
+func TestTheSupervisorWakesAtTheDeadline(t *testing.T) {
+	e := newEnv(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	hub, err := watch.New(ctx, e.store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := hub.Watch(ctx, store.SystemPrefix+"configs/routing/stops/", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The release will be created at e.clock's time with a one-hour
+	// deadline; the supervisor's clock reaches it 300 ms from now.
+	offset := e.clock.Now().Add(time.Hour - 300*time.Millisecond).Sub(time.Now())
+	wallClock := func() time.Time { return time.Now().Add(offset) }
+	supervised := run(t, rollout.New(e.store, e.releases, e.registry, rollout.WithClock(wallClock)))
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		supervised.Supervise(ctx, time.Hour, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	}()
+	defer func() {
+		cancel()
+		wg.Wait()
+		w.Close()
+		hub.Close()
+	}()
+	rel := e.release(t, 50)
+	batch, err := w.Next(ctx)
+	if err != nil || len(batch.Events) != 1 {
+		t.Fatalf("stop record event = %+v, %v", batch, err)
+	}
+	if now, due := wallClock(), rel.CreatedAt.Add(rel.Deadline); now.Before(due) {
+		t.Fatalf("stopped at %v, before the deadline %v", now, due)
+	}
+	stop, err := supervised.GetStop(ctx, "routing", rel.Generation)
+	if err != nil || stop == nil || !strings.Contains(stop.Reason, "the deadline passed") {
+		t.Fatalf("stop record = %+v, %v", stop, err)
+	}
+}

@@ -53,6 +53,10 @@ type views struct {
 	// failed is the reason the views stopped following the feed for good
 	// (their context ended), or nil.
 	failed error
+	// deadlines holds, earliest first, when each candidate release stops;
+	// deadlineMoved is closed, and replaced, when an earlier one arrives.
+	deadlines     deadlines
+	deadlineMoved chan struct{}
 }
 
 // configView is one config's state.
@@ -74,7 +78,7 @@ type applyInfo struct {
 
 func newViews(r *Rollouts) *views {
 	return &views{r: r, configs: map[string]*configView{}, regs: map[string]registration{},
-		applied: map[string]map[string]applyInfo{}, advanced: make(chan struct{})}
+		applied: map[string]map[string]applyInfo{}, advanced: make(chan struct{}), deadlineMoved: make(chan struct{})}
 }
 
 // run keeps the views current until ctx ends: a snapshot, then the feed
@@ -112,6 +116,11 @@ func (v *views) follow(ctx context.Context, hub *watch.Hub) error {
 	v.mu.Lock()
 	v.configs, v.regs, v.applied = snap.configs, snap.regs, snap.applied
 	v.order = slices.Sorted(maps.Keys(snap.configs))
+	v.deadlines = v.deadlines[:0]
+	for config, cv := range v.configs {
+		v.scheduleLocked(config, cv.newest)
+	}
+	v.wakeSupervisorLocked()
 	v.ready = true
 	v.advanceLocked(rev)
 	v.mu.Unlock()
@@ -270,6 +279,7 @@ func (v *views) applyConfigLocked(ev store.Event, load *tracked) error {
 		} else {
 			cv.newest = load
 		}
+		v.scheduleLocked(config, cv.newest)
 	case "active":
 		var p Pointer
 		if err := records.Decode(ev.KV, &p); err != nil {
