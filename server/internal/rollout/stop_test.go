@@ -165,8 +165,10 @@ func TestRollbackReturnsToTheGenerationThePromotionReplaced(t *testing.T) {
 	}
 }
 
-func TestTheSupervisorStopsAnOverdueRollout(t *testing.T) {
-	e := newEnv(t)
+// supervise runs r's supervisor until the test ends and returns a watch
+// on routing's stop records.
+func supervise(t *testing.T, e *env, r *rollout.Rollouts, interval time.Duration) *watch.Watcher {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	hub, err := watch.New(ctx, e.store)
 	if err != nil {
@@ -180,14 +182,21 @@ func TestTheSupervisorStopsAnOverdueRollout(t *testing.T) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		e.rollouts.Supervise(ctx, 5*time.Millisecond, slog.New(slog.NewTextHandler(io.Discard, nil)))
+		r.Supervise(ctx, interval, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	}()
-	defer func() {
+	t.Cleanup(func() {
 		cancel()
 		wg.Wait()
 		w.Close()
 		hub.Close()
-	}()
+	})
+	return w
+}
+
+func TestTheSupervisorStopsAnOverdueRollout(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	w := supervise(t, e, e.rollouts, 5*time.Millisecond)
 	rel := e.release(t, 50)
 	e.ack(t, rel, "i0", "boot-1", 1, rollout.HealthyAcked)
 	e.clock.Advance(2 * time.Hour) // past the one-hour deadline; nobody asks for status
@@ -383,32 +392,13 @@ func TestDependenciesAppVersionsAndSecretRefs(t *testing.T) {
 // deadline timer, armed when the release arrives, can stop the rollout.
 func TestTheSupervisorWakesAtTheDeadline(t *testing.T) {
 	e := newEnv(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	hub, err := watch.New(ctx, e.store)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := hub.Watch(ctx, store.SystemPrefix+"configs/routing/stops/", 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx := context.Background()
 	// The release will be created at e.clock's time with a one-hour
 	// deadline; the supervisor's clock reaches it 300 ms from now.
 	offset := e.clock.Now().Add(time.Hour - 300*time.Millisecond).Sub(time.Now())
 	wallClock := func() time.Time { return time.Now().Add(offset) }
 	supervised := run(t, rollout.New(e.store, e.releases, e.registry, rollout.WithClock(wallClock)))
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		supervised.Supervise(ctx, time.Hour, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	}()
-	defer func() {
-		cancel()
-		wg.Wait()
-		w.Close()
-		hub.Close()
-	}()
+	w := supervise(t, e, supervised, time.Hour)
 	rel := e.release(t, 50)
 	batch, err := w.Next(ctx)
 	if err != nil || len(batch.Events) != 1 {
