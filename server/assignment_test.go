@@ -440,3 +440,51 @@ func TestAnAssignmentStreamHoldsTheLease(t *testing.T) {
 		t.Fatal("the lease outlived its term after the stream ended")
 	}
 }
+
+// TestACKTraceContextIsCheckedAndKept: a malformed traceparent is refused
+// and stores nothing; a valid one's trace ID shows in the ACK, the status
+// and the applied records. An instance can fetch a release without its
+// membership.
+func TestACKTraceContextIsCheckedAndKept(t *testing.T) {
+	srv := testserver.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c := newCanaryRollout(t, ctx, srv)
+	register(t, c.is, "canary-1", "b", "zone-a", map[string]string{"canary": "true"})
+	rel := c.create(50)
+	send := func(traceparent string) (*pawlv1.Ack, error) {
+		resp, err := c.ro.Ack(ctx, connect.NewRequest(&pawlv1.AckRequest{Ack: &pawlv1.Ack{
+			ConfigId: "routing", Generation: rel.GetGeneration(), WorkloadIdentity: "canary-1", BootId: "b", ApplySequence: 1,
+			MembershipEpoch: epochOf(t, c.is, "canary-1"), ContentDigest: rel.GetContentDigest(), ValidatorDigest: c.digest,
+			State: pawlv1.InstanceState_INSTANCE_STATE_APPLIED, Traceparent: traceparent,
+		}}))
+		if err != nil {
+			return nil, err
+		}
+		return resp.Msg.GetAck(), nil
+	}
+	if _, err := send("00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01"); connect.CodeOf(err) != connect.CodeInvalidArgument ||
+		!strings.Contains(err.Error(), "the parent ID is not 16 lower-case hex digits") {
+		t.Fatalf("a malformed traceparent = %v", err)
+	}
+	st, err := c.ro.GetRolloutStatus(ctx, connect.NewRequest(&pawlv1.GetRolloutStatusRequest{ConfigId: "routing", Generation: rel.GetGeneration()}))
+	if err != nil || len(st.Msg.GetAcks()) != 0 {
+		t.Fatalf("status after a refused ACK = %v, %v", st.Msg.GetAcks(), err)
+	}
+	a, err := send("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+	if err != nil || a.GetTraceId() != "4bf92f3577b34da6a3ce929d0e0e4736" || !a.GetCounted() {
+		t.Fatalf("ACK = %v, %v", a, err)
+	}
+	st, err = c.ro.GetRolloutStatus(ctx, connect.NewRequest(&pawlv1.GetRolloutStatusRequest{ConfigId: "routing", Generation: rel.GetGeneration()}))
+	if err != nil || len(st.Msg.GetAcks()) != 1 || st.Msg.GetAcks()[0].GetTraceId() != "4bf92f3577b34da6a3ce929d0e0e4736" {
+		t.Fatalf("status = %v, %v", st.Msg.GetAcks(), err)
+	}
+	applied, err := c.ro.ListApplied(ctx, connect.NewRequest(&pawlv1.ListAppliedRequest{ConfigId: "routing"}))
+	if err != nil || len(applied.Msg.GetApplied()) != 1 || applied.Msg.GetApplied()[0].GetTraceId() != "4bf92f3577b34da6a3ce929d0e0e4736" {
+		t.Fatalf("applied = %v, %v", applied.Msg.GetApplied(), err)
+	}
+	got, err := c.rs.GetRelease(ctx, connect.NewRequest(&pawlv1.GetReleaseRequest{ConfigId: "routing", Generation: rel.GetGeneration(), OmitMembership: true}))
+	if r := got.Msg.GetRelease(); err != nil || len(r.GetMembership()) != 0 || r.GetMemberCount() != 1 || string(r.GetSpec().GetContent()) != string(rel.GetSpec().GetContent()) {
+		t.Fatalf("release without membership = %v, %v", r, err)
+	}
+}

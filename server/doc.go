@@ -23,7 +23,6 @@
 //	server/internal/records    the layout of /_pawl/ and its codec
 //	server/internal/pagetoken  the tokens that continue paginated listings
 //	server/internal/validator  stored validators: upload checks, loading, runs
-//	server/internal/canonical  the canonical content digest
 //	server/internal/instance   the instance registry: leases, boots, membership epochs
 //	server/internal/release    immutable releases and their generations
 //	server/internal/quorum     ACK policies evaluated against a frozen membership

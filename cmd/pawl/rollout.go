@@ -159,6 +159,7 @@ func promotionCommand(g *globals) *cobra.Command {
 func rolloutCommand(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "rollout", Short: "Follow rollouts"}
 	var gen int64
+	var showAcks bool
 	status := &cobra.Command{
 		Use:   "status CONFIG",
 		Short: "Show each stage and zone of a release: healthy, rejected, waiting on what",
@@ -193,10 +194,11 @@ func rolloutCommand(g *globals) *cobra.Command {
 			if g.output == "json" {
 				return g.printJSON(st)
 			}
-			return printStatus(g, args[0], gen, st)
+			return printStatus(g, args[0], gen, st, showAcks)
 		},
 	}
 	status.Flags().Int64Var(&gen, "generation", 0, "the release (default: the latest)")
+	status.Flags().BoolVar(&showAcks, "acks", false, "list every ACK: instance, boot, state, apply sequence, whether it counts, and its trace ID")
 	cmd.AddCommand(status, stopCommand(g), appliedCommand(g))
 	return cmd
 }
@@ -204,7 +206,7 @@ func rolloutCommand(g *globals) *cobra.Command {
 func appliedCommand(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "applied CONFIG",
-		Short: "What each instance last reported running: IDENTITY<TAB>GENERATION<TAB>CONTENT_DIGEST<TAB>MATCH<TAB>STATE<TAB>BOOT<TAB>current|previous<TAB>REPORTED",
+		Short: "What each instance last reported running: IDENTITY<TAB>GENERATION<TAB>CONTENT_DIGEST<TAB>MATCH<TAB>STATE<TAB>BOOT<TAB>current|previous<TAB>REPORTED<TAB>TRACE_ID",
 		Args:  usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			token := ""
@@ -227,8 +229,12 @@ func appliedCommand(g *globals) *cobra.Command {
 					if a.GetCurrentBoot() {
 						boot = "current"
 					}
-					if _, err := fmt.Fprintf(g.stdout, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", a.GetWorkloadIdentity(), a.GetGeneration(), a.GetContentDigest(), match,
-						strings.TrimPrefix(a.GetState().String(), "INSTANCE_STATE_"), a.GetBootId(), boot, a.GetReportedAt().AsTime().Format(time.RFC3339)); err != nil {
+					trace := a.GetTraceId()
+					if trace == "" {
+						trace = "-"
+					}
+					if _, err := fmt.Fprintf(g.stdout, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.GetWorkloadIdentity(), a.GetGeneration(), a.GetContentDigest(), match,
+						strings.TrimPrefix(a.GetState().String(), "INSTANCE_STATE_"), a.GetBootId(), boot, a.GetReportedAt().AsTime().Format(time.RFC3339), trace); err != nil {
 						return err
 					}
 				}
@@ -272,7 +278,7 @@ func stopCommand(g *globals) *cobra.Command {
 	return cmd
 }
 
-func printStatus(g *globals, config string, gen int64, st *pawlv1.GetRolloutStatusResponse) error {
+func printStatus(g *globals, config string, gen int64, st *pawlv1.GetRolloutStatusResponse, showAcks bool) error {
 	w := g.stdout
 	fmt.Fprintf(w, "%s generation %d: %s (active: generation %d, epoch %d)\n", config, gen,
 		strings.TrimPrefix(st.GetState().String(), "RELEASE_STATE_"), st.GetPointer().GetGeneration(), st.GetPointer().GetEpoch())
@@ -331,6 +337,21 @@ func printStatus(g *globals, config string, gen int64, st *pawlv1.GetRolloutStat
 			fmt.Fprintf(w, "unhealthy: %s at apply sequence %d\n", a.GetWorkloadIdentity(), a.GetApplySequence())
 		case !a.GetCounted():
 			fmt.Fprintf(w, "not counted: %s %s: %s\n", a.GetWorkloadIdentity(), strings.TrimPrefix(a.GetState().String(), "INSTANCE_STATE_"), a.GetNotCountedReason())
+		}
+	}
+	if showAcks {
+		for _, a := range st.GetAcks() {
+			counted := "counted"
+			if !a.GetCounted() {
+				counted = "not counted"
+			}
+			trace := a.GetTraceId()
+			if trace == "" {
+				trace = "-"
+			}
+			fmt.Fprintf(w, "ack %s boot %s %s seq %d %s trace %s at %s\n", a.GetWorkloadIdentity(), a.GetBootId(),
+				strings.TrimPrefix(a.GetState().String(), "INSTANCE_STATE_"), a.GetApplySequence(), counted, trace,
+				a.GetReceivedAt().AsTime().Format(time.RFC3339Nano))
 		}
 	}
 	return nil

@@ -117,6 +117,10 @@ func TestRolloutFromTheCLI(t *testing.T) {
 			t.Fatalf("rollout status = %d, %q; missing %q", code, out, want)
 		}
 	}
+	code, out, _ = pawl(t, srv, "", "rollout", "status", "routing", "--acks")
+	if code != 0 || !regexp.MustCompile(`(?m)^ack pay-0 boot b1 HEALTHY_ACKED seq 1 counted trace 4bf92f3577b34da6a3ce929d0e0e4736 at \S+$`).MatchString(out) {
+		t.Fatalf("rollout status --acks = %d, %q", code, out)
+	}
 	code, _, errOut := pawl(t, srv, "", "promote", "routing", "1")
 	if code != 1 || !strings.Contains(errOut, `failed_precondition: rollout: release not ready for promotion: stage "zones" is waiting`) {
 		t.Fatalf("promote with a silent zone = %d, %q", code, errOut)
@@ -341,7 +345,7 @@ func TestShadowBudgetsRetireAndAppliedFromTheCLI(t *testing.T) {
 		t.Fatalf("status after the breach = %d, %q", code, out)
 	}
 	code, out, _ = pawl(t, srv, "", "rollout", "applied", "routing")
-	if code != 0 || !regexp.MustCompile(`^pay-b\t1\t`+regexp.QuoteMeta(contentDigest)+`\tmatch\tHEALTHY_ACKED\tb1\tcurrent\t\S+\n$`).MatchString(out) {
+	if code != 0 || !regexp.MustCompile(`^pay-b\t1\t`+regexp.QuoteMeta(contentDigest)+`\tmatch\tHEALTHY_ACKED\tb1\tcurrent\t\S+\t-\n$`).MatchString(out) {
 		t.Fatalf("rollout applied = %d, %q", code, out)
 	}
 }

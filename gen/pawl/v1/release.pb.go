@@ -910,10 +910,14 @@ type GetReleaseRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The config.
 	ConfigId string `protobuf:"bytes,1,opt,name=config_id,json=configId,proto3" json:"config_id,omitempty"`
-	// The generation.
-	Generation    int64 `protobuf:"varint,2,opt,name=generation,proto3" json:"generation,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// The generation; 0 for the newest.
+	Generation int64 `protobuf:"varint,2,opt,name=generation,proto3" json:"generation,omitempty"`
+	// Leave out the frozen membership and the ineligible instances
+	// (member_count stays): what an instance that downloads the content
+	// needs, at any fleet size.
+	OmitMembership bool `protobuf:"varint,3,opt,name=omit_membership,json=omitMembership,proto3" json:"omit_membership,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *GetReleaseRequest) Reset() {
@@ -958,6 +962,13 @@ func (x *GetReleaseRequest) GetGeneration() int64 {
 		return x.Generation
 	}
 	return 0
+}
+
+func (x *GetReleaseRequest) GetOmitMembership() bool {
+	if x != nil {
+		return x.OmitMembership
+	}
+	return false
 }
 
 // GetReleaseResponse carries the release.
@@ -1449,12 +1460,13 @@ const file_pawl_v1_release_proto_rawDesc = "" +
 	"\x14CreateReleaseRequest\x12(\n" +
 	"\x04spec\x18\x01 \x01(\v2\x14.pawl.v1.ReleaseSpecR\x04spec\"C\n" +
 	"\x15CreateReleaseResponse\x12*\n" +
-	"\arelease\x18\x01 \x01(\v2\x10.pawl.v1.ReleaseR\arelease\"P\n" +
+	"\arelease\x18\x01 \x01(\v2\x10.pawl.v1.ReleaseR\arelease\"y\n" +
 	"\x11GetReleaseRequest\x12\x1b\n" +
 	"\tconfig_id\x18\x01 \x01(\tR\bconfigId\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x02 \x01(\x03R\n" +
-	"generation\"@\n" +
+	"generation\x12'\n" +
+	"\x0fomit_membership\x18\x03 \x01(\bR\x0eomitMembership\"@\n" +
 	"\x12GetReleaseResponse\x12*\n" +
 	"\arelease\x18\x01 \x01(\v2\x10.pawl.v1.ReleaseR\arelease\"\xc6\x01\n" +
 	"\x13ListReleasesRequest\x12\x1b\n" +

@@ -129,8 +129,12 @@ type Ack struct {
 	HealthOk bool `protobuf:"varint,11,opt,name=health_ok,json=healthOk,proto3" json:"health_ok,omitempty"`
 	// For REJECTED: why.
 	Reason string `protobuf:"bytes,12,opt,name=reason,proto3" json:"reason,omitempty"`
-	// The W3C traceparent of the apply.
+	// The W3C traceparent (version 00) of the span covering the step this
+	// ACK reports; optional, and refused (INVALID_ARGUMENT) when malformed.
 	Traceparent string `protobuf:"bytes,13,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
+	// Set by the server: the trace ID of the traceparent, to find the
+	// instance's trace of this step.
+	TraceId string `protobuf:"bytes,19,opt,name=trace_id,json=traceId,proto3" json:"trace_id,omitempty"`
 	// For HEALTHY_ACKED: what the instance measured over its health window.
 	// Required when its stage has a health budget.
 	Health *HealthMeasurement `protobuf:"bytes,17,opt,name=health,proto3" json:"health,omitempty"`
@@ -264,6 +268,13 @@ func (x *Ack) GetReason() string {
 func (x *Ack) GetTraceparent() string {
 	if x != nil {
 		return x.Traceparent
+	}
+	return ""
+}
+
+func (x *Ack) GetTraceId() string {
+	if x != nil {
+		return x.TraceId
 	}
 	return ""
 }
@@ -1891,6 +1902,8 @@ type AppliedConfig struct {
 	ReportedAt *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=reported_at,json=reportedAt,proto3" json:"reported_at,omitempty"`
 	// The W3C traceparent of the apply.
 	Traceparent string `protobuf:"bytes,11,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
+	// The trace ID of the traceparent.
+	TraceId string `protobuf:"bytes,14,opt,name=trace_id,json=traceId,proto3" json:"trace_id,omitempty"`
 	// Whether the report comes from the instance's current registration;
 	// after a restart the record describes the previous process until the
 	// new one reports.
@@ -2004,6 +2017,13 @@ func (x *AppliedConfig) GetReportedAt() *timestamppb.Timestamp {
 func (x *AppliedConfig) GetTraceparent() string {
 	if x != nil {
 		return x.Traceparent
+	}
+	return ""
+}
+
+func (x *AppliedConfig) GetTraceId() string {
+	if x != nil {
+		return x.TraceId
 	}
 	return ""
 }
@@ -2154,7 +2174,7 @@ var File_pawl_v1_rollout_proto protoreflect.FileDescriptor
 
 const file_pawl_v1_rollout_proto_rawDesc = "" +
 	"\n" +
-	"\x15pawl/v1/rollout.proto\x12\apawl.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15pawl/v1/release.proto\"\xb2\x05\n" +
+	"\x15pawl/v1/rollout.proto\x12\apawl.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15pawl/v1/release.proto\"\xcd\x05\n" +
 	"\x03Ack\x12\x1b\n" +
 	"\tconfig_id\x18\x01 \x01(\tR\bconfigId\x12\x1e\n" +
 	"\n" +
@@ -2171,7 +2191,8 @@ const file_pawl_v1_rollout_proto_rawDesc = "" +
 	" \x01(\x0e2\x16.pawl.v1.InstanceStateR\x05state\x12\x1b\n" +
 	"\thealth_ok\x18\v \x01(\bR\bhealthOk\x12\x16\n" +
 	"\x06reason\x18\f \x01(\tR\x06reason\x12 \n" +
-	"\vtraceparent\x18\r \x01(\tR\vtraceparent\x122\n" +
+	"\vtraceparent\x18\r \x01(\tR\vtraceparent\x12\x19\n" +
+	"\btrace_id\x18\x13 \x01(\tR\atraceId\x122\n" +
 	"\x06health\x18\x11 \x01(\v2\x1a.pawl.v1.HealthMeasurementR\x06health\x12#\n" +
 	"\rbudget_breach\x18\x12 \x01(\tR\fbudgetBreach\x12;\n" +
 	"\vreceived_at\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\n" +
@@ -2313,7 +2334,7 @@ const file_pawl_v1_rollout_proto_rawDesc = "" +
 	"\x11GetPointerRequest\x12\x1b\n" +
 	"\tconfig_id\x18\x01 \x01(\tR\bconfigId\"@\n" +
 	"\x12GetPointerResponse\x12*\n" +
-	"\apointer\x18\x01 \x01(\v2\x10.pawl.v1.PointerR\apointer\"\x8f\x04\n" +
+	"\apointer\x18\x01 \x01(\v2\x10.pawl.v1.PointerR\apointer\"\xaa\x04\n" +
 	"\rAppliedConfig\x12\x1b\n" +
 	"\tconfig_id\x18\x01 \x01(\tR\bconfigId\x12+\n" +
 	"\x11workload_identity\x18\x02 \x01(\tR\x10workloadIdentity\x12\x1e\n" +
@@ -2329,7 +2350,8 @@ const file_pawl_v1_rollout_proto_rawDesc = "" +
 	"\vreported_at\x18\n" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"reportedAt\x12 \n" +
-	"\vtraceparent\x18\v \x01(\tR\vtraceparent\x12!\n" +
+	"\vtraceparent\x18\v \x01(\tR\vtraceparent\x12\x19\n" +
+	"\btrace_id\x18\x0e \x01(\tR\atraceId\x12!\n" +
 	"\fcurrent_boot\x18\f \x01(\bR\vcurrentBoot\x12'\n" +
 	"\x0fmatches_release\x18\r \x01(\bR\x0ematchesRelease\"m\n" +
 	"\x12ListAppliedRequest\x12\x1b\n" +

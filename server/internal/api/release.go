@@ -64,7 +64,11 @@ func (h *Releases) GetRelease(ctx context.Context, req *connect.Request[pawlv1.G
 	if err != nil {
 		return nil, Error(h.log, req.Spec(), err)
 	}
-	return connect.NewResponse(&pawlv1.GetReleaseResponse{Release: toProtoRelease(rel, state(rel))}), nil
+	out := toProtoRelease(rel, state(rel))
+	if req.Msg.GetOmitMembership() {
+		out.Membership, out.Ineligible = nil, nil
+	}
+	return connect.NewResponse(&pawlv1.GetReleaseResponse{Release: out}), nil
 }
 
 // ListReleases implements pawl.v1.ReleaseService.ListReleases.

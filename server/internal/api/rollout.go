@@ -201,7 +201,7 @@ func (h *Rollouts) ListApplied(ctx context.Context, req *connect.Request[pawlv1.
 			ContentDigest: rec.ContentDigest, ValidatorDigest: rec.ValidatorDigest, BootId: rec.BootID,
 			MembershipEpoch: rec.MembershipEpoch, ApplySequence: rec.ApplySequence,
 			State:      pawlv1.InstanceState(pawlv1.InstanceState_value["INSTANCE_STATE_"+string(rec.State)]),
-			ReportedAt: timestamppb.New(rec.ReportedAt), Traceparent: rec.TraceParent,
+			ReportedAt: timestamppb.New(rec.ReportedAt), Traceparent: rec.TraceParent, TraceId: rec.TraceID,
 			CurrentBoot: rec.CurrentBoot, MatchesRelease: digest != "" && digest == rec.ContentDigest,
 		})
 	}
@@ -226,7 +226,7 @@ func toProtoAck(a rollout.Ack) *pawlv1.Ack {
 		MembershipEpoch: a.MembershipEpoch, ContentDigest: a.ContentDigest, ValidatorDigest: a.ValidatorDigest,
 		AppArtifact: a.AppArtifact, ApplySequence: a.ApplySequence,
 		State:    pawlv1.InstanceState(pawlv1.InstanceState_value["INSTANCE_STATE_"+string(a.State)]),
-		HealthOk: a.HealthOK, Reason: a.Reason, Traceparent: a.TraceParent, ReceivedAt: timestamppb.New(a.ReceivedAt),
+		HealthOk: a.HealthOK, Reason: a.Reason, Traceparent: a.TraceParent, TraceId: a.TraceID, ReceivedAt: timestamppb.New(a.ReceivedAt),
 		Counted: a.Counted, NotCountedReason: a.Why, BudgetBreach: a.Breach,
 	}
 	if a.Health != nil {

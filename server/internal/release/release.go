@@ -20,7 +20,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/pawlcfg/pawl/server/internal/canonical"
+	"github.com/pawlcfg/pawl/sdk/canonical"
 	"github.com/pawlcfg/pawl/server/internal/quorum"
 	"github.com/pawlcfg/pawl/server/internal/records"
 	"github.com/pawlcfg/pawl/server/internal/store"

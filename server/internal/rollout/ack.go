@@ -44,21 +44,23 @@ type Health struct {
 
 // Ack is one report from an instance.
 type Ack struct {
-	ConfigID         string    `json:"config_id"`
-	Generation       int64     `json:"generation"`
-	WorkloadIdentity string    `json:"workload_identity"`
-	BootID           string    `json:"boot_id"`
-	MembershipEpoch  int64     `json:"membership_epoch"`
-	ContentDigest    string    `json:"content_digest"`
-	ValidatorDigest  string    `json:"validator_digest"`
-	AppArtifact      string    `json:"app_artifact"`
-	ApplySequence    int64     `json:"apply_sequence"`
-	State            AckState  `json:"state"`
-	HealthOK         bool      `json:"health_ok"`
-	Health           *Health   `json:"health,omitempty"`
-	Reason           string    `json:"reason,omitempty"`
-	TraceParent      string    `json:"traceparent,omitempty"`
-	ReceivedAt       time.Time `json:"received_at"`
+	ConfigID         string   `json:"config_id"`
+	Generation       int64    `json:"generation"`
+	WorkloadIdentity string   `json:"workload_identity"`
+	BootID           string   `json:"boot_id"`
+	MembershipEpoch  int64    `json:"membership_epoch"`
+	ContentDigest    string   `json:"content_digest"`
+	ValidatorDigest  string   `json:"validator_digest"`
+	AppArtifact      string   `json:"app_artifact"`
+	ApplySequence    int64    `json:"apply_sequence"`
+	State            AckState `json:"state"`
+	HealthOK         bool     `json:"health_ok"`
+	Health           *Health  `json:"health,omitempty"`
+	Reason           string   `json:"reason,omitempty"`
+	TraceParent      string   `json:"traceparent,omitempty"`
+	// TraceID is the trace ID of TraceParent, set by RecordAck.
+	TraceID    string    `json:"trace_id,omitempty"`
+	ReceivedAt time.Time `json:"received_at"`
 	// Counted says whether the ACK counts toward quorum; Why says why not.
 	Counted bool   `json:"counted"`
 	Why     string `json:"why,omitempty"`
@@ -109,6 +111,11 @@ func (r *Rollouts) RecordAck(ctx context.Context, ack Ack) (Ack, error) {
 	if err := ack.check(); err != nil {
 		return Ack{}, err
 	}
+	traceID, err := TraceID(ack.TraceParent)
+	if err != nil {
+		return Ack{}, err
+	}
+	ack.TraceID = traceID
 	for range maxAttempts {
 		stored, rev, err := r.recordAck(ctx, ack)
 		if errors.Is(err, store.ErrRevisionMismatch) {

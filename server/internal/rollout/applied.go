@@ -28,6 +28,7 @@ type AppliedRecord struct {
 	State            AckState  `json:"state"`
 	ReportedAt       time.Time `json:"reported_at"`
 	TraceParent      string    `json:"traceparent,omitempty"`
+	TraceID          string    `json:"trace_id,omitempty"`
 	// CurrentBoot is set on reading: the record comes from the instance's
 	// current registration. After a restart it describes the previous
 	// process until the new one reports.
@@ -62,7 +63,7 @@ func newApplied(ack Ack, reg registration, registered bool, prev *applyInfo) (Ap
 		ConfigID: ack.ConfigID, WorkloadIdentity: ack.WorkloadIdentity, Generation: ack.Generation,
 		ContentDigest: ack.ContentDigest, ValidatorDigest: ack.ValidatorDigest, BootID: ack.BootID,
 		MembershipEpoch: ack.MembershipEpoch, ApplySequence: ack.ApplySequence, State: ack.State,
-		ReportedAt: ack.ReceivedAt, TraceParent: ack.TraceParent,
+		ReportedAt: ack.ReceivedAt, TraceParent: ack.TraceParent, TraceID: ack.TraceID,
 	}, true
 }
 

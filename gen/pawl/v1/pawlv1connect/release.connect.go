@@ -50,7 +50,7 @@ const (
 // ReleaseServiceClient is a client for the pawl.v1.ReleaseService service.
 type ReleaseServiceClient interface {
 	// CreateRelease validates the content with the named validator on the
-	// server, computes its canonical digest (docs/CANONICAL.md), freezes the
+	// server, computes its canonical digest (sdk/canonical/CANONICAL.md), freezes the
 	// membership of registered instances matching the selector, and stores
 	// the config's next generation as CANDIDATE. A rejected config never
 	// becomes a release.
@@ -138,7 +138,7 @@ func (c *releaseServiceClient) RetireMember(ctx context.Context, req *connect.Re
 // ReleaseServiceHandler is an implementation of the pawl.v1.ReleaseService service.
 type ReleaseServiceHandler interface {
 	// CreateRelease validates the content with the named validator on the
-	// server, computes its canonical digest (docs/CANONICAL.md), freezes the
+	// server, computes its canonical digest (sdk/canonical/CANONICAL.md), freezes the
 	// membership of registered instances matching the selector, and stores
 	// the config's next generation as CANDIDATE. A rejected config never
 	// becomes a release.

@@ -1,8 +1,3 @@
-// Package canonical computes the canonical content digest of a release
-// (docs/CANONICAL.md): sha256 over a documented byte form of the content, so
-// that every SDK, in any language, computes the same digest. The test
-// vectors in testdata/canonical are the contract; other implementations
-// check themselves against the same file.
 package canonical
 
 import (

@@ -9,7 +9,7 @@ import (
 	"testing"
 )
 
-var update = flag.Bool("update", false, "rewrite the digests in testdata/canonical/vectors.json")
+var update = flag.Bool("update", false, "rewrite the digests in testdata/vectors.json")
 
 type vector struct {
 	Name      string `json:"name"`
@@ -19,7 +19,7 @@ type vector struct {
 	Digest    string `json:"digest,omitempty"`
 }
 
-var vectorsFile = filepath.Join("..", "..", "..", "testdata", "canonical", "vectors.json")
+var vectorsFile = filepath.Join("testdata", "vectors.json")
 
 func readVectors(t testing.TB) []vector {
 	t.Helper()
