@@ -1,6 +1,8 @@
 // Package faultproxy puts network faults between a test's clients and a
 // real server: a TCP proxy that holds everything the server sends until
-// released (a delayed stream), and an HTTP proxy that loses the answers to
+// released (a delayed stream), or cuts every connection and refuses new
+// ones until healed (a partition), at once or once a number of bytes went
+// through (a cut in the middle of a transfer), and an HTTP proxy that loses the answers to
 // chosen calls after the server handled them (a lost response).
 package faultproxy
 
@@ -33,6 +35,12 @@ type Holder struct {
 	kept   int           // bytes read from the server while held
 	conns  []net.Conn
 	wg     sync.WaitGroup
+	// down refuses connections (a partition).
+	down bool
+	// cutAt, when positive, partitions once cutSeen (bytes sent to clients
+	// since CutAfter) passes it, and closes cut.
+	cutAt, cutSeen int64
+	cut            chan struct{}
 }
 
 // NewHolder proxies to target until the test ends.
@@ -71,12 +79,52 @@ func (h *Holder) Release() int {
 	return h.kept
 }
 
+// Partition closes every connection, dropping what is in flight, and
+// refuses new ones until Heal.
+func (h *Holder) Partition() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.partitionLocked()
+}
+
+func (h *Holder) partitionLocked() {
+	h.down = true
+	for _, c := range h.conns {
+		_ = c.Close()
+	}
+	h.conns = nil
+}
+
+// Heal accepts connections again after a partition.
+func (h *Holder) Heal() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.down = false
+}
+
+// CutAfter partitions the proxy once more than n bytes went from the
+// server to clients from now on, in the middle of whatever transfer
+// crosses the mark; the channel is closed when it happened.
+func (h *Holder) CutAfter(n int64) <-chan struct{} {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.cutAt, h.cutSeen, h.cut = n, 0, make(chan struct{})
+	return h.cut
+}
+
 func (h *Holder) accept() {
 	defer h.wg.Done()
 	for {
 		client, err := h.ln.Accept()
 		if err != nil {
 			return
+		}
+		h.mu.Lock()
+		down := h.down
+		h.mu.Unlock()
+		if down {
+			_ = client.Close()
+			continue
 		}
 		server, err := net.Dial("tcp", h.target)
 		if err != nil {
@@ -110,6 +158,15 @@ func (h *Holder) toClient(client, server net.Conn) {
 			gate := h.gate
 			if h.held {
 				h.kept += n
+			}
+			if h.cutAt > 0 {
+				if h.cutSeen += int64(n); h.cutSeen > h.cutAt {
+					h.cutAt = 0
+					h.partitionLocked()
+					close(h.cut)
+					h.mu.Unlock()
+					return
+				}
 			}
 			h.mu.Unlock()
 			<-gate

@@ -40,6 +40,13 @@ func Start(t testing.TB, opts ...server.Option) *Server {
 // StartIn is Start on the data directory dir, for restart tests.
 func StartIn(t testing.TB, dir string, opts ...server.Option) *Server {
 	t.Helper()
+	return StartAt(t, dir, "127.0.0.1:0", opts...)
+}
+
+// StartAt is StartIn listening on addr, for a restart that clients must
+// find at the same address.
+func StartAt(t testing.TB, dir, addr string, opts ...server.Option) *Server {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	base := []server.Option{server.WithDataDir(dir), server.WithLogger(quiet), server.WithValidatorCacheDir(wasmbuild.CacheDir(t))}
@@ -48,7 +55,7 @@ func StartIn(t testing.TB, dir string, opts ...server.Option) *Server {
 		cancel()
 		t.Fatalf("testserver: %v", err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		cancel()
 		_ = srv.Close()

@@ -20,6 +20,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pawlcfg/pawl/sdk/appversion"
 	"github.com/pawlcfg/pawl/sdk/canonical"
 	"github.com/pawlcfg/pawl/server/internal/quorum"
 	"github.com/pawlcfg/pawl/server/internal/records"
@@ -455,7 +456,7 @@ func checkSpec(s Spec) error {
 		return bad("the health window must be 0 or more and the deadline positive")
 	}
 	if s.MinAppVersion != "" {
-		if _, err := parseVersion(s.MinAppVersion); err != nil {
+		if _, err := appversion.Parse(s.MinAppVersion); err != nil {
 			return bad("min app version: %v; use dotted numbers such as 2.1.0", err)
 		}
 	}
@@ -513,9 +514,9 @@ func eligible(members []quorum.Member, min string) (in, out []quorum.Member) {
 	if min == "" {
 		return members, nil
 	}
-	floor, _ := parseVersion(min) // checked by checkSpec
+	floor, _ := appversion.Parse(min) // checked by checkSpec
 	for _, m := range members {
-		if atLeastVersion(m.AppVersion, floor) {
+		if appversion.AtLeast(m.AppVersion, floor) {
 			in = append(in, m)
 		} else {
 			out = append(out, m)

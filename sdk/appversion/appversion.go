@@ -1,4 +1,9 @@
-package release
+// Package appversion compares application versions the way releases'
+// minimum app version is judged, so that the server (which leaves older
+// instances out of a release's membership) and the SDK (which refuses a
+// release its app is too old for) give the same answer. It imports only
+// the standard library.
+package appversion
 
 import (
 	"fmt"
@@ -6,10 +11,10 @@ import (
 	"strings"
 )
 
-// parseVersion reads an app version such as "2.1.0", "v2.1" or
-// "2.1.0-rc.1" as its numeric components; anything after '-' or '+' is
-// ignored, so a pre-release counts as its release.
-func parseVersion(v string) ([]int, error) {
+// Parse reads an app version such as "2.1.0", "v2.1" or "2.1.0-rc.1" as
+// its numeric components; anything after '-' or '+' is ignored, so a
+// pre-release counts as its release.
+func Parse(v string) ([]int, error) {
 	core := strings.TrimPrefix(v, "v")
 	if i := strings.IndexAny(core, "-+"); i >= 0 {
 		core = core[:i]
@@ -28,10 +33,10 @@ func parseVersion(v string) ([]int, error) {
 	return out, nil
 }
 
-// atLeastVersion reports whether v is at least min (missing components
+// AtLeast reports whether version v is at least min (missing components
 // count as 0); an unreadable v is not.
-func atLeastVersion(v string, min []int) bool {
-	got, err := parseVersion(v)
+func AtLeast(v string, min []int) bool {
+	got, err := Parse(v)
 	if err != nil {
 		return false
 	}

@@ -1,0 +1,466 @@
+package sdk
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	pawlv1 "github.com/pawlcfg/pawl/gen/pawl/v1"
+	"github.com/pawlcfg/pawl/sdk/appversion"
+	"github.com/pawlcfg/pawl/sdk/canonical"
+	"github.com/pawlcfg/pawl/validators/host"
+)
+
+// runner applies one config's assignments, one apply at a time (and one
+// shadow validation beside it). A new assignment cancels the apply of the
+// one it replaces. Its goroutine ends when stop is called or the client
+// closes.
+type runner struct {
+	c      *Client
+	config string
+	offers chan desired // the newest offer only
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// job is one apply (or shadow validation) in flight.
+type job struct {
+	a      *pawlv1.Assignment
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func (c *Client) startRunner(config string) *runner {
+	ctx, cancel := context.WithCancel(c.ctx)
+	r := &runner{c: c, config: config, offers: make(chan desired, 1), cancel: cancel, done: make(chan struct{})}
+	go r.loop(ctx)
+	return r
+}
+
+// offer hands the runner the config's newest assignments, replacing an
+// offer it has not taken yet.
+func (r *runner) offer(d desired) {
+	for {
+		select {
+		case r.offers <- d:
+			return
+		default:
+		}
+		select {
+		case <-r.offers:
+		default:
+		}
+	}
+}
+
+// stop ends the runner and waits for it.
+func (r *runner) stop() {
+	r.cancel()
+	<-r.done
+}
+
+func (r *runner) loop(ctx context.Context) {
+	defer close(r.done)
+	var run, shadow *job
+	defer func() {
+		for _, j := range []*job{run, shadow} {
+			if j != nil {
+				j.cancel()
+				<-j.done
+			}
+		}
+	}()
+	var highestEpoch int64
+	if s := r.c.Config(r.config); s != nil {
+		highestEpoch = s.Epoch
+	}
+	// completed holds the assignments this boot finished (applied and
+	// reported, or rejected), so a set sent again does not repeat them.
+	completed := map[string]bool{}
+	finished := make(chan string, 2)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case key := <-finished:
+			completed[key] = true
+		case d := <-r.offers:
+			if a := d.run; a != nil && a.GetEpoch() < highestEpoch {
+				r.c.cfg.log.Warn("pawl: ignoring an assignment of a lower epoch", "config", r.config, "generation", a.GetGeneration(),
+					"epoch", a.GetEpoch(), "highest_epoch", highestEpoch)
+				d.run = nil
+				if run != nil {
+					d.run = run.a // keep what is in flight
+				}
+			} else if a != nil {
+				highestEpoch = a.GetEpoch()
+			}
+			run = r.replace(ctx, run, d.run, false, completed, finished)
+			shadow = r.replace(ctx, shadow, d.shadow, true, completed, finished)
+		}
+	}
+}
+
+func assignmentKey(a *pawlv1.Assignment, shadow bool) string {
+	return fmt.Sprintf("%d/%s/%s/%t", a.GetGeneration(), a.GetContentDigest(), a.GetValidatorDigest(), shadow)
+}
+
+// replace moves from job cur to assignment a: it keeps cur when a is the
+// same release, starts nothing when a was completed and is what runs, and
+// otherwise cancels cur and starts a's.
+func (r *runner) replace(ctx context.Context, cur *job, a *pawlv1.Assignment, shadow bool, completed map[string]bool, finished chan<- string) *job {
+	if cur != nil {
+		select {
+		case <-cur.done:
+			cur = nil
+		default:
+		}
+	}
+	if a == nil {
+		// No assignment any more: what was applied stays; a shadow
+		// validation in flight is abandoned.
+		if cur != nil && shadow {
+			cur.cancel()
+			<-cur.done
+			return nil
+		}
+		return cur
+	}
+	key := assignmentKey(a, shadow)
+	if cur != nil && assignmentKey(cur.a, shadow) == key {
+		return cur
+	}
+	if cur != nil {
+		cur.cancel()
+		<-cur.done
+	}
+	if completed[key] {
+		if shadow {
+			return nil
+		}
+		if s := r.c.Config(r.config); s != nil && s.Generation == a.GetGeneration() && s.ContentDigest == a.GetContentDigest() && !s.FromCache {
+			return nil
+		}
+	}
+	jctx, cancel := context.WithCancel(ctx)
+	j := &job{a: a, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(j.done)
+		if r.c.apply(jctx, a, shadow) {
+			select {
+			case finished <- key:
+			case <-jctx.Done():
+			}
+		}
+	}()
+	return j
+}
+
+// fetched is a downloaded release with its validator module.
+type fetched struct {
+	release cachedRelease
+	module  []byte
+}
+
+// apply takes one assignment through every step: download, verify,
+// validate, stage, apply, health window, with an ACK after each and a
+// span around each; a shadow assignment stops after validation. It
+// reports whether the assignment was completed (applied and reported, or
+// rejected); false means it was cancelled.
+func (c *Client) apply(ctx context.Context, a *pawlv1.Assignment, shadow bool) bool {
+	ctx, root := c.tracer.Start(ctx, "pawl.rollout", trace.WithAttributes(
+		attribute.String("pawl.config", a.GetConfigId()), attribute.Int64("pawl.generation", a.GetGeneration()),
+		attribute.String("pawl.stage", a.GetStage()), attribute.Bool("pawl.shadow", shadow), attribute.String("pawl.boot", c.bootID)))
+	defer root.End()
+	rep := &reporter{c: c, a: a, seq: c.seq.Add(1), digest: a.GetContentDigest()}
+	if rep.send(ctx, pawlv1.InstanceState_INSTANCE_STATE_DISCOVERED, ackExtra{}) != nil && ctx.Err() != nil {
+		return false
+	}
+
+	// step runs fn in a span named name; an error rejects the release
+	// with the span's trace context, unless ctx ended.
+	var rejected bool
+	step := func(name string, fn func(ctx context.Context) error) (context.Context, bool) {
+		sctx, span := c.tracer.Start(ctx, name)
+		defer span.End()
+		err := fn(sctx)
+		if err == nil {
+			return sctx, true
+		}
+		if ctx.Err() != nil {
+			return sctx, false
+		}
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+		c.cfg.log.Warn("pawl: release rejected", "config", a.GetConfigId(), "generation", a.GetGeneration(), "step", name, "reason", err)
+		_ = rep.send(sctx, pawlv1.InstanceState_INSTANCE_STATE_REJECTED, ackExtra{reason: err.Error()})
+		rejected = true
+		return sctx, false
+	}
+	report := func(sctx context.Context, state pawlv1.InstanceState, extra ackExtra) bool {
+		return rep.send(sctx, state, extra) == nil || ctx.Err() == nil
+	}
+
+	var f fetched
+	sctx, ok := step("pawl.download", func(ctx context.Context) (err error) {
+		f, err = c.download(ctx, a)
+		return err
+	})
+	if !ok || !report(sctx, pawlv1.InstanceState_INSTANCE_STATE_DOWNLOADED, ackExtra{}) {
+		return rejected
+	}
+	if _, ok := step("pawl.verify", func(ctx context.Context) error {
+		digest, err := c.verify(a, f)
+		if digest != "" {
+			rep.digest = digest
+		}
+		return err
+	}); !ok {
+		return rejected
+	}
+	sctx, ok = step("pawl.validate", func(ctx context.Context) error { return c.validate(ctx, f) })
+	if !ok {
+		return rejected
+	}
+	if c.cache != nil {
+		if err := c.cache.putModule(a.GetValidatorDigest(), f.module); err != nil {
+			c.cfg.log.Warn("pawl: caching a validator module failed", "error", err)
+		}
+		if err := c.cache.putRelease(f.release, c.cfg.retain); err != nil {
+			c.cfg.log.Warn("pawl: caching a release failed", "error", err)
+		}
+	}
+	if !report(sctx, pawlv1.InstanceState_INSTANCE_STATE_VALIDATED, ackExtra{}) || shadow {
+		return shadow && ctx.Err() == nil
+	}
+
+	var snap *Snapshot
+	sctx, _ = step("pawl.stage", func(context.Context) error {
+		snap = &Snapshot{
+			Config: a.GetConfigId(), Generation: a.GetGeneration(), Epoch: a.GetEpoch(), Stage: a.GetStage(),
+			ContentDigest: f.release.ContentDigest, ValidatorDigest: f.release.ValidatorDigest, MediaType: f.release.MediaType,
+			Content: f.release.Content,
+		}
+		return nil
+	})
+	if !report(sctx, pawlv1.InstanceState_INSTANCE_STATE_STAGED, ackExtra{}) {
+		return false
+	}
+	var swapped bool
+	sctx, ok = step("pawl.apply", func(ctx context.Context) error {
+		if c.cfg.applier != nil {
+			if err := c.cfg.applier(ctx, snap); err != nil {
+				return fmt.Errorf("the application's applier failed: %w", err)
+			}
+		}
+		snap.AppliedAt = time.Now()
+		swapped = c.swap(ctx, snap)
+		return nil
+	})
+	if !ok {
+		return rejected
+	}
+	if !swapped {
+		return false
+	}
+	if c.cache != nil {
+		if err := c.cache.setApplied(snap); err != nil {
+			c.cfg.log.Warn("pawl: recording the applied generation in the cache failed", "error", err)
+		}
+	}
+	if !report(sctx, pawlv1.InstanceState_INSTANCE_STATE_APPLIED, ackExtra{}) {
+		return false
+	}
+
+	hctx, span := c.tracer.Start(ctx, "pawl.health_window")
+	extra, ok := c.healthWindow(hctx, snap, time.Duration(f.release.HealthWindow))
+	if !extra.healthOK {
+		span.SetStatus(codes.Error, extra.reason)
+	}
+	span.End()
+	if !ok {
+		return false
+	}
+	return rep.send(hctx, pawlv1.InstanceState_INSTANCE_STATE_HEALTHY_ACKED, extra) == nil
+}
+
+// download fetches the release (content, without membership) and its
+// validator module, from the cache when it holds them, retrying transient
+// failures until ctx ends.
+func (c *Client) download(ctx context.Context, a *pawlv1.Assignment) (fetched, error) {
+	var f fetched
+	if c.cache != nil {
+		if r, ok := c.cache.release(a.GetConfigId(), a.GetGeneration()); ok {
+			f.release = r
+		}
+	}
+	if f.release.Config == "" {
+		err := c.retry(ctx, "download release", func(ctx context.Context) error {
+			resp, err := c.releases.GetRelease(ctx, connect.NewRequest(&pawlv1.GetReleaseRequest{
+				ConfigId: a.GetConfigId(), Generation: a.GetGeneration(), OmitMembership: true,
+			}))
+			if err != nil {
+				return err
+			}
+			rel := resp.Msg.GetRelease()
+			spec := rel.GetSpec()
+			f.release = cachedRelease{
+				Config: spec.GetConfigId(), Generation: rel.GetGeneration(), ContentDigest: rel.GetContentDigest(),
+				ValidatorDigest: spec.GetValidatorDigest(), MediaType: spec.GetMediaType(), Content: spec.GetContent(),
+				Params: spec.GetValidatorParams(), HealthWindow: spec.GetHealthWindow().AsDuration(), MinAppVersion: spec.GetMinAppVersion(),
+			}
+			return nil
+		})
+		if err != nil {
+			return f, fmt.Errorf("download %s generation %d: %w", a.GetConfigId(), a.GetGeneration(), err)
+		}
+	}
+	digest := a.GetValidatorDigest()
+	if c.cache != nil {
+		f.module = c.cache.module(digest)
+	}
+	if f.module == nil {
+		err := c.retry(ctx, "download validator", func(ctx context.Context) (err error) {
+			f.module, err = c.downloadModule(ctx, digest)
+			return err
+		})
+		if err != nil {
+			return f, fmt.Errorf("download validator %s: %w", digest, err)
+		}
+	}
+	return f, nil
+}
+
+// maxModuleSize bounds a validator module download.
+const maxModuleSize = 256 << 20
+
+// downloadModule streams one validator module.
+func (c *Client) downloadModule(ctx context.Context, digest string) ([]byte, error) {
+	stream, err := c.validators.Download(ctx, connect.NewRequest(&pawlv1.DownloadRequest{Digest: digest}))
+	if err != nil {
+		return nil, err
+	}
+	defer stream.Close()
+	var wasm []byte
+	var size int64 = -1
+	for stream.Receive() {
+		switch m := stream.Msg(); {
+		case m.GetValidator() != nil:
+			size = m.GetValidator().GetSizeBytes()
+			if size > maxModuleSize {
+				return nil, connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("the module is %d bytes, over the limit of %d", size, maxModuleSize))
+			}
+			wasm = make([]byte, 0, size)
+		default:
+			if len(wasm)+len(m.GetChunk()) > maxModuleSize {
+				return nil, connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("the module is over the limit of %d bytes", maxModuleSize))
+			}
+			wasm = append(wasm, m.GetChunk()...)
+		}
+	}
+	if err := stream.Err(); err != nil {
+		return nil, err
+	}
+	if size >= 0 && int64(len(wasm)) != size {
+		return nil, connect.NewError(connect.CodeDataLoss, fmt.Errorf("the download ended after %d of %d bytes", len(wasm), size))
+	}
+	return wasm, nil
+}
+
+// verify checks a download against the assignment: the release is the one
+// assigned, its content hashes to the assigned digest, it names the
+// assigned validator, the module hashes to that digest, and this instance's
+// app version is recent enough. It returns the content digest it computed.
+func (c *Client) verify(a *pawlv1.Assignment, f fetched) (string, error) {
+	r := f.release
+	computed, err := canonical.Digest(r.MediaType, r.Content)
+	if err != nil {
+		return "", fmt.Errorf("content digest mismatch: the content cannot be canonicalized: %w", err)
+	}
+	switch {
+	case r.Config != a.GetConfigId() || r.Generation != a.GetGeneration():
+		return computed, fmt.Errorf("the server sent %s generation %d for an assignment of %s generation %d", r.Config, r.Generation, a.GetConfigId(), a.GetGeneration())
+	case computed != a.GetContentDigest():
+		return computed, fmt.Errorf("content digest mismatch: the content hashes to %s, the assignment names %s", computed, a.GetContentDigest())
+	case r.ContentDigest != a.GetContentDigest():
+		return computed, fmt.Errorf("content digest mismatch: the release names %s, the assignment %s", r.ContentDigest, a.GetContentDigest())
+	case r.ValidatorDigest != a.GetValidatorDigest():
+		return computed, fmt.Errorf("wrong validator: the release names %s, the assignment %s", r.ValidatorDigest, a.GetValidatorDigest())
+	}
+	if got := host.Digest(f.module); got != a.GetValidatorDigest() {
+		return computed, fmt.Errorf("wrong validator: the module downloaded hashes to %s, not %s", got, a.GetValidatorDigest())
+	}
+	if r.MinAppVersion != "" {
+		floor, err := appversion.Parse(r.MinAppVersion)
+		if err != nil || !appversion.AtLeast(c.cfg.instance.AppVersion, floor) {
+			return computed, fmt.Errorf("app version too old: %q is below the release's minimum %q", c.cfg.instance.AppVersion, r.MinAppVersion)
+		}
+	}
+	return computed, nil
+}
+
+// validate runs the release's validator on its content, with the input
+// validators/ABI.md defines for a release.
+func (c *Client) validate(ctx context.Context, f fetched) error {
+	v, err := c.runtime.load(ctx, f.release.ValidatorDigest, f.module)
+	if err != nil {
+		return fmt.Errorf("the validator %s cannot be loaded: %w", f.release.ValidatorDigest, err)
+	}
+	res, err := v.Validate(ctx, host.Input{
+		Config: f.release.Content, MediaType: f.release.MediaType, Name: f.release.Config, Params: f.release.Params,
+	})
+	if err != nil {
+		return fmt.Errorf("the validator %s failed: %w", f.release.ValidatorDigest, err)
+	}
+	if !res.Valid {
+		var b strings.Builder
+		b.WriteString("the validator rejected the content:")
+		for _, v := range res.Violations {
+			fmt.Fprintf(&b, " [%s] %s: %s;", v.Severity, v.Path, v.Message)
+		}
+		return errors.New(strings.TrimSuffix(b.String(), ";"))
+	}
+	return nil
+}
+
+// healthWindow holds the release on trial for window: the application's
+// health check runs right after the swap and at the end, and the requests
+// the middleware measured over the window give the error rate and p99. It
+// returns the HEALTHY_ACKED report, and false when ctx ended first.
+func (c *Client) healthWindow(ctx context.Context, s *Snapshot, window time.Duration) (ackExtra, bool) {
+	start := time.Now()
+	check := func() error {
+		if c.cfg.healthCheck == nil {
+			return nil
+		}
+		return c.cfg.healthCheck(ctx, s)
+	}
+	firstErr := check()
+	t := time.NewTimer(window)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+		return ackExtra{}, false
+	}
+	err := firstErr
+	if err == nil {
+		err = check()
+	}
+	if ctx.Err() != nil {
+		return ackExtra{}, false
+	}
+	m := c.health.since(start)
+	extra := ackExtra{healthOK: err == nil, health: &m}
+	if err != nil {
+		extra.reason = "health check failed: " + err.Error()
+	}
+	return extra, true
+}

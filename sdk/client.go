@@ -1,0 +1,349 @@
+package sdk
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"connectrpc.com/connect"
+	"connectrpc.com/otelconnect"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/pawlcfg/pawl/gen/pawl/v1/pawlv1connect"
+)
+
+// Client is one instance's connection to Pawl: it registers, follows the
+// instance's assignments, applies what it is assigned after verifying and
+// validating it, reports ACKs, and serves the applied snapshots to the
+// application. Its methods are safe for concurrent use. Close stops every
+// goroutine it started.
+type Client struct {
+	cfg      config
+	url      string
+	bootID   string
+	http     *http.Client
+	ownsHTTP bool
+
+	instances  pawlv1connect.InstanceServiceClient
+	releases   pawlv1connect.ReleaseServiceClient
+	validators pawlv1connect.ValidatorServiceClient
+	rollouts   pawlv1connect.RolloutServiceClient
+	kv         pawlv1connect.KVServiceClient
+
+	tracer  trace.Tracer
+	runtime *sharedRuntime
+	cache   *diskCache
+	health  *healthRecorder
+
+	// current is every config's applied snapshot: an immutable map,
+	// replaced on every swap, read without locks.
+	current atomic.Pointer[map[string]*Snapshot]
+	// epoch is the membership epoch of this boot's registration (0 until
+	// registered); seq numbers the applies of this boot.
+	epoch atomic.Int64
+	seq   atomic.Int64
+
+	// mu guards what follows, and every write of current.
+	mu sync.Mutex
+	// retained holds each config's recent snapshots, newest last.
+	retained map[string][]*Snapshot
+	// changed is closed, and replaced, whenever a snapshot is swapped in.
+	changed chan struct{}
+	subs    map[int]subscriber
+	nextSub int
+	// assigned holds the configs the server assigned to this instance.
+	assigned map[string]bool
+	closed   bool
+
+	ctx    context.Context // ends at Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+type subscriber struct {
+	config string // empty: every config
+	fn     func(*Snapshot)
+}
+
+// New connects to the Pawl server at serverURL (http://host:port or
+// https://host:port) and starts following the instance's assignments. It
+// does not wait for the server: with a cache directory, the last known
+// good snapshots are available as soon as New returns, verified by digest;
+// Wait blocks until a config has one. ctx bounds only the setup (reading
+// the cache, starting the validator runtime); Close stops the client.
+func New(ctx context.Context, serverURL string, opts ...Option) (*Client, error) {
+	cfg := defaultConfig()
+	for _, opt := range opts {
+		opt(&cfg)
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if !strings.HasPrefix(serverURL, "http://") && !strings.HasPrefix(serverURL, "https://") {
+		return nil, fmt.Errorf("sdk: server URL %q must start with http:// or https://", serverURL)
+	}
+	c := &Client{
+		cfg: cfg, url: strings.TrimRight(serverURL, "/"), bootID: newBootID(),
+		tracer:   cfg.tracerProvider.Tracer("github.com/pawlcfg/pawl/sdk"),
+		health:   newHealthRecorder(),
+		retained: map[string][]*Snapshot{}, changed: make(chan struct{}), subs: map[int]subscriber{}, assigned: map[string]bool{},
+	}
+	empty := map[string]*Snapshot{}
+	c.current.Store(&empty)
+	c.http = cfg.httpClient
+	if c.http == nil {
+		c.http, c.ownsHTTP = defaultHTTPClient(cfg.tlsConfig), true
+	}
+	otelInterceptor, err := otelconnect.NewInterceptor(otelconnect.WithTracerProvider(cfg.tracerProvider), otelconnect.WithoutMetrics())
+	if err != nil {
+		return nil, fmt.Errorf("sdk: tracing interceptor: %w", err)
+	}
+	clientOpts := []connect.ClientOption{connect.WithInterceptors(otelInterceptor, bearer(cfg.token))}
+	if cfg.grpc {
+		clientOpts = append(clientOpts, connect.WithGRPC())
+	}
+	c.instances = pawlv1connect.NewInstanceServiceClient(c.http, c.url, clientOpts...)
+	c.releases = pawlv1connect.NewReleaseServiceClient(c.http, c.url, clientOpts...)
+	c.validators = pawlv1connect.NewValidatorServiceClient(c.http, c.url, clientOpts...)
+	c.rollouts = pawlv1connect.NewRolloutServiceClient(c.http, c.url, clientOpts...)
+	c.kv = pawlv1connect.NewKVServiceClient(c.http, c.url, clientOpts...)
+
+	compiled := cfg.compiledDir
+	if cfg.cacheDir != "" {
+		c.cache = newDiskCache(cfg.cacheDir)
+		if compiled == "" {
+			compiled = c.cache.compiledDir()
+		}
+	}
+	if c.runtime, err = acquireRuntime(ctx, compiled); err != nil {
+		return nil, err
+	}
+	if c.cache != nil && cfg.assignments {
+		for _, s := range c.cache.loadApplied(cfg.log) {
+			if cfg.configs != nil && !cfg.configs[s.Config] {
+				continue
+			}
+			c.swap(context.Background(), s)
+		}
+	}
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	if cfg.assignments {
+		c.wg.Add(1)
+		go c.follow()
+	}
+	return c, nil
+}
+
+// Close stops every goroutine the client and its spaces started, waits for
+// them, and releases the validator runtime. In-flight applies are
+// abandoned before their next step. Close is idempotent.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	c.mu.Unlock()
+	c.cancel()
+	c.wg.Wait()
+	err := releaseRuntime(context.Background(), c.runtime)
+	if c.ownsHTTP {
+		c.http.CloseIdleConnections()
+	}
+	return err
+}
+
+// BootID is this process's boot ID: new for every Client.
+func (c *Client) BootID() string { return c.bootID }
+
+// Config returns the applied snapshot of a config, or nil if none was
+// applied yet. It takes no lock and allocates nothing.
+func (c *Client) Config(id string) *Snapshot { return (*c.current.Load())[id] }
+
+// Configs returns every applied snapshot, by config ID. The map is shared
+// and must not be modified.
+func (c *Client) Configs() map[string]*Snapshot { return *c.current.Load() }
+
+// Wait returns the applied snapshot of a config, waiting until there is
+// one, or ctx's error.
+func (c *Client) Wait(ctx context.Context, id string) (*Snapshot, error) {
+	return c.WaitFor(ctx, id, func(*Snapshot) bool { return true })
+}
+
+// WaitFor waits until the applied snapshot of a config satisfies cond,
+// and returns it, or ctx's error.
+func (c *Client) WaitFor(ctx context.Context, id string, cond func(*Snapshot) bool) (*Snapshot, error) {
+	for {
+		c.mu.Lock()
+		s, changed := c.Config(id), c.changed
+		c.mu.Unlock()
+		if s != nil && cond(s) {
+			return s, nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("sdk: waiting for %s: %w (it has %s)", id, ctx.Err(), s)
+		}
+	}
+}
+
+// OnChange calls fn with every snapshot of config id swapped in from now
+// on (every config's, for an empty id), in order, from the goroutine that
+// swaps it in: fn must return quickly. The returned function stops the
+// calls.
+func (c *Client) OnChange(id string, fn func(*Snapshot)) (stop func()) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.nextSub
+	c.nextSub++
+	c.subs[n] = subscriber{config: id, fn: fn}
+	return func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		delete(c.subs, n)
+	}
+}
+
+// Changes returns a channel that receives the newest snapshot of config id
+// each time one is swapped in; a slow reader misses intermediate ones but
+// always gets the newest. The returned function stops the channel's
+// updates (it is not closed).
+func (c *Client) Changes(id string) (<-chan *Snapshot, func()) {
+	ch := make(chan *Snapshot, 1)
+	stop := c.OnChange(id, func(s *Snapshot) {
+		for {
+			select {
+			case ch <- s:
+				return
+			default:
+			}
+			select {
+			case <-ch:
+			default:
+			}
+		}
+	})
+	return ch, stop
+}
+
+// swap makes s the applied snapshot of its config, unless ctx ended (the
+// apply was overtaken) or s's epoch is lower than the applied one's (an
+// out-of-order assignment). It reports whether s was swapped in.
+func (c *Client) swap(ctx context.Context, s *Snapshot) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if ctx.Err() != nil {
+		return false
+	}
+	old := *c.current.Load()
+	if prev := old[s.Config]; prev != nil && s.Epoch < prev.Epoch {
+		c.cfg.log.Warn("pawl: an assignment of a lower epoch was not applied", "config", s.Config, "generation", s.Generation,
+			"epoch", s.Epoch, "applied", prev.String(), "applied_epoch", prev.Epoch)
+		return false
+	}
+	next := make(map[string]*Snapshot, len(old)+1)
+	for k, v := range old {
+		next[k] = v
+	}
+	next[s.Config] = s
+	c.current.Store(&next)
+	kept := c.retained[s.Config]
+	for i, r := range kept {
+		if r.Generation == s.Generation {
+			kept = append(kept[:i:i], kept[i+1:]...)
+			break
+		}
+	}
+	kept = append(kept, s)
+	if len(kept) > c.cfg.retain {
+		kept = kept[len(kept)-c.cfg.retain:]
+	}
+	c.retained[s.Config] = kept
+	close(c.changed)
+	c.changed = make(chan struct{})
+	for _, sub := range c.subs {
+		if sub.config == "" || sub.config == s.Config {
+			sub.fn(s)
+		}
+	}
+	return true
+}
+
+// retainedGeneration returns the snapshot of config id at generation gen if
+// it is still retained, whether the client has the config at all, and a
+// channel closed at the next swap.
+func (c *Client) retainedGeneration(id string, gen int64) (*Snapshot, bool, <-chan struct{}) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	kept, known := c.retained[id]
+	for _, s := range kept {
+		if s.Generation == gen {
+			return s, true, c.changed
+		}
+	}
+	return nil, known, c.changed
+}
+
+func newBootID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return time.Now().UTC().Format("20060102T150405Z") + "-" + hex.EncodeToString(b[:])
+}
+
+// defaultHTTPClient speaks HTTP/2: over TLS for https URLs, with prior
+// knowledge for http URLs (pawld serves h2c), and pings a connection that
+// has been quiet, so that a server that vanished without closing it is
+// noticed within about half a minute.
+func defaultHTTPClient(tlsConfig *tls.Config) *http.Client {
+	var p http.Protocols
+	p.SetHTTP2(true)
+	p.SetUnencryptedHTTP2(true)
+	tr := &http.Transport{
+		Protocols:         &p,
+		TLSClientConfig:   tlsConfig,
+		HTTP2:             &http.HTTP2Config{SendPingTimeout: 15 * time.Second, PingTimeout: 10 * time.Second},
+		ForceAttemptHTTP2: true,
+	}
+	return &http.Client{Transport: tr}
+}
+
+// bearer adds "Authorization: Bearer token" to every call, when token is
+// set.
+func bearer(token string) connect.Interceptor { return bearerInterceptor(token) }
+
+type bearerInterceptor string
+
+func (b bearerInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		if b != "" && req.Spec().IsClient {
+			req.Header().Set("Authorization", "Bearer "+string(b))
+		}
+		return next(ctx, req)
+	}
+}
+
+func (b bearerInterceptor) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return func(ctx context.Context, spec connect.Spec) connect.StreamingClientConn {
+		conn := next(ctx, spec)
+		if b != "" {
+			conn.RequestHeader().Set("Authorization", "Bearer "+string(b))
+		}
+		return conn
+	}
+}
+
+func (b bearerInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return next
+}
+
+var errClosed = errors.New("sdk: the client is closed")

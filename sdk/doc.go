@@ -1,0 +1,47 @@
+// Package sdk is Pawl's Go SDK: what a service instance runs to receive
+// configuration releases safely.
+//
+// A Client registers the instance (workload identity, zone, role, traffic
+// weight, app version, labels), holds its lease with its assignment
+// stream, and applies each config generation the server assigns to it:
+//
+//  1. download the release's content and, by digest, its validator module
+//     (from the cache directory when they are there);
+//  2. verify the canonical content digest (package canonical) and the
+//     module's sha256 against the assignment;
+//  3. run the validator locally, in the same sandbox the server used
+//     (validators/host), on the input validators/ABI.md defines;
+//  4. stage an immutable Snapshot and swap it in atomically;
+//  5. hold it for the release's health window while the application's
+//     health check and the measured error rate and p99 say healthy.
+//
+// After each step it reports an ACK (DISCOVERED, DOWNLOADED, VALIDATED,
+// STAGED, APPLIED, HEALTHY_ACKED, or REJECTED with the reason) carrying the
+// W3C trace context of a span around that step. Nothing unverified is ever
+// visible: Config returns only snapshots that passed every check. An
+// instance applies only what it is assigned, never a higher generation it
+// has seen, and never moves to a lower pointer epoch. A shadow assignment
+// is validated and reported, never applied.
+//
+// Reads are lock-free: Config returns the current snapshot, JSON decodes
+// it once per generation, and OnChange and Changes report swaps. For the
+// length of one request, Pin fixes the snapshot of every config, so one
+// request never mixes two generations; Middleware and Interceptor pin
+// every request they serve, honour the pins of upstream callers (the
+// PinHeader), refuse a pin to a generation the instance does not have
+// (HTTP 409, Connect FailedPrecondition), and measure the outcomes that
+// health windows report. PinTransport and Interceptor forward pins
+// downstream.
+//
+// Space follows a KV prefix (thousands of small keys, only changed keys
+// travel) with lock-free reads, through reconnects and compaction.
+//
+// With a cache directory, verified releases, validator modules, their
+// compiled code and space snapshots are kept on disk, so a process that
+// starts while the server is down starts from its last known good state,
+// verified by digest.
+//
+// The package imports no server code: its dependencies are the generated
+// API (gen), validators/host, sdk/canonical and sdk/appversion, connect,
+// and OpenTelemetry's API.
+package sdk

@@ -1,0 +1,81 @@
+package sdk
+
+import (
+	"slices"
+	"sync"
+	"time"
+)
+
+// healthSamples is how many recent request outcomes the recorder keeps:
+// enough for a p99 over a health window of a busy service.
+const healthSamples = 8192
+
+// healthRecorder keeps the outcomes of the most recent requests the
+// middleware and interceptor measured, with their times, so that each
+// health window reads the error rate and p99 of the requests it spans.
+type healthRecorder struct {
+	mu      sync.Mutex
+	samples []sample // a ring of healthSamples
+	next    int
+	full    bool
+}
+
+type sample struct {
+	at      time.Time
+	latency time.Duration
+	failed  bool
+}
+
+func newHealthRecorder() *healthRecorder {
+	return &healthRecorder{samples: make([]sample, healthSamples)}
+}
+
+// record adds one request outcome.
+func (h *healthRecorder) record(at time.Time, latency time.Duration, failed bool) {
+	h.mu.Lock()
+	h.samples[h.next] = sample{at: at, latency: latency, failed: failed}
+	h.next++
+	if h.next == len(h.samples) {
+		h.next, h.full = 0, true
+	}
+	h.mu.Unlock()
+}
+
+// Measurement is what the instance measured over a health window.
+type Measurement struct {
+	// Requests is how many requests were measured.
+	Requests int
+	// ErrorRate is the share of failed requests.
+	ErrorRate float64
+	// P99 is the 99th percentile latency.
+	P99 time.Duration
+}
+
+// since measures the requests that ended at or after start (as many as the
+// recorder still holds).
+func (h *healthRecorder) since(start time.Time) Measurement {
+	h.mu.Lock()
+	n := h.next
+	if h.full {
+		n = len(h.samples)
+	}
+	var lat []time.Duration
+	failed := 0
+	for _, s := range h.samples[:n] {
+		if s.at.Before(start) {
+			continue
+		}
+		lat = append(lat, s.latency)
+		if s.failed {
+			failed++
+		}
+	}
+	h.mu.Unlock()
+	if len(lat) == 0 {
+		return Measurement{}
+	}
+	slices.Sort(lat)
+	// The nearest-rank 99th percentile.
+	rank := (99*len(lat) + 99) / 100
+	return Measurement{Requests: len(lat), ErrorRate: float64(failed) / float64(len(lat)), P99: lat[rank-1]}
+}

@@ -1,0 +1,234 @@
+package sdk
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+)
+
+// Option configures New.
+type Option func(*config)
+
+// HealthCheck is the application's view of its own health while a newly
+// applied config is on trial (the release's health window): it is called
+// once right after the swap and once at the end of the window, and any
+// error makes the instance report the release unhealthy, with the error as
+// the reason.
+type HealthCheck func(ctx context.Context, s *Snapshot) error
+
+// Applier puts a verified, validated snapshot into effect outside the
+// process, before the SDK swaps it in (the file agent writes a file). An
+// error rejects the release on this instance, with the error as the
+// reason, and nothing is swapped.
+type Applier func(ctx context.Context, s *Snapshot) error
+
+type config struct {
+	instance       Instance
+	httpClient     *http.Client
+	tlsConfig      *tls.Config
+	token          string
+	cacheDir       string
+	compiledDir    string
+	tracerProvider trace.TracerProvider
+	log            *slog.Logger
+	healthCheck    HealthCheck
+	applier        Applier
+	configs        map[string]bool
+	assignments    bool
+	appArtifact    string
+	pinWait        time.Duration
+	retain         int
+	backoffMin     time.Duration
+	backoffMax     time.Duration
+	grpc           bool
+}
+
+// Defaults of the options.
+const (
+	// DefaultPinWait is how long a request pinned to a generation this
+	// instance does not have waits for it before it is refused.
+	DefaultPinWait = 2 * time.Second
+	// DefaultRetainGenerations is how many applied generations of each
+	// config stay in memory for pinned requests.
+	DefaultRetainGenerations = 4
+	// DefaultBackoffMin and DefaultBackoffMax bound the wait between
+	// reconnects and retries (exponential, with full jitter).
+	DefaultBackoffMin = 100 * time.Millisecond
+	DefaultBackoffMax = 10 * time.Second
+)
+
+func defaultConfig() config {
+	return config{
+		instance:       Instance{TrafficWeight: 1},
+		tracerProvider: noop.NewTracerProvider(),
+		log:            slog.Default(),
+		assignments:    true,
+		pinWait:        DefaultPinWait,
+		retain:         DefaultRetainGenerations,
+		backoffMin:     DefaultBackoffMin,
+		backoffMax:     DefaultBackoffMax,
+	}
+}
+
+func (c *config) validate() error {
+	var errs []error
+	if c.assignments && c.instance.WorkloadIdentity == "" {
+		errs = append(errs, errors.New("WithWorkloadIdentity: an instance that follows assignments needs a workload identity"))
+	}
+	if c.instance.TrafficWeight < 0 {
+		errs = append(errs, fmt.Errorf("WithTrafficWeight(%v): must not be negative", c.instance.TrafficWeight))
+	}
+	if c.pinWait < 0 {
+		errs = append(errs, fmt.Errorf("WithPinWait(%s): must not be negative", c.pinWait))
+	}
+	if c.retain < 1 {
+		errs = append(errs, fmt.Errorf("WithRetainGenerations(%d): must be at least 1", c.retain))
+	}
+	if c.backoffMin <= 0 || c.backoffMax < c.backoffMin {
+		errs = append(errs, fmt.Errorf("WithBackoff(%s, %s): need 0 < min <= max", c.backoffMin, c.backoffMax))
+	}
+	if c.httpClient != nil && c.tlsConfig != nil {
+		errs = append(errs, errors.New("WithTLSConfig and WithHTTPClient: configure TLS in the HTTP client you pass"))
+	}
+	if c.tracerProvider == nil {
+		errs = append(errs, errors.New("WithTracerProvider(nil): pass a provider, or leave the option out for none"))
+	}
+	if c.log == nil {
+		errs = append(errs, errors.New("WithLogger(nil): pass a logger, or leave the option out for slog.Default()"))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("sdk: %w", errors.Join(errs...))
+	}
+	return nil
+}
+
+// Instance describes this process to the server: who it is, where it runs
+// and what it runs, which stage selectors and quorum policies match.
+type Instance struct {
+	// WorkloadIdentity is unique per instance and stable across restarts
+	// (a pod name, a host and port).
+	WorkloadIdentity string
+	// Zone is the fault domain.
+	Zone string
+	// Role is the instance's role, for critical-role policies.
+	Role string
+	// TrafficWeight is the share of traffic the instance serves (default 1).
+	TrafficWeight float64
+	// AppVersion is the application's version (dotted numbers): releases
+	// with a higher minimum leave this instance out.
+	AppVersion string
+	// Labels are matched by release and stage selectors.
+	Labels map[string]string
+}
+
+// WithWorkloadIdentity sets the instance's workload identity (required
+// when following assignments).
+func WithWorkloadIdentity(id string) Option {
+	return func(c *config) { c.instance.WorkloadIdentity = id }
+}
+
+// WithZone sets the instance's fault domain.
+func WithZone(zone string) Option { return func(c *config) { c.instance.Zone = zone } }
+
+// WithRole sets the instance's role.
+func WithRole(role string) Option { return func(c *config) { c.instance.Role = role } }
+
+// WithTrafficWeight sets the share of traffic the instance serves.
+func WithTrafficWeight(w float64) Option { return func(c *config) { c.instance.TrafficWeight = w } }
+
+// WithAppVersion sets the application's version, compared with releases'
+// minimum app version.
+func WithAppVersion(v string) Option { return func(c *config) { c.instance.AppVersion = v } }
+
+// WithLabels sets the instance's labels (copied).
+func WithLabels(labels map[string]string) Option {
+	return func(c *config) {
+		c.instance.Labels = make(map[string]string, len(labels))
+		for k, v := range labels {
+			c.instance.Labels[k] = v
+		}
+	}
+}
+
+// WithAppArtifact names the application build in every ACK (an image
+// digest, a version control revision).
+func WithAppArtifact(artifact string) Option { return func(c *config) { c.appArtifact = artifact } }
+
+// WithHTTPClient sets the HTTP client for every call. The default speaks
+// HTTP/2 (over TLS for https URLs, with prior knowledge for http URLs) and
+// pings idle connections so that a dead server is noticed.
+func WithHTTPClient(client *http.Client) Option { return func(c *config) { c.httpClient = client } }
+
+// WithTLSConfig sets the TLS configuration of the default HTTP client.
+func WithTLSConfig(cfg *tls.Config) Option { return func(c *config) { c.tlsConfig = cfg } }
+
+// WithAuthToken sends token as a bearer token (Authorization header) on
+// every call.
+func WithAuthToken(token string) Option { return func(c *config) { c.token = token } }
+
+// WithGRPC speaks the gRPC protocol instead of Connect (both work with
+// pawld; gRPC needs HTTP/2).
+func WithGRPC() Option { return func(c *config) { c.grpc = true } }
+
+// WithCacheDir keeps the last known good state in dir: verified releases,
+// validator modules and their compiled code, and space snapshots, so that
+// a process that starts while the server is down starts from them, and a
+// restart does not compile validators again.
+func WithCacheDir(dir string) Option { return func(c *config) { c.cacheDir = dir } }
+
+// WithCompiledCacheDir keeps validators' compiled code in dir rather than
+// in the cache directory's compiled/ folder: processes on one host can
+// share it, so each module is compiled once per host.
+func WithCompiledCacheDir(dir string) Option { return func(c *config) { c.compiledDir = dir } }
+
+// WithTracerProvider sets where the spans of each apply step go; their
+// trace context travels in the ACKs. Default: no tracing.
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return func(c *config) { c.tracerProvider = tp }
+}
+
+// WithLogger sets the logger (default slog.Default()).
+func WithLogger(log *slog.Logger) Option { return func(c *config) { c.log = log } }
+
+// WithHealthCheck sets the application's health check, run during each
+// release's health window.
+func WithHealthCheck(check HealthCheck) Option { return func(c *config) { c.healthCheck = check } }
+
+// WithApplier sets a step that puts each snapshot into effect outside the
+// process before it is swapped in.
+func WithApplier(apply Applier) Option { return func(c *config) { c.applier = apply } }
+
+// WithConfigs limits the client to these configs; assignments of others
+// are ignored. Default: every config assigned to the instance.
+func WithConfigs(ids ...string) Option {
+	return func(c *config) {
+		c.configs = make(map[string]bool, len(ids))
+		for _, id := range ids {
+			c.configs[id] = true
+		}
+	}
+}
+
+// WithoutAssignments makes a client that only follows key spaces: it does
+// not register and receives no releases.
+func WithoutAssignments() Option { return func(c *config) { c.assignments = false } }
+
+// WithPinWait sets how long a request pinned to a generation this instance
+// does not have waits before it is refused (default DefaultPinWait).
+func WithPinWait(d time.Duration) Option { return func(c *config) { c.pinWait = d } }
+
+// WithRetainGenerations sets how many applied generations of each config
+// stay available to pinned requests (default DefaultRetainGenerations).
+func WithRetainGenerations(n int) Option { return func(c *config) { c.retain = n } }
+
+// WithBackoff bounds the wait between reconnects and retries.
+func WithBackoff(min, max time.Duration) Option {
+	return func(c *config) { c.backoffMin, c.backoffMax = min, max }
+}
