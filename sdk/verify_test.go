@@ -1,0 +1,129 @@
+package sdk_test
+
+import (
+	"bytes"
+	"encoding/binary"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	pawlv1 "github.com/pawlcfg/pawl/gen/pawl/v1"
+	"github.com/pawlcfg/pawl/internal/testserver"
+	"github.com/pawlcfg/pawl/sdk"
+)
+
+// tamperer is a man in the middle on the client's HTTP transport: it
+// changes one byte of what the server answers to chosen calls, after the
+// server answered. It asks for uncompressed answers so it can read them.
+type tamperer struct {
+	base http.RoundTripper
+	mu   sync.Mutex
+	// content flips a byte of the content in GetRelease answers.
+	content bool
+	// module flips a byte of the module in Download answers.
+	module  bool
+	touched int
+}
+
+func (tp *tamperer) RoundTrip(r *http.Request) (*http.Response, error) {
+	tp.mu.Lock()
+	content := tp.content && strings.HasSuffix(r.URL.Path, "/GetRelease")
+	module := tp.module && strings.HasSuffix(r.URL.Path, "/Download")
+	tp.mu.Unlock()
+	if content || module {
+		r = r.Clone(r.Context())
+		r.Header.Del("Accept-Encoding")
+		r.Header.Del("Connect-Accept-Encoding")
+	}
+	resp, err := tp.base.RoundTrip(r)
+	if err != nil || resp.StatusCode != http.StatusOK || !(content || module) {
+		return resp, err
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		return nil, err
+	}
+	if content {
+		// A unary Connect answer: the message itself.
+		var msg pawlv1.GetReleaseResponse
+		if err := proto.Unmarshal(body, &msg); err != nil {
+			return nil, err
+		}
+		c := msg.GetRelease().GetSpec().GetContent()
+		i := bytes.IndexAny(c, "0123456789")
+		c[i] = '0' + (c[i]-'0'+1)%10 // still valid JSON, another routing table
+		if body, err = proto.Marshal(&msg); err != nil {
+			return nil, err
+		}
+	} else {
+		// A Connect stream: envelopes of flags, length, message. The
+		// second carries the first chunk of the module.
+		first := 5 + int(binary.BigEndian.Uint32(body[1:5]))
+		body[first+5+100] ^= 0xff
+	}
+	tp.mu.Lock()
+	tp.touched++
+	tp.mu.Unlock()
+	resp.Body = io.NopCloser(bytes.NewReader(body))
+	resp.ContentLength = int64(len(body))
+	resp.Header.Del("Content-Length")
+	return resp, nil
+}
+
+// TestTamperedDownloadsAreRejectedAndNeverApplied: a content byte changed
+// on the way, or a validator module that does not hash to its digest,
+// ends in REJECTED with the reason; nothing is applied, and nothing is
+// cached.
+func TestTamperedDownloadsAreRejectedAndNeverApplied(t *testing.T) {
+	h := newHarness(t)
+	for _, c := range []struct {
+		id     string
+		tamper *tamperer
+		reason string
+		// counted: a rejection with the release's content digest counts
+		// against the stage; one with another digest (the instance
+		// reports what it computed) is kept for audit only.
+		counted bool
+	}{
+		{"content", &tamperer{content: true}, "content digest mismatch: the content hashes to sha256:", false},
+		{"module", &tamperer{module: true}, "wrong validator: the module downloaded hashes to sha256:", true},
+	} {
+		t.Run(c.id, func(t *testing.T) {
+			c.tamper.base = testserver.HTTPClient(t).Transport
+			cache := t.TempDir()
+			client := h.client(c.id, sdk.WithHTTPClient(&http.Client{Transport: c.tamper}), sdk.WithCacheDir(cache),
+				sdk.WithLabels(map[string]string{"instance": c.id}))
+			h.waitRegistered(c.id)
+			rel := h.release(50, func(spec *pawlv1.ReleaseSpec) {
+				spec.Selector = map[string]string{"instance": c.id}
+			})
+			states := h.awaitAcks(rel.GetGeneration(), func(s map[string][]string) bool { return reported(s, c.id, "REJECTED") })
+			if want := []string{"DISCOVERED", "DOWNLOADED", "REJECTED"}; strings.Join(states[c.id], ",") != strings.Join(want, ",") {
+				t.Fatalf("reported %v, want %v", states[c.id], want)
+			}
+			_, acks := h.acks(rel.GetGeneration())
+			last := acks[len(acks)-1]
+			if !strings.Contains(last.GetReason(), c.reason) || last.GetCounted() != c.counted {
+				t.Fatalf("REJECTED = %v", last)
+			}
+			if s := client.Config("routing"); s != nil {
+				t.Fatalf("applied %s after a tampered download", s)
+			}
+			if c.tamper.touched == 0 {
+				t.Fatal("nothing was tampered with")
+			}
+			for _, dir := range []string{"releases", "validators", "applied"} {
+				if entries, _ := os.ReadDir(filepath.Join(cache, dir)); len(entries) != 0 {
+					t.Fatalf("the cache kept %s/%v", dir, entries)
+				}
+			}
+		})
+	}
+}
