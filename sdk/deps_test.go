@@ -1,0 +1,34 @@
+package sdk_test
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// TestTheSDKPullsInNoServer: what services import stays small. The SDK's
+// packages (tests aside) depend on no server code, bbolt, go-redis or
+// cobra, and sdk/canonical and sdk/appversion on the standard library
+// alone.
+func TestTheSDKPullsInNoServer(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", "github.com/pawlcfg/pawl/sdk/...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	for _, dep := range strings.Fields(string(out)) {
+		for _, banned := range []string{"github.com/pawlcfg/pawl/server", "go.etcd.io/bbolt", "github.com/redis/go-redis", "github.com/spf13/cobra"} {
+			if strings.HasPrefix(dep, banned) {
+				t.Errorf("the SDK depends on %s", dep)
+			}
+		}
+	}
+	for _, pkg := range []string{"sdk/canonical", "sdk/appversion"} {
+		out, err := exec.Command("go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", "github.com/pawlcfg/pawl/"+pkg).Output()
+		if err != nil {
+			t.Fatalf("go list %s: %v", pkg, err)
+		}
+		if deps := strings.Fields(string(out)); len(deps) != 1 {
+			t.Errorf("%s imports more than the standard library: %v", pkg, deps)
+		}
+	}
+}
