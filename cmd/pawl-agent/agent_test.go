@@ -1,0 +1,242 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"go.uber.org/goleak"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	pawlv1 "github.com/pawlcfg/pawl/gen/pawl/v1"
+	"github.com/pawlcfg/pawl/gen/pawl/v1/pawlv1connect"
+	"github.com/pawlcfg/pawl/internal/testserver"
+	"github.com/pawlcfg/pawl/internal/wasmbuild"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+		wasmbuild.Cleanup()
+		os.Exit(code)
+	}))
+}
+
+// runAgent runs the agent with args until the test ends and returns its
+// output lines as they come.
+func runAgent(t *testing.T, args ...string) <-chan string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	r, w := io.Pipe()
+	lines := make(chan string, 1024)
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		defer close(lines)
+		sc := bufio.NewScanner(r)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+	}()
+	var stderr strings.Builder
+	var code int
+	go func() {
+		defer wg.Done()
+		code = run(ctx, args, w, &syncWriter{w: &stderr})
+		w.Close()
+	}()
+	t.Cleanup(func() {
+		cancel()
+		for range lines {
+		}
+		wg.Wait()
+		if code != 0 {
+			t.Errorf("pawl-agent exited %d: %s", code, stderr.String())
+		}
+	})
+	return lines
+}
+
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
+}
+
+// await reads lines until one contains want.
+func await(t *testing.T, lines <-chan string, want string) string {
+	t.Helper()
+	timeout := time.After(time.Minute)
+	for {
+		select {
+		case line, ok := <-lines:
+			if !ok {
+				t.Fatalf("the agent stopped before %q", want)
+			}
+			if strings.Contains(line, want) {
+				return line
+			}
+		case <-timeout:
+			t.Fatalf("no line with %q", want)
+		}
+	}
+}
+
+// bigRouting is a valid routing table of about 400 kB, different for
+// each n.
+func bigRouting(n int) []byte {
+	var b strings.Builder
+	b.WriteString(`{"upstreams":[`)
+	for i := range 100 {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `{"host":"%s-%d-%d","weight":1}`, strings.Repeat("h", 4000), n, i)
+	}
+	b.WriteString(`]}`)
+	return []byte(b.String())
+}
+
+// TestTheFileIsNeverSeenHalfWritten: a reader polls the config file while
+// the agent replaces it with five releases of 400 kB; every read is one
+// release's content, whole.
+func TestTheFileIsNeverSeenHalfWritten(t *testing.T) {
+	srv := testserver.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	client := testserver.HTTPClient(t)
+	vs := pawlv1connect.NewValidatorServiceClient(client, srv.URL)
+	rs := pawlv1connect.NewReleaseServiceClient(client, srv.URL)
+	up, err := vs.Upload(ctx, connect.NewRequest(&pawlv1.UploadRequest{Wasm: wasmbuild.Build(t, "routing")}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	execLog := filepath.Join(t.TempDir(), "exec.log")
+	lines := runAgent(t, "--server", srv.URL, "--identity", "agent-1", "--dir", dir,
+		"--exec", `echo "$PAWL_CONFIG $PAWL_GENERATION" >> `+execLog)
+
+	var mu sync.Mutex
+	valid := map[string]bool{}
+	done := make(chan struct{})
+	var reads, whole int
+	var bad []string
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		path := filepath.Join(dir, "routing")
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			b, err := os.ReadFile(path)
+			if err != nil {
+				continue // not written yet
+			}
+			mu.Lock()
+			reads++
+			if valid[string(b)] {
+				whole++
+			} else if len(bad) < 3 {
+				bad = append(bad, fmt.Sprintf("%d bytes", len(b)))
+			}
+			mu.Unlock()
+		}
+	}()
+	// The agent registers; each release then freezes it as a member.
+	for n := 1; n <= 5; n++ {
+		content := bigRouting(n)
+		mu.Lock()
+		valid[string(content)] = true
+		mu.Unlock()
+		if _, err := rs.CreateRelease(ctx, connect.NewRequest(&pawlv1.CreateReleaseRequest{Spec: &pawlv1.ReleaseSpec{
+			ConfigId: "routing", MediaType: "application/json", ValidatorDigest: up.Msg.GetValidator().GetDigest(), Content: content,
+			Stages:   []*pawlv1.Stage{{Name: "all", Policy: &pawlv1.AckPolicy{Kind: pawlv1.AckPolicyKind_ACK_POLICY_KIND_ALL}}},
+			Deadline: durationpb.New(time.Hour),
+		}})); err != nil {
+			t.Fatal(err)
+		}
+		await(t, lines, fmt.Sprintf("wrote routing generation %d to ", n))
+	}
+	close(done)
+	wg.Wait()
+	if reads == 0 || whole != reads {
+		t.Fatalf("%d reads, %d of them a whole release; others: %v", reads, whole, bad)
+	}
+	t.Logf("%d reads while the agent wrote five releases, every one whole", reads)
+	b, err := os.ReadFile(execLog)
+	if err != nil || !strings.HasPrefix(string(b), "routing 1\n") {
+		t.Fatalf("--exec log = %q, %v", b, err)
+	}
+}
+
+// TestTheAgentMirrorsAPrefix: keys under the prefix become files under
+// DIR/kv/, changes replace them, deletes remove them, and a key that
+// would leave the directory is skipped.
+func TestTheAgentMirrorsAPrefix(t *testing.T) {
+	srv := testserver.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	kv := pawlv1connect.NewKVServiceClient(testserver.HTTPClient(t), srv.URL)
+	put := func(key, value string) {
+		if _, err := kv.Put(ctx, connect.NewRequest(&pawlv1.PutRequest{Key: key, Value: []byte(value)})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dir := t.TempDir()
+	put("/flags/checkout/new-ui", "on")
+	lines := runAgent(t, "--server", srv.URL, "--no-assignments", "--prefix", "/flags/", "--dir", dir)
+	await(t, lines, "mirrored 1 keys under /flags/")
+	read := func(rel string) string {
+		b, err := os.ReadFile(filepath.Join(dir, "kv", rel))
+		if err != nil {
+			return "<" + err.Error() + ">"
+		}
+		return string(b)
+	}
+	if got := read("checkout/new-ui"); got != "on" {
+		t.Fatalf("checkout/new-ui = %q", got)
+	}
+	put("/flags/search/ranking", "v2")
+	await(t, lines, "wrote /flags/search/ranking")
+	put("/flags/checkout/new-ui", "off")
+	await(t, lines, "wrote /flags/checkout/new-ui")
+	if _, err := kv.Delete(ctx, connect.NewRequest(&pawlv1.DeleteRequest{Key: "/flags/search/ranking"})); err != nil {
+		t.Fatal(err)
+	}
+	await(t, lines, "removed /flags/search/ranking")
+	if got, ranking := read("checkout/new-ui"), read("search/ranking"); got != "off" || !strings.Contains(ranking, "no such file") {
+		t.Fatalf("after the changes: new-ui %q, ranking %q", got, ranking)
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	for _, args := range [][]string{
+		{"--identity", "x"},                      // no --dir
+		{"--dir", "d"},                           // no identity
+		{"--dir", "d", "--no-assignments"},       // nothing to do
+		{"--dir", "d", "--identity", "x", "arg"}, // stray argument
+		{"--dir", "d", "--no-assignments", "--prefix", "flags"},
+	} {
+		var stderr strings.Builder
+		if code := run(context.Background(), args, io.Discard, &stderr); code != 2 || stderr.Len() == 0 {
+			t.Errorf("%q: exit %d, %q", args, code, stderr.String())
+		}
+	}
+}

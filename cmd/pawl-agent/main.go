@@ -1,0 +1,30 @@
+// Command pawl-agent keeps a directory of files in step with Pawl, for
+// processes not written in Go. It follows the instance's assigned
+// releases like the Go SDK (verify, validate with the same Wasm, ACK each
+// step) and writes each config to DIR/CONFIG, and/or mirrors every key
+// under a KV prefix to DIR/kv/, each file replaced atomically (temporary
+// file, fsync, rename, directory fsync), so a reader never sees a file
+// half-written. After each change it can run a command; a command that
+// fails makes the instance report the release unhealthy.
+//
+//	pawl-agent --server http://127.0.0.1:7070 --identity web-1 --zone a --dir /etc/myapp/pawl \
+//	    --exec 'systemctl reload myapp'
+//	pawl-agent --server http://127.0.0.1:7070 --no-assignments --prefix /flags/ --dir /etc/myapp
+//
+// It prints one line per file it writes or removes, and exits on SIGINT or
+// SIGTERM.
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
