@@ -197,6 +197,7 @@ func (a *agent) exec(ctx context.Context, command string, env ...string) error {
 	if err != nil {
 		return fmt.Errorf("%q: %w: %s", command, err, strings.TrimSpace(string(out)))
 	}
+	a.out.Write(out) // what the command said, after the line about the change
 	return nil
 }
 
@@ -271,10 +272,8 @@ func (a *agent) writeKey(ctx context.Context, root string, ch sdk.Change) {
 		a.log.Warn("a key cannot be a file under the directory; skipped", "key", ch.Key)
 		return
 	}
-	verb := "wrote"
 	var err error
 	if ch.Deleted {
-		verb = "removed"
 		if err = os.Remove(path); errors.Is(err, os.ErrNotExist) {
 			err = nil
 		}
@@ -285,7 +284,11 @@ func (a *agent) writeKey(ctx context.Context, root string, ch sdk.Change) {
 		a.log.Warn("mirroring a key failed", "key", ch.Key, "error", err)
 		return
 	}
-	fmt.Fprintf(a.out, "%s %s at revision %d to %s\n", verb, ch.Key, ch.Revision, path)
+	if ch.Deleted {
+		fmt.Fprintf(a.out, "removed %s at revision %d: %s\n", ch.Key, ch.Revision, path)
+	} else {
+		fmt.Fprintf(a.out, "wrote %s at revision %d to %s\n", ch.Key, ch.Revision, path)
+	}
 	if err := a.exec(ctx, a.o.execCmd, "PAWL_KEY="+ch.Key, "PAWL_FILE="+path); err != nil {
 		a.log.Warn("--exec after a key change failed", "key", ch.Key, "error", err)
 	}
