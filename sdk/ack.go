@@ -12,15 +12,74 @@ import (
 	pawlv1 "github.com/pawlcfg/pawl/gen/pawl/v1"
 )
 
-// reporter sends the ACKs of one apply: one assignment, one apply
-// sequence, one boot.
+// reporter sends the ACKs of one apply (one assignment, one apply
+// sequence, one boot) in order, from its own goroutine, so that the apply
+// does not wait for the server between steps: only APPLIED (which starts
+// the health window the server measures from its arrival), the last ACK
+// and REJECTED are waited for. close ends the goroutine.
 type reporter struct {
 	c   *Client
 	a   *pawlv1.Assignment
 	seq int64
 	// digest is the content digest to report: the assignment's until the
-	// content is downloaded, then the one computed from it.
+	// content is downloaded, then the one computed from it. Only the
+	// apply's goroutine touches it.
 	digest string
+
+	queue chan queuedAck
+	done  chan struct{}
+}
+
+type queuedAck struct {
+	ctx    context.Context // carries the step's span
+	state  pawlv1.InstanceState
+	extra  ackExtra
+	digest string
+	sent   chan error // nil: nobody waits
+}
+
+// maxAcksPerApply bounds the ACKs of one apply: every state once, and a
+// rejection.
+const maxAcksPerApply = 8
+
+func (c *Client) newReporter(a *pawlv1.Assignment) *reporter {
+	r := &reporter{c: c, a: a, seq: c.seq.Add(1), digest: a.GetContentDigest(),
+		queue: make(chan queuedAck, maxAcksPerApply), done: make(chan struct{})}
+	go func() {
+		defer close(r.done)
+		for q := range r.queue {
+			err := r.send(q.ctx, q.state, q.digest, q.extra)
+			if q.sent != nil {
+				q.sent <- err
+			}
+		}
+	}()
+	return r
+}
+
+// post queues an ACK of state with the trace context of ctx's span.
+func (r *reporter) post(ctx context.Context, state pawlv1.InstanceState, extra ackExtra) {
+	r.queue <- queuedAck{ctx: ctx, state: state, extra: extra, digest: r.digest}
+}
+
+// wait queues an ACK and waits until it and every ACK before it were
+// sent. It fails when the server refused it or ctx ended.
+func (r *reporter) wait(ctx context.Context, state pawlv1.InstanceState, extra ackExtra) error {
+	sent := make(chan error, 1)
+	r.queue <- queuedAck{ctx: ctx, state: state, extra: extra, digest: r.digest, sent: sent}
+	select {
+	case err := <-sent:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// close stops the sender after what is queued (an ended context cuts its
+// retries short).
+func (r *reporter) close() {
+	close(r.queue)
+	<-r.done
 }
 
 // ackExtra is what some states add to an ACK.
@@ -33,10 +92,10 @@ type ackExtra struct {
 // send reports state, with the trace context of the span in ctx, retrying
 // until the server takes it or ctx ends. A refusal (a malformed ACK, an
 // unknown release) is returned and not retried.
-func (r *reporter) send(ctx context.Context, state pawlv1.InstanceState, extra ackExtra) error {
+func (r *reporter) send(ctx context.Context, state pawlv1.InstanceState, digest string, extra ackExtra) error {
 	ack := &pawlv1.Ack{
 		ConfigId: r.a.GetConfigId(), Generation: r.a.GetGeneration(), WorkloadIdentity: r.c.cfg.instance.WorkloadIdentity,
-		BootId: r.c.bootID, ContentDigest: r.digest, ValidatorDigest: r.a.GetValidatorDigest(), AppArtifact: r.c.cfg.appArtifact,
+		BootId: r.c.bootID, ContentDigest: digest, ValidatorDigest: r.a.GetValidatorDigest(), AppArtifact: r.c.cfg.appArtifact,
 		ApplySequence: r.seq, State: state, HealthOk: extra.healthOK, Reason: extra.reason, Traceparent: traceparent(ctx),
 	}
 	if m := extra.health; m != nil && m.Requests > 0 {

@@ -163,7 +163,8 @@ func (r *runner) replace(ctx context.Context, cur *job, a *pawlv1.Assignment, sh
 	return j
 }
 
-// fetched is a downloaded release with its validator module.
+// fetched is a downloaded release with its validator module (nil when
+// the process's validator runtime has the module loaded already).
 type fetched struct {
 	release cachedRelease
 	module  []byte
@@ -179,10 +180,9 @@ func (c *Client) apply(ctx context.Context, a *pawlv1.Assignment, shadow bool) b
 		attribute.String("pawl.config", a.GetConfigId()), attribute.Int64("pawl.generation", a.GetGeneration()),
 		attribute.String("pawl.stage", a.GetStage()), attribute.Bool("pawl.shadow", shadow), attribute.String("pawl.boot", c.bootID)))
 	defer root.End()
-	rep := &reporter{c: c, a: a, seq: c.seq.Add(1), digest: a.GetContentDigest()}
-	if rep.send(ctx, pawlv1.InstanceState_INSTANCE_STATE_DISCOVERED, ackExtra{}) != nil && ctx.Err() != nil {
-		return false
-	}
+	rep := c.newReporter(a)
+	defer rep.close()
+	rep.post(ctx, pawlv1.InstanceState_INSTANCE_STATE_DISCOVERED, ackExtra{})
 
 	// step runs fn in a span named name; an error rejects the release
 	// with the span's trace context, unless ctx ended.
@@ -200,12 +200,8 @@ func (c *Client) apply(ctx context.Context, a *pawlv1.Assignment, shadow bool) b
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
 		c.cfg.log.Warn("pawl: release rejected", "config", a.GetConfigId(), "generation", a.GetGeneration(), "step", name, "reason", err)
-		_ = rep.send(sctx, pawlv1.InstanceState_INSTANCE_STATE_REJECTED, ackExtra{reason: err.Error()})
-		rejected = true
+		rejected = rep.wait(sctx, pawlv1.InstanceState_INSTANCE_STATE_REJECTED, ackExtra{reason: err.Error()}) == nil || ctx.Err() == nil
 		return sctx, false
-	}
-	report := func(sctx context.Context, state pawlv1.InstanceState, extra ackExtra) bool {
-		return rep.send(sctx, state, extra) == nil || ctx.Err() == nil
 	}
 
 	var f fetched
@@ -213,9 +209,10 @@ func (c *Client) apply(ctx context.Context, a *pawlv1.Assignment, shadow bool) b
 		f, err = c.download(ctx, a)
 		return err
 	})
-	if !ok || !report(sctx, pawlv1.InstanceState_INSTANCE_STATE_DOWNLOADED, ackExtra{}) {
+	if !ok {
 		return rejected
 	}
+	rep.post(sctx, pawlv1.InstanceState_INSTANCE_STATE_DOWNLOADED, ackExtra{})
 	if _, ok := step("pawl.verify", func(ctx context.Context) error {
 		digest, err := c.verify(a, f)
 		if digest != "" {
@@ -230,16 +227,20 @@ func (c *Client) apply(ctx context.Context, a *pawlv1.Assignment, shadow bool) b
 		return rejected
 	}
 	if c.cache != nil {
-		if err := c.cache.putModule(a.GetValidatorDigest(), f.module); err != nil {
-			c.cfg.log.Warn("pawl: caching a validator module failed", "error", err)
+		if f.module != nil {
+			if err := c.cache.putModule(a.GetValidatorDigest(), f.module); err != nil {
+				c.cfg.log.Warn("pawl: caching a validator module failed", "error", err)
+			}
 		}
 		if err := c.cache.putRelease(f.release, c.cfg.retain); err != nil {
 			c.cfg.log.Warn("pawl: caching a release failed", "error", err)
 		}
 	}
-	if !report(sctx, pawlv1.InstanceState_INSTANCE_STATE_VALIDATED, ackExtra{}) || shadow {
-		return shadow && ctx.Err() == nil
+	if shadow {
+		// A shadow assignment ends here, once VALIDATED was delivered.
+		return rep.wait(sctx, pawlv1.InstanceState_INSTANCE_STATE_VALIDATED, ackExtra{}) == nil || ctx.Err() == nil
 	}
+	rep.post(sctx, pawlv1.InstanceState_INSTANCE_STATE_VALIDATED, ackExtra{})
 
 	var snap *Snapshot
 	sctx, _ = step("pawl.stage", func(context.Context) error {
@@ -250,9 +251,7 @@ func (c *Client) apply(ctx context.Context, a *pawlv1.Assignment, shadow bool) b
 		}
 		return nil
 	})
-	if !report(sctx, pawlv1.InstanceState_INSTANCE_STATE_STAGED, ackExtra{}) {
-		return false
-	}
+	rep.post(sctx, pawlv1.InstanceState_INSTANCE_STATE_STAGED, ackExtra{})
 	var swapped bool
 	sctx, ok = step("pawl.apply", func(ctx context.Context) error {
 		if c.cfg.applier != nil {
@@ -275,7 +274,9 @@ func (c *Client) apply(ctx context.Context, a *pawlv1.Assignment, shadow bool) b
 			c.cfg.log.Warn("pawl: recording the applied generation in the cache failed", "error", err)
 		}
 	}
-	if !report(sctx, pawlv1.InstanceState_INSTANCE_STATE_APPLIED, ackExtra{}) {
+	// The health window starts once the server has APPLIED: it counts a
+	// HEALTHY_ACKED only a window after the APPLIED arrived.
+	if err := rep.wait(sctx, pawlv1.InstanceState_INSTANCE_STATE_APPLIED, ackExtra{}); err != nil && ctx.Err() != nil {
 		return false
 	}
 
@@ -288,7 +289,7 @@ func (c *Client) apply(ctx context.Context, a *pawlv1.Assignment, shadow bool) b
 	if !ok {
 		return false
 	}
-	return rep.send(hctx, pawlv1.InstanceState_INSTANCE_STATE_HEALTHY_ACKED, extra) == nil
+	return rep.wait(hctx, pawlv1.InstanceState_INSTANCE_STATE_HEALTHY_ACKED, extra) == nil || ctx.Err() == nil
 }
 
 // download fetches the release (content, without membership) and its
@@ -323,6 +324,11 @@ func (c *Client) download(ctx context.Context, a *pawlv1.Assignment) (fetched, e
 		}
 	}
 	digest := a.GetValidatorDigest()
+	if c.runtime.has(digest) && (c.cache == nil || c.cache.hasModule(digest)) {
+		// Loaded in this process already, verified by its digest then:
+		// neither downloaded nor read again.
+		return f, nil
+	}
 	if c.cache != nil {
 		f.module = c.cache.module(digest)
 	}
@@ -394,8 +400,10 @@ func (c *Client) verify(a *pawlv1.Assignment, f fetched) (string, error) {
 	case r.ValidatorDigest != a.GetValidatorDigest():
 		return computed, fmt.Errorf("wrong validator: the release names %s, the assignment %s", r.ValidatorDigest, a.GetValidatorDigest())
 	}
-	if got := host.Digest(f.module); got != a.GetValidatorDigest() {
-		return computed, fmt.Errorf("wrong validator: the module downloaded hashes to %s, not %s", got, a.GetValidatorDigest())
+	if f.module != nil { // nil: the process's runtime holds it, verified when loaded
+		if got := host.Digest(f.module); got != a.GetValidatorDigest() {
+			return computed, fmt.Errorf("wrong validator: the module downloaded hashes to %s, not %s", got, a.GetValidatorDigest())
+		}
 	}
 	if r.MinAppVersion != "" {
 		floor, err := appversion.Parse(r.MinAppVersion)

@@ -82,6 +82,17 @@ func (d *diskCache) module(digest string) []byte {
 	return b
 }
 
+// hasModule reports whether the cache holds a file for the module (not
+// verified: a reader of it verifies).
+func (d *diskCache) hasModule(digest string) bool {
+	path, ok := d.modulePath(digest)
+	if !ok {
+		return false
+	}
+	_, err := os.Stat(path)
+	return err == nil
+}
+
 // putModule keeps a module whose digest was verified.
 func (d *diskCache) putModule(digest string, wasm []byte) error {
 	path, ok := d.modulePath(digest)

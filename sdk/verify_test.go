@@ -99,7 +99,11 @@ func TestTamperedDownloadsAreRejectedAndNeverApplied(t *testing.T) {
 			c.tamper.base = testserver.HTTPClient(t).Transport
 			cache := t.TempDir()
 			client := h.client(c.id, sdk.WithHTTPClient(&http.Client{Transport: c.tamper}), sdk.WithCacheDir(cache),
-				sdk.WithLabels(map[string]string{"instance": c.id}))
+				sdk.WithLabels(map[string]string{"instance": c.id}),
+				// A runtime of its own: one that other clients of this
+				// process share may hold the module already, and then
+				// nothing is downloaded to tamper with.
+				sdk.WithCompiledCacheDir(t.TempDir()))
 			h.waitRegistered(c.id)
 			rel := h.release(50, func(spec *pawlv1.ReleaseSpec) {
 				spec.Selector = map[string]string{"instance": c.id}
