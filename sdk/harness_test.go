@@ -32,7 +32,7 @@ func TestMain(m *testing.M) {
 // harness is a real pawld on loopback with the routing validator uploaded,
 // and operator clients to cut, follow and promote releases.
 type harness struct {
-	t      *testing.T
+	t      testing.TB
 	ctx    context.Context
 	srv    *testserver.Server
 	is     pawlv1connect.InstanceServiceClient
@@ -43,7 +43,7 @@ type harness struct {
 	digest string // the routing validator's
 }
 
-func newHarness(t *testing.T, opts ...server.Option) *harness {
+func newHarness(t testing.TB, opts ...server.Option) *harness {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
@@ -220,7 +220,7 @@ func (h *harness) promote(gen int64) {
 }
 
 // has waits until c's applied routing is generation gen.
-func has(t *testing.T, c *sdk.Client, gen int64) *sdk.Snapshot {
+func has(t testing.TB, c *sdk.Client, gen int64) *sdk.Snapshot {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
