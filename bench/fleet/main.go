@@ -25,16 +25,11 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"runtime"
 	"sort"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -43,6 +38,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/pawlcfg/pawl/bench/internal/benchkit"
 	pawlv1 "github.com/pawlcfg/pawl/gen/pawl/v1"
 	"github.com/pawlcfg/pawl/gen/pawl/v1/pawlv1connect"
 )
@@ -80,20 +76,24 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	srv, err := startPawld(ctx, o, dir)
+	args := []string{"--instance-lease", o.lease.String()}
+	if o.pprof != "" {
+		args = append(args, "--pprof", o.pprof)
+	}
+	srv, err := benchkit.StartPawld(ctx, o.pawld, dir, args...)
 	if err != nil {
 		return err
 	}
-	defer srv.stop()
+	defer srv.Stop()
 	b := newBench(o, srv)
 	defer b.close()
-	report := &table{}
-	report.add("machine", fmt.Sprintf("%d CPUs, %s", runtime.NumCPU(), runtime.Version()))
+	report := &benchkit.Table{Name: "fleet"}
+	report.Add("machine", fmt.Sprintf("%d CPUs, %s", runtime.NumCPU(), runtime.Version()))
 	leases := "assignment streams hold the leases"
 	if o.rpcHeartbeats {
 		leases = fmt.Sprintf("Heartbeat calls every %s", o.lease/3)
 	}
-	report.add("fleet", fmt.Sprintf("%d instances with a stream each on %d connections, %d configs; %s", o.instances, o.conns, o.configs, leases))
+	report.Add("fleet", fmt.Sprintf("%d instances with a stream each on %d connections, %d configs; %s", o.instances, o.conns, o.configs, leases))
 
 	validator, err := b.upload(ctx, dir)
 	if err != nil {
@@ -117,13 +117,13 @@ func run(ctx context.Context, o options) error {
 	if err := b.openStreams(ctx); err != nil {
 		return err
 	}
-	report.add("all streams hold their first set", time.Since(start).Round(time.Millisecond).String())
+	report.Add("all streams hold their first set", time.Since(start).Round(time.Millisecond).String())
 
 	start = time.Now()
 	if err := b.activate(ctx, validator); err != nil {
 		return err
 	}
-	report.add(fmt.Sprintf("%d configs created, canaried and promoted", o.configs), time.Since(start).Round(time.Millisecond).String())
+	report.Add(fmt.Sprintf("%d configs created, canaried and promoted", o.configs), time.Since(start).Round(time.Millisecond).String())
 
 	var p50s, p99s, maxes []time.Duration
 	for i := range o.promotions {
@@ -131,122 +131,36 @@ func run(ctx context.Context, o options) error {
 		if err != nil {
 			return err
 		}
-		p50s, p99s, maxes = append(p50s, percentile(d, 0.50)), append(p99s, percentile(d, 0.99)), append(maxes, d[len(d)-1])
+		p50s, p99s, maxes = append(p50s, benchkit.Percentile(d, 0.50)), append(p99s, benchkit.Percentile(d, 0.99)), append(maxes, d[len(d)-1])
 	}
-	report.add("Promote to every stream holding it: p50 over streams, per promotion", durations(p50s))
-	report.add("Promote to every stream holding it: p99 over streams, per promotion", durations(p99s))
-	report.add("Promote to every stream holding it: slowest stream, per promotion", durations(maxes))
+	report.Add("Promote to every stream holding it: p50 over streams, per promotion", benchkit.Durations(p50s))
+	report.Add("Promote to every stream holding it: p99 over streams, per promotion", benchkit.Durations(p99s))
+	report.Add("Promote to every stream holding it: slowest stream, per promotion", benchkit.Durations(maxes))
 
 	acks, took, cpu, err := b.ingest(ctx, validator)
 	if err != nil {
 		return err
 	}
-	report.add("ACKs ingested (APPLIED, then HEALTHY_ACKED, of every instance)", strconv.Itoa(acks))
-	report.add("ACKs per second", fmt.Sprintf("%.0f", float64(acks)/took.Seconds()))
-	report.add("pawld CPU per ACK", (cpu / time.Duration(acks)).Round(time.Microsecond).String())
+	report.Add("ACKs ingested (APPLIED, then HEALTHY_ACKED, of every instance)", strconv.Itoa(acks))
+	report.Add("ACKs per second", fmt.Sprintf("%.0f", float64(acks)/took.Seconds()))
+	report.Add("pawld CPU per ACK", (cpu / time.Duration(acks)).Round(time.Microsecond).String())
 
 	lat, size, err := b.status(ctx)
 	if err != nil {
 		return err
 	}
-	report.add(fmt.Sprintf("GetRolloutStatus of %d members: p50, p99", o.instances), fmt.Sprintf("%s, %s (%d bytes)",
-		percentile(lat, 0.5).Round(time.Microsecond), percentile(lat, 0.99).Round(time.Microsecond), size))
+	report.Add(fmt.Sprintf("GetRolloutStatus of %d members: p50, p99", o.instances), fmt.Sprintf("%s, %s (%d bytes)",
+		benchkit.Percentile(lat, 0.5).Round(time.Microsecond), benchkit.Percentile(lat, 0.99).Round(time.Microsecond), size))
 
 	cpuShare, rss, err := b.idle(ctx)
 	if err != nil {
 		return err
 	}
-	report.add(fmt.Sprintf("pawld CPU while idle for %s (of one core)", o.idle), fmt.Sprintf("%.1f%%", 100*cpuShare))
-	report.add("pawld CPU while idle (of all cores)", fmt.Sprintf("%.1f%%", 100*cpuShare/float64(runtime.NumCPU())))
-	report.add("pawld resident memory", fmt.Sprintf("%d MiB", rss>>20))
-	report.print(os.Stdout)
+	report.Add(fmt.Sprintf("pawld CPU while idle for %s (of one core)", o.idle), fmt.Sprintf("%.1f%%", 100*cpuShare))
+	report.Add("pawld CPU while idle (of all cores)", fmt.Sprintf("%.1f%%", 100*cpuShare/float64(runtime.NumCPU())))
+	report.Add("pawld resident memory", fmt.Sprintf("%d MiB", rss>>20))
+	report.Print(os.Stdout)
 	return nil
-}
-
-// pawld is the server process.
-type pawld struct {
-	url string
-	cmd *exec.Cmd
-}
-
-func startPawld(ctx context.Context, o options, dir string) (*pawld, error) {
-	bin := o.pawld
-	if bin == "" {
-		bin = filepath.Join(dir, "pawld")
-		build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/pawld")
-		build.Stderr = os.Stderr
-		if err := build.Run(); err != nil {
-			return nil, fmt.Errorf("build pawld: %w", err)
-		}
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	addr := ln.Addr().String()
-	_ = ln.Close()
-	args := []string{"--listen", addr, "--data", filepath.Join(dir, "data"), "--log-level", "warn", "--instance-lease", o.lease.String()}
-	if o.pprof != "" {
-		args = append(args, "--pprof", o.pprof)
-	}
-	cmd := exec.Command(bin, args...)
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	p := &pawld{url: "http://" + addr, cmd: cmd}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		c, err := net.Dial("tcp", addr)
-		if err == nil {
-			_ = c.Close()
-			return p, nil
-		}
-		if time.Now().After(deadline) {
-			p.stop()
-			return nil, fmt.Errorf("pawld did not listen on %s", addr)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-func (p *pawld) stop() {
-	_ = p.cmd.Process.Signal(os.Interrupt)
-	done := make(chan error, 1)
-	go func() { done <- p.cmd.Wait() }()
-	select {
-	case <-done:
-	case <-time.After(30 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-done
-	}
-}
-
-// cpu is pawld's user and system CPU time so far.
-func (p *pawld) cpu() (time.Duration, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
-	if err != nil {
-		return 0, err
-	}
-	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
-	utime, _ := strconv.ParseInt(f[11], 10, 64)
-	stime, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(utime+stime) * time.Second / 100, nil // USER_HZ is 100 on Linux
-}
-
-// rss is pawld's resident memory.
-func (p *pawld) rss() (int64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
-	if err != nil {
-		return 0, err
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-			return kb << 10, err
-		}
-	}
-	return 0, errors.New("no VmRSS")
 }
 
 // stream is one instance's assignment stream, as the instance sees it.
@@ -261,7 +175,7 @@ type stream struct {
 
 type bench struct {
 	o        options
-	srv      *pawld
+	srv      *benchkit.Pawld
 	clients  []*http.Client
 	unary    *http.Client
 	is       pawlv1connect.InstanceServiceClient
@@ -286,20 +200,20 @@ func h2c(streams int) *http.Client {
 	return &http.Client{Transport: &http.Transport{Protocols: &p, HTTP2: &http.HTTP2Config{MaxConcurrentStreams: streams}}}
 }
 
-func newBench(o options, srv *pawld) *bench {
+func newBench(o options, srv *benchkit.Pawld) *bench {
 	b := &bench{o: o, srv: srv, unary: h2c(0), epochs: map[string]int64{}, streams: map[string]*stream{}, conn: map[string]int{}}
 	for range o.conns {
 		b.clients = append(b.clients, h2c(0))
 	}
-	b.is = pawlv1connect.NewInstanceServiceClient(b.unary, srv.url, connect.WithGRPC())
-	b.rs = pawlv1connect.NewReleaseServiceClient(b.unary, srv.url, connect.WithGRPC())
-	b.ro = pawlv1connect.NewRolloutServiceClient(b.unary, srv.url, connect.WithGRPC())
+	b.is = pawlv1connect.NewInstanceServiceClient(b.unary, srv.URL, connect.WithGRPC())
+	b.rs = pawlv1connect.NewReleaseServiceClient(b.unary, srv.URL, connect.WithGRPC())
+	b.ro = pawlv1connect.NewRolloutServiceClient(b.unary, srv.URL, connect.WithGRPC())
 	for i := range o.instances {
 		b.ids = append(b.ids, fmt.Sprintf("i-%05d", i))
 		b.conn[b.ids[i]] = i % o.conns
 	}
 	for _, c := range b.clients {
-		b.acker = append(b.acker, pawlv1connect.NewRolloutServiceClient(c, srv.url, connect.WithGRPC()))
+		b.acker = append(b.acker, pawlv1connect.NewRolloutServiceClient(c, srv.URL, connect.WithGRPC()))
 	}
 	return b
 }
@@ -338,18 +252,11 @@ func (b *bench) parallel(n int, fn func(i int) error) error {
 }
 
 func (b *bench) upload(ctx context.Context, dir string) (string, error) {
-	out := filepath.Join(dir, "routing.wasm")
-	build := exec.CommandContext(ctx, "go", "build", "-o", out, "-buildmode=c-shared", "./validators/examples/routing")
-	build.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
-	build.Stderr = os.Stderr
-	if err := build.Run(); err != nil {
-		return "", fmt.Errorf("build the routing validator: %w", err)
-	}
-	wasm, err := os.ReadFile(out)
+	wasm, err := benchkit.BuildValidator(ctx, dir, "routing")
 	if err != nil {
 		return "", err
 	}
-	resp, err := pawlv1connect.NewValidatorServiceClient(b.unary, b.srv.url, connect.WithGRPC()).Upload(ctx,
+	resp, err := pawlv1connect.NewValidatorServiceClient(b.unary, b.srv.URL, connect.WithGRPC()).Upload(ctx,
 		connect.NewRequest(&pawlv1.UploadRequest{Wasm: wasm, Name: "routing"}))
 	if err != nil {
 		return "", err
@@ -382,7 +289,7 @@ func (b *bench) openStreams(ctx context.Context) error {
 	for i, id := range b.ids {
 		s := &stream{id: id, gens: map[string]int64{}, stages: map[string]string{}, seen: map[string]time.Time{}, first: make(chan struct{})}
 		b.streams[id] = s
-		client := pawlv1connect.NewInstanceServiceClient(b.clients[i%len(b.clients)], b.srv.url, connect.WithGRPC())
+		client := pawlv1connect.NewInstanceServiceClient(b.clients[i%len(b.clients)], b.srv.URL, connect.WithGRPC())
 		b.wg.Add(1)
 		go func() {
 			defer b.wg.Done()
@@ -594,7 +501,7 @@ func (b *bench) ingest(ctx context.Context, validator string) (int, time.Duratio
 	if err := b.waitFor("the ingest release assigned", 10*time.Minute, func(s *stream) bool { return s.gens["ingest"] == rel.GetGeneration() }); err != nil {
 		return 0, 0, 0, err
 	}
-	cpu0, err := b.srv.cpu()
+	cpu0, err := benchkit.CPU(b.srv.Pid())
 	if err != nil {
 		return 0, 0, 0, err
 	}
@@ -605,7 +512,7 @@ func (b *bench) ingest(ctx context.Context, validator string) (int, time.Duratio
 		}
 	}
 	took := time.Since(start)
-	cpu1, err := b.srv.cpu()
+	cpu1, err := benchkit.CPU(b.srv.Pid())
 	return 2 * len(b.ids), took, cpu1 - cpu0, err
 }
 
@@ -657,50 +564,20 @@ func (b *bench) heartbeat(ctx context.Context) error {
 // idle measures pawld's CPU share and memory while nothing happens but
 // the streams being connected and every instance heartbeating.
 func (b *bench) idle(context.Context) (float64, int64, error) {
-	cpu0, err := b.srv.cpu()
+	cpu0, err := benchkit.CPU(b.srv.Pid())
 	if err != nil {
 		return 0, 0, err
 	}
 	start := time.Now()
 	time.Sleep(b.o.idle)
 	took := time.Since(start)
-	cpu1, err := b.srv.cpu()
+	cpu1, err := benchkit.CPU(b.srv.Pid())
 	if err != nil {
 		return 0, 0, err
 	}
 	if n := b.heartbeatsFailed.Load(); n > 0 {
 		return 0, 0, fmt.Errorf("%d heartbeats failed", n)
 	}
-	rss, err := b.srv.rss()
+	rss, err := benchkit.RSS(b.srv.Pid())
 	return (cpu1 - cpu0).Seconds() / took.Seconds(), rss, err
-}
-
-func percentile(sorted []time.Duration, p float64) time.Duration {
-	if len(sorted) == 0 {
-		return 0
-	}
-	return sorted[min(len(sorted)-1, int(p*float64(len(sorted))))]
-}
-
-func durations(ds []time.Duration) string {
-	parts := make([]string, len(ds))
-	for i, d := range ds {
-		parts[i] = d.Round(time.Millisecond).String()
-	}
-	return strings.Join(parts, ", ")
-}
-
-type table struct{ rows [][2]string }
-
-func (t *table) add(what, value string) {
-	t.rows = append(t.rows, [2]string{what, value})
-	fmt.Fprintf(os.Stderr, "fleet: %s: %s\n", what, value)
-}
-
-func (t *table) print(w io.Writer) {
-	fmt.Fprintln(w, "| measure | value |")
-	fmt.Fprintln(w, "| --- | --- |")
-	for _, r := range t.rows {
-		fmt.Fprintf(w, "| %s | %s |\n", r[0], r[1])
-	}
 }

@@ -1,0 +1,160 @@
+// Package benchkit is what the benchmark commands under bench/ share:
+// pawld started as its own process, its CPU and memory read from /proc,
+// the routing validator built from source, percentiles, and the Markdown
+// table they print.
+package benchkit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Pawld is a pawld process.
+type Pawld struct {
+	// URL is where it serves, http://127.0.0.1:PORT.
+	URL string
+	cmd *exec.Cmd
+}
+
+// StartPawld runs pawld (bin, or built from ./cmd/pawld when bin is
+// empty) with its data in dir, on a free loopback port, with args added,
+// and waits until it listens.
+func StartPawld(ctx context.Context, bin, dir string, args ...string) (*Pawld, error) {
+	if bin == "" {
+		bin = filepath.Join(dir, "pawld")
+		build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/pawld")
+		build.Stderr = os.Stderr
+		if err := build.Run(); err != nil {
+			return nil, fmt.Errorf("build pawld: %w", err)
+		}
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	cmd := exec.Command(bin, append([]string{"--listen", addr, "--data", filepath.Join(dir, "data"), "--log-level", "warn"}, args...)...)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	p := &Pawld{URL: "http://" + addr, cmd: cmd}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		c, err := net.Dial("tcp", addr)
+		if err == nil {
+			_ = c.Close()
+			return p, nil
+		}
+		if time.Now().After(deadline) {
+			p.Stop()
+			return nil, fmt.Errorf("pawld did not listen on %s", addr)
+		}
+		time.Sleep(50 * time.Millisecond) // a child process has no readiness event to await
+	}
+}
+
+// Stop asks pawld to stop (SIGINT) and kills it after 30 seconds.
+func (p *Pawld) Stop() {
+	_ = p.cmd.Process.Signal(os.Interrupt)
+	done := make(chan error, 1)
+	go func() { done <- p.cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-done
+	}
+}
+
+// Pid is pawld's process ID.
+func (p *Pawld) Pid() int { return p.cmd.Process.Pid }
+
+// CPU is a process's user and system CPU time so far.
+func CPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
+	utime, _ := strconv.ParseInt(f[11], 10, 64)
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(utime+stime) * time.Second / 100, nil // USER_HZ is 100 on Linux
+}
+
+// RSS is a process's resident memory in bytes.
+func RSS(pid int) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			return kb << 10, err
+		}
+	}
+	return 0, errors.New("no VmRSS")
+}
+
+// BuildValidator builds validators/examples/<name> to WebAssembly in dir
+// and returns the module.
+func BuildValidator(ctx context.Context, dir, name string) ([]byte, error) {
+	out := filepath.Join(dir, filepath.Base(name)+".wasm")
+	build := exec.CommandContext(ctx, "go", "build", "-o", out, "-buildmode=c-shared", "./validators/examples/"+name)
+	build.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
+	build.Stderr = os.Stderr
+	if err := build.Run(); err != nil {
+		return nil, fmt.Errorf("build the %s validator: %w", name, err)
+	}
+	return os.ReadFile(out)
+}
+
+// Percentile is the p-th percentile (0..1) of sorted durations.
+func Percentile(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	return sorted[min(len(sorted)-1, int(p*float64(len(sorted))))]
+}
+
+// Durations renders durations rounded to the millisecond, comma-separated.
+func Durations(ds []time.Duration) string {
+	parts := make([]string, len(ds))
+	for i, d := range ds {
+		parts[i] = d.Round(time.Millisecond).String()
+	}
+	return strings.Join(parts, ", ")
+}
+
+// Table is a two-column Markdown table of measures; each row is also
+// printed to stderr as it is added, prefixed with Name.
+type Table struct {
+	Name string
+	rows [][2]string
+}
+
+// Add adds a row.
+func (t *Table) Add(what, value string) {
+	t.rows = append(t.rows, [2]string{what, value})
+	fmt.Fprintf(os.Stderr, "%s: %s: %s\n", t.Name, what, value)
+}
+
+// Print writes the table.
+func (t *Table) Print(w io.Writer) {
+	fmt.Fprintln(w, "| measure | value |")
+	fmt.Fprintln(w, "| --- | --- |")
+	for _, r := range t.rows {
+		fmt.Fprintf(w, "| %s | %s |\n", r[0], r[1])
+	}
+}
