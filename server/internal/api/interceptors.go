@@ -47,9 +47,16 @@ func (l *logInterceptor) done(spec connect.Spec, peer connect.Peer, start time.T
 		return
 	}
 	code := connect.CodeOf(err)
+	gone := false
+	if c, ok := contextCode(err); ok {
+		// The caller went away or ran out of time (connect may hand the
+		// context's error back before any handler ran): not the server's
+		// failure.
+		code, gone = c, true
+	}
 	attrs = append(attrs, "code", code.String(), "error", err)
 	var ce *connect.Error
-	if code == connect.CodeInternal || code == connect.CodeUnknown || !errors.As(err, &ce) {
+	if !gone && (code == connect.CodeInternal || code == connect.CodeUnknown || !errors.As(err, &ce)) {
 		l.log.Error("rpc failed", attrs...)
 	} else {
 		l.log.Info("rpc failed", attrs...)
