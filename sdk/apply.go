@@ -163,11 +163,22 @@ func (r *runner) replace(ctx context.Context, cur *job, a *pawlv1.Assignment, sh
 	return j
 }
 
-// fetched is a downloaded release with its validator module (nil when
-// the process's validator runtime has the module loaded already).
+// fetched is a downloaded release with its validator module, or, when
+// the process's validator runtime had the module loaded already, the
+// loaded validator (held until release is called).
 type fetched struct {
-	release cachedRelease
-	module  []byte
+	release   cachedRelease
+	module    []byte
+	validator *host.Validator
+	letGo     func()
+}
+
+// let lets go of the loaded validator, if one is held.
+func (f *fetched) let() {
+	if f.letGo != nil {
+		f.letGo()
+		f.letGo = nil
+	}
 }
 
 // apply takes one assignment through every step: download, verify,
@@ -205,6 +216,7 @@ func (c *Client) apply(ctx context.Context, a *pawlv1.Assignment, shadow bool) b
 	}
 
 	var f fetched
+	defer f.let()
 	sctx, ok := step("pawl.download", func(ctx context.Context) (err error) {
 		f, err = c.download(ctx, a)
 		return err
@@ -222,7 +234,8 @@ func (c *Client) apply(ctx context.Context, a *pawlv1.Assignment, shadow bool) b
 	}); !ok {
 		return rejected
 	}
-	sctx, ok = step("pawl.validate", func(ctx context.Context) error { return c.validate(ctx, f) })
+	sctx, ok = step("pawl.validate", func(ctx context.Context) error { return c.validate(ctx, &f) })
+	f.let()
 	if !ok {
 		return rejected
 	}
@@ -324,10 +337,13 @@ func (c *Client) download(ctx context.Context, a *pawlv1.Assignment) (fetched, e
 		}
 	}
 	digest := a.GetValidatorDigest()
-	if c.runtime.has(digest) && (c.cache == nil || c.cache.hasModule(digest)) {
-		// Loaded in this process already, verified by its digest then:
-		// neither downloaded nor read again.
-		return f, nil
+	if c.cache == nil || c.cache.hasModule(digest) {
+		if v, release := c.runtime.take(digest); v != nil {
+			// Loaded in this process already, verified by its digest
+			// then: neither downloaded nor read again.
+			f.validator, f.letGo = v, release
+			return f, nil
+		}
 	}
 	if c.cache != nil {
 		f.module = c.cache.module(digest)
@@ -400,7 +416,7 @@ func (c *Client) verify(a *pawlv1.Assignment, f fetched) (string, error) {
 	case r.ValidatorDigest != a.GetValidatorDigest():
 		return computed, fmt.Errorf("wrong validator: the release names %s, the assignment %s", r.ValidatorDigest, a.GetValidatorDigest())
 	}
-	if f.module != nil { // nil: the process's runtime holds it, verified when loaded
+	if f.validator == nil { // a loaded validator was verified when it was loaded
 		if got := host.Digest(f.module); got != a.GetValidatorDigest() {
 			return computed, fmt.Errorf("wrong validator: the module downloaded hashes to %s, not %s", got, a.GetValidatorDigest())
 		}
@@ -416,10 +432,14 @@ func (c *Client) verify(a *pawlv1.Assignment, f fetched) (string, error) {
 
 // validate runs the release's validator on its content, with the input
 // validators/ABI.md defines for a release.
-func (c *Client) validate(ctx context.Context, f fetched) error {
-	v, err := c.runtime.load(ctx, f.release.ValidatorDigest, f.module)
-	if err != nil {
-		return fmt.Errorf("the validator %s cannot be loaded: %w", f.release.ValidatorDigest, err)
+func (c *Client) validate(ctx context.Context, f *fetched) error {
+	v := f.validator
+	if v == nil {
+		var err error
+		if v, f.letGo, err = c.runtime.load(ctx, f.release.ValidatorDigest, f.module); err != nil {
+			return fmt.Errorf("the validator %s cannot be loaded: %w", f.release.ValidatorDigest, err)
+		}
+		f.validator = v
 	}
 	res, err := v.Validate(ctx, host.Input{
 		Config: f.release.Content, MediaType: f.release.MediaType, Name: f.release.Config, Params: f.release.Params,

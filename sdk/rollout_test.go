@@ -172,3 +172,23 @@ func TestARestartReappliesUnderTheNewBoot(t *testing.T) {
 		t.Fatal("the snapshot is still the cached one after the new boot applied it")
 	}
 }
+
+// TestAnIdleValidatorIsUnloadedAndLoadedAgain: once no apply holds it, a
+// validator gives its memory back, and the next release loads it again
+// (from the compilation cache) and applies.
+func TestAnIdleValidatorIsUnloadedAndLoadedAgain(t *testing.T) {
+	h := newHarness(t)
+	c := h.client("i0", sdk.WithCompiledCacheDir(t.TempDir())) // a runtime of its own
+	h.waitRegistered("i0")
+	h.release(50, nil)
+	h.awaitAcks(1, func(s map[string][]string) bool { return reported(s, "i0", "HEALTHY_ACKED") })
+	if loaded := sdk.CloseIdleValidators(c); loaded != 0 {
+		t.Fatalf("%d validators stay loaded after the apply", loaded)
+	}
+	h.release(60, nil)
+	states := h.awaitAcks(2, func(s map[string][]string) bool { return reported(s, "i0", "HEALTHY_ACKED") })
+	if !slices.Equal(states["i0"], everyStep) {
+		t.Fatalf("after the unload: %v", states["i0"])
+	}
+	has(t, c, 2)
+}

@@ -31,6 +31,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"slices"
 	"sync"
 	"time"
@@ -47,6 +48,7 @@ import (
 type options struct {
 	clients, promotions int
 	pawld               string
+	idleWait            time.Duration
 }
 
 func main() {
@@ -54,6 +56,7 @@ func main() {
 	flag.IntVar(&o.clients, "clients", 1000, "SDK clients in this process")
 	flag.IntVar(&o.promotions, "promotions", 5, "promotions to time")
 	flag.StringVar(&o.pawld, "pawld", "", "pawld binary (default: built from ./cmd/pawld)")
+	flag.DurationVar(&o.idleWait, "idle-wait", 40*time.Second, "how long to wait before measuring memory at rest (validators unload after 30s unused)")
 	flag.Parse()
 	if err := run(context.Background(), o); err != nil {
 		fmt.Fprintln(os.Stderr, "sdkfleet:", err)
@@ -114,8 +117,7 @@ func run(ctx context.Context, o options) error {
 
 	// Memory: one client, then the rest, each time once all applied
 	// generation 1 (a release of one stage for everyone).
-	runtime.GC()
-	rss0, err := benchkit.RSS(os.Getpid())
+	rss0, err := settledRSS()
 	if err != nil {
 		return err
 	}
@@ -129,8 +131,7 @@ func run(ctx context.Context, o options) error {
 	if _, err := b.await(ctx, 1, 1, time.Time{}); err != nil {
 		return err
 	}
-	runtime.GC()
-	rss1, _ := benchkit.RSS(os.Getpid())
+	rss1, _ := settledRSS()
 	if err := b.start(ctx, 1, o.clients, compiled); err != nil {
 		return err
 	}
@@ -143,11 +144,15 @@ func run(ctx context.Context, o options) error {
 	if _, err := b.await(ctx, 2, o.clients, time.Time{}); err != nil {
 		return err
 	}
-	runtime.GC()
-	rssN, _ := benchkit.RSS(os.Getpid())
+	rssN, _ := settledRSS()
 	report.Add("resident memory: the process before any client", fmt.Sprintf("%.1f MiB", mib(rss0)))
-	report.Add("resident memory added by the first client (validator runtime, compiled module)", fmt.Sprintf("%.1f MiB", mib(rss1-rss0)))
-	report.Add("resident memory added per further client", fmt.Sprintf("%.2f MiB", mib(rssN-rss1)/float64(o.clients-1)))
+	report.Add("resident memory added by the first client, just after its apply (validator loaded)", fmt.Sprintf("%.1f MiB", mib(rss1-rss0)))
+	report.Add("resident memory added per further client, just after their apply", fmt.Sprintf("%.2f MiB", mib(rssN-rss1)/float64(o.clients-1)))
+	// Once the validator has been idle long enough, it is unloaded.
+	time.Sleep(o.idleWait)
+	rssIdle, _ := settledRSS()
+	report.Add(fmt.Sprintf("resident memory of all %d clients after %s without an apply (validator unloaded)", o.clients, o.idleWait),
+		fmt.Sprintf("%.1f MiB, %.2f MiB per client", mib(rssIdle-rss0), mib(rssIdle-rss0)/float64(o.clients)))
 
 	// Promote to every client applied.
 	if err := b.awaitPassed(ctx, 2); err != nil {
@@ -194,6 +199,13 @@ func run(ctx context.Context, o options) error {
 }
 
 func mib(n int64) float64 { return float64(n) / (1 << 20) }
+
+// settledRSS is this process's resident memory after a garbage
+// collection that returned freed memory to the system.
+func settledRSS() (int64, error) {
+	debug.FreeOSMemory()
+	return benchkit.RSS(os.Getpid())
+}
 
 // canaryOnly is a plan of one stage: the instance labelled canary=true.
 func canaryOnly(spec *pawlv1.ReleaseSpec) {
