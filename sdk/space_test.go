@@ -126,3 +126,56 @@ func TestASpaceFollowsAThousandKeysThroughACompaction(t *testing.T) {
 		}
 	}
 }
+
+// TestASpaceStartsFromItsCacheWhileTheServerIsDown: a space that was
+// followed with a cache directory starts from its cached copy when the
+// server cannot be reached, and resumes from its revision once it is back.
+func TestASpaceStartsFromItsCacheWhileTheServerIsDown(t *testing.T) {
+	h := newHarness(t)
+	proxy := faultproxy.NewHolder(t, h.srv.Addr)
+	cache := t.TempDir()
+	url := "http://" + proxy.Addr
+	first := h.clientAt(url, "", sdk.WithoutAssignments(), sdk.WithCacheDir(cache))
+	var rev int64
+	for i := range 20 {
+		resp, err := h.kv.Put(h.ctx, connect.NewRequest(&pawlv1.PutRequest{Key: fmt.Sprintf("/flags/k%02d", i), Value: []byte("on")}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rev = resp.Msg.GetRevision()
+	}
+	space, err := first.Space(h.ctx, "/flags/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if space.Revision() < rev {
+		t.Fatalf("the space is at %d, the store at %d", space.Revision(), rev)
+	}
+	if err := first.Close(); err != nil { // writes the copy to the cache
+		t.Fatal(err)
+	}
+
+	proxy.Partition()
+	second := h.clientAt(url, "", sdk.WithoutAssignments(), sdk.WithCacheDir(cache))
+	ctx, cancel := context.WithTimeout(h.ctx, 10*time.Second)
+	defer cancel()
+	cached, err := second.Space(ctx, "/flags/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cached.Close()
+	if e, ok := cached.Get("/flags/k07"); !ok || string(e.Value) != "on" || cached.Len() != 20 || cached.Revision() != rev {
+		t.Fatalf("from the cache: %d keys at %d, k07 %+v", cached.Len(), cached.Revision(), e)
+	}
+	resp, err := h.kv.Put(h.ctx, connect.NewRequest(&pawlv1.PutRequest{Key: "/flags/k07", Value: []byte("off")}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy.Heal()
+	if err := cached.WaitRevision(ctx, resp.Msg.GetRevision()); err != nil {
+		t.Fatal(err)
+	}
+	if e, _ := cached.Get("/flags/k07"); string(e.Value) != "off" || cached.Resyncs() != 0 {
+		t.Fatalf("after the server came back: k07 %q, %d resyncs (the watch should resume from the cached revision)", e.Value, cached.Resyncs())
+	}
+}

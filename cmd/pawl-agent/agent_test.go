@@ -240,3 +240,59 @@ func TestUsageErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestAFailingExecReportsTheReleaseUnhealthy: the file is written, the
+// reload command fails, and the instance reports the release unhealthy
+// with the command's output.
+func TestAFailingExecReportsTheReleaseUnhealthy(t *testing.T) {
+	srv := testserver.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	client := testserver.HTTPClient(t)
+	up, err := pawlv1connect.NewValidatorServiceClient(client, srv.URL).Upload(ctx, connect.NewRequest(&pawlv1.UploadRequest{Wasm: wasmbuild.Build(t, "routing")}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv := pawlv1connect.NewKVServiceClient(client, srv.URL)
+	acks, err := kv.Watch(ctx, connect.NewRequest(&pawlv1.WatchRequest{Prefix: "/_pawl/"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer acks.Close()
+	dir := t.TempDir()
+	lines := runAgent(t, "--server", srv.URL, "--identity", "agent-1", "--dir", dir, "--exec", "echo reload refused; exit 3")
+	for registered := false; !registered; { // the release must freeze the agent into its membership
+		if !acks.Receive() {
+			t.Fatal(acks.Err())
+		}
+		for _, ev := range acks.Msg().GetEvents().GetEvents() {
+			registered = registered || strings.HasPrefix(ev.GetKv().GetKey(), "/_pawl/instances/agent-1")
+		}
+	}
+	rs := pawlv1connect.NewReleaseServiceClient(client, srv.URL)
+	if _, err := rs.CreateRelease(ctx, connect.NewRequest(&pawlv1.CreateReleaseRequest{Spec: &pawlv1.ReleaseSpec{
+		ConfigId: "routing", MediaType: "application/json", ValidatorDigest: up.Msg.GetValidator().GetDigest(), Content: bigRouting(1),
+		Stages:   []*pawlv1.Stage{{Name: "all", Policy: &pawlv1.AckPolicy{Kind: pawlv1.AckPolicyKind_ACK_POLICY_KIND_ALL}}},
+		Deadline: durationpb.New(time.Hour),
+	}})); err != nil {
+		t.Fatal(err)
+	}
+	await(t, lines, "wrote routing generation 1 to ")
+	ro := pawlv1connect.NewRolloutServiceClient(client, srv.URL)
+	for {
+		st, err := ro.GetRolloutStatus(ctx, connect.NewRequest(&pawlv1.GetRolloutStatusRequest{ConfigId: "routing", Generation: 1}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := len(st.Msg.GetAcks()); n > 0 && st.Msg.GetAcks()[n-1].GetState() == pawlv1.InstanceState_INSTANCE_STATE_HEALTHY_ACKED {
+			a := st.Msg.GetAcks()[n-1]
+			if a.GetHealthOk() || !strings.Contains(a.GetReason(), "reload refused") || !strings.Contains(a.GetReason(), "exit status 3") {
+				t.Fatalf("HEALTHY_ACKED = %v", a)
+			}
+			return
+		}
+		if !acks.Receive() { // the next record the server writes
+			t.Fatal(acks.Err())
+		}
+	}
+}
