@@ -82,6 +82,9 @@ func TestASpaceFollowsAThousandKeysThroughACompaction(t *testing.T) {
 	for i := 1000; i < 1250; i++ {
 		rev = put(fmt.Sprintf("/flags/k%04d", i), "v1")
 	}
+	if _, err := h.srv.Server.ApplyRetention(h.ctx); err != nil { // the policy, applied now rather than soon
+		t.Fatal(err)
+	}
 	proxy.Heal()
 	wait(rev)
 	if space.Resyncs() == 0 {

@@ -5,8 +5,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/pawlcfg/pawl/server/internal/retention"
 	"github.com/pawlcfg/pawl/server/internal/store"
-	"github.com/pawlcfg/pawl/server/internal/store/boltstore"
 )
 
 // Option configures New.
@@ -56,9 +56,9 @@ const (
 	// that wakes it at that deadline.
 	DefaultRolloutCheckInterval = time.Second
 	// DefaultRetainRevisions is how many revisions the change log keeps.
-	DefaultRetainRevisions = boltstore.DefaultMaxEntries
+	DefaultRetainRevisions = retention.DefaultRevisions
 	// DefaultRetainFor is how long the change log keeps a revision.
-	DefaultRetainFor = boltstore.DefaultMaxAge
+	DefaultRetainFor = retention.DefaultAge
 	// DefaultProgressInterval is how often an idle watch stream gets a
 	// progress notification.
 	DefaultProgressInterval = 10 * time.Second

@@ -20,6 +20,7 @@ import (
 	"github.com/pawlcfg/pawl/server/internal/api"
 	"github.com/pawlcfg/pawl/server/internal/instance"
 	"github.com/pawlcfg/pawl/server/internal/release"
+	"github.com/pawlcfg/pawl/server/internal/retention"
 	"github.com/pawlcfg/pawl/server/internal/rollout"
 	"github.com/pawlcfg/pawl/server/internal/store"
 	"github.com/pawlcfg/pawl/server/internal/store/boltstore"
@@ -74,8 +75,7 @@ func New(ctx context.Context, opts ...Option) (*Server, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	bolt, err := boltstore.Open(ctx, cfg.dataDir,
-		boltstore.WithMaxEntries(cfg.retainRevisions), boltstore.WithMaxAge(cfg.retainFor))
+	bolt, err := boltstore.Open(ctx, cfg.dataDir)
 	if err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
@@ -154,7 +154,12 @@ func (s *Server) routes() http.Handler {
 func (s *Server) startBackground(rollouts *rollout.Rollouts) {
 	ctx, cancel := context.WithCancel(context.Background())
 	s.stopBackground = cancel
-	s.background.Add(3)
+	s.background.Add(4)
+	go func() {
+		defer s.background.Done()
+		retention.NewCompactor(s.store, retention.Policy{Revisions: s.cfg.retainRevisions, Age: s.cfg.retainFor},
+			retention.WithLogger(s.cfg.log)).Run(ctx)
+	}()
 	go func() {
 		defer s.background.Done()
 		if err := rollouts.Run(ctx); err != nil {
@@ -169,6 +174,14 @@ func (s *Server) startBackground(rollouts *rollout.Rollouts) {
 		defer s.background.Done()
 		s.registry.Run(ctx, s.cfg.log)
 	}()
+}
+
+// ApplyRetention compacts the change log to the retention policy now, as
+// the server does on its own while the log grows, and returns the compact
+// revision: for tools and tests that need the policy applied at a known
+// moment.
+func (s *Server) ApplyRetention(ctx context.Context) (int64, error) {
+	return retention.Apply(ctx, s.store, retention.Policy{Revisions: s.cfg.retainRevisions, Age: s.cfg.retainFor}, time.Now())
 }
 
 // Handler serves every Pawl API over Connect, gRPC and gRPC-Web. It needs an

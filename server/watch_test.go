@@ -119,6 +119,9 @@ func TestWatchOfCompactedRevisionGetsANotice(t *testing.T) {
 		put(t, kv, fmt.Sprintf("/c/%d", i%3), fmt.Sprint(i))
 	}
 	ctx := context.Background()
+	if _, err := srv.Server.ApplyRetention(ctx); err != nil { // as the server does on its own, now
+		t.Fatal(err)
+	}
 	stream, err := kv.Watch(ctx, connect.NewRequest(&pawlv1.WatchRequest{Prefix: "/c/", StartRevision: 3}))
 	if err != nil {
 		t.Fatal(err)

@@ -201,6 +201,9 @@ func TestWatchOfCompactedRevisionExitsWithAdvice(t *testing.T) {
 	for range 5 {
 		pawl(t, srv, "", "put", "/c", "v")
 	}
+	if _, err := srv.Server.ApplyRetention(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	code, _, errOut := pawl(t, srv, "", "watch", "/", "--from-revision", "1")
 	if code != 1 || !strings.Contains(errOut, "list at revision 5 and watch with --from-revision 6") {
 		t.Fatalf("watch of compacted revision = %d, %q", code, errOut)

@@ -110,6 +110,12 @@ func Error(log *slog.Logger, spec connect.Spec, err error) error {
 		return connect.NewError(connect.CodeFailedPrecondition, err)
 	case errors.Is(err, store.ErrClosed), errors.Is(err, watch.ErrClosed), errors.Is(err, host.ErrClosed):
 		return newError(connect.CodeUnavailable, "the server is shutting down; retry shortly or against another replica")
+	case errors.Is(err, store.ErrUnavailable):
+		log.Warn("store unavailable", "procedure", spec.Procedure, "error", err)
+		return newError(connect.CodeUnavailable, "the server cannot reach its store (%v); retry shortly or against another replica; "+
+			"a write that failed this way may have committed: read before writing again", err)
+	case errors.Is(err, store.ErrFenced):
+		return newError(connect.CodeAborted, "%v; retry against the server that holds the lease", err)
 	}
 	log.Error("internal error", "procedure", spec.Procedure, "error", err)
 	return newError(connect.CodeInternal, "internal error in %s; the server log has the details", spec.Procedure)

@@ -14,6 +14,7 @@ import (
 	"github.com/pawlcfg/pawl/internal/wasmbuild"
 	"github.com/pawlcfg/pawl/server/internal/instance"
 	"github.com/pawlcfg/pawl/server/internal/release"
+	"github.com/pawlcfg/pawl/server/internal/retention"
 	"github.com/pawlcfg/pawl/server/internal/rollout"
 	"github.com/pawlcfg/pawl/server/internal/store"
 	"github.com/pawlcfg/pawl/server/internal/store/boltstore"
@@ -68,7 +69,7 @@ func (l *syncLog) String() string {
 // answer with everything that happened meanwhile.
 func TestViewsThatFallBehindACompactionReadASnapshot(t *testing.T) {
 	ctx := context.Background()
-	bolt, err := boltstore.Open(ctx, t.TempDir(), boltstore.WithMaxEntries(200))
+	bolt, err := boltstore.Open(ctx, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,6 +104,9 @@ func TestViewsThatFallBehindACompactionReadASnapshot(t *testing.T) {
 		}
 	}
 	e.register(t, "i0", "boot-2", "zone-a") // a restart the views must see
+	if _, err := retention.Apply(ctx, bolt, retention.Policy{Revisions: 200}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
 	if status, _ := bolt.Status(ctx); status.CompactRevision < 1000 {
 		t.Fatalf("the log was not compacted (compact revision %d): the test proves nothing", status.CompactRevision)
 	}

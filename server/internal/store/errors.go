@@ -17,6 +17,16 @@ var (
 	ErrRevisionMismatch = errors.New("store: revision mismatch")
 	// ErrClosed means the store was closed.
 	ErrClosed = errors.New("store: closed")
+	// ErrUnavailable means the engine's backend could not be reached (a
+	// shared engine's server is down or partitioned away): the call may
+	// be retried, against this server later or another one. A write that
+	// fails with it may or may not have committed when the connection
+	// broke after sending it: read before writing again.
+	ErrUnavailable = errors.New("store: backend unavailable")
+	// ErrFenced means a write carried a fence (WithFence) whose lease has
+	// passed to another holder: work that must happen once was still
+	// running on a server that lost its lease.
+	ErrFenced = errors.New("store: fenced off: the lease passed to another holder")
 )
 
 // NotFoundError names the key that was not found. It matches ErrNotFound.

@@ -170,11 +170,18 @@ type Record struct {
 	ID string
 	// Value is the record.
 	Value []byte
+	// ExpiresAt, when set, lets the engine drop the record after it: a
+	// shared engine does (ListRecords stops returning it), an embedded one
+	// may keep it. Readers judge freshness from the value either way.
+	ExpiresAt time.Time
 }
 
 // CommitFunc receives each committed batch of events, in revision order,
-// consecutive with the batch before it. It is called from the store's commit
-// path and must not block.
+// consecutive with the batch before it, except across a stretch of the log
+// that was compacted before the feed could read it (a shared engine whose
+// server was unreachable): the next batch then starts after the gap, and
+// the receiver must treat what it lost as unknown. It is called from one
+// goroutine of the store and must not block.
 type CommitFunc func(events []Event)
 
 // Store is a key space with revisions and a change log.
@@ -207,6 +214,10 @@ type Store interface {
 	// Compact drops change-log entries at or below revision. Compacting to a
 	// revision at or below the current compact revision does nothing.
 	Compact(ctx context.Context, revision int64) error
+	// RevisionAt returns the last revision committed at or before t that
+	// the change log still holds, or the compact revision when none is
+	// that old: what a retention policy by age compacts to.
+	RevisionAt(ctx context.Context, t time.Time) (int64, error)
 	// Status returns the current and compact revisions.
 	Status(ctx context.Context) (Status, error)
 	// PutBlob stores an object of a kind under id, durably, unless one with
@@ -228,9 +239,51 @@ type Store interface {
 	// the ID after ("" for the first), and whether more follow.
 	ListRecords(ctx context.Context, kind, after string, limit int) ([]Record, bool, error)
 	// Subscribe registers fn for every batch committed from now on and
-	// returns a function that unregisters it.
+	// returns a function that unregisters it. Every committed revision
+	// reaches fn once, in order; a write made through this handle reaches
+	// it before the write returns, and writes made through other handles
+	// of a shared engine (other servers) soon after.
 	Subscribe(fn CommitFunc) (unsubscribe func())
 	// Close stops the store's goroutines and releases its files. Calls in
 	// flight finish or fail with ErrClosed. Close is idempotent.
 	Close() error
+}
+
+// Leaser is implemented by engines that several servers share: a named
+// lease that one holder has at a time, for work that must happen once
+// (deadline supervision, compaction). An embedded engine, with one server,
+// has no need of it.
+type Leaser interface {
+	// AcquireLease takes the named lease for holder for ttl, or renews it
+	// if holder has it. It reports whether holder has it now, and its
+	// token, which grows every time the lease changes hands: a write that
+	// carries it (WithFence) fails with ErrFenced once another holder took
+	// the lease.
+	AcquireLease(ctx context.Context, name, holder string, ttl time.Duration) (token int64, held bool, err error)
+	// ReleaseLease gives the lease up, if holder has it.
+	ReleaseLease(ctx context.Context, name, holder string) error
+}
+
+// Fence is a lease and the token its holder got: writes made under it
+// commit only while the lease is still the holder's.
+type Fence struct {
+	// Lease is the lease's name.
+	Lease string
+	// Token is the token AcquireLease returned.
+	Token int64
+}
+
+type fenceKey struct{}
+
+// WithFence returns ctx with a fence: an engine that supports leases
+// commits the writes made with ctx only while the fence's lease has its
+// token (engines without leases ignore it).
+func WithFence(ctx context.Context, f Fence) context.Context {
+	return context.WithValue(ctx, fenceKey{}, f)
+}
+
+// FenceFrom returns the fence of ctx, if it has one.
+func FenceFrom(ctx context.Context) (Fence, bool) {
+	f, ok := ctx.Value(fenceKey{}).(Fence)
+	return f, ok
 }

@@ -49,8 +49,8 @@ type Store struct {
 
 var _ store.Store = (*Store)(nil)
 
-// Open opens (creating if needed) the store in dir and starts its writer and
-// compactor goroutines, which Close stops. A second Open of the same
+// Open opens (creating if needed) the store in dir and starts its writer
+// goroutine, which Close stops. A second Open of the same
 // directory, from this process or another, fails after a second rather than
 // waiting for the lock.
 func Open(ctx context.Context, dir string, opts ...Option) (*Store, error) {
@@ -99,14 +99,10 @@ func Open(ctx context.Context, dir string, opts ...Option) (*Store, error) {
 	}
 	s.wg.Add(1)
 	go s.runWriter()
-	if o.maxAge > 0 {
-		s.wg.Add(1)
-		go s.runAgeCompactor()
-	}
 	return s, nil
 }
 
-// Close stops the writer and compactor, answers queued writes with
+// Close stops the writer, answers queued writes with
 // store.ErrClosed and closes the file. It is idempotent.
 func (s *Store) Close() error {
 	var err error

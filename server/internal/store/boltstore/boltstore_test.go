@@ -2,7 +2,6 @@ package boltstore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -71,24 +70,16 @@ func TestSecondOpenOfSameDirectoryFails(t *testing.T) {
 	}
 }
 
-func TestMaxEntriesCompactsAsItWrites(t *testing.T) {
-	s := open(t, t.TempDir(), WithMaxEntries(5))
+func TestCompactionKeepsTheLastPutOfEachKey(t *testing.T) {
+	s := open(t, t.TempDir())
 	ctx := context.Background()
 	for i := range 20 {
 		if _, err := s.Put(ctx, store.Put{Key: fmt.Sprintf("/e/%d", i%4), Value: []byte(fmt.Sprint(i))}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	st, err := s.Status(ctx)
-	if err != nil || st.CompactRevision != 15 {
-		t.Fatalf("status = %+v, %v; want compact revision 15", st, err)
-	}
-	if _, err := s.Changes(ctx, 15, "", 10); !errors.Is(err, store.ErrCompacted) {
-		t.Fatalf("Changes(15) = %v, want compacted", err)
-	}
-	ch, err := s.Changes(ctx, 16, "", 10)
-	if err != nil || len(ch.Events) != 5 {
-		t.Fatalf("Changes(16) = %d events, %v", len(ch.Events), err)
+	if err := s.Compact(ctx, 15); err != nil {
+		t.Fatal(err)
 	}
 	// Only the last put of each key at or below the compact revision stays:
 	// 4 kept entries plus the 5 retained revisions.
@@ -101,32 +92,33 @@ func TestMaxEntriesCompactsAsItWrites(t *testing.T) {
 	}
 }
 
-func TestMaxAgeCompactsOldRevisions(t *testing.T) {
+func TestRevisionAtReadsEventTimes(t *testing.T) {
 	var mu sync.Mutex
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
 	advance := func(d time.Duration) { mu.Lock(); defer mu.Unlock(); now = now.Add(d) }
-	s := open(t, t.TempDir(), WithMaxAge(time.Hour), WithMaxEntries(0), withClock(clock), WithCompactInterval(time.Hour))
+	s := open(t, t.TempDir(), withClock(clock))
 	ctx := context.Background()
+	start := clock()
 	for i := range 6 {
 		if _, err := s.Put(ctx, store.Put{Key: "/age", Value: []byte(fmt.Sprint(i))}); err != nil {
 			t.Fatal(err)
 		}
 		advance(20 * time.Minute)
 	}
-	// Now is 2h after the first put: revisions 1..3 (at 0, 20, 40 minutes)
-	// are more than an hour old.
-	if err := s.compactByAge(ctx); err != nil {
-		t.Fatal(err)
-	}
-	st, err := s.Status(ctx)
-	if err != nil || st.CompactRevision != 3 {
-		t.Fatalf("status = %+v, %v; want compact revision 3", st, err)
+	// Revisions 1..6 at 0, 20, ..., 100 minutes.
+	for _, c := range []struct {
+		at   time.Duration
+		want int64
+	}{{-time.Minute, 0}, {0, 1}, {50 * time.Minute, 3}, {100 * time.Minute, 6}, {time.Hour * 5, 6}} {
+		if got, err := s.RevisionAt(ctx, start.Add(c.at)); err != nil || got != c.want {
+			t.Errorf("RevisionAt(+%s) = %d, %v; want %d", c.at, got, err, c.want)
+		}
 	}
 }
 
 func TestOptionsAreValidated(t *testing.T) {
-	for _, opt := range []Option{WithMaxEntries(-1), WithMaxAge(-time.Second), WithCompactInterval(0), WithMaxBatch(0)} {
+	for _, opt := range []Option{WithMaxBatch(0)} {
 		if _, err := Open(context.Background(), t.TempDir(), opt); err == nil {
 			t.Errorf("Open accepted an invalid option")
 		}

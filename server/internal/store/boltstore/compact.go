@@ -62,30 +62,13 @@ func deleteEntry(logb, idxb *bolt.Bucket, key string, rev int64) error {
 	return idxb.Delete(idxKey(key, rev))
 }
 
-// runAgeCompactor compacts entries older than maxAge every compactInterval.
-// Its exit is Close cancelling s.ctx.
-func (s *Store) runAgeCompactor() {
-	defer s.wg.Done()
-	t := time.NewTicker(s.opts.compactInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-s.ctx.Done():
-			return
-		case <-t.C:
-			// A failure (the store closing, a disk error) is retried on the
-			// next tick; the writer reports disk errors to writers.
-			_ = s.compactByAge(s.ctx)
-		}
-	}
-}
-
-// compactByAge compacts every revision committed before now minus maxAge.
-func (s *Store) compactByAge(ctx context.Context) error {
-	cutoff := s.opts.clock().Add(-s.opts.maxAge)
+// RevisionAt implements store.Store: the last revision of the log
+// committed at or before t.
+func (s *Store) RevisionAt(ctx context.Context, t time.Time) (int64, error) {
 	var target int64
 	err := s.view(ctx, func(tx *bolt.Tx) error {
 		st := readStatus(tx)
+		target = st.CompactRevision
 		c := tx.Bucket(bucketLog).Cursor()
 		for k, v := c.Seek(revKey(st.CompactRevision + 1)); k != nil; k, v = c.Next() {
 			if len(v) < 2 {
@@ -95,15 +78,12 @@ func (s *Store) compactByAge(ctx context.Context) error {
 			if n <= 0 {
 				return errCorrupt
 			}
-			if !time.Unix(0, nanos).Before(cutoff) {
+			if time.Unix(0, nanos).After(t) {
 				break
 			}
 			target = decodeRev(k)
 		}
 		return nil
 	})
-	if err != nil || target == 0 {
-		return err
-	}
-	return s.Compact(ctx, target)
+	return target, err
 }

@@ -29,7 +29,8 @@
 //
 // Compacting to revision C removes every log entry at or below C except the
 // last put of each key that still exists (reads at revisions from C on need
-// it), together with its idx entry. Compaction runs in the write transaction
-// when the log holds more than the configured number of revisions, and on a
-// timer for entries older than the configured age.
+// it), together with its idx entry. How much of the log to keep is decided
+// above the engine (a retention policy calling Compact and RevisionAt);
+// the writer compacts a bounded number of entries per transaction, so that
+// writes queued behind a long compaction wait little.
 package boltstore

@@ -133,9 +133,6 @@ func (s *Store) commit(batch []*request) {
 				return err
 			}
 		}
-		if max := s.opts.maxEntries; max > 0 && st.Revision-st.CompactRevision > max {
-			return compactTo(tx, &st, st.Revision-max, compactStepsPerTx)
-		}
 		return nil
 	})
 	if err != nil {

@@ -1,0 +1,53 @@
+package redisstore
+
+import (
+	"fmt"
+	"time"
+)
+
+// Option configures Open.
+type Option func(*options)
+
+type options struct {
+	headCheck time.Duration
+	recordAge time.Duration
+	dropHook  func(revision int64) bool
+}
+
+const (
+	// DefaultHeadCheck is how often the feed reads the head revision even
+	// when no notice came: a lost last notice is found within it.
+	DefaultHeadCheck = time.Second
+	// DefaultRecordAge is how long a record without an expiry is kept
+	// after its last write.
+	DefaultRecordAge = 7 * 24 * time.Hour
+)
+
+func defaultOptions() options {
+	return options{headCheck: DefaultHeadCheck, recordAge: DefaultRecordAge}
+}
+
+func (o options) validate() error {
+	switch {
+	case o.headCheck <= 0:
+		return fmt.Errorf("redisstore: WithHeadCheck(%s): must be positive", o.headCheck)
+	case o.recordAge <= 0:
+		return fmt.Errorf("redisstore: WithRecordAge(%s): must be positive", o.recordAge)
+	}
+	return nil
+}
+
+// WithHeadCheck sets how often the feed reads the head revision without a
+// notice (default DefaultHeadCheck).
+func WithHeadCheck(d time.Duration) Option { return func(o *options) { o.headCheck = d } }
+
+// WithRecordAge sets how long records without an expiry are kept (default
+// DefaultRecordAge).
+func WithRecordAge(d time.Duration) Option { return func(o *options) { o.recordAge = d } }
+
+// WithNoticeFilter makes the feed ignore the pub/sub notices for which
+// drop returns true, as if they were lost: for tests of recovery from the
+// change log.
+func WithNoticeFilter(drop func(revision int64) bool) Option {
+	return func(o *options) { o.dropHook = drop }
+}

@@ -1,0 +1,331 @@
+package redisstore
+
+import "github.com/redis/go-redis/v9"
+
+// prelude is shared by the scripts: number formatting that never goes to
+// exponent notation, and the record and event codecs (see codec.go for the
+// formats).
+const prelude = `
+local function s(n) return string.format('%d', n) end
+local function pad(r) return string.format('%020d', r) end
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function parse_record(v)
+  local nl = string.find(v, '\n', 1, true)
+  local c, m, ver = string.match(string.sub(v, 1, nl - 1), '^(%d+),(%d+),(%d+)$')
+  return tonumber(c), tonumber(m), tonumber(ver)
+end
+local function event_key(v)
+  local nl = string.find(v, '\n', 1, true)
+  local typ, klen = string.match(string.sub(v, 1, nl - 1), '^(%a),.*,(%d+)$')
+  return typ, string.sub(v, nl + 1, nl + tonumber(klen))
+end
+local function event_time(v)
+  local nl = string.find(v, '\n', 1, true)
+  local ms = string.match(string.sub(v, 1, nl - 1), '^%a,%d+,%d+,%d+,%d+,(%d+),%d+$')
+  return tonumber(ms)
+end
+local function fenced(lease, token, now)
+  if token == '' then return false end
+  local cur = redis.call('HMGET', lease, 'token', 'expires')
+  return cur[1] ~= token or tonumber(cur[2] or '0') < now
+end
+`
+
+// mutateScript commits puts and deletes atomically, after the compares,
+// the unchanged conditions and (for a single put or delete) its own
+// expectation hold; it appends each change to the log and publishes the
+// new revision.
+//
+//	KEYS: rev, compact, kv, keys, idx, log, fence lease
+//	ARGV: channel, fence token ("" for none), mode ("single" or "txn"),
+//	      ncompares, (key, expected mod revision)...,
+//	      nunchanged, (prefix, since)...,
+//	      nops, (P|D, key, value, has expectation 1|0, expected)...
+//
+// It returns {"OK", revision, previous record or false} or a refusal:
+// {"MISMATCH", key, expected, actual}, {"CHANGED", prefix, since, key,
+// revision}, {"NOTFOUND", key, revision}, {"FENCED"}.
+var mutateScript = redis.NewScript(prelude + `
+local now = now_ms()
+if fenced(KEYS[7], ARGV[2], now) then return {'FENCED'} end
+local rev = tonumber(redis.call('GET', KEYS[1]) or '0')
+local compact = tonumber(redis.call('GET', KEYS[2]) or '0')
+local i = 4
+local nc = tonumber(ARGV[i]); i = i + 1
+for c = 1, nc do
+  local key, expect = ARGV[i], tonumber(ARGV[i + 1]); i = i + 2
+  local cur = redis.call('HGET', KEYS[3], key)
+  local actual = 0
+  if cur then local _, m = parse_record(cur); actual = m end
+  if actual ~= expect then return {'MISMATCH', key, s(expect), s(actual)} end
+end
+local nu = tonumber(ARGV[i]); i = i + 1
+local conds = {}
+local since_min = rev
+for u = 1, nu do
+  local prefix, since = ARGV[i], tonumber(ARGV[i + 1]); i = i + 2
+  if since < compact then return {'CHANGED', prefix, s(since), '', s(compact)} end
+  conds[#conds + 1] = {prefix, since}
+  if since < since_min then since_min = since end
+end
+if nu > 0 then
+  for r = since_min + 1, rev do
+    local ev = redis.call('HGET', KEYS[6], s(r))
+    if ev then
+      local _, key = event_key(ev)
+      for _, cnd in ipairs(conds) do
+        if r > cnd[2] and string.sub(key, 1, #cnd[1]) == cnd[1] then
+          return {'CHANGED', cnd[1], s(cnd[2]), key, s(r)}
+        end
+      end
+    end
+  end
+end
+local nops = tonumber(ARGV[i]); i = i + 1
+local ops = {}
+for o = 1, nops do
+  ops[o] = {ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], tonumber(ARGV[i + 4])}
+  i = i + 5
+end
+local prev = false
+if ARGV[3] == 'single' then
+  local op = ops[1]
+  local cur = redis.call('HGET', KEYS[3], op[2])
+  local actual = 0
+  if cur then local _, m = parse_record(cur); actual = m end
+  if op[4] == '1' and actual ~= op[5] then return {'MISMATCH', op[2], s(op[5]), s(actual)} end
+  if op[1] == 'D' and not cur then return {'NOTFOUND', op[2], s(rev)} end
+  if cur then prev = cur end
+end
+for _, op in ipairs(ops) do
+  rev = rev + 1
+  local key = op[2]
+  local cur = redis.call('HGET', KEYS[3], key)
+  local create, prevmod, ver = 0, 0, 0
+  if cur then create, prevmod, ver = parse_record(cur) end
+  if op[1] == 'P' then
+    if not cur then create = rev; ver = 0 end
+    ver = ver + 1
+    redis.call('HSET', KEYS[3], key, s(create) .. ',' .. s(rev) .. ',' .. s(ver) .. '\n' .. op[3])
+    redis.call('ZADD', KEYS[4], 0, key)
+    redis.call('HSET', KEYS[6], s(rev), 'P,' .. s(create) .. ',' .. s(rev) .. ',' .. s(ver) .. ',' .. s(prevmod) .. ',' .. s(now) .. ',' .. s(#key) .. '\n' .. key .. op[3])
+  else
+    redis.call('HDEL', KEYS[3], key)
+    redis.call('ZREM', KEYS[4], key)
+    redis.call('HSET', KEYS[6], s(rev), 'D,0,' .. s(rev) .. ',0,' .. s(prevmod) .. ',' .. s(now) .. ',' .. s(#key) .. '\n' .. key)
+  end
+  redis.call('ZADD', KEYS[5], 0, key .. '\0' .. pad(rev))
+end
+redis.call('SET', KEYS[1], s(rev))
+redis.call('PUBLISH', ARGV[1], s(rev))
+return {'OK', s(rev), prev}
+`)
+
+// statusScript reads the current and compact revisions together.
+//
+//	KEYS: rev, compact
+var statusScript = redis.NewScript(`
+return {redis.call('GET', KEYS[1]) or '0', redis.call('GET', KEYS[2]) or '0'}
+`)
+
+// getScript reads one key at a revision (0: current).
+//
+//	KEYS: rev, compact, kv, idx, log
+//	ARGV: key, revision
+//
+// It returns {"OK", revision read, "R" record | "E" event | "N" (absent)}
+// or {"COMPACTED", requested, compact, current} / {"FUTURE", requested,
+// current}.
+var getScript = redis.NewScript(prelude + `
+local cur = tonumber(redis.call('GET', KEYS[1]) or '0')
+local compact = tonumber(redis.call('GET', KEYS[2]) or '0')
+local at = tonumber(ARGV[2])
+if at == 0 then at = cur end
+if at > cur then return {'FUTURE', s(at), s(cur)} end
+if at < compact then return {'COMPACTED', s(at), s(compact), s(cur)} end
+if at == cur then
+  local v = redis.call('HGET', KEYS[3], ARGV[1])
+  if v then return {'OK', s(at), 'R', v} end
+  return {'OK', s(at), 'N'}
+end
+local m = redis.call('ZREVRANGEBYLEX', KEYS[4], '[' .. ARGV[1] .. '\0' .. pad(at), '[' .. ARGV[1] .. '\0', 'LIMIT', 0, 1)
+if #m == 0 then return {'OK', s(at), 'N'} end
+local r = tonumber(string.sub(m[1], #ARGV[1] + 2))
+local ev = redis.call('HGET', KEYS[5], s(r))
+if not ev or string.sub(ev, 1, 1) ~= 'P' then return {'OK', s(at), 'N'} end
+return {'OK', s(at), 'E', ev}
+`)
+
+// listScript reads up to limit keys under a prefix, after a key, at a
+// revision (0: current).
+//
+//	KEYS: rev, compact, kv, keys, idx, log
+//	ARGV: prefix, after ("" for the first page), revision, limit
+//
+// It returns {"OK", revision read, more 0|1, kind "R"|"E", key1, value1,
+// ...} where each value is a record (current revision) or a put event, or
+// a refusal as getScript's.
+var listScript = redis.NewScript(prelude + `
+local cur = tonumber(redis.call('GET', KEYS[1]) or '0')
+local compact = tonumber(redis.call('GET', KEYS[2]) or '0')
+local prefix, after, limit = ARGV[1], ARGV[2], tonumber(ARGV[4])
+local at = tonumber(ARGV[3])
+if at == 0 then at = cur end
+if at > cur then return {'FUTURE', s(at), s(cur)} end
+if at < compact then return {'COMPACTED', s(at), s(compact), s(cur)} end
+local out = {'OK', s(at), '0'}
+local start = '[' .. prefix
+if after ~= '' and after >= prefix then start = '(' .. after end
+local stop = '[' .. prefix .. '\255'
+if at == cur then
+  out[4] = 'R'
+  local keys = redis.call('ZRANGEBYLEX', KEYS[4], start, stop, 'LIMIT', 0, limit + 1)
+  if #keys > limit then out[3] = '1'; keys[#keys] = nil end
+  if #keys > 0 then
+    local vals = redis.call('HMGET', KEYS[3], unpack(keys))
+    for j = 1, #keys do out[#out + 1] = keys[j]; out[#out + 1] = vals[j] end
+  end
+  return out
+end
+out[4] = 'E'
+-- From the index: for each key, its last revision at or below at.
+if after ~= '' and after >= prefix then start = '(' .. after .. '\0\255' end
+local n = 0
+while true do
+  local m = redis.call('ZRANGEBYLEX', KEYS[5], start, stop, 'LIMIT', 0, 1)
+  if #m == 0 then break end
+  local sep = string.find(m[1], '\0', 1, true)
+  local key = string.sub(m[1], 1, sep - 1)
+  local last = redis.call('ZREVRANGEBYLEX', KEYS[5], '[' .. key .. '\0' .. pad(at), '[' .. key .. '\0', 'LIMIT', 0, 1)
+  if #last > 0 then
+    local r = string.sub(last[1], sep + 1)
+    local ev = redis.call('HGET', KEYS[6], s(tonumber(r)))
+    if ev and string.sub(ev, 1, 1) == 'P' then
+      if n == limit then out[3] = '1'; break end
+      out[#out + 1] = key; out[#out + 1] = ev
+      n = n + 1
+    end
+  end
+  start = '(' .. key .. '\0\255'
+end
+return out
+`)
+
+// changesScript reads the log from a revision, at most limit revisions,
+// returning the events under a prefix.
+//
+//	KEYS: rev, compact, log
+//	ARGV: from, prefix, limit
+//
+// It returns {"OK", through, event...} or {"COMPACTED", from, compact,
+// current}.
+var changesScript = redis.NewScript(prelude + `
+local cur = tonumber(redis.call('GET', KEYS[1]) or '0')
+local compact = tonumber(redis.call('GET', KEYS[2]) or '0')
+local from, prefix, limit = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
+if from <= compact then return {'COMPACTED', s(from), s(compact), s(cur)} end
+local to = math.min(cur, from + limit - 1)
+local out = {'OK', s(math.max(to, from - 1))}
+if to < from then return out end
+local revs = {}
+for r = from, to do revs[#revs + 1] = s(r) end
+local evs = redis.call('HMGET', KEYS[3], unpack(revs))
+for j = 1, #evs do
+  local ev = evs[j]
+  if not ev then return redis.error_reply('redisstore: revision ' .. revs[j] .. ' is missing from the log') end
+  if prefix == '' then
+    out[#out + 1] = ev
+  else
+    local _, key = event_key(ev)
+    if string.sub(key, 1, #prefix) == prefix then out[#out + 1] = ev end
+  end
+end
+return out
+`)
+
+// compactScript drops log entries up to a revision, at most max of them:
+// for each compacted revision of a key, the key's previous entry, and the
+// revision itself when it is a deletion. What stays at or below the
+// compact revision is the last put of each key that exists there.
+//
+//	KEYS: rev, compact, idx, log, fence lease
+//	ARGV: target, max, fence token
+//
+// It returns {"OK", new compact} or {"FUTURE", target, current} or
+// {"FENCED"}.
+var compactScript = redis.NewScript(prelude + `
+if fenced(KEYS[5], ARGV[3], now_ms()) then return {'FENCED'} end
+local cur = tonumber(redis.call('GET', KEYS[1]) or '0')
+local compact = tonumber(redis.call('GET', KEYS[2]) or '0')
+local target = tonumber(ARGV[1])
+if target > cur then return {'FUTURE', s(target), s(cur)} end
+if target <= compact then return {'OK', s(compact)} end
+target = math.min(target, compact + tonumber(ARGV[2]))
+for r = compact + 1, target do
+  local ev = redis.call('HGET', KEYS[4], s(r))
+  if ev then
+    local typ, key = event_key(ev)
+    local prev = redis.call('ZREVRANGEBYLEX', KEYS[3], '(' .. key .. '\0' .. pad(r), '[' .. key .. '\0', 'LIMIT', 0, 1)
+    if #prev > 0 then
+      redis.call('ZREM', KEYS[3], prev[1])
+      redis.call('HDEL', KEYS[4], s(tonumber(string.sub(prev[1], #key + 2))))
+    end
+    if typ == 'D' then
+      redis.call('ZREM', KEYS[3], key .. '\0' .. pad(r))
+      redis.call('HDEL', KEYS[4], s(r))
+    end
+  end
+end
+redis.call('SET', KEYS[2], s(target))
+return {'OK', s(target)}
+`)
+
+// revisionAtScript finds the last revision committed at or before a time
+// (milliseconds), by bisection over the retained log.
+//
+//	KEYS: rev, compact, log
+//	ARGV: time in milliseconds
+//
+// It returns the revision, or the compact revision when none is that old.
+var revisionAtScript = redis.NewScript(prelude + `
+local cur = tonumber(redis.call('GET', KEYS[1]) or '0')
+local compact = tonumber(redis.call('GET', KEYS[2]) or '0')
+local t = tonumber(ARGV[1])
+local lo, hi = compact, cur
+while lo < hi do
+  local mid = math.floor((lo + hi + 1) / 2)
+  local ev = redis.call('HGET', KEYS[3], s(mid))
+  if ev and event_time(ev) <= t then lo = mid else hi = mid - 1 end
+end
+return s(lo)
+`)
+
+// leaseScript takes or renews a named lease for a holder: it succeeds when
+// the lease is free, expired or the holder's, and the token grows each
+// time the lease changes hands.
+//
+//	KEYS: lease
+//	ARGV: holder, ttl in milliseconds
+//
+// It returns {held 0|1, token, holder}.
+var leaseScript = redis.NewScript(prelude + `
+local now = now_ms()
+local cur = redis.call('HMGET', KEYS[1], 'holder', 'expires', 'token')
+local holder, expires, token = cur[1], tonumber(cur[2] or '0'), cur[3] or '0'
+if holder and holder ~= ARGV[1] and expires >= now then return {'0', token, holder} end
+if holder ~= ARGV[1] or expires < now then token = s(redis.call('HINCRBY', KEYS[1], 'token', 1)) end
+redis.call('HSET', KEYS[1], 'holder', ARGV[1], 'expires', s(now + tonumber(ARGV[2])))
+return {'1', token, ARGV[1]}
+`)
+
+// releaseLeaseScript gives a lease up if the holder still has it.
+//
+//	KEYS: lease
+//	ARGV: holder
+var releaseLeaseScript = redis.NewScript(`
+if redis.call('HGET', KEYS[1], 'holder') == ARGV[1] then redis.call('HSET', KEYS[1], 'expires', '0') end
+return 1
+`)
