@@ -264,6 +264,17 @@ type Leaser interface {
 	ReleaseLease(ctx context.Context, name, holder string) error
 }
 
+// StaleNotifier is implemented by engines whose feed can fall behind the
+// store (a shared engine whose server is unreachable): fn learns the
+// reason when the feed stops following the store, and nil when it follows
+// again. Until then, subscribers get nothing new, and watchers must be
+// told that what they have may be stale.
+type StaleNotifier interface {
+	// NotifyStale registers fn and returns its unregistration. fn is
+	// called from the feed's goroutine and must not block.
+	NotifyStale(fn func(err error)) (stop func())
+}
+
 // Fence is a lease and the token its holder got: writes made under it
 // commit only while the lease is still the holder's.
 type Fence struct {

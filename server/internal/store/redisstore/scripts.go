@@ -100,8 +100,11 @@ if ARGV[3] == 'single' then
   if op[1] == 'D' and not cur then return {'NOTFOUND', op[2], s(rev)} end
   if cur then prev = cur end
 end
-for _, op in ipairs(ops) do
+for o, op in ipairs(ops) do
   rev = rev + 1
+  -- A lower-case type marks a change that more of its transaction follows.
+  local pt, dt = 'P', 'D'
+  if o < nops then pt, dt = 'p', 'd' end
   local key = op[2]
   local cur = redis.call('HGET', KEYS[3], key)
   local create, prevmod, ver = 0, 0, 0
@@ -111,11 +114,11 @@ for _, op in ipairs(ops) do
     ver = ver + 1
     redis.call('HSET', KEYS[3], key, s(create) .. ',' .. s(rev) .. ',' .. s(ver) .. '\n' .. op[3])
     redis.call('ZADD', KEYS[4], 0, key)
-    redis.call('HSET', KEYS[6], s(rev), 'P,' .. s(create) .. ',' .. s(rev) .. ',' .. s(ver) .. ',' .. s(prevmod) .. ',' .. s(now) .. ',' .. s(#key) .. '\n' .. key .. op[3])
+    redis.call('HSET', KEYS[6], s(rev), pt .. ',' .. s(create) .. ',' .. s(rev) .. ',' .. s(ver) .. ',' .. s(prevmod) .. ',' .. s(now) .. ',' .. s(#key) .. '\n' .. key .. op[3])
   else
     redis.call('HDEL', KEYS[3], key)
     redis.call('ZREM', KEYS[4], key)
-    redis.call('HSET', KEYS[6], s(rev), 'D,0,' .. s(rev) .. ',0,' .. s(prevmod) .. ',' .. s(now) .. ',' .. s(#key) .. '\n' .. key)
+    redis.call('HSET', KEYS[6], s(rev), dt .. ',0,' .. s(rev) .. ',0,' .. s(prevmod) .. ',' .. s(now) .. ',' .. s(#key) .. '\n' .. key)
   end
   redis.call('ZADD', KEYS[5], 0, key .. '\0' .. pad(rev))
 end
@@ -155,7 +158,7 @@ local m = redis.call('ZREVRANGEBYLEX', KEYS[4], '[' .. ARGV[1] .. '\0' .. pad(at
 if #m == 0 then return {'OK', s(at), 'N'} end
 local r = tonumber(string.sub(m[1], #ARGV[1] + 2))
 local ev = redis.call('HGET', KEYS[5], s(r))
-if not ev or string.sub(ev, 1, 1) ~= 'P' then return {'OK', s(at), 'N'} end
+if not ev or string.upper(string.sub(ev, 1, 1)) ~= 'P' then return {'OK', s(at), 'N'} end
 return {'OK', s(at), 'E', ev}
 `)
 
@@ -203,7 +206,7 @@ while true do
   if #last > 0 then
     local r = string.sub(last[1], sep + 1)
     local ev = redis.call('HGET', KEYS[6], s(tonumber(r)))
-    if ev and string.sub(ev, 1, 1) == 'P' then
+    if ev and string.upper(string.sub(ev, 1, 1)) == 'P' then
       if n == limit then out[3] = '1'; break end
       out[#out + 1] = key; out[#out + 1] = ev
       n = n + 1
@@ -273,7 +276,7 @@ for r = compact + 1, target do
       redis.call('ZREM', KEYS[3], prev[1])
       redis.call('HDEL', KEYS[4], s(tonumber(string.sub(prev[1], #key + 2))))
     end
-    if typ == 'D' then
+    if string.upper(typ) == 'D' then
       redis.call('ZREM', KEYS[3], key .. '\0' .. pad(r))
       redis.call('HDEL', KEYS[4], s(r))
     end

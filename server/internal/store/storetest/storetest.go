@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/pawlcfg/pawl/server/internal/store"
 )
@@ -43,6 +44,8 @@ func Run(t *testing.T, open Opener) {
 		{"EachAtIsOneSnapshot", testEachAtIsOneSnapshot},
 		{"Blobs", testBlobs},
 		{"Records", testRecords},
+		{"RevisionAt", testRevisionAt},
+		{"TxnDeliveredWhole", testTxnDeliveredWhole},
 		{"Closed", testClosed},
 	}
 	for _, tt := range tests {
@@ -824,4 +827,264 @@ func keyValues(kvs []store.KeyValue) string {
 func equalKV(a, b store.KeyValue) bool {
 	return a.Key == b.Key && bytes.Equal(a.Value, b.Value) && a.CreateRevision == b.CreateRevision &&
 		a.ModRevision == b.ModRevision && a.Version == b.Version
+}
+
+// testRevisionAt: the last revision committed at or before a time, the
+// compact revision before the first retained one.
+func testRevisionAt(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	before := time.Now().Add(-time.Second)
+	if got, err := s.RevisionAt(ctx, before); err != nil || got != 0 {
+		t.Fatalf("RevisionAt on an empty store = %d, %v", got, err)
+	}
+	for i := range 5 {
+		mustPut(t, s, fmt.Sprintf("/at/%d", i), "v")
+	}
+	after := time.Now().Add(time.Second)
+	if got, err := s.RevisionAt(ctx, before); err != nil || got != 0 {
+		t.Fatalf("RevisionAt(before every write) = %d, %v; want 0", got, err)
+	}
+	if got, err := s.RevisionAt(ctx, after); err != nil || got != 5 {
+		t.Fatalf("RevisionAt(after every write) = %d, %v; want 5", got, err)
+	}
+	if err := s.Compact(ctx, 3); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.RevisionAt(ctx, before); err != nil || got != 3 {
+		t.Fatalf("RevisionAt(before every write) after compacting to 3 = %d, %v; want 3", got, err)
+	}
+}
+
+// testTxnDeliveredWhole: a subscriber gets the puts of one transaction in
+// one batch, even a transaction larger than any engine's read batch.
+func testTxnDeliveredWhole(t *testing.T, s store.Store) {
+	var mu sync.Mutex
+	var batches [][]store.Event
+	defer s.Subscribe(func(evs []store.Event) {
+		mu.Lock()
+		defer mu.Unlock()
+		batches = append(batches, evs)
+	})()
+	mustPut(t, s, "/w/first", "v")
+	var txn store.Txn
+	for i := range 1500 {
+		txn.Puts = append(txn.Puts, store.Put{Key: fmt.Sprintf("/w/%04d", i), Value: []byte("v")})
+	}
+	res, err := s.Txn(context.Background(), txn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustPut(t, s, "/w/last", "v")
+	mu.Lock()
+	defer mu.Unlock()
+	var found bool
+	var next int64 = 1
+	for _, b := range batches {
+		for _, ev := range b {
+			if ev.Revision() != next {
+				t.Fatalf("revision %d delivered where %d was next", ev.Revision(), next)
+			}
+			next++
+		}
+		if b[len(b)-1].Revision() == res.Revision {
+			if b[0].Revision() != res.Revision-1499 {
+				t.Fatalf("the transaction's batch starts at %d, want %d", b[0].Revision(), res.Revision-1499)
+			}
+			found = true
+		}
+	}
+	if !found || next != res.Revision+2 {
+		t.Fatalf("transaction through %d not delivered whole (next %d, %d batches)", res.Revision, next, len(batches))
+	}
+}
+
+// SharedOpener returns two handles on one new, empty backend: what two
+// servers sharing it see. RunShared closes them.
+type SharedOpener func(t *testing.T) (a, b store.Store)
+
+// RunShared runs the conformance tests of engines that several servers
+// share: every write made through one handle reaches the other's
+// subscribers, in order, and reads and compares agree across handles.
+func RunShared(t *testing.T, open SharedOpener) {
+	tests := []struct {
+		name string
+		fn   func(t *testing.T, a, b store.Store)
+	}{
+		{"WritesReachTheOtherHandle", testSharedWrites},
+		{"CompareAcrossHandles", testSharedCompare},
+		{"BlobsAndRecordsShared", testSharedBeside},
+		{"LeaseHasOneHolder", testSharedLease},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a, b := open(t)
+			t.Cleanup(func() { _ = a.Close(); _ = b.Close() })
+			tt.fn(t, a, b)
+		})
+	}
+}
+
+// collector records the revisions a subscriber saw and lets a test wait
+// for one.
+type collector struct {
+	mu   sync.Mutex
+	revs []int64
+	got  chan struct{}
+}
+
+func collect(s store.Store) (*collector, func()) {
+	c := &collector{got: make(chan struct{}, 1)}
+	stop := s.Subscribe(func(evs []store.Event) {
+		c.mu.Lock()
+		for _, ev := range evs {
+			c.revs = append(c.revs, ev.Revision())
+		}
+		c.mu.Unlock()
+		select {
+		case c.got <- struct{}{}:
+		default:
+		}
+	})
+	return c, stop
+}
+
+func (c *collector) waitFor(t *testing.T, rev int64) []int64 {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		c.mu.Lock()
+		if n := len(c.revs); n > 0 && c.revs[n-1] >= rev {
+			out := slices.Clone(c.revs)
+			c.mu.Unlock()
+			return out
+		}
+		c.mu.Unlock()
+		select {
+		case <-c.got:
+		case <-deadline:
+			t.Fatalf("revision %d never delivered; saw %v", rev, c.revs)
+		}
+	}
+}
+
+func testSharedWrites(t *testing.T, a, b store.Store) {
+	ca, stopA := collect(a)
+	defer stopA()
+	cb, stopB := collect(b)
+	defer stopB()
+	const writers, each = 4, 50
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s := a
+			if w%2 == 1 {
+				s = b
+			}
+			for i := range each {
+				if _, err := s.Put(context.Background(), store.Put{Key: fmt.Sprintf("/sh/%d", w), Value: []byte(fmt.Sprint(i))}); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	const last = writers * each
+	want := make([]int64, last)
+	for i := range want {
+		want[i] = int64(i + 1)
+	}
+	for name, c := range map[string]*collector{"a": ca, "b": cb} {
+		if got := c.waitFor(t, last); !slices.Equal(got, want) {
+			t.Fatalf("handle %s saw %v, want 1..%d once each in order", name, got, last)
+		}
+	}
+	kv, _, err := b.Get(context.Background(), "/sh/0", 0)
+	if err != nil || string(kv.Value) != fmt.Sprint(each-1) {
+		t.Fatalf("b reads a's last write as %+v, %v", kv, err)
+	}
+}
+
+func testSharedCompare(t *testing.T, a, b store.Store) {
+	ctx := context.Background()
+	res := mustPut(t, a, "/cas", "a")
+	if _, err := b.Put(ctx, store.Put{Key: "/cas", Value: []byte("b"), ExpectModRevision: ptr(res)}); err != nil {
+		t.Fatalf("b's CAS on a's revision: %v", err)
+	}
+	if _, err := a.Put(ctx, store.Put{Key: "/cas", Value: []byte("a2"), ExpectModRevision: ptr(res)}); !errors.Is(err, store.ErrRevisionMismatch) {
+		t.Fatalf("a's stale CAS = %v, want a mismatch", err)
+	}
+	if err := b.Compact(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := a.Status(ctx); err != nil || st.CompactRevision != 1 || st.Revision != 2 {
+		t.Fatalf("a's status after b compacted = %+v, %v", st, err)
+	}
+}
+
+func testSharedBeside(t *testing.T, a, b store.Store) {
+	ctx := context.Background()
+	if created, err := a.PutBlob(ctx, "k", store.Blob{ID: "x", Data: []byte("one")}); err != nil || !created {
+		t.Fatalf("PutBlob = %v, %v", created, err)
+	}
+	if created, err := b.PutBlob(ctx, "k", store.Blob{ID: "x", Data: []byte("two")}); err != nil || created {
+		t.Fatalf("second PutBlob through b = %v, %v; want not created", created, err)
+	}
+	if blob, err := b.GetBlob(ctx, "k", "x", true); err != nil || string(blob.Data) != "one" {
+		t.Fatalf("b reads %+v, %v", blob, err)
+	}
+	if err := a.PutRecords(ctx, "r", []store.Record{{ID: "1", Value: []byte("v")}}); err != nil {
+		t.Fatal(err)
+	}
+	if recs, _, err := b.ListRecords(ctx, "r", "", 10); err != nil || len(recs) != 1 {
+		t.Fatalf("b lists %v, %v", recs, err)
+	}
+	// A shared engine drops expired records.
+	if err := a.PutRecords(ctx, "r", []store.Record{{ID: "2", Value: []byte("v"), ExpiresAt: time.Now().Add(-time.Second)}}); err != nil {
+		t.Fatal(err)
+	}
+	if recs, _, err := b.ListRecords(ctx, "r", "", 10); err != nil || len(recs) != 1 || recs[0].ID != "1" {
+		t.Fatalf("b lists %v, %v; want the expired record gone", recs, err)
+	}
+}
+
+func testSharedLease(t *testing.T, a, b store.Store) {
+	la, ok := a.(store.Leaser)
+	if !ok {
+		t.Fatal("a shared engine must implement store.Leaser")
+	}
+	lb := b.(store.Leaser)
+	ctx := context.Background()
+	ta, held, err := la.AcquireLease(ctx, "work", "a", time.Minute)
+	if err != nil || !held {
+		t.Fatalf("a's AcquireLease = %v, %v", held, err)
+	}
+	if _, held, err := lb.AcquireLease(ctx, "work", "b", time.Minute); err != nil || held {
+		t.Fatalf("b took a held lease: %v, %v", held, err)
+	}
+	if again, held, err := la.AcquireLease(ctx, "work", "a", time.Minute); err != nil || !held || again != ta {
+		t.Fatalf("a's renewal = %d, %v, %v; want token %d", again, held, err, ta)
+	}
+	fenceA := store.WithFence(ctx, store.Fence{Lease: "work", Token: ta})
+	if _, err := a.Put(fenceA, store.Put{Key: "/fenced", Value: []byte("a")}); err != nil {
+		t.Fatalf("a's fenced write while it holds the lease: %v", err)
+	}
+	if err := la.ReleaseLease(ctx, "work", "a"); err != nil {
+		t.Fatal(err)
+	}
+	tb, held, err := lb.AcquireLease(ctx, "work", "b", time.Minute)
+	if err != nil || !held || tb <= ta {
+		t.Fatalf("b's AcquireLease after release = %d, %v, %v; want a token above %d", tb, held, err, ta)
+	}
+	if _, err := a.Put(fenceA, store.Put{Key: "/fenced", Value: []byte("late")}); !errors.Is(err, store.ErrFenced) {
+		t.Fatalf("a's fenced write after losing the lease = %v, want ErrFenced", err)
+	}
+	if err := a.Compact(fenceA, 1); !errors.Is(err, store.ErrFenced) {
+		t.Fatalf("a's fenced compaction after losing the lease = %v, want ErrFenced", err)
+	}
+	if kv, _, err := b.Get(ctx, "/fenced", 0); err != nil || string(kv.Value) != "a" {
+		t.Fatalf("/fenced = %+v, %v; the fenced write must change nothing", kv, err)
+	}
 }

@@ -1,0 +1,194 @@
+// Package redistest gives tests a real Redis: the shared one on
+// 127.0.0.1:6379 (or $PAWL_TEST_REDIS) under a random key prefix that is
+// deleted when the test ends, or a private redis-server of the test's own
+// (with persistence, or one it may kill) on a free port in a temporary
+// directory. A test that cannot reach the shared Redis skips, except under
+// CI=true, where it fails.
+package redistest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Addr returns the address of the shared Redis.
+func Addr() string {
+	if a := os.Getenv("PAWL_TEST_REDIS"); a != "" {
+		return a
+	}
+	return "127.0.0.1:6379"
+}
+
+// Prefix returns a new random prefix for a test's keys.
+func Prefix() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return "pawltest-" + hex.EncodeToString(b[:])
+}
+
+// Shared returns a client of the shared Redis and a random prefix whose
+// keys (those under the hash tag {prefix}) are deleted when the test ends.
+// It skips the test when Redis cannot be reached, unless CI is set.
+func Shared(t testing.TB) (*redis.Client, string) {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: Addr()})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		_ = rdb.Close()
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("redis at %s: %v (CI needs a Redis)", Addr(), err)
+		}
+		t.Skipf("redis at %s: %v", Addr(), err)
+	}
+	prefix := Prefix()
+	t.Cleanup(func() {
+		DeletePrefix(t, rdb, prefix)
+		_ = rdb.Close()
+	})
+	return rdb, prefix
+}
+
+// DeletePrefix deletes the keys of a store under prefix.
+func DeletePrefix(t testing.TB, rdb *redis.Client, prefix string) {
+	t.Helper()
+	ctx := context.Background()
+	iter := rdb.Scan(ctx, 0, "{"+prefix+"}:*", 1000).Iterator()
+	var keys []string
+	for iter.Next(ctx) {
+		keys = append(keys, iter.Val())
+	}
+	if err := iter.Err(); err != nil {
+		t.Logf("redistest: scan %s: %v", prefix, err)
+		return
+	}
+	for len(keys) > 0 {
+		n := min(len(keys), 500)
+		if err := rdb.Del(ctx, keys[:n]...).Err(); err != nil {
+			t.Logf("redistest: delete %s: %v", prefix, err)
+			return
+		}
+		keys = keys[n:]
+	}
+}
+
+// Server is a private redis-server of one test.
+type Server struct {
+	// Addr is where it listens.
+	Addr string
+	// Dir is its working directory, where it keeps its files.
+	Dir string
+
+	args []string
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// Start starts a redis-server on a free port in a temporary directory,
+// with extra configuration args (such as "--appendonly", "yes"), and
+// stops it when the test ends. It fails the test when redis-server is not
+// installed.
+func Start(t testing.TB, args ...string) *Server {
+	t.Helper()
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		t.Fatalf("redistest: redis-server is not installed: %v", err)
+	}
+	s := &Server{Dir: t.TempDir(), args: args}
+	s.Addr = freeAddr(t)
+	s.start(t)
+	t.Cleanup(func() { s.Kill(t) })
+	return s
+}
+
+func freeAddr(t testing.TB) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func (s *Server) start(t testing.TB) {
+	t.Helper()
+	_, port, _ := net.SplitHostPort(s.Addr)
+	args := append([]string{"--port", port, "--bind", "127.0.0.1", "--dir", s.Dir, "--save", "", "--logfile", filepath.Join(s.Dir, "redis.log")}, s.args...)
+	s.cmd = exec.Command("redis-server", args...)
+	s.cmd.Dir = s.Dir
+	if err := s.cmd.Start(); err != nil {
+		t.Fatalf("redistest: start redis-server: %v", err)
+	}
+	s.done = make(chan struct{})
+	go func(cmd *exec.Cmd, done chan struct{}) {
+		_ = cmd.Wait()
+		close(done)
+	}(s.cmd, s.done)
+	rdb := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1})
+	defer rdb.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		err := rdb.Ping(ctx).Err()
+		cancel()
+		if err == nil {
+			return
+		}
+		select {
+		case <-s.done:
+			log, _ := os.ReadFile(filepath.Join(s.Dir, "redis.log"))
+			t.Fatalf("redistest: redis-server exited: %s", log)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("redistest: redis-server on %s did not answer: %v", s.Addr, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Client returns a client of the server, closed when the test ends.
+func (s *Server) Client(t testing.TB) *redis.Client {
+	rdb := redis.NewClient(&redis.Options{Addr: s.Addr})
+	t.Cleanup(func() { _ = rdb.Close() })
+	return rdb
+}
+
+// Kill kills the server with SIGKILL (no shutdown, no final save) and
+// waits for it to exit. Killing a stopped server does nothing.
+func (s *Server) Kill(t testing.TB) {
+	if s.cmd == nil {
+		return
+	}
+	_ = s.cmd.Process.Signal(syscall.SIGKILL)
+	<-s.done
+	s.cmd = nil
+}
+
+// Restart starts the server again on the same port and directory, after
+// Kill.
+func (s *Server) Restart(t testing.TB) {
+	t.Helper()
+	if s.cmd != nil {
+		t.Fatal("redistest: Restart of a running server")
+	}
+	s.start(t)
+}
+
+// Port returns the server's port.
+func (s *Server) Port() int {
+	_, port, _ := net.SplitHostPort(s.Addr)
+	n, _ := strconv.Atoi(port)
+	return n
+}

@@ -1,0 +1,251 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/pawlcfg/pawl/server/internal/store"
+)
+
+// feedBatch is how many revisions one read of the change log covers.
+const feedBatch = 1000
+
+// feed follows the store for the local subscribers: one per Store, so one
+// per server. A pub/sub notice is only a doorbell; the change log is the
+// truth. On a notice newer than what it delivered, on a local write, and
+// every head-check interval, its one goroutine reads the log from the
+// last delivered revision on and hands the new changes to the
+// subscribers. A lost notice, a dropped subscription or an unreachable
+// Redis therefore cost latency, never events: the next read repairs it,
+// once for the whole server.
+type feed struct {
+	s      *Store
+	pubsub *redis.PubSub
+	kick   chan struct{}
+
+	// deliverMu serialises delivery with registration, so that a new
+	// subscriber gets every batch after the one being delivered.
+	deliverMu sync.Mutex
+	subs      map[int]store.CommitFunc
+	stales    map[int]func(error)
+	nextID    int
+
+	mu        sync.Mutex
+	delivered int64         // last revision handed to the subscribers
+	progress  chan struct{} // closed and replaced when delivered or failures change
+	failures  int64         // failed reads so far
+	stale     error         // why the last read failed; nil when it did not
+}
+
+func newFeed(s *Store, start int64) *feed {
+	return &feed{
+		s:         s,
+		kick:      make(chan struct{}, 1),
+		subs:      make(map[int]store.CommitFunc),
+		stales:    make(map[int]func(error)),
+		delivered: start,
+		progress:  make(chan struct{}),
+	}
+}
+
+// subscribe subscribes to the store's notices and waits for Redis to
+// confirm it.
+func (f *feed) subscribe(ctx context.Context) error {
+	f.pubsub = f.s.rdb.Subscribe(ctx, f.s.k.channel)
+	if _, err := f.pubsub.Receive(ctx); err != nil {
+		_ = f.pubsub.Close()
+		return f.s.wrap(ctx, err)
+	}
+	return nil
+}
+
+// add registers fn and returns its unregistration.
+func (f *feed) add(fn store.CommitFunc) func() {
+	f.deliverMu.Lock()
+	defer f.deliverMu.Unlock()
+	id := f.nextID
+	f.nextID++
+	f.subs[id] = fn
+	return func() {
+		f.deliverMu.Lock()
+		defer f.deliverMu.Unlock()
+		delete(f.subs, id)
+	}
+}
+
+// addStale registers fn to learn when the feed stops following the store
+// (with the reason) and when it follows again (with nil).
+func (f *feed) addStale(fn func(error)) func() {
+	f.deliverMu.Lock()
+	defer f.deliverMu.Unlock()
+	id := f.nextID
+	f.nextID++
+	f.stales[id] = fn
+	return func() {
+		f.deliverMu.Lock()
+		defer f.deliverMu.Unlock()
+		delete(f.stales, id)
+	}
+}
+
+// staleErr returns why the feed's last read failed, or nil.
+func (f *feed) staleErr() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.stale
+}
+
+// poke asks the feed goroutine to read the log now.
+func (f *feed) poke() {
+	select {
+	case f.kick <- struct{}{}:
+	default:
+	}
+}
+
+// await returns once revision rev was delivered to the local subscribers,
+// or a read of the log that started after await was called failed (the
+// write is committed; the subscribers will get it when Redis answers
+// again), or ctx ends, or the store closes.
+func (f *feed) await(ctx context.Context, rev int64) {
+	f.mu.Lock()
+	failures := f.failures
+	f.mu.Unlock()
+	f.poke()
+	for {
+		f.mu.Lock()
+		done := f.delivered >= rev || f.failures > failures+1
+		progress := f.progress
+		f.mu.Unlock()
+		if done {
+			return
+		}
+		select {
+		case <-progress:
+		case <-ctx.Done():
+			return
+		case <-f.s.ctx.Done():
+			return
+		}
+	}
+}
+
+// run is the feed goroutine; it ends with ctx (the store's).
+func (f *feed) run(ctx context.Context) {
+	defer f.s.wg.Done()
+	defer f.pubsub.Close()
+	notices := f.pubsub.Channel(redis.WithChannelHealthCheckInterval(f.s.opts.headCheck * 3))
+	tick := time.NewTicker(f.s.opts.headCheck)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case msg := <-notices:
+			rev, err := strconv.ParseInt(msg.Payload, 10, 64)
+			if err != nil {
+				continue
+			}
+			if f.s.opts.dropHook != nil && f.s.opts.dropHook(rev) {
+				continue
+			}
+			f.mu.Lock()
+			behind := rev > f.delivered
+			f.mu.Unlock()
+			if behind {
+				f.catchUp(ctx)
+			}
+		case <-f.kick:
+			f.catchUp(ctx)
+		case <-tick.C:
+			f.catchUp(ctx)
+		}
+	}
+}
+
+// catchUp reads the log from the last delivered revision to its head and
+// delivers it, a transaction never split across two batches. A compacted
+// stretch (Redis was unreachable longer than the log was kept) is skipped:
+// the next batch starts after it, as the contract says.
+func (f *feed) catchUp(ctx context.Context) {
+	f.mu.Lock()
+	from := f.delivered + 1
+	f.mu.Unlock()
+	var pending []store.Event
+	for {
+		ch, open, err := f.s.readLog(ctx, from, "", feedBatch)
+		var compacted *store.CompactedError
+		switch {
+		case errors.As(err, &compacted) && len(pending) == 0:
+			f.advance(nil, compacted.CompactRevision)
+			from = compacted.CompactRevision + 1
+			continue
+		case err != nil:
+			if ctx.Err() == nil {
+				f.fail(err)
+			}
+			return
+		}
+		pending = append(pending, ch.Events...)
+		from = ch.Through + 1
+		if open {
+			continue
+		}
+		f.advance(pending, ch.Through)
+		pending = nil
+		if len(ch.Events) < feedBatch {
+			return
+		}
+	}
+}
+
+// advance delivers events and records through as delivered.
+func (f *feed) advance(events []store.Event, through int64) {
+	f.deliverMu.Lock()
+	if len(events) > 0 {
+		for _, fn := range f.subs {
+			fn(events)
+		}
+	}
+	f.mu.Lock()
+	wasStale := f.stale != nil
+	f.stale = nil
+	moved := through > f.delivered
+	if moved {
+		f.delivered = through
+	}
+	if moved || wasStale {
+		close(f.progress)
+		f.progress = make(chan struct{})
+	}
+	f.mu.Unlock()
+	if wasStale {
+		for _, fn := range f.stales {
+			fn(nil)
+		}
+	}
+	f.deliverMu.Unlock()
+}
+
+// fail records a failed read.
+func (f *feed) fail(err error) {
+	f.deliverMu.Lock()
+	defer f.deliverMu.Unlock()
+	f.mu.Lock()
+	wasStale := f.stale != nil
+	f.stale = err
+	f.failures++
+	close(f.progress)
+	f.progress = make(chan struct{})
+	f.mu.Unlock()
+	if !wasStale {
+		for _, fn := range f.stales {
+			fn(err)
+		}
+	}
+}

@@ -1,0 +1,116 @@
+package redisstore
+
+import (
+	"context"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/pawlcfg/pawl/server/internal/store"
+)
+
+// Records of a kind live in a hash of values by id, a sorted set of the
+// ids (for listing in id order) and a sorted set of the ids by expiry
+// time: Redis keeps them outside the revision log, and a listing first
+// drops those that expired.
+
+func (s *Store) recordKeys(kind string) []string {
+	tag := "{" + s.prefix + "}:rec:" + kind + ":"
+	return []string{tag + "values", tag + "ids", tag + "expiry"}
+}
+
+// putRecordsScript stores records.
+//
+//	KEYS: values, ids, expiry
+//	ARGV: (id, value, expires at in milliseconds)...
+var putRecordsScript = redis.NewScript(`
+for i = 1, #ARGV, 3 do
+  redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
+  redis.call('ZADD', KEYS[2], 0, ARGV[i])
+  redis.call('ZADD', KEYS[3], ARGV[i + 2], ARGV[i])
+end
+return #ARGV / 3
+`)
+
+// expireRecordsScript drops up to max records whose expiry passed.
+//
+//	KEYS: values, ids, expiry
+//	ARGV: now in milliseconds, max
+var expireRecordsScript = redis.NewScript(`
+local gone = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
+if #gone == 0 then return 0 end
+redis.call('HDEL', KEYS[1], unpack(gone))
+redis.call('ZREM', KEYS[2], unpack(gone))
+redis.call('ZREM', KEYS[3], unpack(gone))
+return #gone
+`)
+
+// PutRecords implements store.Store; up to 500 records are written
+// atomically, more in several steps. A record without ExpiresAt expires
+// after the record age (WithRecordAge) from its last write.
+func (s *Store) PutRecords(ctx context.Context, kind string, recs []store.Record) error {
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	if len(recs) == 0 {
+		return nil
+	}
+	const perScript = 500
+	keys := s.recordKeys(kind)
+	for start := 0; start < len(recs); start += perScript {
+		end := min(start+perScript, len(recs))
+		args := make([]any, 0, 3*(end-start))
+		for _, r := range recs[start:end] {
+			exp := r.ExpiresAt
+			if exp.IsZero() {
+				exp = time.Now().Add(s.opts.recordAge)
+			}
+			args = append(args, r.ID, r.Value, exp.UnixMilli())
+		}
+		if err := putRecordsScript.Run(ctx, s.rdb, keys, args...).Err(); err != nil {
+			return s.wrap(ctx, err)
+		}
+	}
+	return nil
+}
+
+// ListRecords implements store.Store; it never returns expired records.
+func (s *Store) ListRecords(ctx context.Context, kind, after string, limit int) ([]store.Record, bool, error) {
+	if err := s.check(ctx); err != nil {
+		return nil, false, err
+	}
+	keys := s.recordKeys(kind)
+	now := time.Now().UnixMilli()
+	for {
+		n, err := expireRecordsScript.Run(ctx, s.rdb, keys, now, 1000).Int()
+		if err != nil {
+			return nil, false, s.wrap(ctx, err)
+		}
+		if n < 1000 {
+			break
+		}
+	}
+	ids, more, err := s.rangeIDs(ctx, keys[1], after, limit)
+	if err != nil || len(ids) == 0 {
+		return nil, false, err
+	}
+	pipe := s.rdb.Pipeline()
+	vals := pipe.HMGet(ctx, keys[0], ids...)
+	exps := pipe.ZMScore(ctx, keys[2], ids...)
+	if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
+		return nil, false, s.wrap(ctx, err)
+	}
+	out := make([]store.Record, 0, len(ids))
+	for i, id := range ids {
+		v, ok := vals.Val()[i].(string)
+		if !ok {
+			continue // expired between the two reads
+		}
+		r := store.Record{ID: id, Value: []byte(v)}
+		if ms := exps.Val(); i < len(ms) && ms[i] > 0 {
+			r.ExpiresAt = time.UnixMilli(int64(ms[i]))
+		}
+		out = append(out, r)
+	}
+	return out, more, nil
+}
