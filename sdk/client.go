@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,6 +27,7 @@ import (
 type Client struct {
 	cfg      config
 	url      string
+	servers  *servers
 	bootID   string
 	http     *http.Client
 	ownsHTTP bool
@@ -74,7 +74,11 @@ type subscriber struct {
 }
 
 // New connects to the Pawl server at serverURL (http://host:port or
-// https://host:port) and starts following the instance's assignments. It
+// https://host:port) and starts following the instance's assignments.
+// serverURL may list several servers separated by commas (replicas that
+// share one store): the client uses one at a time, moves on to the next
+// when it cannot reach it or it says it cannot follow the store, and
+// resumes there from the revisions it has, missing nothing. It
 // does not wait for the server: with a cache directory, the last known
 // good snapshots are available as soon as New returns, verified by digest;
 // Wait blocks until a config has one. ctx bounds only the setup (reading
@@ -87,11 +91,12 @@ func New(ctx context.Context, serverURL string, opts ...Option) (*Client, error)
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	if !strings.HasPrefix(serverURL, "http://") && !strings.HasPrefix(serverURL, "https://") {
-		return nil, fmt.Errorf("sdk: server URL %q must start with http:// or https://", serverURL)
+	urls, err := parseServers(serverURL)
+	if err != nil {
+		return nil, err
 	}
 	c := &Client{
-		cfg: cfg, url: strings.TrimRight(serverURL, "/"), bootID: newBootID(),
+		cfg: cfg, url: urls[0].String(), bootID: newBootID(),
 		tracer:   cfg.tracerProvider.Tracer("github.com/pawlcfg/pawl/sdk"),
 		health:   newHealthRecorder(),
 		retained: map[string][]*Snapshot{}, changed: make(chan struct{}), subs: map[int]subscriber{}, assigned: map[string]bool{},
@@ -101,6 +106,16 @@ func New(ctx context.Context, serverURL string, opts ...Option) (*Client, error)
 	c.http = cfg.httpClient
 	if c.http == nil {
 		c.http, c.ownsHTTP = defaultHTTPClient(cfg.tlsConfig), true
+	}
+	if len(urls) > 1 {
+		next := c.http.Transport
+		if next == nil {
+			next = http.DefaultTransport
+		}
+		c.servers = &servers{urls: urls, base: urls[0].Path, next: next}
+		wrapped := *c.http
+		wrapped.Transport = c.servers
+		c.http = &wrapped
 	}
 	otelInterceptor, err := otelconnect.NewInterceptor(otelconnect.WithTracerProvider(cfg.tracerProvider), otelconnect.WithoutMetrics())
 	if err != nil {
@@ -160,6 +175,23 @@ func (c *Client) Close() error {
 		c.http.CloseIdleConnections()
 	}
 	return err
+}
+
+// Server returns the URL of the server the client uses now: the one it
+// was given, or, given several, the one it moved to last.
+func (c *Client) Server() string {
+	if c.servers == nil {
+		return c.url
+	}
+	return c.servers.current()
+}
+
+// moveOn makes a client given several servers use the next one from its
+// next call on: the current one said it cannot follow the store.
+func (c *Client) moveOn() {
+	if c.servers != nil {
+		c.servers.moveOn(c.servers.cur.Load())
+	}
 }
 
 // BootID is this process's boot ID: new for every Client.

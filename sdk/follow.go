@@ -32,7 +32,7 @@ func (c *Client) follow() {
 		if c.epoch.Load() == 0 {
 			if err := c.register(c.ctx); err != nil {
 				if c.ctx.Err() == nil {
-					c.cfg.log.Warn("pawl: registration failed; retrying", "server", c.url, "error", err)
+					c.cfg.log.Warn("pawl: registration failed; retrying", "server", c.Server(), "error", err)
 				}
 				b.wait(c.ctx)
 				continue

@@ -49,6 +49,8 @@ type Space struct {
 	state  atomic.Pointer[spaceState]
 	// resyncs counts the fresh listings after a compaction.
 	resyncs atomic.Int64
+	// stale is set while the server says it cannot follow the store.
+	stale atomic.Bool
 
 	mu       sync.Mutex
 	subs     map[int]func(Change)
@@ -133,6 +135,12 @@ func (s *Space) Revision() int64 { return s.state.Load().rev }
 // Resyncs is how many times the copy was read again from a fresh listing
 // because the changes it needed had been compacted.
 func (s *Space) Resyncs() int64 { return s.resyncs.Load() }
+
+// Stale reports whether the server the space follows said it cannot
+// follow the store (it lost its backend), and has not said otherwise
+// since: the copy may be out of date. Given several servers, the space
+// moves to another one.
+func (s *Space) Stale() bool { return s.stale.Load() }
 
 // Len is how many keys the copy holds.
 func (s *Space) Len() int { return len(s.state.Load().entries) }
@@ -234,7 +242,19 @@ func (s *Space) watch(ctx context.Context, b *backoff, lastSave *time.Time) (int
 			s.advance(m.GetProgress().GetRevision())
 		case m.GetCompacted() != nil:
 			return max(m.GetCompacted().GetSnapshotRevision(), 1), nil
+		case m.GetStale() != nil:
+			// The server cannot follow the store. Alone, it is the only
+			// source: keep the stream, which goes on when it recovers.
+			// Given others, resume on the next one.
+			s.stale.Store(true)
+			if s.c.servers != nil {
+				from := s.c.Server()
+				s.c.moveOn()
+				return 0, fmt.Errorf("sdk: %s cannot follow the store: %s", from, m.GetStale().GetReason())
+			}
+			continue
 		}
+		s.stale.Store(false)
 	}
 	if err := stream.Err(); err != nil {
 		return 0, err

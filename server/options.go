@@ -2,11 +2,13 @@ package server
 
 import (
 	"fmt"
+	"strings"
 	"log/slog"
 	"time"
 
 	"github.com/pawlcfg/pawl/server/internal/retention"
 	"github.com/pawlcfg/pawl/server/internal/store"
+	"github.com/pawlcfg/pawl/server/internal/store/redisstore"
 )
 
 // Option configures New.
@@ -14,6 +16,10 @@ type Option func(*config)
 
 type config struct {
 	dataDir          string
+	storeURL         string
+	redisPrefix      string
+	workLease        time.Duration
+	redisOpts        []redisstore.Option
 	maxValueBytes    int
 	retainRevisions  int64
 	retainFor        time.Duration
@@ -59,6 +65,14 @@ const (
 	DefaultRetainRevisions = retention.DefaultRevisions
 	// DefaultRetainFor is how long the change log keeps a revision.
 	DefaultRetainFor = retention.DefaultAge
+	// DefaultRedisPrefix is the key prefix of the store in Redis unless
+	// told otherwise.
+	DefaultRedisPrefix = "pawl"
+	// DefaultWorkLease is how long a replica's lease on work that must
+	// happen once (the rollout supervisor, compaction) lasts without
+	// renewal: when the replica dies, another takes the work over within
+	// it.
+	DefaultWorkLease = 10 * time.Second
 	// DefaultProgressInterval is how often an idle watch stream gets a
 	// progress notification.
 	DefaultProgressInterval = 10 * time.Second
@@ -67,6 +81,8 @@ const (
 func defaultConfig() config {
 	return config{
 		dataDir:          DefaultDataDir,
+		redisPrefix:      DefaultRedisPrefix,
+		workLease:        DefaultWorkLease,
 		maxValueBytes:    DefaultMaxValueBytes,
 		retainRevisions:  DefaultRetainRevisions,
 		retainFor:        DefaultRetainFor,
@@ -92,6 +108,12 @@ func (c config) validate() error {
 	switch {
 	case c.dataDir == "":
 		return fmt.Errorf("server: WithDataDir: the data directory is empty")
+	case c.storeURL != "" && !strings.HasPrefix(c.storeURL, "redis"):
+		return fmt.Errorf("server: WithStore(%q): want a redis://, rediss://, redis+sentinel:// or redis+cluster:// URL, or nothing for the embedded store", c.storeURL)
+	case c.redisPrefix == "" || strings.ContainsAny(c.redisPrefix, "{}"):
+		return fmt.Errorf("server: WithRedisPrefix(%q): must be non-empty and without braces", c.redisPrefix)
+	case c.workLease < 100*time.Millisecond:
+		return fmt.Errorf("server: WithWorkLease(%s): must be at least 100ms", c.workLease)
 	case c.maxValueBytes <= 0:
 		return fmt.Errorf("server: WithMaxValueBytes(%d): must be positive", c.maxValueBytes)
 	case c.retainRevisions < 0:
@@ -120,6 +142,22 @@ func (c config) validate() error {
 
 // WithDataDir sets the directory of the embedded store (default ./pawl-data).
 func WithDataDir(dir string) Option { return func(c *config) { c.dataDir = dir } }
+
+// WithStore keeps the data in Redis, at a URL (redis://host:port/db,
+// rediss://..., redis+sentinel://h1:p1,h2:p2/master[/db] or
+// redis+cluster://h1:p1,h2:p2), instead of the embedded store in the data
+// directory: several servers given the same URL and prefix are replicas
+// that serve the same revisions. The data directory still holds the
+// validator compilation cache.
+func WithStore(url string) Option { return func(c *config) { c.storeURL = url } }
+
+// WithRedisPrefix sets the prefix of the store's keys in Redis (default
+// DefaultRedisPrefix): one Redis can hold several stores.
+func WithRedisPrefix(prefix string) Option { return func(c *config) { c.redisPrefix = prefix } }
+
+// WithWorkLease sets how long a replica's lease on work that must happen
+// once lasts (default DefaultWorkLease); it is renewed every third of it.
+func WithWorkLease(d time.Duration) Option { return func(c *config) { c.workLease = d } }
 
 // WithMaxValueBytes sets the largest value a Put accepts (default 1 MiB).
 func WithMaxValueBytes(n int) Option { return func(c *config) { c.maxValueBytes = n } }

@@ -2,13 +2,17 @@ package server
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -23,7 +27,9 @@ import (
 	"github.com/pawlcfg/pawl/server/internal/retention"
 	"github.com/pawlcfg/pawl/server/internal/rollout"
 	"github.com/pawlcfg/pawl/server/internal/store"
+	"github.com/pawlcfg/pawl/server/internal/singleton"
 	"github.com/pawlcfg/pawl/server/internal/store/boltstore"
+	"github.com/pawlcfg/pawl/server/internal/store/redisstore"
 	"github.com/pawlcfg/pawl/server/internal/validator"
 	"github.com/pawlcfg/pawl/server/internal/watch"
 	"github.com/pawlcfg/pawl/validators/host"
@@ -41,6 +47,16 @@ type Server struct {
 	handler http.Handler
 
 	registry *instance.Registry
+	// closeClient closes the Redis client of a shared store (a no-op for
+	// the embedded one), after the store.
+	closeClient func()
+	// holder names this server in the leases of work that must happen
+	// once.
+	holder string
+	// stopStale stops the store's staleness reports to the server.
+	stopStale func()
+	// stopping is set when Serve begins to stop: health stays NOT_SERVING.
+	stopping atomic.Bool
 
 	// stopBackground ends the supervisor and the lease checkpoint;
 	// background waits for them.
@@ -75,37 +91,49 @@ func New(ctx context.Context, opts ...Option) (*Server, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	bolt, err := boltstore.Open(ctx, cfg.dataDir)
+	st, closeClient, err := openStore(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("server: %w", err)
+		return nil, err
 	}
-	var st store.Store = bolt
 	if cfg.wrapStore != nil {
 		st = cfg.wrapStore(st)
 	}
-	hub, err := watch.New(ctx, st, watch.WithProgressInterval(cfg.progressInterval), watch.WithRingEvents(cfg.watchRingEvents))
-	if err != nil {
-		_ = st.Close()
+	// What New opens is closed again when a later step fails.
+	var undo []func()
+	fail := func(err error) (*Server, error) {
+		for i := len(undo) - 1; i >= 0; i-- {
+			undo[i]()
+		}
 		return nil, fmt.Errorf("server: %w", err)
 	}
+	undo = append(undo, closeClient, func() { _ = st.Close() })
+	hub, err := watch.New(ctx, st, watch.WithProgressInterval(cfg.progressInterval), watch.WithRingEvents(cfg.watchRingEvents))
+	if err != nil {
+		return fail(err)
+	}
+	undo = append(undo, hub.Close)
 	cacheDir := cfg.wasmCacheDir
 	if cacheDir == "" {
 		cacheDir = filepath.Join(cfg.dataDir, "wasm-cache")
 	}
 	rt, err := host.New(ctx, host.WithCacheDir(cacheDir), host.WithTimeout(cfg.validatorTimeout), host.WithMemoryLimit(cfg.validatorMemory))
 	if err != nil {
-		hub.Close()
-		_ = st.Close()
-		return nil, fmt.Errorf("server: %w", err)
+		return fail(err)
 	}
-	registry, err := instance.New(ctx, st, cfg.instanceLease, instance.WithClock(cfg.now))
+	undo = append(undo, func() { _ = rt.Close(context.Background()) })
+	regOpts := []instance.Option{instance.WithClock(cfg.now)}
+	_, shared := st.(store.Leaser)
+	if shared {
+		regOpts = append(regOpts, instance.WithShared())
+	}
+	registry, err := instance.New(ctx, st, cfg.instanceLease, regOpts...)
 	if err != nil {
-		_ = rt.Close(ctx)
-		hub.Close()
-		_ = st.Close()
-		return nil, fmt.Errorf("server: %w", err)
+		return fail(err)
 	}
-	s := &Server{cfg: cfg, store: st, hub: hub, wasm: rt, registry: registry, health: grpchealth.NewStaticChecker(services...)}
+	s := &Server{cfg: cfg, store: st, closeClient: closeClient, hub: hub, wasm: rt, registry: registry, health: grpchealth.NewStaticChecker(services...), holder: newHolderID()}
+	if n, ok := st.(store.StaleNotifier); ok {
+		s.stopStale = n.NotifyStale(s.feedStale)
+	}
 	s.vals = validator.New(st, rt, cfg.maxWasmBytes)
 	s.handler = s.routes()
 	return s, nil
@@ -147,9 +175,11 @@ func (s *Server) routes() http.Handler {
 	return mux
 }
 
-// startBackground runs the server's own goroutines: the rollout views, the
-// rollout supervisor (it settles rollouts and stops them at their
-// deadline) and the lease checkpoint. Close stops them, and waits for them, before it closes the
+// startBackground runs the server's own goroutines: the compactor, the
+// rollout views, the rollout supervisor (it settles rollouts and stops
+// them at their deadline) and the lease checkpoint. With a shared store,
+// the compactor and the supervisor run on one replica at a time, under a
+// lease (package singleton). Close stops them, and waits for them, before it closes the
 // store.
 func (s *Server) startBackground(rollouts *rollout.Rollouts) {
 	ctx, cancel := context.WithCancel(context.Background())
@@ -157,8 +187,10 @@ func (s *Server) startBackground(rollouts *rollout.Rollouts) {
 	s.background.Add(4)
 	go func() {
 		defer s.background.Done()
-		retention.NewCompactor(s.store, retention.Policy{Revisions: s.cfg.retainRevisions, Age: s.cfg.retainFor},
-			retention.WithLogger(s.cfg.log)).Run(ctx)
+		singleton.Run(ctx, s.store, "compactor", s.holder, s.cfg.workLease, s.cfg.log, func(ctx context.Context) {
+			retention.NewCompactor(s.store, retention.Policy{Revisions: s.cfg.retainRevisions, Age: s.cfg.retainFor},
+				retention.WithLogger(s.cfg.log)).Run(ctx)
+		})
 	}()
 	go func() {
 		defer s.background.Done()
@@ -168,7 +200,9 @@ func (s *Server) startBackground(rollouts *rollout.Rollouts) {
 	}()
 	go func() {
 		defer s.background.Done()
-		rollouts.Supervise(ctx, s.cfg.rolloutCheck, s.cfg.log)
+		singleton.Run(ctx, s.store, "rollout-supervisor", s.holder, s.cfg.workLease, s.cfg.log, func(ctx context.Context) {
+			rollouts.Supervise(ctx, s.cfg.rolloutCheck, s.cfg.log)
+		})
 	}()
 	go func() {
 		defer s.background.Done()
@@ -231,6 +265,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		return fmt.Errorf("server: serve: %w", err)
 	case <-ctx.Done():
 	}
+	s.stopping.Store(true)
 	for _, name := range services {
 		s.health.SetStatus(name, grpchealth.StatusNotServing)
 	}
@@ -255,9 +290,13 @@ func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
 		s.stopBackground()
 		s.background.Wait()
+		if s.stopStale != nil {
+			s.stopStale()
+		}
 		s.hub.Close()
 		s.vals.Close(context.Background())
 		s.closeErr = errors.Join(s.wasm.Close(context.Background()), s.store.Close())
+		s.closeClient()
 	})
 	return s.closeErr
 }
@@ -275,4 +314,56 @@ type WatchStats struct {
 func (s *Server) WatchStats() WatchStats {
 	st := s.hub.Stats()
 	return WatchStats{Watchers: st.Watchers, LogCatchUps: st.LogCatchUps}
+}
+
+// openStore opens the store the configuration names: Redis at its URL, or
+// the embedded store in the data directory. closeClient closes what the
+// store does not own (the Redis client).
+func openStore(ctx context.Context, cfg config) (st store.Store, closeClient func(), err error) {
+	if cfg.storeURL == "" {
+		bolt, err := boltstore.Open(ctx, cfg.dataDir)
+		if err != nil {
+			return nil, nil, fmt.Errorf("server: %w", err)
+		}
+		return bolt, func() {}, nil
+	}
+	rdb, err := redisstore.NewClient(cfg.storeURL)
+	if err != nil {
+		return nil, nil, fmt.Errorf("server: %w", err)
+	}
+	rs, err := redisstore.Open(ctx, rdb, cfg.redisPrefix, cfg.redisOpts...)
+	if err != nil {
+		_ = rdb.Close()
+		return nil, nil, fmt.Errorf("server: open the store at %s: %w", cfg.storeURL, err)
+	}
+	return rs, func() { _ = rdb.Close() }, nil
+}
+
+// newHolderID names this server process in leases: its host, its process
+// and a random part, so that a restarted process is another holder.
+func newHolderID() string {
+	host, _ := os.Hostname()
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("%s/%d/%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+}
+
+// feedStale hears from a shared store when this server stops following it
+// (Redis is unreachable) and when it follows again: it logs why, and
+// reports NOT_SERVING to health checks meanwhile, so that load balancers
+// send clients to replicas that follow. Watch streams say so themselves.
+func (s *Server) feedStale(err error) {
+	status := grpchealth.StatusServing
+	if err != nil {
+		status = grpchealth.StatusNotServing
+		s.cfg.log.Warn("the store cannot be followed; watchers are told they are stale", "error", err)
+	} else {
+		s.cfg.log.Info("the store is followed again")
+	}
+	if s.stopping.Load() {
+		return
+	}
+	for _, name := range services {
+		s.health.SetStatus(name, status)
+	}
 }

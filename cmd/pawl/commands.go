@@ -350,6 +350,8 @@ func (g *globals) watch(ctx context.Context, prefix string, from int64, progress
 func printWatchText(w io.Writer, msg *pawlv1.WatchResponse, progress bool) error {
 	var err error
 	switch kind := msg.GetKind().(type) {
+	case *pawlv1.WatchResponse_Stale:
+		_, err = fmt.Fprintf(w, "STALE rev=%d %s\n", kind.Stale.GetRevision(), kind.Stale.GetReason())
 	case *pawlv1.WatchResponse_Events:
 		for _, ev := range kind.Events.GetEvents() {
 			kv := ev.GetKv()

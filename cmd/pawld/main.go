@@ -41,7 +41,10 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("pawld", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	listen := fs.String("listen", "127.0.0.1:7070", "address to serve Connect, gRPC and gRPC-Web on")
-	data := fs.String("data", server.DefaultDataDir, "data directory of the embedded store")
+	data := fs.String("data", server.DefaultDataDir, "data directory of the embedded store (with --store, of the validator cache only)")
+	storeURL := fs.String("store", "", "keep the data in Redis at this URL (redis://host:port/db, rediss://, redis+sentinel://h1,h2/master, redis+cluster://h1,h2) instead of the embedded store: replicas given the same URL and prefix serve the same data")
+	redisPrefix := fs.String("redis-prefix", server.DefaultRedisPrefix, "prefix of the store's keys in Redis")
+	workLease := fs.Duration("work-lease", server.DefaultWorkLease, "with --store, how long a replica's lease on the rollout supervisor and compaction lasts; another replica takes over within it when the holder dies")
 	maxValue := fs.Int("max-value-bytes", server.DefaultMaxValueBytes, "largest value a put accepts, in bytes")
 	retainRevs := fs.Int64("retain-revisions", server.DefaultRetainRevisions, "revisions kept in the change log (0: no count limit)")
 	retainFor := fs.Duration("retain-for", server.DefaultRetainFor, "age after which change-log revisions are compacted (0: no age limit)")
@@ -68,6 +71,9 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	srv, err := server.New(ctx,
 		server.WithDataDir(*data),
+		server.WithStore(*storeURL),
+		server.WithRedisPrefix(*redisPrefix),
+		server.WithWorkLease(*workLease),
 		server.WithMaxValueBytes(*maxValue),
 		server.WithRetention(*retainRevs, *retainFor),
 		server.WithProgressInterval(*progress),
@@ -98,7 +104,11 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	if *tlsCert != "" {
 		scheme = "https"
 	}
-	log.Info("pawld listening", "addr", ln.Addr().String(), "url", scheme+"://"+ln.Addr().String(), "data", *data)
+	where := []any{"data", *data}
+	if *storeURL != "" {
+		where = []any{"store", *storeURL, "redis_prefix", *redisPrefix}
+	}
+	log.Info("pawld listening", append([]any{"addr", ln.Addr().String(), "url", scheme + "://" + ln.Addr().String()}, where...)...)
 	if err := srv.Serve(ctx, ln); err != nil {
 		return err
 	}

@@ -705,6 +705,7 @@ type WatchResponse struct {
 	//	*WatchResponse_Events
 	//	*WatchResponse_Progress
 	//	*WatchResponse_Compacted
+	//	*WatchResponse_Stale
 	Kind          isWatchResponse_Kind `protobuf_oneof:"kind"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -783,6 +784,15 @@ func (x *WatchResponse) GetCompacted() *WatchCompacted {
 	return nil
 }
 
+func (x *WatchResponse) GetStale() *WatchStale {
+	if x != nil {
+		if x, ok := x.Kind.(*WatchResponse_Stale); ok {
+			return x.Stale
+		}
+	}
+	return nil
+}
+
 type isWatchResponse_Kind interface {
 	isWatchResponse_Kind()
 }
@@ -807,6 +817,14 @@ type WatchResponse_Compacted struct {
 	Compacted *WatchCompacted `protobuf:"bytes,4,opt,name=compacted,proto3,oneof"`
 }
 
+type WatchResponse_Stale struct {
+	// The server cannot follow the store right now (a shared store it
+	// cannot reach): nothing after the revision is delivered, and no
+	// progress is reported, until it can. The stream stays open; a
+	// WatchProgress or WatchEvents says the server follows again.
+	Stale *WatchStale `protobuf:"bytes,5,opt,name=stale,proto3,oneof"`
+}
+
 func (*WatchResponse_Started) isWatchResponse_Kind() {}
 
 func (*WatchResponse_Events) isWatchResponse_Kind() {}
@@ -814,6 +832,8 @@ func (*WatchResponse_Events) isWatchResponse_Kind() {}
 func (*WatchResponse_Progress) isWatchResponse_Kind() {}
 
 func (*WatchResponse_Compacted) isWatchResponse_Kind() {}
+
+func (*WatchResponse_Stale) isWatchResponse_Kind() {}
 
 // WatchStarted says the watch is registered.
 type WatchStarted struct {
@@ -1019,6 +1039,64 @@ func (x *WatchProgress) GetRevision() int64 {
 	return 0
 }
 
+// WatchStale says the server stopped following the store: what the
+// watcher has may be out of date. A client that needs current data can
+// resume on another server from revision + 1.
+type WatchStale struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The watcher has every matching change up to this revision; later ones
+	// may exist that this server cannot see.
+	Revision int64 `protobuf:"varint,1,opt,name=revision,proto3" json:"revision,omitempty"`
+	// Why the server cannot follow the store.
+	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchStale) Reset() {
+	*x = WatchStale{}
+	mi := &file_pawl_v1_kv_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchStale) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchStale) ProtoMessage() {}
+
+func (x *WatchStale) ProtoReflect() protoreflect.Message {
+	mi := &file_pawl_v1_kv_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchStale.ProtoReflect.Descriptor instead.
+func (*WatchStale) Descriptor() ([]byte, []int) {
+	return file_pawl_v1_kv_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *WatchStale) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *WatchStale) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 // WatchCompacted says the changes the watcher needs are no longer retained.
 type WatchCompacted struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1033,7 +1111,7 @@ type WatchCompacted struct {
 
 func (x *WatchCompacted) Reset() {
 	*x = WatchCompacted{}
-	mi := &file_pawl_v1_kv_proto_msgTypes[15]
+	mi := &file_pawl_v1_kv_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1045,7 +1123,7 @@ func (x *WatchCompacted) String() string {
 func (*WatchCompacted) ProtoMessage() {}
 
 func (x *WatchCompacted) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_kv_proto_msgTypes[15]
+	mi := &file_pawl_v1_kv_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1058,7 +1136,7 @@ func (x *WatchCompacted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchCompacted.ProtoReflect.Descriptor instead.
 func (*WatchCompacted) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_kv_proto_rawDescGZIP(), []int{15}
+	return file_pawl_v1_kv_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *WatchCompacted) GetCompactRevision() int64 {
@@ -1121,12 +1199,13 @@ const file_pawl_v1_kv_proto_rawDesc = "" +
 	"\x0fnext_page_token\x18\x03 \x01(\tR\rnextPageToken\"M\n" +
 	"\fWatchRequest\x12\x16\n" +
 	"\x06prefix\x18\x01 \x01(\tR\x06prefix\x12%\n" +
-	"\x0estart_revision\x18\x02 \x01(\x03R\rstartRevision\"\xe9\x01\n" +
+	"\x0estart_revision\x18\x02 \x01(\x03R\rstartRevision\"\x96\x02\n" +
 	"\rWatchResponse\x121\n" +
 	"\astarted\x18\x01 \x01(\v2\x15.pawl.v1.WatchStartedH\x00R\astarted\x12.\n" +
 	"\x06events\x18\x02 \x01(\v2\x14.pawl.v1.WatchEventsH\x00R\x06events\x124\n" +
 	"\bprogress\x18\x03 \x01(\v2\x16.pawl.v1.WatchProgressH\x00R\bprogress\x127\n" +
-	"\tcompacted\x18\x04 \x01(\v2\x17.pawl.v1.WatchCompactedH\x00R\tcompactedB\x06\n" +
+	"\tcompacted\x18\x04 \x01(\v2\x17.pawl.v1.WatchCompactedH\x00R\tcompacted\x12+\n" +
+	"\x05stale\x18\x05 \x01(\v2\x13.pawl.v1.WatchStaleH\x00R\x05staleB\x06\n" +
 	"\x04kind\"*\n" +
 	"\fWatchStarted\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x03R\brevision\"5\n" +
@@ -1137,7 +1216,11 @@ const file_pawl_v1_kv_proto_rawDesc = "" +
 	"\x02kv\x18\x02 \x01(\v2\x11.pawl.v1.KeyValueR\x02kv\x12#\n" +
 	"\rprev_revision\x18\x03 \x01(\x03R\fprevRevision\"+\n" +
 	"\rWatchProgress\x12\x1a\n" +
-	"\brevision\x18\x01 \x01(\x03R\brevision\"h\n" +
+	"\brevision\x18\x01 \x01(\x03R\brevision\"@\n" +
+	"\n" +
+	"WatchStale\x12\x1a\n" +
+	"\brevision\x18\x01 \x01(\x03R\brevision\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"h\n" +
 	"\x0eWatchCompacted\x12)\n" +
 	"\x10compact_revision\x18\x01 \x01(\x03R\x0fcompactRevision\x12+\n" +
 	"\x11snapshot_revision\x18\x02 \x01(\x03R\x10snapshotRevision*R\n" +
@@ -1165,7 +1248,7 @@ func file_pawl_v1_kv_proto_rawDescGZIP() []byte {
 }
 
 var file_pawl_v1_kv_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_pawl_v1_kv_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_pawl_v1_kv_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_pawl_v1_kv_proto_goTypes = []any{
 	(EventType)(0),         // 0: pawl.v1.EventType
 	(*KeyValue)(nil),       // 1: pawl.v1.KeyValue
@@ -1183,7 +1266,8 @@ var file_pawl_v1_kv_proto_goTypes = []any{
 	(*WatchEvents)(nil),    // 13: pawl.v1.WatchEvents
 	(*Event)(nil),          // 14: pawl.v1.Event
 	(*WatchProgress)(nil),  // 15: pawl.v1.WatchProgress
-	(*WatchCompacted)(nil), // 16: pawl.v1.WatchCompacted
+	(*WatchStale)(nil),     // 16: pawl.v1.WatchStale
+	(*WatchCompacted)(nil), // 17: pawl.v1.WatchCompacted
 }
 var file_pawl_v1_kv_proto_depIdxs = []int32{
 	1,  // 0: pawl.v1.PutResponse.prev_kv:type_name -> pawl.v1.KeyValue
@@ -1193,25 +1277,26 @@ var file_pawl_v1_kv_proto_depIdxs = []int32{
 	12, // 4: pawl.v1.WatchResponse.started:type_name -> pawl.v1.WatchStarted
 	13, // 5: pawl.v1.WatchResponse.events:type_name -> pawl.v1.WatchEvents
 	15, // 6: pawl.v1.WatchResponse.progress:type_name -> pawl.v1.WatchProgress
-	16, // 7: pawl.v1.WatchResponse.compacted:type_name -> pawl.v1.WatchCompacted
-	14, // 8: pawl.v1.WatchEvents.events:type_name -> pawl.v1.Event
-	0,  // 9: pawl.v1.Event.type:type_name -> pawl.v1.EventType
-	1,  // 10: pawl.v1.Event.kv:type_name -> pawl.v1.KeyValue
-	2,  // 11: pawl.v1.KVService.Put:input_type -> pawl.v1.PutRequest
-	4,  // 12: pawl.v1.KVService.Get:input_type -> pawl.v1.GetRequest
-	6,  // 13: pawl.v1.KVService.Delete:input_type -> pawl.v1.DeleteRequest
-	8,  // 14: pawl.v1.KVService.List:input_type -> pawl.v1.ListRequest
-	10, // 15: pawl.v1.KVService.Watch:input_type -> pawl.v1.WatchRequest
-	3,  // 16: pawl.v1.KVService.Put:output_type -> pawl.v1.PutResponse
-	5,  // 17: pawl.v1.KVService.Get:output_type -> pawl.v1.GetResponse
-	7,  // 18: pawl.v1.KVService.Delete:output_type -> pawl.v1.DeleteResponse
-	9,  // 19: pawl.v1.KVService.List:output_type -> pawl.v1.ListResponse
-	11, // 20: pawl.v1.KVService.Watch:output_type -> pawl.v1.WatchResponse
-	16, // [16:21] is the sub-list for method output_type
-	11, // [11:16] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	17, // 7: pawl.v1.WatchResponse.compacted:type_name -> pawl.v1.WatchCompacted
+	16, // 8: pawl.v1.WatchResponse.stale:type_name -> pawl.v1.WatchStale
+	14, // 9: pawl.v1.WatchEvents.events:type_name -> pawl.v1.Event
+	0,  // 10: pawl.v1.Event.type:type_name -> pawl.v1.EventType
+	1,  // 11: pawl.v1.Event.kv:type_name -> pawl.v1.KeyValue
+	2,  // 12: pawl.v1.KVService.Put:input_type -> pawl.v1.PutRequest
+	4,  // 13: pawl.v1.KVService.Get:input_type -> pawl.v1.GetRequest
+	6,  // 14: pawl.v1.KVService.Delete:input_type -> pawl.v1.DeleteRequest
+	8,  // 15: pawl.v1.KVService.List:input_type -> pawl.v1.ListRequest
+	10, // 16: pawl.v1.KVService.Watch:input_type -> pawl.v1.WatchRequest
+	3,  // 17: pawl.v1.KVService.Put:output_type -> pawl.v1.PutResponse
+	5,  // 18: pawl.v1.KVService.Get:output_type -> pawl.v1.GetResponse
+	7,  // 19: pawl.v1.KVService.Delete:output_type -> pawl.v1.DeleteResponse
+	9,  // 20: pawl.v1.KVService.List:output_type -> pawl.v1.ListResponse
+	11, // 21: pawl.v1.KVService.Watch:output_type -> pawl.v1.WatchResponse
+	17, // [17:22] is the sub-list for method output_type
+	12, // [12:17] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_pawl_v1_kv_proto_init() }
@@ -1226,6 +1311,7 @@ func file_pawl_v1_kv_proto_init() {
 		(*WatchResponse_Events)(nil),
 		(*WatchResponse_Progress)(nil),
 		(*WatchResponse_Compacted)(nil),
+		(*WatchResponse_Stale)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1233,7 +1319,7 @@ func file_pawl_v1_kv_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pawl_v1_kv_proto_rawDesc), len(file_pawl_v1_kv_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   16,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -200,6 +200,9 @@ func toProtoKVPtr(kv *store.KeyValue) *pawlv1.KeyValue {
 }
 
 func toProtoBatch(b watch.Batch) *pawlv1.WatchResponse {
+	if len(b.Events) == 0 && b.Stale != "" {
+		return &pawlv1.WatchResponse{Kind: &pawlv1.WatchResponse_Stale{Stale: &pawlv1.WatchStale{Revision: b.Progress, Reason: b.Stale}}}
+	}
 	if len(b.Events) == 0 {
 		return &pawlv1.WatchResponse{Kind: &pawlv1.WatchResponse_Progress{Progress: &pawlv1.WatchProgress{Revision: b.Progress}}}
 	}

@@ -22,6 +22,15 @@
 // could not reach a stopped server are not declared dead for it. Expiry is
 // judged when the registry is read; nothing deletes a registration, which
 // stays for audit.
+//
+// Shared: when several servers share one store (WithShared), an instance
+// may register with one, heartbeat to another and hold a stream on a
+// third. Each server keeps the leases it renews and checkpoints them as
+// above, with an expiry the store honours, and a registration writes its
+// lease at once. Reads that judge liveness (Get, List, Members) merge the
+// stored leases of every server with this one's: the latest expiry of the
+// current registration wins. No lease is extended on restart: the other
+// servers kept serving.
 package instance
 
 import (
@@ -112,6 +121,8 @@ type Registry struct {
 	// by mu; the store stays the truth, and a boot that does not match is
 	// read again from it.
 	regs map[string]Record
+	// shared says other servers share the store (WithShared).
+	shared bool
 }
 
 // Option configures New.
@@ -119,6 +130,11 @@ type Option func(*Registry)
 
 // WithClock replaces time.Now, for tests that move time by hand.
 func WithClock(now func() time.Time) Option { return func(r *Registry) { r.now = now } }
+
+// WithShared says that other servers share the store, each with a
+// registry of its own: liveness is judged from every server's stored
+// leases, and none is extended when this one starts.
+func WithShared() Option { return func(r *Registry) { r.shared = true } }
 
 // WithCheckpointInterval sets how often Run writes the leases that changed
 // (default DefaultCheckpointInterval).
@@ -139,9 +155,29 @@ func New(ctx context.Context, st store.Store, term time.Duration, opts ...Option
 	case r.checkpoint <= 0:
 		return nil, fmt.Errorf("instance: WithCheckpointInterval(%s): must be positive", r.checkpoint)
 	}
+	if r.shared {
+		return r, nil
+	}
+	stored, err := r.storedLeases(ctx)
+	if err != nil {
+		return nil, err
+	}
 	now := r.now().UTC()
+	for id, l := range stored {
+		r.stored[id] = l
+		if l.ExpiresAt.After(l.CheckpointedAt) {
+			l.ExpiresAt = maxTime(l.ExpiresAt, now.Add(term))
+		}
+		r.leases[id] = l
+	}
+	return r, nil
+}
+
+// storedLeases reads every lease checkpointed in the store.
+func (r *Registry) storedLeases(ctx context.Context) (map[string]lease, error) {
+	out := map[string]lease{}
 	for after := ""; ; {
-		recs, more, err := st.ListRecords(ctx, leaseKind, after, 1000)
+		recs, more, err := r.store.ListRecords(ctx, leaseKind, after, 1000)
 		if err != nil {
 			return nil, fmt.Errorf("instance: load leases: %w", err)
 		}
@@ -150,18 +186,22 @@ func New(ctx context.Context, st store.Store, term time.Duration, opts ...Option
 			if err := json.Unmarshal(rec.Value, &l); err != nil {
 				return nil, fmt.Errorf("instance: lease of %s: %w", rec.ID, err)
 			}
-			r.stored[rec.ID] = l
-			if l.ExpiresAt.After(l.CheckpointedAt) {
-				l.ExpiresAt = maxTime(l.ExpiresAt, now.Add(term))
-			}
-			r.leases[rec.ID] = l
+			out[rec.ID] = l
 		}
 		if !more || len(recs) == 0 {
-			break
+			return out, nil
 		}
 		after = recs[len(recs)-1].ID
 	}
-	return r, nil
+}
+
+// othersLeases is, with a shared store, every server's stored leases (nil
+// otherwise): what withLease merges.
+func (r *Registry) othersLeases(ctx context.Context) (map[string]lease, error) {
+	if !r.shared {
+		return nil, nil
+	}
+	return r.storedLeases(ctx)
 }
 
 func maxTime(a, b time.Time) time.Time {
@@ -222,7 +262,7 @@ func (r *Registry) Checkpoint(ctx context.Context) error {
 		live := l.ExpiresAt.After(now)
 		switch {
 		case live && (!ok || st.BootID != l.BootID || st.Epoch != l.Epoch || (st.ExpiresAt.Before(soon) && l.ExpiresAt.After(st.ExpiresAt))):
-		case !live && ok && st.ExpiresAt.After(st.CheckpointedAt):
+		case !live && ok && st.ExpiresAt.After(st.CheckpointedAt) && !r.shared:
 		default:
 			continue
 		}
@@ -232,7 +272,8 @@ func (r *Registry) Checkpoint(ctx context.Context) error {
 			r.mu.Unlock()
 			return fmt.Errorf("instance: encode lease of %s: %w", id, err)
 		}
-		recs = append(recs, store.Record{ID: id, Value: b})
+		// A shared store drops the record a term after the lease ends.
+		recs = append(recs, store.Record{ID: id, Value: b, ExpiresAt: l.ExpiresAt.Add(r.lease)})
 		written = append(written, l)
 	}
 	r.mu.Unlock()
@@ -331,6 +372,21 @@ func (r *Registry) Register(ctx context.Context, in Instance) (Record, error) {
 	rec.MembershipEpoch = res.Revision
 	r.remember(rec)
 	rec.LeaseExpiresAt = r.renew(in.WorkloadIdentity, in.BootID, rec.MembershipEpoch)
+	if r.shared {
+		// Other servers judge this instance from the stored lease: write
+		// it now rather than at the next checkpoint. If this fails, the
+		// checkpoint writes it.
+		l := lease{BootID: in.BootID, Epoch: rec.MembershipEpoch, ExpiresAt: rec.LeaseExpiresAt, CheckpointedAt: r.now().UTC()}
+		if b, err := json.Marshal(l); err == nil {
+			if r.store.PutRecords(ctx, leaseKind, []store.Record{{ID: in.WorkloadIdentity, Value: b, ExpiresAt: l.ExpiresAt.Add(r.lease)}}) == nil {
+				r.mu.Lock()
+				if cur, ok := r.stored[in.WorkloadIdentity]; !ok || cur.Epoch <= l.Epoch {
+					r.stored[in.WorkloadIdentity] = l
+				}
+				r.mu.Unlock()
+			}
+		}
+	}
 	return rec, nil
 }
 
@@ -400,13 +456,18 @@ func (r *Registry) Heartbeat(ctx context.Context, identity, bootID string) (Reco
 
 // withLease fills in rec's lease expiry, when the lease is its
 // registration's; a lease held by a stream runs a full term from now.
-func (r *Registry) withLease(rec Record) Record {
+// others are the other servers' stored leases (nil when the store is not
+// shared): the latest expiry wins.
+func (r *Registry) withLease(rec Record, others map[string]lease) Record {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if l, ok := r.leases[rec.WorkloadIdentity]; ok && l.BootID == rec.BootID && l.Epoch == rec.MembershipEpoch {
+	if l, ok := others[rec.WorkloadIdentity]; ok && l.BootID == rec.BootID && l.Epoch == rec.MembershipEpoch {
 		rec.LeaseExpiresAt = l.ExpiresAt
+	}
+	if l, ok := r.leases[rec.WorkloadIdentity]; ok && l.BootID == rec.BootID && l.Epoch == rec.MembershipEpoch {
+		rec.LeaseExpiresAt = maxTime(rec.LeaseExpiresAt, l.ExpiresAt)
 		if h, held := r.holds[rec.WorkloadIdentity]; held && h.boot == l.BootID && h.epoch == l.Epoch {
-			rec.LeaseExpiresAt = maxTime(l.ExpiresAt, r.now().UTC().Add(r.lease))
+			rec.LeaseExpiresAt = maxTime(rec.LeaseExpiresAt, r.now().UTC().Add(r.lease))
 		}
 	}
 	return rec
@@ -418,7 +479,11 @@ func (r *Registry) Get(ctx context.Context, identity string) (Record, error) {
 	if err != nil {
 		return Record{}, err
 	}
-	return r.withLease(rec), nil
+	others, err := r.othersLeases(ctx)
+	if err != nil {
+		return Record{}, err
+	}
+	return r.withLease(rec, others), nil
 }
 
 // RegistrationAt returns one instance's registration (without its lease)
@@ -455,8 +520,12 @@ func (r *Registry) ListAt(ctx context.Context, revision int64) ([]Record, int64,
 	if err != nil {
 		return nil, 0, err
 	}
+	others, err := r.othersLeases(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
 	for i := range out {
-		out[i] = r.withLease(out[i])
+		out[i] = r.withLease(out[i], others)
 	}
 	return out, rev, nil
 }

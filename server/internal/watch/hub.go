@@ -72,6 +72,12 @@ type Source interface {
 // compacted by then. After a gap in the feed, what was lost is unknown, and
 // only the log decides.
 //
+// Staleness: a shared store's feed can stop following the store (its
+// backend is unreachable). The store tells the hub (SetStale), which wakes
+// every watcher; each says once that it is stale, with the revision it
+// has everything up to, and reports no progress until the hub follows
+// again, when each reports its progress at once.
+//
 // Progress: a ticker owned by the hub marks every watcher "progress due" and
 // wakes it; a watcher that is caught up then reports the revision it is
 // current at. No per-watcher timer exists.
@@ -91,6 +97,8 @@ type Hub struct {
 	closed    bool
 	prefixes  map[string]*prefixTrack // what left the ring, per watched prefix
 	evicted   []store.Event           // scratch: the events one Publish evicted
+	stale     string                  // why the feed cannot follow the store; "" when it can
+	staleGen  int64                   // counts the changes of stale
 
 	wmu      sync.Mutex
 	watchers map[string]map[*Watcher]struct{} // by prefix
@@ -100,6 +108,7 @@ type Hub struct {
 	cancel      context.CancelFunc
 	wg          sync.WaitGroup
 	unsubscribe func()
+	stopStale   func()
 	closeOnce   sync.Once
 }
 
@@ -162,6 +171,10 @@ func New(ctx context.Context, src Source, opts ...Option) (*Hub, error) {
 	}
 	h.newest = st.Revision
 	h.mu.Unlock()
+	h.stopStale = func() {}
+	if n, ok := src.(store.StaleNotifier); ok {
+		h.stopStale = n.NotifyStale(h.SetStale)
+	}
 	h.wg.Add(1)
 	go h.runProgress()
 	return h, nil
@@ -172,12 +185,40 @@ func New(ctx context.Context, src Source, opts ...Option) (*Hub, error) {
 func (h *Hub) Close() {
 	h.closeOnce.Do(func() {
 		h.unsubscribe()
+		h.stopStale()
 		h.mu.Lock()
 		h.closed = true
 		h.mu.Unlock()
 		h.cancel()
 		h.wg.Wait()
 	})
+}
+
+// SetStale tells the hub why its feed cannot follow the store (err), or
+// that it follows again (nil): every watcher is told once, and reports no
+// progress while the hub is stale. A store that implements
+// store.StaleNotifier calls it on its own.
+func (h *Hub) SetStale(err error) {
+	reason := ""
+	if err != nil {
+		reason = err.Error()
+	}
+	h.mu.Lock()
+	if (h.stale == "") == (reason == "") {
+		h.stale = reason
+		h.mu.Unlock()
+		return
+	}
+	h.stale = reason
+	h.staleGen++
+	h.mu.Unlock()
+	h.wmu.Lock()
+	defer h.wmu.Unlock()
+	for _, set := range h.watchers {
+		for w := range set {
+			w.wake()
+		}
+	}
 }
 
 // Revision is the newest revision the hub has published.
@@ -358,6 +399,10 @@ func (h *Hub) Watch(ctx context.Context, prefix string, start int64) (*Watcher, 
 	closed := h.closed
 	if start == 0 {
 		w.next = h.newest + 1
+	}
+	w.staleSeen = h.staleGen
+	if h.stale != "" {
+		w.staleSeen-- // a new watcher of a stale hub is told at once
 	}
 	if !closed {
 		t := h.prefixes[prefix]

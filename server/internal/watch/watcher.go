@@ -19,15 +19,22 @@ type Watcher struct {
 	notify      chan struct{} // buffered(1): a pending wake-up
 	progressDue atomic.Bool
 	closed      bool
+	staleSeen   int64 // the hub's staleness generation last reported; owned by Next's caller
 }
 
-// Batch is what Next delivers: events, or else a progress notification.
+// Batch is what Next delivers: events, or else a progress notification,
+// or else a stale notice.
 type Batch struct {
 	// Events are matching changes in revision order; empty for progress.
 	Events []store.Event
 	// Progress, when Events is empty, is the revision the watcher is current
-	// at: every matching change up to it was delivered.
+	// at: every matching change up to it was delivered. With Stale, it is
+	// the revision up to which it has every change, while later ones may
+	// exist.
 	Progress int64
+	// Stale, when set, says why the hub cannot follow the store: nothing
+	// new is delivered, and no progress reported, until it can.
+	Stale string
 }
 
 // StartedAt is the revision after which the watcher delivers changes, before
@@ -60,6 +67,12 @@ func (w *Watcher) Next(ctx context.Context) (Batch, error) {
 				return Batch{Events: ch.Events}, nil
 			}
 			continue
+		}
+		if reason, changed := w.staleness(); changed {
+			// Stale: say so once. Following again: say how current.
+			return Batch{Progress: w.next - 1, Stale: reason}, nil
+		} else if reason != "" {
+			w.progressDue.Store(false) // no progress while stale
 		}
 		if w.progressDue.Swap(false) {
 			return Batch{Progress: w.next - 1}, nil
@@ -109,6 +122,19 @@ func (w *Watcher) fromRing() (events []store.Event, needLog bool, err error) {
 		}
 	}
 	return events, false, nil
+}
+
+// staleness reports why the hub is stale ("" when it is not) and whether
+// that changed since the watcher last reported it.
+func (w *Watcher) staleness() (reason string, changed bool) {
+	h := w.hub
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	if h.staleGen == w.staleSeen {
+		return h.stale, false
+	}
+	w.staleSeen = h.staleGen
+	return h.stale, true
 }
 
 // wake makes a pending wake-up without blocking.
