@@ -16,6 +16,7 @@ import (
 
 	pawlv1 "github.com/pawlcfg/pawl/gen/pawl/v1"
 	"github.com/pawlcfg/pawl/gen/pawl/v1/pawlv1connect"
+	"github.com/pawlcfg/pawl/internal/pawldtest"
 	"github.com/pawlcfg/pawl/internal/testserver"
 	"github.com/pawlcfg/pawl/internal/wasmbuild"
 	"github.com/pawlcfg/pawl/sdk"
@@ -23,8 +24,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).reaper"), goleak.Cleanup(func(code int) {
 		wasmbuild.Cleanup()
+		pawldtest.Cleanup()
 		os.Exit(code)
 	}))
 }
@@ -49,23 +51,34 @@ func newHarness(t testing.TB, opts ...server.Option) *harness {
 	t.Cleanup(cancel)
 	h := &harness{t: t, ctx: ctx}
 	h.connect(testserver.Start(t, opts...))
-	resp, err := h.vs.Upload(ctx, connect.NewRequest(&pawlv1.UploadRequest{Wasm: wasmbuild.Build(t, "routing"), Name: "routing"}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	h.digest = resp.Msg.GetValidator().GetDigest()
+	h.upload()
 	return h
 }
 
 // connect points the operator clients at srv.
 func (h *harness) connect(srv *testserver.Server) {
-	client := testserver.HTTPClient(h.t)
 	h.srv = srv
-	h.is = pawlv1connect.NewInstanceServiceClient(client, srv.URL)
-	h.rs = pawlv1connect.NewReleaseServiceClient(client, srv.URL)
-	h.ro = pawlv1connect.NewRolloutServiceClient(client, srv.URL)
-	h.vs = pawlv1connect.NewValidatorServiceClient(client, srv.URL)
-	h.kv = pawlv1connect.NewKVServiceClient(client, srv.URL)
+	h.connectTo(srv.URL)
+}
+
+// connectTo points the operator clients at the server at url.
+func (h *harness) connectTo(url string) {
+	client := testserver.HTTPClient(h.t)
+	h.is = pawlv1connect.NewInstanceServiceClient(client, url)
+	h.rs = pawlv1connect.NewReleaseServiceClient(client, url)
+	h.ro = pawlv1connect.NewRolloutServiceClient(client, url)
+	h.vs = pawlv1connect.NewValidatorServiceClient(client, url)
+	h.kv = pawlv1connect.NewKVServiceClient(client, url)
+}
+
+// upload uploads the routing validator through the operator clients.
+func (h *harness) upload() {
+	h.t.Helper()
+	resp, err := h.vs.Upload(h.ctx, connect.NewRequest(&pawlv1.UploadRequest{Wasm: wasmbuild.Build(h.t, "routing"), Name: "routing"}))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.digest = resp.Msg.GetValidator().GetDigest()
 }
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }

@@ -1,0 +1,197 @@
+package sdk_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	pawlv1 "github.com/pawlcfg/pawl/gen/pawl/v1"
+	"github.com/pawlcfg/pawl/internal/pawldtest"
+	"github.com/pawlcfg/pawl/internal/redistest"
+	"github.com/pawlcfg/pawl/internal/wasmbuild"
+	"github.com/pawlcfg/pawl/sdk"
+)
+
+// startReplicas starts n pawld processes on the shared Redis under a new
+// prefix, with a one-second work lease.
+func startReplicas(t *testing.T, n int) ([]*pawldtest.Process, func() int) {
+	t.Helper()
+	rdb, prefix := redistest.Shared(t)
+	procs := make([]*pawldtest.Process, n)
+	for i := range procs {
+		procs[i] = pawldtest.Start(t, "--data", t.TempDir(), "--validator-cache", wasmbuild.CacheDir(t),
+			"--store", "redis://"+redistest.Addr()+"/0", "--redis-prefix", prefix, "--work-lease", "1s")
+	}
+	// supervisor is the index of the replica holding the supervisor's
+	// lease, from the holder Redis records (host/pid/random).
+	supervisor := func() int {
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			holder, _ := rdb.HGet(context.Background(), "{"+prefix+"}:lease:rollout-supervisor", "holder").Result()
+			if parts := strings.Split(holder, "/"); len(parts) == 3 {
+				pid, _ := strconv.Atoi(parts[1])
+				for i, p := range procs {
+					if p.Pid == pid {
+						return i
+					}
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no replica holds the supervisor's lease (holder %q)", holder)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	return procs, supervisor
+}
+
+// urlsFrom lists the replicas' URLs starting at the i-th.
+func urlsFrom(procs []*pawldtest.Process, i int) string {
+	var urls []string
+	for k := range procs {
+		urls = append(urls, procs[(i+k)%len(procs)].URL)
+	}
+	return strings.Join(urls, ",")
+}
+
+// TestSpacesResumeOnAnotherReplica: clients given three replicas follow a
+// key space on the first; it is killed (SIGKILL) in the middle of a
+// stream of writes sent to another, and each client resumes on the next
+// replica from its last revision: every change once, in order.
+func TestSpacesResumeOnAnotherReplica(t *testing.T) {
+	procs, _ := startReplicas(t, 3)
+	h := &harness{t: t, ctx: context.Background()}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	h.ctx = ctx
+	h.connectTo(procs[2].URL)
+	const clients, writes = 20, 200
+	type seen struct {
+		mu   sync.Mutex
+		keys []string
+	}
+	spaces := make([]*sdk.Space, clients)
+	seens := make([]*seen, clients)
+	cs := make([]*sdk.Client, clients)
+	for i := range spaces {
+		cs[i] = h.clientAt(urlsFrom(procs, 0), fmt.Sprintf("reader-%d", i), sdk.WithoutAssignments())
+		sp, err := cs[i].Space(ctx, "/s/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(sp.Close)
+		spaces[i], seens[i] = sp, &seen{}
+		sn := seens[i]
+		sp.OnChange(func(c sdk.Change) {
+			sn.mu.Lock()
+			sn.keys = append(sn.keys, c.Key)
+			sn.mu.Unlock()
+		})
+	}
+	var want []string
+	var last int64
+	for i := 1; i <= writes; i++ {
+		if i == writes/2 {
+			procs[0].Kill()
+		}
+		key := fmt.Sprintf("/s/%04d", i)
+		resp, err := h.kv.Put(ctx, connect.NewRequest(&pawlv1.PutRequest{Key: key, Value: []byte("v")}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, key)
+		last = resp.Msg.GetRevision()
+	}
+	for i, sp := range spaces {
+		if err := sp.WaitRevision(ctx, last); err != nil {
+			t.Fatalf("client %d: %v", i, err)
+		}
+		seens[i].mu.Lock()
+		got := slices.Clone(seens[i].keys)
+		seens[i].mu.Unlock()
+		if !slices.Equal(got, want) {
+			t.Fatalf("client %d saw %d changes, want the %d writes once each in order; first ones %v", i, len(got), len(want), got[:min(5, len(got))])
+		}
+		if cs[i].Server() == procs[0].URL {
+			t.Fatalf("client %d still uses the killed replica", i)
+		}
+	}
+}
+
+// TestRolloutAcrossReplicasWhileTheSupervisorDies: six SDK clients spread
+// over three replicas take a release to HEALTHY_ACKED (their ACKs sent to
+// whichever replica each uses) and it is promoted on another. Then the
+// replica that supervises rollouts is killed with SIGKILL: another takes
+// the supervisor's lease over and stops a release at its deadline, the
+// clients of the dead replica move on, and a third release goes through
+// and is promoted.
+func TestRolloutAcrossReplicasWhileTheSupervisorDies(t *testing.T) {
+	procs, supervisor := startReplicas(t, 3)
+	sup := supervisor()
+	op := (sup + 1) % 3
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	h := &harness{t: t, ctx: ctx}
+	h.connectTo(procs[op].URL)
+	h.upload()
+	var ids []string
+	clients := map[string]*sdk.Client{}
+	for i := range 6 {
+		id := fmt.Sprintf("i%d", i)
+		clients[id] = h.clientAt(urlsFrom(procs, i%3), id, sdk.WithZone(fmt.Sprintf("zone-%c", 'a'+i%3)))
+		ids = append(ids, id)
+	}
+	h.waitRegistered(ids...)
+	allHealthy := func(gen int64) {
+		t.Helper()
+		h.awaitAcks(gen, func(states map[string][]string) bool {
+			for _, id := range ids {
+				if !reported(states, id, "HEALTHY_ACKED") {
+					return false
+				}
+			}
+			return true
+		})
+	}
+
+	rel1 := h.release(30, nil)
+	allHealthy(rel1.GetGeneration())
+	h.promote(rel1.GetGeneration())
+	for _, id := range ids {
+		has(t, clients[id], rel1.GetGeneration())
+	}
+
+	procs[sup].Kill()
+	dead := procs[sup].URL
+	rel2 := h.release(40, func(spec *pawlv1.ReleaseSpec) {
+		spec.HealthWindow = durationpb.New(time.Minute) // nobody is healthy in time
+		spec.Deadline = durationpb.New(3 * time.Second)
+	})
+	h.awaitKV("/_pawl/", func() bool {
+		return h.status(rel2.GetGeneration()).GetState() == pawlv1.ReleaseState_RELEASE_STATE_STOPPED
+	})
+	if stop := h.status(rel2.GetGeneration()).GetStop(); !strings.Contains(stop.GetReason(), "the deadline passed") {
+		t.Fatalf("generation %d stopped by %+v", rel2.GetGeneration(), stop)
+	}
+	if now := supervisor(); now == sup {
+		t.Fatal("the supervisor's lease is still the dead replica's")
+	}
+
+	rel3 := h.release(50, nil)
+	allHealthy(rel3.GetGeneration())
+	h.promote(rel3.GetGeneration())
+	for _, id := range ids {
+		has(t, clients[id], rel3.GetGeneration())
+		if clients[id].Server() == dead {
+			t.Errorf("%s still uses the dead replica", id)
+		}
+	}
+}
