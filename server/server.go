@@ -327,6 +327,7 @@ func openStore(ctx context.Context, cfg config) (st store.Store, closeClient fun
 		}
 		return bolt, func() {}, nil
 	}
+	redisstore.SetLogger(cfg.log)
 	rdb, err := redisstore.NewClient(cfg.storeURL)
 	if err != nil {
 		return nil, nil, fmt.Errorf("server: %w", err)

@@ -1,10 +1,13 @@
 package redisstore
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -73,4 +76,18 @@ func NewClient(rawURL string) (redis.UniversalClient, error) {
 		db = n
 	}
 	return redis.NewUniversalClient(&redis.UniversalOptions{Addrs: addrs, MasterName: segments[0], DB: db, Username: user, Password: password}), nil
+}
+
+// SetLogger sends go-redis's own log lines (reconnects, failed dials) to
+// log at debug level: the engine reports what matters through its errors
+// and its feed's staleness. go-redis's logger is process-wide and is not
+// safe to replace while clients run, so only the first call counts.
+func SetLogger(log *slog.Logger) { setLoggerOnce.Do(func() { redis.SetLogger(redisLogger{log}) }) }
+
+var setLoggerOnce sync.Once
+
+type redisLogger struct{ log *slog.Logger }
+
+func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	l.log.DebugContext(ctx, "redis: "+fmt.Sprintf(format, v...))
 }
