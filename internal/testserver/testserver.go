@@ -1,5 +1,11 @@
 // Package testserver starts a real Pawl server on a loopback port for tests
 // and stops it when the test ends, as connect-go's memhttptest does.
+//
+// With PAWL_TEST_STORE=redis in the environment, every server it starts
+// keeps its data in the shared test Redis (internal/redistest) instead of
+// the embedded store, under a prefix of its own per data directory (a
+// restart on the same directory finds the same data): the suites above
+// the store run unchanged on either engine.
 package testserver
 
 import (
@@ -8,8 +14,11 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"sync"
 	"testing"
 
+	"github.com/pawlcfg/pawl/internal/redistest"
 	"github.com/pawlcfg/pawl/internal/wasmbuild"
 	"github.com/pawlcfg/pawl/server"
 )
@@ -50,6 +59,9 @@ func StartAt(t testing.TB, dir, addr string, opts ...server.Option) *Server {
 	ctx, cancel := context.WithCancel(context.Background())
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	base := []server.Option{server.WithDataDir(dir), server.WithLogger(quiet), server.WithValidatorCacheDir(wasmbuild.CacheDir(t))}
+	if os.Getenv("PAWL_TEST_STORE") == "redis" {
+		base = append(base, redisStore(t, dir)...)
+	}
 	srv, err := server.New(ctx, append(base, opts...)...)
 	if err != nil {
 		cancel()
@@ -80,6 +92,38 @@ func StartAt(t testing.TB, dir, addr string, opts ...server.Option) *Server {
 	}
 	t.Cleanup(s.stop)
 	return s
+}
+
+// Engine names the store engine the servers of this test run use:
+// "redis" or "bolt".
+func Engine() string {
+	if os.Getenv("PAWL_TEST_STORE") == "redis" {
+		return "redis"
+	}
+	return "bolt"
+}
+
+var (
+	prefixMu sync.Mutex
+	prefixes = map[string]string{} // by data directory
+)
+
+// redisStore returns the options of a server keeping its data in the
+// shared test Redis under the prefix of dir, deleted when the test that
+// first used dir ends.
+func redisStore(t testing.TB, dir string) []server.Option {
+	prefixMu.Lock()
+	prefix, ok := prefixes[dir]
+	if !ok {
+		prefix = redistest.Prefix()
+		prefixes[dir] = prefix
+	}
+	prefixMu.Unlock()
+	if !ok {
+		rdb, _ := redistest.Shared(t) // its own prefix goes unused
+		t.Cleanup(func() { redistest.DeletePrefix(t, rdb, prefix) })
+	}
+	return []server.Option{server.WithStore("redis://" + redistest.Addr() + "/0"), server.WithRedisPrefix(prefix)}
 }
 
 // Stop stops the server now (Cleanup then does nothing), for restart tests.
