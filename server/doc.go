@@ -6,6 +6,13 @@
 // serves the Connect handlers (Connect, gRPC and gRPC-Web on one port), with
 // gRPC health checking and server reflection.
 //
+// The store is the embedded bbolt file in the data directory, or Redis
+// (WithStore), which several servers share as replicas: then the
+// compactor and the rollout supervisor run under a lease on one replica
+// at a time (package singleton), instance leases are shared through the
+// store, and health checks report NOT_SERVING while the replica cannot
+// follow Redis.
+//
 // A program needs four things from it:
 //
 //	srv, err := server.New(ctx, server.WithDataDir("./pawl-data"))
@@ -18,6 +25,9 @@
 //
 //	server/internal/store      the storage contract, with its conformance suite in storetest
 //	server/internal/store/boltstore  the embedded bbolt engine (the default)
+//	server/internal/store/redisstore the Redis engine, shared by replicas
+//	server/internal/retention  the change log's retention policy and the compactor
+//	server/internal/singleton  work that runs on one replica at a time, under a fenced lease
 //	server/internal/watch      the watch hub
 //	server/internal/api        the Connect edge: a handler per service, the error-to-code mapper, interceptors
 //	server/internal/records    the layout of /_pawl/ and its codec

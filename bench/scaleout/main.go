@@ -23,12 +23,14 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -44,9 +46,12 @@ import (
 )
 
 type options struct {
+	pprofAddrs              []string
+	profileName             string
 	watchers, rate, perConn int
 	duration, throughputFor time.Duration
-	pawld, setups           string
+	pawld, setups, profiles string
+	replicaProcs            int
 }
 
 func main() {
@@ -58,6 +63,8 @@ func main() {
 	flag.IntVar(&o.perConn, "streams-per-connection", 500, "watch streams per HTTP/2 connection")
 	flag.StringVar(&o.pawld, "pawld", "", "pawld binary (default: built from ./cmd/pawld)")
 	flag.StringVar(&o.setups, "setups", "bolt,redis-1,redis-3", "setups to measure, in order")
+	flag.IntVar(&o.replicaProcs, "replica-procs", 0, "GOMAXPROCS of each pawld when there are several (0: Go's default, every CPU)")
+	flag.StringVar(&o.profiles, "profiles", "", "write CPU profiles of every pawld and of this process over the steady-rate writes to this directory")
 	flag.Parse()
 	if err := run(context.Background(), o); err != nil {
 		fmt.Fprintln(os.Stderr, "scaleout:", err)
@@ -144,15 +151,32 @@ func measure(ctx context.Context, o options, s setup, dir string) (result, error
 		defer stop()
 		args = []string{"--store", "redis://" + addr + "/0", "--redis-prefix", "bench"}
 	}
-	var urls []string
+	var urls, pprofs []string
 	for i := range s.replicas {
-		p, err := benchkit.StartPawld(ctx, o.pawld, filepath.Join(dir, fmt.Sprintf("pawld-%d", i)), args...)
+		extra := args
+		if o.profiles != "" {
+			addr, err := freeAddr()
+			if err != nil {
+				return result{}, err
+			}
+			extra = append(slices.Clone(args), "--pprof", addr)
+			pprofs = append(pprofs, addr)
+		}
+		if o.replicaProcs > 0 && s.replicas > 1 {
+			// Replicas sharing one machine with GOMAXPROCS each at every
+			// CPU fight over them; pawld inherits this environment.
+			os.Setenv("GOMAXPROCS", strconv.Itoa(o.replicaProcs))
+		}
+		p, err := benchkit.StartPawld(ctx, o.pawld, filepath.Join(dir, fmt.Sprintf("pawld-%d", i)), extra...)
+		os.Unsetenv("GOMAXPROCS")
 		if err != nil {
 			return result{}, err
 		}
 		defer p.Stop()
 		urls = append(urls, p.URL)
 	}
+	o.pprofAddrs = pprofs
+	o.profileName = strings.NewReplacer(" ", "-", ",", "").Replace(s.name)
 	fmt.Fprintf(os.Stderr, "%s: %d pawld up\n", s.name, len(urls))
 	var r result
 	var err error
@@ -309,6 +333,8 @@ func latency(ctx context.Context, o options, urls []string, r *result) error {
 	for i, u := range urls {
 		writers[i] = pawlv1connect.NewKVServiceClient(h2c(), u, connect.WithGRPC())
 	}
+	stopProfiles := startProfiles(o)
+	defer stopProfiles()
 	value := make([]byte, 256)
 	tick := time.NewTicker(time.Second / time.Duration(o.rate))
 	begin := time.Now()
@@ -379,4 +405,53 @@ func latency(ctx context.Context, o options, urls []string, r *result) error {
 		}
 	}
 	return nil
+}
+
+func freeAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
+// startProfiles profiles every pawld (over its --pprof address) and this
+// process for the steady-rate writes, when -profiles is set; the returned
+// function waits for the profiles.
+func startProfiles(o options) func() {
+	if o.profiles == "" {
+		return func() {}
+	}
+	_ = os.MkdirAll(o.profiles, 0o755)
+	secs := int(o.duration.Seconds())
+	var wg sync.WaitGroup
+	for i, addr := range o.pprofAddrs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, secs))
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "profile:", err)
+				return
+			}
+			defer resp.Body.Close()
+			f, err := os.Create(filepath.Join(o.profiles, fmt.Sprintf("%s-pawld-%d.pprof", o.profileName, i)))
+			if err != nil {
+				return
+			}
+			defer f.Close()
+			_, _ = io.Copy(f, resp.Body)
+		}()
+	}
+	f, err := os.Create(filepath.Join(o.profiles, o.profileName+"-bench.pprof"))
+	if err == nil && pprof.StartCPUProfile(f) == nil {
+		time.AfterFunc(o.duration, pprof.StopCPUProfile)
+	}
+	return func() {
+		wg.Wait()
+		if f != nil {
+			_ = f.Close()
+		}
+	}
 }

@@ -57,7 +57,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	if server == "" {
 		server = "http://127.0.0.1:7070"
 	}
-	fs.StringVar(&o.server, "server", server, "the Pawl server (env PAWL_SERVER)")
+	fs.StringVar(&o.server, "server", server, "the Pawl server, or several replicas separated by commas (env PAWL_SERVER)")
 	fs.StringVar(&o.identity, "identity", "", "the instance's workload identity (required unless --no-assignments)")
 	fs.StringVar(&o.zone, "zone", "", "the instance's zone")
 	fs.StringVar(&o.role, "role", "", "the instance's role")
