@@ -122,6 +122,9 @@ func New(ctx context.Context, serverURL string, opts ...Option) (*Client, error)
 		return nil, fmt.Errorf("sdk: tracing interceptor: %w", err)
 	}
 	clientOpts := []connect.ClientOption{connect.WithInterceptors(otelInterceptor, bearer(cfg.token))}
+	if c.servers != nil {
+		clientOpts = append(clientOpts, connect.WithInterceptors(c.servers.interceptor()))
+	}
 	if cfg.grpc {
 		clientOpts = append(clientOpts, connect.WithGRPC())
 	}

@@ -14,10 +14,13 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	pawlv1 "github.com/pawlcfg/pawl/gen/pawl/v1"
+	"github.com/pawlcfg/pawl/internal/faultproxy"
 	"github.com/pawlcfg/pawl/internal/pawldtest"
 	"github.com/pawlcfg/pawl/internal/redistest"
+	"github.com/pawlcfg/pawl/internal/testserver"
 	"github.com/pawlcfg/pawl/internal/wasmbuild"
 	"github.com/pawlcfg/pawl/sdk"
+	"github.com/pawlcfg/pawl/server"
 )
 
 // startReplicas starts n pawld processes on the shared Redis under a new
@@ -193,5 +196,63 @@ func TestRolloutAcrossReplicasWhileTheSupervisorDies(t *testing.T) {
 		if clients[id].Server() == dead {
 			t.Errorf("%s still uses the dead replica", id)
 		}
+	}
+}
+
+// TestASpaceLeavesAReplicaThatLostRedis: a replica cut off from Redis
+// tells its watchers they are stale; a client given only that replica
+// keeps its stream and reports Stale until the replica follows again, and
+// a client given two moves to the other at once and keeps up with the
+// writes made meanwhile.
+func TestASpaceLeavesAReplicaThatLostRedis(t *testing.T) {
+	_, prefix := redistest.Shared(t)
+	proxy := faultproxy.NewHolder(t, redistest.Addr())
+	cutOff := testserver.Start(t, server.WithStore("redis://"+proxy.Addr+"/0"), server.WithRedisPrefix(prefix))
+	other := testserver.Start(t, server.WithStore("redis://"+redistest.Addr()+"/0"), server.WithRedisPrefix(prefix))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	h := &harness{t: t, ctx: ctx}
+	h.connectTo(other.URL)
+	alone := h.clientAt(cutOff.URL, "alone", sdk.WithoutAssignments())
+	both := h.clientAt(cutOff.URL+","+other.URL, "both", sdk.WithoutAssignments())
+	spAlone, err := alone.Space(ctx, "/st/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer spAlone.Close()
+	spBoth, err := both.Space(ctx, "/st/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer spBoth.Close()
+
+	proxy.Partition()
+	resp, err := h.kv.Put(ctx, connect.NewRequest(&pawlv1.PutRequest{Key: "/st/during", Value: []byte("v")}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	during := resp.Msg.GetRevision()
+	if err := spBoth.WaitRevision(ctx, during); err != nil {
+		t.Fatalf("the client given two replicas did not get the write made during the cut: %v", err)
+	}
+	if both.Server() != other.URL {
+		t.Fatalf("the client given two replicas uses %s, want %s", both.Server(), other.URL)
+	}
+	for !spAlone.Stale() {
+		select {
+		case <-ctx.Done():
+			t.Fatal("the client given only the cut-off replica never learnt it was stale")
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	if _, ok := spAlone.Get("/st/during"); ok {
+		t.Fatal("the cut-off replica delivered a write it cannot see")
+	}
+	proxy.Heal()
+	if err := spAlone.WaitRevision(ctx, during); err != nil {
+		t.Fatalf("after healing: %v", err)
+	}
+	if spAlone.Stale() {
+		t.Fatal("still stale after the replica caught up")
 	}
 }

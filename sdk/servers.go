@@ -1,6 +1,7 @@
 package sdk
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -8,13 +9,16 @@ import (
 	"net/url"
 	"strings"
 	"sync/atomic"
+
+	"connectrpc.com/connect"
 )
 
 // servers is the list of Pawl servers a client may use, and the one it
 // uses now. It is the client's HTTP transport: every call goes to the
 // current server, and a call that cannot reach it (the connection fails,
 // breaks in the middle of a stream, or the server answers 502, 503 or
-// 504) moves the client on to the next one for its following calls. The
+// 504), or that the server ends with Unavailable (its interceptor), moves
+// the client on to the next one for its following calls. The
 // client's loops then retry, as they would against one server, and resume
 // from their last revision wherever they land.
 type servers struct {
@@ -95,4 +99,49 @@ func (s *servers) CloseIdleConnections() {
 	if c, ok := s.next.(interface{ CloseIdleConnections() }); ok {
 		c.CloseIdleConnections()
 	}
+}
+
+// interceptor moves the client on when a call, or a stream, ends with
+// Unavailable: the server answered, but cannot serve (it lost its store,
+// or it is shutting down). The server in use when the call began is the
+// one it moves on from.
+func (s *servers) interceptor() connect.Interceptor { return serversInterceptor{s} }
+
+type serversInterceptor struct{ s *servers }
+
+func (i serversInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		at := i.s.cur.Load()
+		resp, err := next(ctx, req)
+		if connect.CodeOf(err) == connect.CodeUnavailable && ctx.Err() == nil {
+			i.s.moveOn(at)
+		}
+		return resp, err
+	}
+}
+
+func (i serversInterceptor) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return func(ctx context.Context, spec connect.Spec) connect.StreamingClientConn {
+		return &serversConn{StreamingClientConn: next(ctx, spec), s: i.s, at: i.s.cur.Load(), ctx: ctx}
+	}
+}
+
+func (i serversInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return next
+}
+
+// serversConn watches a stream's end for Unavailable.
+type serversConn struct {
+	connect.StreamingClientConn
+	s   *servers
+	at  int64
+	ctx context.Context
+}
+
+func (c *serversConn) Receive(msg any) error {
+	err := c.StreamingClientConn.Receive(msg)
+	if err != nil && connect.CodeOf(err) == connect.CodeUnavailable && c.ctx.Err() == nil {
+		c.s.moveOn(c.at)
+	}
+	return err
 }
