@@ -256,3 +256,34 @@ func TestASpaceLeavesAReplicaThatLostRedis(t *testing.T) {
 		t.Fatal("still stale after the replica caught up")
 	}
 }
+
+// TestAssignmentsMoveOffAReplicaThatLostRedis: an instance that follows
+// its assignments on a replica cut off from Redis is told to go (its
+// stream ends with Unavailable), resumes on the other replica, and
+// applies and acknowledges a release cut there meanwhile.
+func TestAssignmentsMoveOffAReplicaThatLostRedis(t *testing.T) {
+	_, prefix := redistest.Shared(t)
+	proxy := faultproxy.NewHolder(t, redistest.Addr())
+	cutOff := testserver.Start(t, server.WithStore("redis://"+proxy.Addr+"/0"), server.WithRedisPrefix(prefix))
+	other := testserver.Start(t, server.WithStore("redis://"+redistest.Addr()+"/0"), server.WithRedisPrefix(prefix))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	h := &harness{t: t, ctx: ctx}
+	h.connectTo(other.URL)
+	h.upload()
+	c := h.clientAt(cutOff.URL+","+other.URL, "i0")
+	h.waitRegistered("i0")
+	rel1 := h.release(10, nil)
+	has(t, c, rel1.GetGeneration())
+	if c.Server() != cutOff.URL {
+		t.Fatalf("the client moved to %s before the cut", c.Server())
+	}
+
+	proxy.Partition()
+	rel2 := h.release(20, nil)
+	h.awaitAcks(rel2.GetGeneration(), func(states map[string][]string) bool { return reported(states, "i0", "HEALTHY_ACKED") })
+	has(t, c, rel2.GetGeneration())
+	if c.Server() != other.URL {
+		t.Fatalf("the client uses %s, want %s", c.Server(), other.URL)
+	}
+}

@@ -46,7 +46,9 @@ func NewInstances(r *instance.Registry, ro *rollout.Rollouts, hub *watch.Hub, lo
 // set (or, with deltas, what changed) when anything did. A stream that
 // fell so far behind that the change log it needs was compacted starts
 // over from now with a full set, which is all an instance needs. The
-// stream ends with Unavailable when the server shuts down.
+// stream ends with Unavailable when the server shuts down, and when it
+// stops following a shared store (its instance resumes on another
+// replica).
 func (h *Instances) WatchAssignments(ctx context.Context, req *connect.Request[pawlv1.WatchAssignmentsRequest], stream *connect.ServerStream[pawlv1.WatchAssignmentsResponse]) error {
 	m := req.Msg
 	identity := m.GetWorkloadIdentity()
@@ -55,6 +57,17 @@ func (h *Instances) WatchAssignments(ctx context.Context, req *connect.Request[p
 	}
 	if after := m.GetAfterRevision(); after != 0 {
 		now := h.hub.Revision()
+		if after > now {
+			// A replica's feed may trail the store by a moment: a client
+			// resuming here with a revision another replica sent it waits
+			// for this one to catch up (AssignmentsAt), unless the store
+			// has no such revision at all.
+			rev, err := h.hub.StoreRevision(ctx)
+			if err != nil {
+				return Error(h.log, req.Spec(), err)
+			}
+			now = max(now, rev)
+		}
 		if after < 0 || after > now {
 			return InvalidArgument("after_revision %d is not a revision this server has (its revision is %d): resume from a revision it sent you, or 0", after, now)
 		}
@@ -102,6 +115,11 @@ func (h *Instances) WatchAssignments(ctx context.Context, req *connect.Request[p
 			continue
 		case err != nil:
 			return Error(h.log, req.Spec(), err)
+		case batch.Stale != "":
+			// This replica cannot follow the store: the instance must not
+			// wait on it for assignments that may already exist.
+			return connect.NewError(connect.CodeUnavailable, fmt.Errorf(
+				"this server cannot follow its store (%s): resume on another replica with after_revision %d", batch.Stale, batch.Progress))
 		case len(batch.Events) == 0:
 			continue
 		}

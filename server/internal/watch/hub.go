@@ -221,6 +221,16 @@ func (h *Hub) SetStale(err error) {
 	}
 }
 
+// StoreRevision is the store's current revision, which a hub fed by a
+// shared store may not have published yet.
+func (h *Hub) StoreRevision(ctx context.Context) (int64, error) {
+	st, err := h.src.Status(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("watch: read store status: %w", err)
+	}
+	return st.Revision, nil
+}
+
 // Revision is the newest revision the hub has published.
 func (h *Hub) Revision() int64 {
 	h.mu.RLock()
