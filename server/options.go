@@ -2,8 +2,8 @@ package server
 
 import (
 	"fmt"
-	"strings"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/pawlcfg/pawl/server/internal/retention"

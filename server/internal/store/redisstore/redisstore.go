@@ -32,7 +32,7 @@ type Store struct {
 }
 
 var (
-	_ store.Store  = (*Store)(nil)
+	_ store.Store         = (*Store)(nil)
 	_ store.Leaser        = (*Store)(nil)
 	_ store.StaleNotifier = (*Store)(nil)
 )
