@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -191,4 +192,40 @@ func (s *Server) Port() int {
 	_, port, _ := net.SplitHostPort(s.Addr)
 	n, _ := strconv.Atoi(port)
 	return n
+}
+
+// StartCluster starts a Redis Cluster of n primaries (no replicas), each a
+// private redis-server, and returns their addresses once the cluster
+// reports itself ok. It fails the test when redis-cli is not installed.
+func StartCluster(t testing.TB, n int) []string {
+	t.Helper()
+	if _, err := exec.LookPath("redis-cli"); err != nil {
+		t.Fatalf("redistest: redis-cli is not installed: %v", err)
+	}
+	var addrs []string
+	for range n {
+		s := Start(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000")
+		addrs = append(addrs, s.Addr)
+	}
+	create := exec.Command("redis-cli", append(append([]string{"--cluster", "create"}, addrs...), "--cluster-replicas", "0", "--cluster-yes")...)
+	if out, err := create.CombinedOutput(); err != nil {
+		t.Fatalf("redistest: create the cluster: %v\n%s", err, out)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for _, a := range addrs {
+		rdb := redis.NewClient(&redis.Options{Addr: a})
+		for {
+			info, err := rdb.ClusterInfo(context.Background()).Result()
+			if err == nil && strings.Contains(info, "cluster_state:ok") {
+				break
+			}
+			if time.Now().After(deadline) {
+				_ = rdb.Close()
+				t.Fatalf("redistest: the cluster at %s is not ok: %v %s", a, err, info)
+			}
+			time.Sleep(50 * time.Millisecond) // the cluster has no readiness event to await
+		}
+		_ = rdb.Close()
+	}
+	return addrs
 }

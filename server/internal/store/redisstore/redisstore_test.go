@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -253,4 +254,29 @@ func TestNewClientReadsEveryKindOfURL(t *testing.T) {
 		}
 		t.Skip(err)
 	}
+}
+
+// TestConformanceOnACluster runs the conformance suites on a Redis Cluster
+// of three primaries, through the universal client a redis+cluster URL
+// gives: every key of a store shares one hash slot, its scripts and its
+// notices work there as on one server.
+func TestConformanceOnACluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a Redis Cluster")
+	}
+	addrs := redistest.StartCluster(t, 3)
+	url := "redis+cluster://" + strings.Join(addrs, ",")
+	client := func(t *testing.T) redis.UniversalClient {
+		rdb, err := NewClient(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = rdb.Close() })
+		return rdb
+	}
+	storetest.Run(t, func(t *testing.T) store.Store { return open(t, client(t), redistest.Prefix()) })
+	storetest.RunShared(t, func(t *testing.T) (store.Store, store.Store) {
+		prefix := redistest.Prefix()
+		return open(t, client(t), prefix), open(t, client(t), prefix)
+	})
 }
