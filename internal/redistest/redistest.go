@@ -10,6 +10,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 
 	"net"
 	"os"
@@ -228,4 +229,41 @@ func StartCluster(t testing.TB, n int) []string {
 		_ = rdb.Close()
 	}
 	return addrs
+}
+
+// StartSentinel starts a Redis Sentinel on a free port that monitors the
+// primary at primaryAddr under the name master, and returns its address
+// once it knows the primary.
+func StartSentinel(t testing.TB, master, primaryAddr string) string {
+	t.Helper()
+	dir := t.TempDir()
+	addr := freeAddr(t)
+	host, port, _ := net.SplitHostPort(addr)
+	phost, pport, _ := net.SplitHostPort(primaryAddr)
+	conf := filepath.Join(dir, "sentinel.conf")
+	body := fmt.Sprintf("port %s\nbind %s\ndir %s\nsentinel monitor %s %s %s 1\n", port, host, dir, master, phost, pport)
+	if err := os.WriteFile(conf, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("redis-server", conf, "--sentinel")
+	cmd.Dir = dir
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("redistest: start sentinel: %v", err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	t.Cleanup(func() { _ = cmd.Process.Kill(); <-done })
+	s := redis.NewSentinelClient(&redis.Options{Addr: addr})
+	defer s.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got, err := s.GetMasterAddrByName(context.Background(), master).Result()
+		if err == nil && len(got) == 2 && got[1] == pport {
+			return addr
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("redistest: sentinel on %s does not know %s: %v %v", addr, master, got, err)
+		}
+		time.Sleep(20 * time.Millisecond) // a child process has no readiness event to await
+	}
 }

@@ -280,3 +280,27 @@ func TestConformanceOnACluster(t *testing.T) {
 		return open(t, client(t), prefix), open(t, client(t), prefix)
 	})
 }
+
+// TestASentinelURL opens a store through a Sentinel (a redis+sentinel
+// URL): the client finds the primary from the Sentinel, and writes reach
+// another handle's subscribers.
+func TestASentinelURL(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts redis-server and a sentinel")
+	}
+	primary := redistest.Start(t)
+	sentinel := redistest.StartSentinel(t, "pawlmaster", primary.Addr)
+	storetest.RunShared(t, func(t *testing.T) (store.Store, store.Store) {
+		prefix := redistest.Prefix()
+		var handles [2]store.Store
+		for i := range handles {
+			rdb, err := NewClient("redis+sentinel://" + sentinel + "/pawlmaster/0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = rdb.Close() })
+			handles[i] = open(t, rdb, prefix)
+		}
+		return handles[0], handles[1]
+	})
+}
