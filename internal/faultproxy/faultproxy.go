@@ -132,6 +132,14 @@ func (h *Holder) accept() {
 			continue
 		}
 		h.mu.Lock()
+		if h.down {
+			// Partitioned while this connection was being set up: it
+			// must not slip through.
+			h.mu.Unlock()
+			_ = client.Close()
+			_ = server.Close()
+			continue
+		}
 		h.conns = append(h.conns, client, server)
 		h.mu.Unlock()
 		h.wg.Add(2)
