@@ -54,6 +54,10 @@ type Event struct {
 	PrevRevision int64
 	// Time is when the change was committed.
 	Time time.Time
+	// More says that the next revision belongs to the same transaction:
+	// a reader that must not split a transaction (a watch stream, which
+	// delivers one as one message) reads on to the event without it.
+	More bool
 }
 
 // Revision is the revision of the change.
@@ -110,17 +114,22 @@ type Unchanged struct {
 	Since int64
 }
 
-// Txn asks for several puts that commit together, or not at all, when every
-// compare holds.
+// Txn asks for several puts and deletes that commit together, or not at
+// all, when every compare holds.
 type Txn struct {
 	// Compares must all hold at commit.
 	Compares []Compare
 	// Unchanged must all hold at commit.
 	Unchanged []Unchanged
 	// Puts are applied in order; their ExpectModRevision is ignored (use
-	// Compares). Each gets the next revision: the puts of one transaction
-	// have consecutive revisions and are delivered to watchers together.
+	// Compares). Each gets the next revision: the changes of one
+	// transaction have consecutive revisions and are delivered to
+	// watchers together.
 	Puts []Put
+	// Deletes are the keys deleted after the puts, in order, each at the
+	// next revision; a key that does not exist is skipped (it takes no
+	// revision). No key may appear twice among Puts and Deletes.
+	Deletes []string
 }
 
 // Result reports a successful mutation.
@@ -199,7 +208,8 @@ type Store interface {
 	// condition holds; otherwise it fails with the first
 	// *RevisionMismatchError or *ChangedError (both match
 	// ErrRevisionMismatch) and writes nothing. The Result's Revision is the
-	// last put's; Prev is nil.
+	// last change's (the current revision when every delete was skipped and
+	// there was no put); Prev is nil.
 	Txn(ctx context.Context, t Txn) (Result, error)
 	// Get reads one key at a revision (0: current). It fails with ErrNotFound,
 	// *CompactedError or *FutureRevisionError.
@@ -208,7 +218,8 @@ type Store interface {
 	// for the first page), at a revision (0: current).
 	List(ctx context.Context, prefix string, revision int64, after string, limit int) (Page, error)
 	// Changes reads the change log from revision from (inclusive), examining
-	// at most limit revisions, and returns those under prefix. It fails with
+	// at most limit revisions (more, to finish a transaction: it never stops
+	// inside one), and returns those under prefix. It fails with
 	// *CompactedError when from is at or below the compact revision.
 	Changes(ctx context.Context, from int64, prefix string, limit int) (Changes, error)
 	// Compact drops change-log entries at or below revision. Compacting to a

@@ -282,3 +282,51 @@ func TestManyWatchersConcurrentWriters(t *testing.T) {
 		t.Fatalf("Stats().Watchers = %d, want %d", n, watchers)
 	}
 }
+
+// TestATransactionIsOneBatch: a transaction larger than the batch limit
+// reaches a watcher whole in one batch (with what came before it in the
+// batch), live from the ring and from the change log, and the batches
+// without it keep the limit.
+func TestATransactionIsOneBatch(t *testing.T) {
+	st, hub := newHub(t, nil, watch.WithMaxBatch(16), watch.WithCatchUpBatch(16), watch.WithRingEvents(64))
+	live := watchFrom(t, hub, "/", 0)
+	for i := range 20 {
+		put(t, st, fmt.Sprintf("/before/%d", i), "v")
+	}
+	var txn store.Txn
+	for i := range 40 {
+		txn.Puts = append(txn.Puts, store.Put{Key: fmt.Sprintf("/txn/%d", i), Value: []byte("v")})
+	}
+	res, err := st.Txn(context.Background(), txn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		put(t, st, fmt.Sprintf("/after/%d", i), "v")
+	}
+	// The log is the only source for a watcher from revision 1: the ring
+	// holds 64 events, and the reader's batches are 16 revisions.
+	fromLog := watchFrom(t, hub, "/", 1)
+	for name, w := range map[string]*watch.Watcher{"live": live, "from the log": fromLog} {
+		var seen int64
+		for seen < res.Revision+3 {
+			b, err := w.Next(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(b.Events) == 0 {
+				continue
+			}
+			first, last := b.Events[0].Revision(), b.Events[len(b.Events)-1].Revision()
+			touches := last >= 21 && first <= res.Revision
+			switch {
+			case touches && (first > 21 || last < res.Revision):
+				t.Fatalf("%s: a batch %d..%d cuts the transaction 21..%d", name, first, last, res.Revision)
+			case !touches && len(b.Events) > 16:
+				t.Fatalf("%s: a batch of %d events without the transaction", name, len(b.Events))
+			}
+			expectConsecutive(t, b.Events, seen+1)
+			seen = last
+		}
+	}
+}

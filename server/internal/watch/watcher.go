@@ -114,9 +114,13 @@ func (w *Watcher) fromRing() (events []store.Event, needLog bool, err error) {
 		// watcher was quiet, not behind.
 		w.next = oldest
 	}
-	for i := int(w.next - oldest); i < h.size && len(events) < h.opts.maxBatch; i++ {
+	// At most maxBatch events, but never part of a transaction: a
+	// transaction is delivered as one message.
+	inTxn := false
+	for i := int(w.next - oldest); i < h.size && (len(events) < h.opts.maxBatch || inTxn); i++ {
 		ev := h.ring[(h.head+i)%len(h.ring)]
 		w.next = ev.Revision() + 1
+		inTxn = ev.More
 		if strings.HasPrefix(ev.KV.Key, w.prefix) {
 			events = append(events, ev)
 		}

@@ -142,8 +142,8 @@ func (s *Store) Delete(ctx context.Context, d store.Delete) (store.Result, error
 
 // Txn implements store.Store.
 func (s *Store) Txn(ctx context.Context, t store.Txn) (store.Result, error) {
-	if len(t.Puts) == 0 {
-		return store.Result{}, fmt.Errorf("boltstore: a transaction needs at least one put")
+	if len(t.Puts) == 0 && len(t.Deletes) == 0 {
+		return store.Result{}, fmt.Errorf("boltstore: a transaction needs at least one put or delete")
 	}
 	return s.submit(ctx, &request{ctx: ctx, txn: &t})
 }
@@ -235,10 +235,12 @@ func (s *Store) Changes(ctx context.Context, from int64, prefix string, limit in
 		}
 		c := tx.Bucket(bucketLog).Cursor()
 		n := 0
-		for k, v := c.Seek(revKey(from)); k != nil && n < limit; k, v = c.Next() {
+		inTxn := false // the last entry examined has more of its transaction after it
+		for k, v := c.Seek(revKey(from)); k != nil && (n < limit || inTxn); k, v = c.Next() {
 			rev := decodeRev(k)
 			n++
 			ch.Through = rev
+			inTxn = eventMore(v)
 			_, key, err := eventKey(v)
 			if err != nil {
 				return fmt.Errorf("revision %d: %w", rev, err)

@@ -62,9 +62,22 @@ func decodeRecord(key string, b []byte) (store.KeyValue, error) {
 }
 
 // encodeEvent encodes a log entry.
+// moreFlag, in an event's type byte, marks an event that more of its
+// transaction follows (store.Event.More). Entries written before it
+// existed never have it.
+const moreFlag = 0x80
+
+// eventMore reports whether more of its transaction follows the log entry
+// b.
+func eventMore(b []byte) bool { return len(b) > 0 && b[0]&moreFlag != 0 }
+
 func encodeEvent(ev store.Event) []byte {
 	b := make([]byte, 0, 1+5*binary.MaxVarintLen64+len(ev.KV.Key)+len(ev.KV.Value))
-	b = append(b, byte(ev.Type))
+	typ := byte(ev.Type)
+	if ev.More {
+		typ |= moreFlag
+	}
+	b = append(b, typ)
 	b = binary.AppendVarint(b, ev.Time.UnixNano())
 	b = binary.AppendUvarint(b, uint64(ev.PrevRevision))
 	b = binary.AppendUvarint(b, uint64(ev.KV.CreateRevision))
@@ -79,7 +92,7 @@ func decodeEvent(rev int64, b []byte) (store.Event, error) {
 	if len(b) < 1 {
 		return store.Event{}, fmt.Errorf("revision %d: %w", rev, errCorrupt)
 	}
-	ev := store.Event{Type: store.EventType(b[0])}
+	ev := store.Event{Type: store.EventType(b[0] &^ moreFlag), More: b[0]&moreFlag != 0}
 	nanos, n := binary.Varint(b[1:])
 	if n <= 0 {
 		return store.Event{}, fmt.Errorf("revision %d: %w", rev, errCorrupt)
@@ -130,7 +143,7 @@ func eventKey(b []byte) (store.EventType, string, error) {
 	if uint64(len(rest)) < keyLen {
 		return 0, "", errCorrupt
 	}
-	return store.EventType(b[0]), string(rest[:keyLen]), nil
+	return store.EventType(b[0] &^ moreFlag), string(rest[:keyLen]), nil
 }
 
 func uvarint(b []byte) (uint64, []byte, error) {

@@ -233,17 +233,35 @@ func applyTxn(tx *bolt.Tx, t *store.Txn, st store.Status, now time.Time) ([]stor
 	if changed != nil {
 		return nil, response{err: changed}, nil
 	}
-	events := make([]store.Event, 0, len(t.Puts))
+	events := make([]store.Event, 0, len(t.Puts)+len(t.Deletes))
 	for i := range t.Puts {
 		p := t.Puts[i]
 		p.ExpectModRevision = nil
-		ev, _, err := applyPut(tx, &p, rev+int64(i), now)
+		ev, _, err := applyPut(tx, &p, rev+int64(len(events)), now)
 		if err != nil {
 			return nil, response{}, err
 		}
 		events = append(events, *ev)
 	}
-	return events, response{result: store.Result{Revision: rev + int64(len(t.Puts)) - 1}}, nil
+	for _, key := range t.Deletes {
+		if v := kvb.Get([]byte(key)); v == nil {
+			continue // absent: skipped
+		}
+		ev, _, err := applyDelete(tx, &store.Delete{Key: key}, rev+int64(len(events)), now)
+		if err != nil {
+			return nil, response{}, err
+		}
+		events = append(events, *ev)
+	}
+	// Every change but the last says more of the transaction follows; the
+	// log entries were written without it, so they are written again.
+	for i := 0; i+1 < len(events); i++ {
+		events[i].More = true
+		if err := tx.Bucket(bucketLog).Put(revKey(events[i].Revision()), encodeEvent(events[i])); err != nil {
+			return nil, response{}, err
+		}
+	}
+	return events, response{result: store.Result{Revision: rev + int64(len(events)) - 1}}, nil
 }
 
 // firstChange returns the first unchanged condition that fails, reading the

@@ -83,5 +83,6 @@ func decodeLogEvent(v []byte) (ev store.Event, more bool, err error) {
 	default:
 		return store.Event{}, false, fmt.Errorf("redisstore: event type %q", f[0])
 	}
-	return ev, f[0][0] == 'p' || f[0][0] == 'd', nil
+	ev.More = f[0][0] == 'p' || f[0][0] == 'd'
+	return ev, ev.More, nil
 }

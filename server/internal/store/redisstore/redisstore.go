@@ -237,12 +237,15 @@ func (s *Store) Delete(ctx context.Context, d store.Delete) (store.Result, error
 
 // Txn implements store.Store.
 func (s *Store) Txn(ctx context.Context, t store.Txn) (store.Result, error) {
-	if len(t.Puts) == 0 {
-		return store.Result{}, errors.New("redisstore: a transaction needs at least one put")
+	if len(t.Puts) == 0 && len(t.Deletes) == 0 {
+		return store.Result{}, errors.New("redisstore: a transaction needs at least one put or delete")
 	}
-	ops := make([]op, len(t.Puts))
-	for i, p := range t.Puts {
-		ops[i] = op{key: p.Key, value: p.Value}
+	ops := make([]op, 0, len(t.Puts)+len(t.Deletes))
+	for _, p := range t.Puts {
+		ops = append(ops, op{key: p.Key, value: p.Value})
+	}
+	for _, key := range t.Deletes {
+		ops = append(ops, op{del: true, key: key})
 	}
 	return s.mutate(ctx, false, t.Compares, t.Unchanged, ops)
 }

@@ -100,11 +100,19 @@ if ARGV[3] == 'single' then
   if op[1] == 'D' and not cur then return {'NOTFOUND', op[2], s(rev)} end
   if cur then prev = cur end
 end
-for o, op in ipairs(ops) do
+-- A transaction's delete of an absent key is skipped: it takes no revision.
+local todo = {}
+for _, op in ipairs(ops) do
+  if ARGV[3] == 'single' or op[1] == 'P' or redis.call('HEXISTS', KEYS[3], op[2]) == 1 then
+    todo[#todo + 1] = op
+  end
+end
+if #todo == 0 then return {'OK', s(rev), prev} end
+for o, op in ipairs(todo) do
   rev = rev + 1
   -- A lower-case type marks a change that more of its transaction follows.
   local pt, dt = 'P', 'D'
-  if o < nops then pt, dt = 'p', 'd' end
+  if o < #todo then pt, dt = 'p', 'd' end
   local key = op[2]
   local cur = redis.call('HGET', KEYS[3], key)
   local create, prevmod, ver = 0, 0, 0
@@ -231,6 +239,14 @@ local compact = tonumber(redis.call('GET', KEYS[2]) or '0')
 local from, prefix, limit = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
 if from <= compact then return {'COMPACTED', s(from), s(compact), s(cur)} end
 local to = math.min(cur, from + limit - 1)
+-- Never stop inside a transaction: read on to its last change.
+while to >= from and to < cur do
+  local last = redis.call('HGET', KEYS[3], s(to))
+  if not last then break end
+  local c = string.sub(last, 1, 1)
+  if c ~= 'p' and c ~= 'd' then break end
+  to = to + 1
+end
 local out = {'OK', s(math.max(to, from - 1))}
 if to < from then return out end
 local revs = {}

@@ -46,6 +46,7 @@ func Run(t *testing.T, open Opener) {
 		{"Records", testRecords},
 		{"RevisionAt", testRevisionAt},
 		{"TxnDeliveredWhole", testTxnDeliveredWhole},
+		{"TxnPutsAndDeletes", testTxnPutsAndDeletes},
 		{"Closed", testClosed},
 	}
 	for _, tt := range tests {
@@ -1086,5 +1087,55 @@ func testSharedLease(t *testing.T, a, b store.Store) {
 	}
 	if kv, _, err := b.Get(ctx, "/fenced", 0); err != nil || string(kv.Value) != "a" {
 		t.Fatalf("/fenced = %+v, %v; the fenced write must change nothing", kv, err)
+	}
+}
+
+// testTxnPutsAndDeletes: a transaction puts and deletes together, skips
+// the deletes of absent keys, marks every change but its last with More,
+// and Changes never stops inside it.
+func testTxnPutsAndDeletes(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	mustPut(t, s, "/t/old1", "v")
+	mustPut(t, s, "/t/old2", "v")
+	res, err := s.Txn(ctx, store.Txn{
+		Compares: []store.Compare{{Key: "/t/old1", ModRevision: 1}},
+		Puts:     []store.Put{{Key: "/t/new", Value: []byte("n")}, {Key: "/t/old2", Value: []byte("w")}},
+		Deletes:  []string{"/t/absent", "/t/old1"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Revision != 5 {
+		t.Fatalf("the transaction ended at revision %d, want 5 (two puts and one delete after revision 2)", res.Revision)
+	}
+	if _, _, err := s.Get(ctx, "/t/old1", 0); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("/t/old1 after its delete: %v", err)
+	}
+	ch, err := s.Changes(ctx, 3, "", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, ev := range ch.Events {
+		got = append(got, fmt.Sprintf("%s %s %d more=%v", ev.Type, ev.KV.Key, ev.Revision(), ev.More))
+	}
+	want := []string{"PUT /t/new 3 more=true", "PUT /t/old2 4 more=true", "DELETE /t/old1 5 more=false"}
+	if !slices.Equal(got, want) || ch.Through != 5 {
+		t.Fatalf("Changes(3, limit 1) = %v through %d; want the whole transaction %v through 5", got, ch.Through, want)
+	}
+	// Only absent deletes: nothing changes, no revision is taken.
+	res, err = s.Txn(ctx, store.Txn{Deletes: []string{"/t/absent"}})
+	if err != nil || res.Revision != 5 {
+		t.Fatalf("a transaction of absent deletes = %+v, %v; want revision 5", res, err)
+	}
+	if rev := revision(t, s); rev != 5 {
+		t.Fatalf("revision %d after a transaction that changed nothing", rev)
+	}
+	// A failed compare changes nothing.
+	if _, err := s.Txn(ctx, store.Txn{Compares: []store.Compare{{Key: "/t/new", ModRevision: 1}}, Deletes: []string{"/t/new"}}); !errors.Is(err, store.ErrRevisionMismatch) {
+		t.Fatalf("a transaction with a failing compare = %v", err)
+	}
+	if _, _, err := s.Get(ctx, "/t/new", 0); err != nil {
+		t.Fatalf("/t/new after a failed transaction: %v", err)
 	}
 }
