@@ -21,6 +21,8 @@ type config struct {
 	workLease        time.Duration
 	redisOpts        []redisstore.Option
 	maxValueBytes    int
+	maxTxnOps        int
+	maxTxnBytes      int
 	retainRevisions  int64
 	retainFor        time.Duration
 	progressInterval time.Duration
@@ -47,6 +49,14 @@ const (
 	// DefaultMaxValueBytes is the largest value accepted: 1 MiB, as etcd's
 	// default request limit, which keeps one watch message small.
 	DefaultMaxValueBytes = 1 << 20
+	// DefaultMaxTxnOps is the most changes one transaction may make: far
+	// above Consul's 64, enough for a deploy of thousands of keys at once.
+	DefaultMaxTxnOps = 4096
+	// DefaultMaxTxnBytes is the most bytes of keys and values one
+	// transaction may carry (Consul: 512 KB). A watcher receives a
+	// transaction as one message: gRPC clients whose receive limit is the
+	// usual 4 MiB need a higher one for the largest.
+	DefaultMaxTxnBytes = 4 << 20
 	// DefaultMaxValidatorBytes is the largest validator module accepted.
 	DefaultMaxValidatorBytes = 16 << 20
 	// DefaultValidatorTimeout bounds one validation.
@@ -84,6 +94,8 @@ func defaultConfig() config {
 		redisPrefix:      DefaultRedisPrefix,
 		workLease:        DefaultWorkLease,
 		maxValueBytes:    DefaultMaxValueBytes,
+		maxTxnOps:        DefaultMaxTxnOps,
+		maxTxnBytes:      DefaultMaxTxnBytes,
 		retainRevisions:  DefaultRetainRevisions,
 		retainFor:        DefaultRetainFor,
 		progressInterval: DefaultProgressInterval,
@@ -116,6 +128,8 @@ func (c config) validate() error {
 		return fmt.Errorf("server: WithWorkLease(%s): must be at least 100ms", c.workLease)
 	case c.maxValueBytes <= 0:
 		return fmt.Errorf("server: WithMaxValueBytes(%d): must be positive", c.maxValueBytes)
+	case c.maxTxnOps <= 0 || c.maxTxnBytes <= 0:
+		return fmt.Errorf("server: WithTxnLimits(%d, %d): both must be positive", c.maxTxnOps, c.maxTxnBytes)
 	case c.retainRevisions < 0:
 		return fmt.Errorf("server: WithRetention(%d, _): must be 0 (no limit) or positive", c.retainRevisions)
 	case c.retainFor < 0:
@@ -158,6 +172,13 @@ func WithRedisPrefix(prefix string) Option { return func(c *config) { c.redisPre
 // WithWorkLease sets how long a replica's lease on work that must happen
 // once lasts (default DefaultWorkLease); it is renewed every third of it.
 func WithWorkLease(d time.Duration) Option { return func(c *config) { c.workLease = d } }
+
+// WithTxnLimits bounds one transaction (KVService.Txn): at most ops
+// changes, with keys and values of at most bytes in all (defaults
+// DefaultMaxTxnOps and DefaultMaxTxnBytes).
+func WithTxnLimits(ops, bytes int) Option {
+	return func(c *config) { c.maxTxnOps, c.maxTxnBytes = ops, bytes }
+}
 
 // WithMaxValueBytes sets the largest value a Put accepts (default 1 MiB).
 func WithMaxValueBytes(n int) Option { return func(c *config) { c.maxValueBytes = n } }

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -144,6 +145,9 @@ func (s *Server) routes() http.Handler {
 	// ones with a message naming the limit; the slack covers the key and
 	// the envelope. Anything far larger is refused by Connect unread.
 	readMax := s.cfg.maxValueBytes + 64<<10
+	// A transaction's envelope carries a few bytes per op besides its
+	// keys and values.
+	kvReadMax := max(s.cfg.maxValueBytes, s.cfg.maxTxnBytes) + 16*s.cfg.maxTxnOps + 64<<10
 	opts := []connect.HandlerOption{
 		connect.WithReadMaxBytes(readMax),
 		// Compressing small messages costs more CPU than it saves bytes: with
@@ -154,7 +158,9 @@ func (s *Server) routes() http.Handler {
 		connect.WithInterceptors(api.LogInterceptor(s.cfg.log)),
 	}
 	mux := http.NewServeMux()
-	mux.Handle(pawlv1connect.NewKVServiceHandler(api.NewKV(s.store, s.hub, s.cfg.maxValueBytes, s.cfg.log), opts...))
+	kvOpts := append(slices.Clone(opts), connect.WithReadMaxBytes(kvReadMax))
+	mux.Handle(pawlv1connect.NewKVServiceHandler(api.NewKV(s.store, s.hub, s.cfg.maxValueBytes,
+		api.TxnLimits{Ops: s.cfg.maxTxnOps, Bytes: s.cfg.maxTxnBytes}, s.cfg.log), kvOpts...))
 	validatorOpts := []connect.HandlerOption{
 		connect.WithReadMaxBytes(s.cfg.maxWasmBytes + 64<<10),
 		connect.WithCompressMinBytes(compressMinBytes),

@@ -82,7 +82,7 @@ func newRootCommand(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
 	root.PersistentFlags().StringVar(&g.server, "server", server, "Pawl server URL (env PAWL_SERVER)")
 	root.PersistentFlags().StringVarP(&g.output, "output", "o", "text", "output format: text or json")
 	root.PersistentFlags().StringVar(&g.protocol, "protocol", "connect", "wire protocol: connect, grpc or grpc-web")
-	root.AddCommand(putCommand(g), getCommand(g), delCommand(g), lsCommand(g), watchCommand(g),
+	root.AddCommand(putCommand(g), getCommand(g), delCommand(g), txnCommand(g), lsCommand(g), watchCommand(g),
 		validatorCommand(g), validateCommand(g), releaseCommand(g), instancesCommand(g),
 		promoteCommand(g), rollbackCommand(g), promotionCommand(g), rolloutCommand(g))
 	return root

@@ -209,3 +209,52 @@ func TestWatchOfCompactedRevisionExitsWithAdvice(t *testing.T) {
 		t.Fatalf("watch of compacted revision = %d, %q", code, errOut)
 	}
 }
+
+// TestTxn: `pawl txn` applies puts (inline, base64, from files) and
+// deletes at once; a failed compare changes nothing and exits 1; a
+// malformed file is a usage error.
+func TestTxn(t *testing.T) {
+	srv := testserver.Start(t)
+	expect(t, srv, "revision 1\n", "put", "/deploy/index", "v1")
+	expect(t, srv, "revision 2\n", "put", "/deploy/old", "x")
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "c.json"), []byte(`{"c":1}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ops := filepath.Join(dir, "ops.json")
+	write := func(body string) {
+		t.Helper()
+		if err := os.WriteFile(ops, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(`{"compares": [{"key": "/deploy/index", "mod_revision": 1}, {"key": "/deploy/new", "mod_revision": 0}],
+	        "ops": [{"put": "/deploy/a", "value": "text"}, {"put": "/deploy/b", "value_base64": "AAE="},
+	                {"put": "/deploy/c", "value_file": "c.json"}, {"put": "/deploy/index", "value": "v2"},
+	                {"delete": "/deploy/old"}, {"delete": "/deploy/never"}]}`)
+	expect(t, srv, "revision 7\n", "txn", "--file", ops)
+	expect(t, srv, "text\n", "get", "/deploy/a")
+	expect(t, srv, `{"c":1}`+"\n", "get", "/deploy/c")
+	expect(t, srv, "v2\n", "get", "/deploy/index")
+	if code, _, errOut := pawl(t, srv, "", "get", "/deploy/old"); code != 1 || !strings.Contains(errOut, "not_found") {
+		t.Fatalf("get of a deleted key = %d, %q", code, errOut)
+	}
+	// The same file again: the compare on /deploy/index fails.
+	code, _, errOut := pawl(t, srv, "", "txn", "--file", ops)
+	if code != 1 || !strings.Contains(errOut, "failed_precondition") {
+		t.Fatalf("txn with a stale compare = %d, %q", code, errOut)
+	}
+	expect(t, srv, "revision 8\n", "put", "/deploy/index", "v3", "--expect-revision", "6") // the failed txn changed nothing
+	for _, bad := range []string{
+		`{"ops": [{"put": "/a", "delete": "/b"}]}`,
+		`{"ops": [{"put": "/a"}]}`,
+		`{"ops": [{"delete": "/a", "value": "x"}]}`,
+		`{"ops": [], "extra": 1}`,
+		`{"compares": [{"key": "/a"}], "ops": [{"delete": "/a"}]}`,
+	} {
+		write(bad)
+		if code, _, errOut := pawl(t, srv, "", "txn", "--file", ops); code != 2 {
+			t.Errorf("txn of %s = %d (%q); want a usage error", bad, code, errOut)
+		}
+	}
+}

@@ -46,6 +46,8 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	redisPrefix := fs.String("redis-prefix", server.DefaultRedisPrefix, "prefix of the store's keys in Redis")
 	workLease := fs.Duration("work-lease", server.DefaultWorkLease, "with --store, how long a replica's lease on the rollout supervisor and compaction lasts; another replica takes over within it when the holder dies")
 	maxValue := fs.Int("max-value-bytes", server.DefaultMaxValueBytes, "largest value a put accepts, in bytes")
+	maxTxnOps := fs.Int("max-txn-ops", server.DefaultMaxTxnOps, "most changes one transaction may make")
+	maxTxnBytes := fs.Int("max-txn-bytes", server.DefaultMaxTxnBytes, "most bytes of keys and values one transaction may carry")
 	retainRevs := fs.Int64("retain-revisions", server.DefaultRetainRevisions, "revisions kept in the change log (0: no count limit)")
 	retainFor := fs.Duration("retain-for", server.DefaultRetainFor, "age after which change-log revisions are compacted (0: no age limit)")
 	progress := fs.Duration("progress-interval", server.DefaultProgressInterval, "how often idle watch streams get a progress notification")
@@ -75,6 +77,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		server.WithRedisPrefix(*redisPrefix),
 		server.WithWorkLease(*workLease),
 		server.WithMaxValueBytes(*maxValue),
+		server.WithTxnLimits(*maxTxnOps, *maxTxnBytes),
 		server.WithRetention(*retainRevs, *retainFor),
 		server.WithProgressInterval(*progress),
 		server.WithMaxValidatorBytes(*maxValidator),

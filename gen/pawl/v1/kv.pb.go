@@ -278,6 +278,231 @@ func (x *PutResponse) GetPrevKv() *KeyValue {
 	return nil
 }
 
+// TxnRequest is an atomic batch.
+type TxnRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Conditions on keys' current mod_revisions; every one must hold.
+	Compares []*TxnCompare `protobuf:"bytes,1,rep,name=compares,proto3" json:"compares,omitempty"`
+	// The changes, applied in order; no key may appear twice. At most the
+	// server's --max-txn-ops of them, with keys and values of at most
+	// --max-txn-bytes in all.
+	Ops           []*TxnOp `protobuf:"bytes,2,rep,name=ops,proto3" json:"ops,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TxnRequest) Reset() {
+	*x = TxnRequest{}
+	mi := &file_pawl_v1_kv_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TxnRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TxnRequest) ProtoMessage() {}
+
+func (x *TxnRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pawl_v1_kv_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TxnRequest.ProtoReflect.Descriptor instead.
+func (*TxnRequest) Descriptor() ([]byte, []int) {
+	return file_pawl_v1_kv_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *TxnRequest) GetCompares() []*TxnCompare {
+	if x != nil {
+		return x.Compares
+	}
+	return nil
+}
+
+func (x *TxnRequest) GetOps() []*TxnOp {
+	if x != nil {
+		return x.Ops
+	}
+	return nil
+}
+
+// TxnCompare is a condition: the key's mod_revision equals mod_revision
+// (0: the key does not exist).
+type TxnCompare struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The key compared.
+	Key string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// The expected mod_revision; 0 means absent.
+	ModRevision   int64 `protobuf:"varint,2,opt,name=mod_revision,json=modRevision,proto3" json:"mod_revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TxnCompare) Reset() {
+	*x = TxnCompare{}
+	mi := &file_pawl_v1_kv_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TxnCompare) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TxnCompare) ProtoMessage() {}
+
+func (x *TxnCompare) ProtoReflect() protoreflect.Message {
+	mi := &file_pawl_v1_kv_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TxnCompare.ProtoReflect.Descriptor instead.
+func (*TxnCompare) Descriptor() ([]byte, []int) {
+	return file_pawl_v1_kv_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *TxnCompare) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *TxnCompare) GetModRevision() int64 {
+	if x != nil {
+		return x.ModRevision
+	}
+	return 0
+}
+
+// TxnOp is one change of a transaction.
+type TxnOp struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The key changed.
+	Key string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// The value written, for a put.
+	Value []byte `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	// Delete the key instead of writing it. Deleting a key that does not
+	// exist changes nothing and takes no revision.
+	Delete        bool `protobuf:"varint,3,opt,name=delete,proto3" json:"delete,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TxnOp) Reset() {
+	*x = TxnOp{}
+	mi := &file_pawl_v1_kv_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TxnOp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TxnOp) ProtoMessage() {}
+
+func (x *TxnOp) ProtoReflect() protoreflect.Message {
+	mi := &file_pawl_v1_kv_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TxnOp.ProtoReflect.Descriptor instead.
+func (*TxnOp) Descriptor() ([]byte, []int) {
+	return file_pawl_v1_kv_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *TxnOp) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *TxnOp) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+func (x *TxnOp) GetDelete() bool {
+	if x != nil {
+		return x.Delete
+	}
+	return false
+}
+
+// TxnResponse reports a committed transaction.
+type TxnResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The revision of its last change; the current revision when it
+	// changed nothing (only deletes of absent keys).
+	Revision      int64 `protobuf:"varint,1,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TxnResponse) Reset() {
+	*x = TxnResponse{}
+	mi := &file_pawl_v1_kv_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TxnResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TxnResponse) ProtoMessage() {}
+
+func (x *TxnResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_pawl_v1_kv_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TxnResponse.ProtoReflect.Descriptor instead.
+func (*TxnResponse) Descriptor() ([]byte, []int) {
+	return file_pawl_v1_kv_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *TxnResponse) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
 // GetRequest reads one key.
 type GetRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -291,7 +516,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_pawl_v1_kv_proto_msgTypes[3]
+	mi := &file_pawl_v1_kv_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -303,7 +528,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_kv_proto_msgTypes[3]
+	mi := &file_pawl_v1_kv_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -316,7 +541,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_kv_proto_rawDescGZIP(), []int{3}
+	return file_pawl_v1_kv_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *GetRequest) GetKey() string {
@@ -346,7 +571,7 @@ type GetResponse struct {
 
 func (x *GetResponse) Reset() {
 	*x = GetResponse{}
-	mi := &file_pawl_v1_kv_proto_msgTypes[4]
+	mi := &file_pawl_v1_kv_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -358,7 +583,7 @@ func (x *GetResponse) String() string {
 func (*GetResponse) ProtoMessage() {}
 
 func (x *GetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_kv_proto_msgTypes[4]
+	mi := &file_pawl_v1_kv_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -371,7 +596,7 @@ func (x *GetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResponse.ProtoReflect.Descriptor instead.
 func (*GetResponse) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_kv_proto_rawDescGZIP(), []int{4}
+	return file_pawl_v1_kv_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *GetResponse) GetKv() *KeyValue {
@@ -402,7 +627,7 @@ type DeleteRequest struct {
 
 func (x *DeleteRequest) Reset() {
 	*x = DeleteRequest{}
-	mi := &file_pawl_v1_kv_proto_msgTypes[5]
+	mi := &file_pawl_v1_kv_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -414,7 +639,7 @@ func (x *DeleteRequest) String() string {
 func (*DeleteRequest) ProtoMessage() {}
 
 func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_kv_proto_msgTypes[5]
+	mi := &file_pawl_v1_kv_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -427,7 +652,7 @@ func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRequest) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_kv_proto_rawDescGZIP(), []int{5}
+	return file_pawl_v1_kv_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *DeleteRequest) GetKey() string {
@@ -457,7 +682,7 @@ type DeleteResponse struct {
 
 func (x *DeleteResponse) Reset() {
 	*x = DeleteResponse{}
-	mi := &file_pawl_v1_kv_proto_msgTypes[6]
+	mi := &file_pawl_v1_kv_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -469,7 +694,7 @@ func (x *DeleteResponse) String() string {
 func (*DeleteResponse) ProtoMessage() {}
 
 func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_kv_proto_msgTypes[6]
+	mi := &file_pawl_v1_kv_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -482,7 +707,7 @@ func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResponse) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_kv_proto_rawDescGZIP(), []int{6}
+	return file_pawl_v1_kv_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *DeleteResponse) GetRevision() int64 {
@@ -517,7 +742,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_pawl_v1_kv_proto_msgTypes[7]
+	mi := &file_pawl_v1_kv_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -529,7 +754,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_kv_proto_msgTypes[7]
+	mi := &file_pawl_v1_kv_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -542,7 +767,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_kv_proto_rawDescGZIP(), []int{7}
+	return file_pawl_v1_kv_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ListRequest) GetPrefix() string {
@@ -588,7 +813,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_pawl_v1_kv_proto_msgTypes[8]
+	mi := &file_pawl_v1_kv_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -600,7 +825,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_kv_proto_msgTypes[8]
+	mi := &file_pawl_v1_kv_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -613,7 +838,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_kv_proto_rawDescGZIP(), []int{8}
+	return file_pawl_v1_kv_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ListResponse) GetKvs() []*KeyValue {
@@ -652,7 +877,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_pawl_v1_kv_proto_msgTypes[9]
+	mi := &file_pawl_v1_kv_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -664,7 +889,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_kv_proto_msgTypes[9]
+	mi := &file_pawl_v1_kv_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -677,7 +902,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_kv_proto_rawDescGZIP(), []int{9}
+	return file_pawl_v1_kv_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *WatchRequest) GetPrefix() string {
@@ -713,7 +938,7 @@ type WatchResponse struct {
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_pawl_v1_kv_proto_msgTypes[10]
+	mi := &file_pawl_v1_kv_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -725,7 +950,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_kv_proto_msgTypes[10]
+	mi := &file_pawl_v1_kv_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -738,7 +963,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_kv_proto_rawDescGZIP(), []int{10}
+	return file_pawl_v1_kv_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *WatchResponse) GetKind() isWatchResponse_Kind {
@@ -847,7 +1072,7 @@ type WatchStarted struct {
 
 func (x *WatchStarted) Reset() {
 	*x = WatchStarted{}
-	mi := &file_pawl_v1_kv_proto_msgTypes[11]
+	mi := &file_pawl_v1_kv_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -859,7 +1084,7 @@ func (x *WatchStarted) String() string {
 func (*WatchStarted) ProtoMessage() {}
 
 func (x *WatchStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_kv_proto_msgTypes[11]
+	mi := &file_pawl_v1_kv_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -872,7 +1097,7 @@ func (x *WatchStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchStarted.ProtoReflect.Descriptor instead.
 func (*WatchStarted) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_kv_proto_rawDescGZIP(), []int{11}
+	return file_pawl_v1_kv_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *WatchStarted) GetRevision() int64 {
@@ -893,7 +1118,7 @@ type WatchEvents struct {
 
 func (x *WatchEvents) Reset() {
 	*x = WatchEvents{}
-	mi := &file_pawl_v1_kv_proto_msgTypes[12]
+	mi := &file_pawl_v1_kv_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -905,7 +1130,7 @@ func (x *WatchEvents) String() string {
 func (*WatchEvents) ProtoMessage() {}
 
 func (x *WatchEvents) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_kv_proto_msgTypes[12]
+	mi := &file_pawl_v1_kv_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -918,7 +1143,7 @@ func (x *WatchEvents) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEvents.ProtoReflect.Descriptor instead.
 func (*WatchEvents) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_kv_proto_rawDescGZIP(), []int{12}
+	return file_pawl_v1_kv_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *WatchEvents) GetEvents() []*Event {
@@ -944,7 +1169,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_pawl_v1_kv_proto_msgTypes[13]
+	mi := &file_pawl_v1_kv_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -956,7 +1181,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_kv_proto_msgTypes[13]
+	mi := &file_pawl_v1_kv_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -969,7 +1194,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_kv_proto_rawDescGZIP(), []int{13}
+	return file_pawl_v1_kv_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Event) GetType() EventType {
@@ -1004,7 +1229,7 @@ type WatchProgress struct {
 
 func (x *WatchProgress) Reset() {
 	*x = WatchProgress{}
-	mi := &file_pawl_v1_kv_proto_msgTypes[14]
+	mi := &file_pawl_v1_kv_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1016,7 +1241,7 @@ func (x *WatchProgress) String() string {
 func (*WatchProgress) ProtoMessage() {}
 
 func (x *WatchProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_kv_proto_msgTypes[14]
+	mi := &file_pawl_v1_kv_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1029,7 +1254,7 @@ func (x *WatchProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchProgress.ProtoReflect.Descriptor instead.
 func (*WatchProgress) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_kv_proto_rawDescGZIP(), []int{14}
+	return file_pawl_v1_kv_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *WatchProgress) GetRevision() int64 {
@@ -1055,7 +1280,7 @@ type WatchStale struct {
 
 func (x *WatchStale) Reset() {
 	*x = WatchStale{}
-	mi := &file_pawl_v1_kv_proto_msgTypes[15]
+	mi := &file_pawl_v1_kv_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1067,7 +1292,7 @@ func (x *WatchStale) String() string {
 func (*WatchStale) ProtoMessage() {}
 
 func (x *WatchStale) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_kv_proto_msgTypes[15]
+	mi := &file_pawl_v1_kv_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1080,7 +1305,7 @@ func (x *WatchStale) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchStale.ProtoReflect.Descriptor instead.
 func (*WatchStale) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_kv_proto_rawDescGZIP(), []int{15}
+	return file_pawl_v1_kv_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *WatchStale) GetRevision() int64 {
@@ -1111,7 +1336,7 @@ type WatchCompacted struct {
 
 func (x *WatchCompacted) Reset() {
 	*x = WatchCompacted{}
-	mi := &file_pawl_v1_kv_proto_msgTypes[16]
+	mi := &file_pawl_v1_kv_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1123,7 +1348,7 @@ func (x *WatchCompacted) String() string {
 func (*WatchCompacted) ProtoMessage() {}
 
 func (x *WatchCompacted) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_kv_proto_msgTypes[16]
+	mi := &file_pawl_v1_kv_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1136,7 +1361,7 @@ func (x *WatchCompacted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchCompacted.ProtoReflect.Descriptor instead.
 func (*WatchCompacted) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_kv_proto_rawDescGZIP(), []int{16}
+	return file_pawl_v1_kv_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *WatchCompacted) GetCompactRevision() int64 {
@@ -1172,7 +1397,21 @@ const file_pawl_v1_kv_proto_rawDesc = "" +
 	"\x16_expected_mod_revision\"U\n" +
 	"\vPutResponse\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x03R\brevision\x12*\n" +
-	"\aprev_kv\x18\x02 \x01(\v2\x11.pawl.v1.KeyValueR\x06prevKv\":\n" +
+	"\aprev_kv\x18\x02 \x01(\v2\x11.pawl.v1.KeyValueR\x06prevKv\"_\n" +
+	"\n" +
+	"TxnRequest\x12/\n" +
+	"\bcompares\x18\x01 \x03(\v2\x13.pawl.v1.TxnCompareR\bcompares\x12 \n" +
+	"\x03ops\x18\x02 \x03(\v2\x0e.pawl.v1.TxnOpR\x03ops\"A\n" +
+	"\n" +
+	"TxnCompare\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12!\n" +
+	"\fmod_revision\x18\x02 \x01(\x03R\vmodRevision\"G\n" +
+	"\x05TxnOp\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value\x12\x16\n" +
+	"\x06delete\x18\x03 \x01(\bR\x06delete\")\n" +
+	"\vTxnResponse\x12\x1a\n" +
+	"\brevision\x18\x01 \x01(\x03R\brevision\":\n" +
 	"\n" +
 	"GetRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1a\n" +
@@ -1227,11 +1466,12 @@ const file_pawl_v1_kv_proto_rawDesc = "" +
 	"\tEventType\x12\x1a\n" +
 	"\x16EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eEVENT_TYPE_PUT\x10\x01\x12\x15\n" +
-	"\x11EVENT_TYPE_DELETE\x10\x022\xac\x02\n" +
+	"\x11EVENT_TYPE_DELETE\x10\x022\xe0\x02\n" +
 	"\tKVService\x122\n" +
 	"\x03Put\x12\x13.pawl.v1.PutRequest\x1a\x14.pawl.v1.PutResponse\"\x00\x125\n" +
 	"\x03Get\x12\x13.pawl.v1.GetRequest\x1a\x14.pawl.v1.GetResponse\"\x03\x90\x02\x01\x12;\n" +
-	"\x06Delete\x12\x16.pawl.v1.DeleteRequest\x1a\x17.pawl.v1.DeleteResponse\"\x00\x128\n" +
+	"\x06Delete\x12\x16.pawl.v1.DeleteRequest\x1a\x17.pawl.v1.DeleteResponse\"\x00\x122\n" +
+	"\x03Txn\x12\x13.pawl.v1.TxnRequest\x1a\x14.pawl.v1.TxnResponse\"\x00\x128\n" +
 	"\x04List\x12\x14.pawl.v1.ListRequest\x1a\x15.pawl.v1.ListResponse\"\x03\x90\x02\x01\x12=\n" +
 	"\x05Watch\x12\x15.pawl.v1.WatchRequest\x1a\x16.pawl.v1.WatchResponse\"\x03\x90\x02\x010\x01B,Z*github.com/pawlcfg/pawl/gen/pawl/v1;pawlv1b\x06proto3"
 
@@ -1248,55 +1488,63 @@ func file_pawl_v1_kv_proto_rawDescGZIP() []byte {
 }
 
 var file_pawl_v1_kv_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_pawl_v1_kv_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_pawl_v1_kv_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_pawl_v1_kv_proto_goTypes = []any{
 	(EventType)(0),         // 0: pawl.v1.EventType
 	(*KeyValue)(nil),       // 1: pawl.v1.KeyValue
 	(*PutRequest)(nil),     // 2: pawl.v1.PutRequest
 	(*PutResponse)(nil),    // 3: pawl.v1.PutResponse
-	(*GetRequest)(nil),     // 4: pawl.v1.GetRequest
-	(*GetResponse)(nil),    // 5: pawl.v1.GetResponse
-	(*DeleteRequest)(nil),  // 6: pawl.v1.DeleteRequest
-	(*DeleteResponse)(nil), // 7: pawl.v1.DeleteResponse
-	(*ListRequest)(nil),    // 8: pawl.v1.ListRequest
-	(*ListResponse)(nil),   // 9: pawl.v1.ListResponse
-	(*WatchRequest)(nil),   // 10: pawl.v1.WatchRequest
-	(*WatchResponse)(nil),  // 11: pawl.v1.WatchResponse
-	(*WatchStarted)(nil),   // 12: pawl.v1.WatchStarted
-	(*WatchEvents)(nil),    // 13: pawl.v1.WatchEvents
-	(*Event)(nil),          // 14: pawl.v1.Event
-	(*WatchProgress)(nil),  // 15: pawl.v1.WatchProgress
-	(*WatchStale)(nil),     // 16: pawl.v1.WatchStale
-	(*WatchCompacted)(nil), // 17: pawl.v1.WatchCompacted
+	(*TxnRequest)(nil),     // 4: pawl.v1.TxnRequest
+	(*TxnCompare)(nil),     // 5: pawl.v1.TxnCompare
+	(*TxnOp)(nil),          // 6: pawl.v1.TxnOp
+	(*TxnResponse)(nil),    // 7: pawl.v1.TxnResponse
+	(*GetRequest)(nil),     // 8: pawl.v1.GetRequest
+	(*GetResponse)(nil),    // 9: pawl.v1.GetResponse
+	(*DeleteRequest)(nil),  // 10: pawl.v1.DeleteRequest
+	(*DeleteResponse)(nil), // 11: pawl.v1.DeleteResponse
+	(*ListRequest)(nil),    // 12: pawl.v1.ListRequest
+	(*ListResponse)(nil),   // 13: pawl.v1.ListResponse
+	(*WatchRequest)(nil),   // 14: pawl.v1.WatchRequest
+	(*WatchResponse)(nil),  // 15: pawl.v1.WatchResponse
+	(*WatchStarted)(nil),   // 16: pawl.v1.WatchStarted
+	(*WatchEvents)(nil),    // 17: pawl.v1.WatchEvents
+	(*Event)(nil),          // 18: pawl.v1.Event
+	(*WatchProgress)(nil),  // 19: pawl.v1.WatchProgress
+	(*WatchStale)(nil),     // 20: pawl.v1.WatchStale
+	(*WatchCompacted)(nil), // 21: pawl.v1.WatchCompacted
 }
 var file_pawl_v1_kv_proto_depIdxs = []int32{
 	1,  // 0: pawl.v1.PutResponse.prev_kv:type_name -> pawl.v1.KeyValue
-	1,  // 1: pawl.v1.GetResponse.kv:type_name -> pawl.v1.KeyValue
-	1,  // 2: pawl.v1.DeleteResponse.prev_kv:type_name -> pawl.v1.KeyValue
-	1,  // 3: pawl.v1.ListResponse.kvs:type_name -> pawl.v1.KeyValue
-	12, // 4: pawl.v1.WatchResponse.started:type_name -> pawl.v1.WatchStarted
-	13, // 5: pawl.v1.WatchResponse.events:type_name -> pawl.v1.WatchEvents
-	15, // 6: pawl.v1.WatchResponse.progress:type_name -> pawl.v1.WatchProgress
-	17, // 7: pawl.v1.WatchResponse.compacted:type_name -> pawl.v1.WatchCompacted
-	16, // 8: pawl.v1.WatchResponse.stale:type_name -> pawl.v1.WatchStale
-	14, // 9: pawl.v1.WatchEvents.events:type_name -> pawl.v1.Event
-	0,  // 10: pawl.v1.Event.type:type_name -> pawl.v1.EventType
-	1,  // 11: pawl.v1.Event.kv:type_name -> pawl.v1.KeyValue
-	2,  // 12: pawl.v1.KVService.Put:input_type -> pawl.v1.PutRequest
-	4,  // 13: pawl.v1.KVService.Get:input_type -> pawl.v1.GetRequest
-	6,  // 14: pawl.v1.KVService.Delete:input_type -> pawl.v1.DeleteRequest
-	8,  // 15: pawl.v1.KVService.List:input_type -> pawl.v1.ListRequest
-	10, // 16: pawl.v1.KVService.Watch:input_type -> pawl.v1.WatchRequest
-	3,  // 17: pawl.v1.KVService.Put:output_type -> pawl.v1.PutResponse
-	5,  // 18: pawl.v1.KVService.Get:output_type -> pawl.v1.GetResponse
-	7,  // 19: pawl.v1.KVService.Delete:output_type -> pawl.v1.DeleteResponse
-	9,  // 20: pawl.v1.KVService.List:output_type -> pawl.v1.ListResponse
-	11, // 21: pawl.v1.KVService.Watch:output_type -> pawl.v1.WatchResponse
-	17, // [17:22] is the sub-list for method output_type
-	12, // [12:17] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	5,  // 1: pawl.v1.TxnRequest.compares:type_name -> pawl.v1.TxnCompare
+	6,  // 2: pawl.v1.TxnRequest.ops:type_name -> pawl.v1.TxnOp
+	1,  // 3: pawl.v1.GetResponse.kv:type_name -> pawl.v1.KeyValue
+	1,  // 4: pawl.v1.DeleteResponse.prev_kv:type_name -> pawl.v1.KeyValue
+	1,  // 5: pawl.v1.ListResponse.kvs:type_name -> pawl.v1.KeyValue
+	16, // 6: pawl.v1.WatchResponse.started:type_name -> pawl.v1.WatchStarted
+	17, // 7: pawl.v1.WatchResponse.events:type_name -> pawl.v1.WatchEvents
+	19, // 8: pawl.v1.WatchResponse.progress:type_name -> pawl.v1.WatchProgress
+	21, // 9: pawl.v1.WatchResponse.compacted:type_name -> pawl.v1.WatchCompacted
+	20, // 10: pawl.v1.WatchResponse.stale:type_name -> pawl.v1.WatchStale
+	18, // 11: pawl.v1.WatchEvents.events:type_name -> pawl.v1.Event
+	0,  // 12: pawl.v1.Event.type:type_name -> pawl.v1.EventType
+	1,  // 13: pawl.v1.Event.kv:type_name -> pawl.v1.KeyValue
+	2,  // 14: pawl.v1.KVService.Put:input_type -> pawl.v1.PutRequest
+	8,  // 15: pawl.v1.KVService.Get:input_type -> pawl.v1.GetRequest
+	10, // 16: pawl.v1.KVService.Delete:input_type -> pawl.v1.DeleteRequest
+	4,  // 17: pawl.v1.KVService.Txn:input_type -> pawl.v1.TxnRequest
+	12, // 18: pawl.v1.KVService.List:input_type -> pawl.v1.ListRequest
+	14, // 19: pawl.v1.KVService.Watch:input_type -> pawl.v1.WatchRequest
+	3,  // 20: pawl.v1.KVService.Put:output_type -> pawl.v1.PutResponse
+	9,  // 21: pawl.v1.KVService.Get:output_type -> pawl.v1.GetResponse
+	11, // 22: pawl.v1.KVService.Delete:output_type -> pawl.v1.DeleteResponse
+	7,  // 23: pawl.v1.KVService.Txn:output_type -> pawl.v1.TxnResponse
+	13, // 24: pawl.v1.KVService.List:output_type -> pawl.v1.ListResponse
+	15, // 25: pawl.v1.KVService.Watch:output_type -> pawl.v1.WatchResponse
+	20, // [20:26] is the sub-list for method output_type
+	14, // [14:20] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_pawl_v1_kv_proto_init() }
@@ -1305,8 +1553,8 @@ func file_pawl_v1_kv_proto_init() {
 		return
 	}
 	file_pawl_v1_kv_proto_msgTypes[1].OneofWrappers = []any{}
-	file_pawl_v1_kv_proto_msgTypes[5].OneofWrappers = []any{}
-	file_pawl_v1_kv_proto_msgTypes[10].OneofWrappers = []any{
+	file_pawl_v1_kv_proto_msgTypes[9].OneofWrappers = []any{}
+	file_pawl_v1_kv_proto_msgTypes[14].OneofWrappers = []any{
 		(*WatchResponse_Started)(nil),
 		(*WatchResponse_Events)(nil),
 		(*WatchResponse_Progress)(nil),
@@ -1319,7 +1567,7 @@ func file_pawl_v1_kv_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pawl_v1_kv_proto_rawDesc), len(file_pawl_v1_kv_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   17,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

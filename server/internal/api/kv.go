@@ -22,15 +22,80 @@ type KV struct {
 	store         store.Store
 	hub           *watch.Hub
 	maxValueBytes int
+	limits        TxnLimits
 	log           *slog.Logger
+}
+
+// TxnLimits bound one transaction.
+type TxnLimits struct {
+	// Ops is the most changes one transaction may make.
+	Ops int
+	// Bytes is the most bytes of keys and values one transaction may
+	// carry.
+	Bytes int
 }
 
 var _ pawlv1connect.KVServiceHandler = (*KV)(nil)
 
 // NewKV returns a KVService over st and hub that refuses values longer than
-// maxValueBytes.
-func NewKV(st store.Store, hub *watch.Hub, maxValueBytes int, log *slog.Logger) *KV {
-	return &KV{store: st, hub: hub, maxValueBytes: maxValueBytes, log: log}
+// maxValueBytes and transactions past limits.
+func NewKV(st store.Store, hub *watch.Hub, maxValueBytes int, limits TxnLimits, log *slog.Logger) *KV {
+	return &KV{store: st, hub: hub, maxValueBytes: maxValueBytes, limits: limits, log: log}
+}
+
+// Txn implements pawl.v1.KVService.Txn.
+func (s *KV) Txn(ctx context.Context, req *connect.Request[pawlv1.TxnRequest]) (*connect.Response[pawlv1.TxnResponse], error) {
+	m := req.Msg
+	ops := m.GetOps()
+	switch {
+	case len(ops) == 0:
+		return nil, InvalidArgument("a transaction needs at least one op")
+	case len(ops) > s.limits.Ops:
+		return nil, ResourceExhausted("the transaction has %d ops; the limit is %d (pawld --max-txn-ops)", len(ops), s.limits.Ops)
+	}
+	var t store.Txn
+	seen := make(map[string]int, len(ops))
+	size := 0
+	for i, op := range ops {
+		key := op.GetKey()
+		if err := s.checkWrite(key, nil); err != nil {
+			return nil, prefixed(fmt.Sprintf("op %d", i), err)
+		}
+		if j, dup := seen[key]; dup {
+			return nil, InvalidArgument("ops %d and %d both change %s; a transaction changes each key once", j, i, key)
+		}
+		seen[key] = i
+		if op.GetDelete() {
+			if len(op.GetValue()) > 0 {
+				return nil, InvalidArgument("op %d deletes %s and carries a value; a delete has none", i, key)
+			}
+			t.Deletes = append(t.Deletes, key)
+		} else {
+			if len(op.GetValue()) > s.maxValueBytes {
+				return nil, ResourceExhausted("op %d: the value of %s is %d bytes; the limit is %d bytes (pawld --max-value-bytes)",
+					i, key, len(op.GetValue()), s.maxValueBytes)
+			}
+			t.Puts = append(t.Puts, store.Put{Key: key, Value: op.GetValue()})
+		}
+		size += len(key) + len(op.GetValue())
+	}
+	if size > s.limits.Bytes {
+		return nil, ResourceExhausted("the transaction carries %d bytes of keys and values; the limit is %d (pawld --max-txn-bytes)", size, s.limits.Bytes)
+	}
+	for i, c := range m.GetCompares() {
+		if err := store.ValidateKey(c.GetKey()); err != nil {
+			return nil, prefixed(fmt.Sprintf("compare %d", i), Error(s.log, req.Spec(), err))
+		}
+		if c.GetModRevision() < 0 {
+			return nil, InvalidArgument("compare %d: mod_revision is %d; it must be 0 (key absent) or a revision", i, c.GetModRevision())
+		}
+		t.Compares = append(t.Compares, store.Compare{Key: c.GetKey(), ModRevision: c.GetModRevision()})
+	}
+	res, err := s.store.Txn(ctx, t)
+	if err != nil {
+		return nil, Error(s.log, req.Spec(), err)
+	}
+	return connect.NewResponse(&pawlv1.TxnResponse{Revision: res.Revision}), nil
 }
 
 // Put implements pawl.v1.KVService.Put.
@@ -221,4 +286,14 @@ func toProtoType(t store.EventType) pawlv1.EventType {
 		return pawlv1.EventType_EVENT_TYPE_DELETE
 	}
 	panic(fmt.Sprintf("api: unknown event type %d", t))
+}
+
+// prefixed puts what part of a request a Connect error is about in front
+// of its message, keeping its code.
+func prefixed(what string, err error) error {
+	var ce *connect.Error
+	if !errors.As(err, &ce) {
+		return err
+	}
+	return connect.NewError(ce.Code(), fmt.Errorf("%s: %s", what, ce.Message()))
 }

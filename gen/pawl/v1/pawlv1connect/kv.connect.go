@@ -39,6 +39,8 @@ const (
 	KVServiceGetProcedure = "/pawl.v1.KVService/Get"
 	// KVServiceDeleteProcedure is the fully-qualified name of the KVService's Delete RPC.
 	KVServiceDeleteProcedure = "/pawl.v1.KVService/Delete"
+	// KVServiceTxnProcedure is the fully-qualified name of the KVService's Txn RPC.
+	KVServiceTxnProcedure = "/pawl.v1.KVService/Txn"
 	// KVServiceListProcedure is the fully-qualified name of the KVService's List RPC.
 	KVServiceListProcedure = "/pawl.v1.KVService/List"
 	// KVServiceWatchProcedure is the fully-qualified name of the KVService's Watch RPC.
@@ -53,6 +55,12 @@ type KVServiceClient interface {
 	Get(context.Context, *connect.Request[v1.GetRequest]) (*connect.Response[v1.GetResponse], error)
 	// Delete removes a key and returns the revision of the deletion.
 	Delete(context.Context, *connect.Request[v1.DeleteRequest]) (*connect.Response[v1.DeleteResponse], error)
+	// Txn applies puts and deletes of many keys atomically, if every
+	// compare holds: all of them or none. Its changes take consecutive
+	// revisions and every watcher receives them in one WatchEvents message.
+	// A compare that fails fails the call with FAILED_PRECONDITION and
+	// changes nothing.
+	Txn(context.Context, *connect.Request[v1.TxnRequest]) (*connect.Response[v1.TxnResponse], error)
 	// List reads the keys under a prefix, in key order, one page at a time.
 	// Every page of one listing is read at the same revision.
 	List(context.Context, *connect.Request[v1.ListRequest]) (*connect.Response[v1.ListResponse], error)
@@ -98,6 +106,12 @@ func NewKVServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...c
 			connect.WithSchema(kVServiceMethods.ByName("Delete")),
 			connect.WithClientOptions(opts...),
 		),
+		txn: connect.NewClient[v1.TxnRequest, v1.TxnResponse](
+			httpClient,
+			baseURL+KVServiceTxnProcedure,
+			connect.WithSchema(kVServiceMethods.ByName("Txn")),
+			connect.WithClientOptions(opts...),
+		),
 		list: connect.NewClient[v1.ListRequest, v1.ListResponse](
 			httpClient,
 			baseURL+KVServiceListProcedure,
@@ -120,6 +134,7 @@ type kVServiceClient struct {
 	put    *connect.Client[v1.PutRequest, v1.PutResponse]
 	get    *connect.Client[v1.GetRequest, v1.GetResponse]
 	delete *connect.Client[v1.DeleteRequest, v1.DeleteResponse]
+	txn    *connect.Client[v1.TxnRequest, v1.TxnResponse]
 	list   *connect.Client[v1.ListRequest, v1.ListResponse]
 	watch  *connect.Client[v1.WatchRequest, v1.WatchResponse]
 }
@@ -137,6 +152,11 @@ func (c *kVServiceClient) Get(ctx context.Context, req *connect.Request[v1.GetRe
 // Delete calls pawl.v1.KVService.Delete.
 func (c *kVServiceClient) Delete(ctx context.Context, req *connect.Request[v1.DeleteRequest]) (*connect.Response[v1.DeleteResponse], error) {
 	return c.delete.CallUnary(ctx, req)
+}
+
+// Txn calls pawl.v1.KVService.Txn.
+func (c *kVServiceClient) Txn(ctx context.Context, req *connect.Request[v1.TxnRequest]) (*connect.Response[v1.TxnResponse], error) {
+	return c.txn.CallUnary(ctx, req)
 }
 
 // List calls pawl.v1.KVService.List.
@@ -157,6 +177,12 @@ type KVServiceHandler interface {
 	Get(context.Context, *connect.Request[v1.GetRequest]) (*connect.Response[v1.GetResponse], error)
 	// Delete removes a key and returns the revision of the deletion.
 	Delete(context.Context, *connect.Request[v1.DeleteRequest]) (*connect.Response[v1.DeleteResponse], error)
+	// Txn applies puts and deletes of many keys atomically, if every
+	// compare holds: all of them or none. Its changes take consecutive
+	// revisions and every watcher receives them in one WatchEvents message.
+	// A compare that fails fails the call with FAILED_PRECONDITION and
+	// changes nothing.
+	Txn(context.Context, *connect.Request[v1.TxnRequest]) (*connect.Response[v1.TxnResponse], error)
 	// List reads the keys under a prefix, in key order, one page at a time.
 	// Every page of one listing is read at the same revision.
 	List(context.Context, *connect.Request[v1.ListRequest]) (*connect.Response[v1.ListResponse], error)
@@ -198,6 +224,12 @@ func NewKVServiceHandler(svc KVServiceHandler, opts ...connect.HandlerOption) (s
 		connect.WithSchema(kVServiceMethods.ByName("Delete")),
 		connect.WithHandlerOptions(opts...),
 	)
+	kVServiceTxnHandler := connect.NewUnaryHandler(
+		KVServiceTxnProcedure,
+		svc.Txn,
+		connect.WithSchema(kVServiceMethods.ByName("Txn")),
+		connect.WithHandlerOptions(opts...),
+	)
 	kVServiceListHandler := connect.NewUnaryHandler(
 		KVServiceListProcedure,
 		svc.List,
@@ -220,6 +252,8 @@ func NewKVServiceHandler(svc KVServiceHandler, opts ...connect.HandlerOption) (s
 			kVServiceGetHandler.ServeHTTP(w, r)
 		case KVServiceDeleteProcedure:
 			kVServiceDeleteHandler.ServeHTTP(w, r)
+		case KVServiceTxnProcedure:
+			kVServiceTxnHandler.ServeHTTP(w, r)
 		case KVServiceListProcedure:
 			kVServiceListHandler.ServeHTTP(w, r)
 		case KVServiceWatchProcedure:
@@ -243,6 +277,10 @@ func (UnimplementedKVServiceHandler) Get(context.Context, *connect.Request[v1.Ge
 
 func (UnimplementedKVServiceHandler) Delete(context.Context, *connect.Request[v1.DeleteRequest]) (*connect.Response[v1.DeleteResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("pawl.v1.KVService.Delete is not implemented"))
+}
+
+func (UnimplementedKVServiceHandler) Txn(context.Context, *connect.Request[v1.TxnRequest]) (*connect.Response[v1.TxnResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("pawl.v1.KVService.Txn is not implemented"))
 }
 
 func (UnimplementedKVServiceHandler) List(context.Context, *connect.Request[v1.ListRequest]) (*connect.Response[v1.ListResponse], error) {
