@@ -109,3 +109,70 @@ func BenchmarkPutToDelivery(b *testing.B) {
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// BenchmarkBatchToDelivery measures a deploy of 100 changed 1 KiB keys to
+// 2,000 watchers of their prefix: from sending it to every watcher having
+// received all 100 changes, as one transaction (KVService.Txn) and as 100
+// single puts sent one after the other.
+func BenchmarkBatchToDelivery(b *testing.B) {
+	const watchers, keys = 2000, 100
+	for _, how := range []string{"txn", "puts"} {
+		b.Run(how, func(b *testing.B) {
+			srv := testserver.Start(b)
+			conns := watchers / 100
+			clients := make([]pawlv1connect.KVServiceClient, conns)
+			for i := range clients {
+				clients[i], _ = clientFor(b, srv)
+			}
+			var received, target atomic.Int64
+			allDone := make(chan struct{}, 1)
+			var wg sync.WaitGroup
+			for i := range watchers {
+				w := openWatch(b, clients[i%conns], "/deploy/", 0)
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for w.Receive() {
+						if n := int64(len(w.Msg().GetEvents().GetEvents())); n > 0 && received.Add(n) == target.Load() {
+							allDone <- struct{}{}
+						}
+					}
+				}()
+			}
+			b.Cleanup(wg.Wait)
+			writer, _ := clientFor(b, srv)
+			value := make([]byte, 1024)
+			var latencies []time.Duration
+			b.ResetTimer()
+			for b.Loop() {
+				target.Add(watchers * keys)
+				start := time.Now()
+				if how == "txn" {
+					req := &pawlv1.TxnRequest{}
+					for k := range keys {
+						req.Ops = append(req.Ops, &pawlv1.TxnOp{Key: fmt.Sprintf("/deploy/k%03d", k), Value: value})
+					}
+					if _, err := writer.Txn(context.Background(), connect.NewRequest(req)); err != nil {
+						b.Fatal(err)
+					}
+				} else {
+					for k := range keys {
+						if _, err := writer.Put(context.Background(), connect.NewRequest(&pawlv1.PutRequest{Key: fmt.Sprintf("/deploy/k%03d", k), Value: value})); err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+				select {
+				case <-allDone:
+				case <-time.After(time.Minute):
+					b.Fatalf("the watchers got %d of %d changes", received.Load()-target.Load()+watchers*keys, watchers*keys)
+				}
+				latencies = append(latencies, time.Since(start))
+			}
+			b.StopTimer()
+			slices.Sort(latencies)
+			b.ReportMetric(ms(latencies[len(latencies)/2]), "p50-ms")
+			b.ReportMetric(ms(latencies[len(latencies)-1]), "max-ms")
+		})
+	}
+}

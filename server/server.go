@@ -27,6 +27,7 @@ import (
 	"github.com/pawlcfg/pawl/server/internal/release"
 	"github.com/pawlcfg/pawl/server/internal/retention"
 	"github.com/pawlcfg/pawl/server/internal/rollout"
+	"github.com/pawlcfg/pawl/server/internal/sharedgzip"
 	"github.com/pawlcfg/pawl/server/internal/singleton"
 	"github.com/pawlcfg/pawl/server/internal/store"
 	"github.com/pawlcfg/pawl/server/internal/store/boltstore"
@@ -58,6 +59,9 @@ type Server struct {
 	stopStale func()
 	// stopping is set when Serve begins to stop: health stays NOT_SERVING.
 	stopping atomic.Bool
+	// gzip compresses each distinct message of the KV, release, instance
+	// and rollout services once.
+	gzip *sharedgzip.Cache
 
 	// stopBackground ends the supervisor and the lease checkpoint;
 	// background waits for them.
@@ -131,7 +135,8 @@ func New(ctx context.Context, opts ...Option) (*Server, error) {
 	if err != nil {
 		return fail(err)
 	}
-	s := &Server{cfg: cfg, store: st, closeClient: closeClient, hub: hub, wasm: rt, registry: registry, health: grpchealth.NewStaticChecker(services...), holder: newHolderID()}
+	s := &Server{cfg: cfg, store: st, closeClient: closeClient, hub: hub, wasm: rt, registry: registry, health: grpchealth.NewStaticChecker(services...), holder: newHolderID(),
+		gzip: sharedgzip.NewCache(64, 64<<20)}
 	if n, ok := st.(store.StaleNotifier); ok {
 		s.stopStale = n.NotifyStale(s.feedStale)
 	}
@@ -155,6 +160,9 @@ func (s *Server) routes() http.Handler {
 		// fan-out profile. Larger messages (big configs, batches) still
 		// compress when the client accepts it.
 		connect.WithCompressMinBytes(compressMinBytes),
+		// A change fanned out to many streams is the same message on
+		// each: it is compressed once, not once per stream.
+		s.gzip.HandlerOption(),
 		connect.WithInterceptors(api.LogInterceptor(s.cfg.log)),
 	}
 	mux := http.NewServeMux()
@@ -314,12 +322,15 @@ type WatchStats struct {
 	// LogCatchUps counts change-log reads for watchers that were behind
 	// the hub's in-memory ring.
 	LogCatchUps int64
+	// Compressions counts the messages the server gzipped; a message
+	// sent the same to many streams (a change fanned out) counts once.
+	Compressions int64
 }
 
 // WatchStats returns the watch hub's counters.
 func (s *Server) WatchStats() WatchStats {
 	st := s.hub.Stats()
-	return WatchStats{Watchers: st.Watchers, LogCatchUps: st.LogCatchUps}
+	return WatchStats{Watchers: st.Watchers, LogCatchUps: st.LogCatchUps, Compressions: s.gzip.Compressed()}
 }
 
 // openStore opens the store the configuration names: Redis at its URL, or

@@ -64,6 +64,11 @@ func TestATxnReachesEveryWatcherAsOneMessage(t *testing.T) {
 			t.Fatalf("watcher %d: the last change is %v", i, last)
 		}
 	}
+	// Each stream got the same 100 KiB message, gzipped (the clients
+	// accept it): it was compressed once.
+	if n := srv.Server.WatchStats().Compressions; n != 1 {
+		t.Fatalf("the batch was compressed %d times for 3 streams, want once", n)
+	}
 	// The compare on /cfg/index (now present) fails: nothing changes.
 	_, err = kv.Txn(ctx, connect.NewRequest(req))
 	if connect.CodeOf(err) != connect.CodeFailedPrecondition {

@@ -1,0 +1,197 @@
+package sharedgzip
+
+import (
+	"bytes"
+	"compress/gzip"
+	"io"
+	"sync"
+	"sync/atomic"
+
+	"connectrpc.com/connect"
+	"github.com/cespare/xxhash/v2"
+)
+
+// Name is the compression's name in Connect, gRPC and gRPC-Web.
+const Name = "gzip"
+
+// Cache is what the compressors of one handler share. Its zero value is
+// not usable; create one with NewCache.
+type Cache struct {
+	maxEntries int
+	maxBytes   int
+
+	mu       sync.Mutex
+	entries  map[uint64]*entry
+	order    []uint64 // oldest first
+	bytes    int
+	inflight map[uint64]*flight
+	pool     sync.Pool // of *gzip.Writer
+
+	compressed atomic.Int64 // messages compressed (not answered from the cache)
+}
+
+// Compressed counts the messages the cache compressed itself, rather
+// than answered from what it kept.
+func (c *Cache) Compressed() int64 { return c.compressed.Load() }
+
+type entry struct {
+	in, out []byte
+}
+
+type flight struct {
+	in   []byte
+	done chan struct{}
+	out  []byte
+}
+
+// NewCache returns a cache of up to maxEntries messages and maxBytes of
+// messages and output together.
+func NewCache(maxEntries, maxBytes int) *Cache {
+	return &Cache{maxEntries: maxEntries, maxBytes: maxBytes, entries: map[uint64]*entry{}, inflight: map[uint64]*flight{}}
+}
+
+// HandlerOption makes a Connect handler compress with the cache and
+// decompress with the standard library.
+func (c *Cache) HandlerOption() connect.HandlerOption {
+	return connect.WithCompression(Name,
+		func() connect.Decompressor { return &gzipReader{} },
+		func() connect.Compressor { return &compressor{cache: c} })
+}
+
+// compress returns the gzip of in, from the cache when it has it.
+func (c *Cache) compress(in []byte) ([]byte, error) {
+	key := xxhash.Sum64(in) ^ uint64(len(in))
+	c.mu.Lock()
+	if e, ok := c.entries[key]; ok && bytes.Equal(e.in, in) {
+		c.mu.Unlock()
+		return e.out, nil
+	}
+	if f, ok := c.inflight[key]; ok && bytes.Equal(f.in, in) {
+		c.mu.Unlock()
+		<-f.done
+		if f.out != nil {
+			return f.out, nil
+		}
+		return c.gzip(in) // the first one failed: do it here
+	}
+	f := &flight{in: bytes.Clone(in), done: make(chan struct{})}
+	c.inflight[key] = f
+	c.mu.Unlock()
+
+	out, err := c.gzip(in)
+	c.mu.Lock()
+	delete(c.inflight, key)
+	if err == nil {
+		f.out = out
+		c.addLocked(key, &entry{in: f.in, out: out})
+	}
+	c.mu.Unlock()
+	close(f.done)
+	return out, err
+}
+
+// addLocked keeps e, dropping the oldest entries past the bounds.
+func (c *Cache) addLocked(key uint64, e *entry) {
+	size := len(e.in) + len(e.out)
+	if size > c.maxBytes {
+		return
+	}
+	if old, ok := c.entries[key]; ok {
+		c.bytes -= len(old.in) + len(old.out)
+	} else {
+		c.order = append(c.order, key)
+	}
+	c.entries[key] = e
+	c.bytes += size
+	for len(c.order) > c.maxEntries || c.bytes > c.maxBytes {
+		oldest := c.order[0]
+		c.order = c.order[1:]
+		if old, ok := c.entries[oldest]; ok {
+			c.bytes -= len(old.in) + len(old.out)
+			delete(c.entries, oldest)
+		}
+	}
+}
+
+func (c *Cache) gzip(in []byte) ([]byte, error) {
+	c.compressed.Add(1)
+	var buf bytes.Buffer
+	buf.Grow(len(in)/4 + 64)
+	w, _ := c.pool.Get().(*gzip.Writer)
+	if w == nil {
+		w = gzip.NewWriter(&buf)
+	} else {
+		w.Reset(&buf)
+	}
+	defer c.pool.Put(w)
+	if _, err := w.Write(in); err != nil {
+		return nil, err
+	}
+	if err := w.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// compressor collects one message and, on Close, writes its gzip.
+type compressor struct {
+	cache *Cache
+	dst   io.Writer
+	buf   []byte
+}
+
+func (z *compressor) Write(p []byte) (int, error) {
+	z.buf = append(z.buf, p...)
+	return len(p), nil
+}
+
+func (z *compressor) Close() error {
+	if z.dst == nil {
+		return nil
+	}
+	out, err := z.cache.compress(z.buf)
+	if err != nil {
+		return err
+	}
+	_, err = z.dst.Write(out)
+	z.dst = nil
+	return err
+}
+
+func (z *compressor) Reset(dst io.Writer) {
+	z.dst = dst
+	if cap(z.buf) > 1<<20 {
+		z.buf = nil // a pooled compressor does not keep a large buffer
+	}
+	z.buf = z.buf[:0]
+}
+
+// gzipReader is the standard library's gzip reader as a Connect
+// Decompressor.
+type gzipReader struct{ r *gzip.Reader }
+
+func (g *gzipReader) Read(p []byte) (int, error) {
+	if g.r == nil {
+		return 0, io.EOF
+	}
+	return g.r.Read(p)
+}
+
+func (g *gzipReader) Close() error {
+	if g.r == nil {
+		return nil
+	}
+	return g.r.Close()
+}
+
+func (g *gzipReader) Reset(r io.Reader) error {
+	if g.r == nil {
+		zr, err := gzip.NewReader(r)
+		if err != nil {
+			return err
+		}
+		g.r = zr
+		return nil
+	}
+	return g.r.Reset(r)
+}

@@ -1,0 +1,98 @@
+package sharedgzip
+
+import (
+	"bytes"
+	"compress/gzip"
+	"fmt"
+	"io"
+	"sync"
+	"testing"
+)
+
+func gunzip(t *testing.T, b []byte) []byte {
+	t.Helper()
+	r, err := gzip.NewReader(bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := io.ReadAll(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func compressWith(t *testing.T, c *Cache, in []byte) []byte {
+	t.Helper()
+	z := &compressor{cache: c}
+	var dst bytes.Buffer
+	z.Reset(&dst)
+	if _, err := z.Write(in); err != nil {
+		t.Fatal(err)
+	}
+	if err := z.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return dst.Bytes()
+}
+
+// TestOneMessageIsCompressedOnce: two hundred streams sending the same
+// message at once compress it once, and each gets the standard gzip of
+// it; a different message is compressed on its own.
+func TestOneMessageIsCompressedOnce(t *testing.T) {
+	c := NewCache(8, 1<<20)
+	msg := bytes.Repeat([]byte("a watch event batch "), 500)
+	var std bytes.Buffer
+	w := gzip.NewWriter(&std)
+	_, _ = w.Write(msg)
+	_ = w.Close()
+	var wg sync.WaitGroup
+	outs := make([][]byte, 200)
+	for i := range outs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			outs[i] = compressWith(t, c, msg)
+		}()
+	}
+	wg.Wait()
+	for i, out := range outs {
+		if !bytes.Equal(out, std.Bytes()) {
+			t.Fatalf("stream %d got %d bytes that are not the standard gzip", i, len(out))
+		}
+	}
+	if n := c.Compressed(); n != 1 {
+		t.Fatalf("compressed %d times, want once", n)
+	}
+	other := append(bytes.Clone(msg), '!')
+	if got := gunzip(t, compressWith(t, c, other)); !bytes.Equal(got, other) {
+		t.Fatal("the second message does not round-trip")
+	}
+	if n := c.Compressed(); n != 2 {
+		t.Fatalf("compressed %d times after a second message, want 2", n)
+	}
+}
+
+// TestTheCacheStaysBounded: past its entry and byte bounds the oldest
+// messages go, and are compressed again when they come back.
+func TestTheCacheStaysBounded(t *testing.T) {
+	c := NewCache(4, 1<<20)
+	for i := range 10 {
+		compressWith(t, c, []byte(fmt.Sprintf("message %d %s", i, bytes.Repeat([]byte("x"), 1000))))
+	}
+	if len(c.entries) != 4 || len(c.order) != 4 {
+		t.Fatalf("%d entries, %d in order; want 4", len(c.entries), len(c.order))
+	}
+	before := c.Compressed()
+	compressWith(t, c, []byte(fmt.Sprintf("message %d %s", 0, bytes.Repeat([]byte("x"), 1000))))
+	if c.Compressed() != before+1 {
+		t.Fatal("an evicted message was answered from the cache")
+	}
+	small := NewCache(100, 3000)
+	for i := range 10 {
+		compressWith(t, small, bytes.Repeat([]byte{byte(i)}, 1000))
+	}
+	if small.bytes > 3000 {
+		t.Fatalf("the cache holds %d bytes, over its 3000", small.bytes)
+	}
+}
