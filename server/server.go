@@ -59,8 +59,8 @@ type Server struct {
 	stopStale func()
 	// stopping is set when Serve begins to stop: health stays NOT_SERVING.
 	stopping atomic.Bool
-	// gzip compresses each distinct message of the KV, release, instance
-	// and rollout services once.
+	// gzip compresses each distinct message that many clients receive
+	// alike once (see routes).
 	gzip *sharedgzip.Cache
 
 	// stopBackground ends the supervisor and the lease checkpoint;
@@ -160,27 +160,27 @@ func (s *Server) routes() http.Handler {
 		// fan-out profile. Larger messages (big configs, batches) still
 		// compress when the client accepts it.
 		connect.WithCompressMinBytes(compressMinBytes),
-		// A change fanned out to many streams is the same message on
-		// each: it is compressed once, not once per stream.
-		s.gzip.HandlerOption(),
 		connect.WithInterceptors(api.LogInterceptor(s.cfg.log)),
 	}
+	// What many clients receive alike (a change fanned out to watch
+	// streams, a release or a validator module downloaded by a fleet) is
+	// compressed once, not once per client; listings and statuses, each
+	// their own, keep the plain gzip and its memory.
+	shared := append(slices.Clone(opts), s.gzip.HandlerOption())
 	mux := http.NewServeMux()
-	kvOpts := append(slices.Clone(opts), connect.WithReadMaxBytes(kvReadMax))
-	mux.Handle(pawlv1connect.NewKVServiceHandler(api.NewKV(s.store, s.hub, s.cfg.maxValueBytes,
-		api.TxnLimits{Ops: s.cfg.maxTxnOps, Bytes: s.cfg.maxTxnBytes}, s.cfg.log), kvOpts...))
-	validatorOpts := []connect.HandlerOption{
-		connect.WithReadMaxBytes(s.cfg.maxWasmBytes + 64<<10),
-		connect.WithCompressMinBytes(compressMinBytes),
-		connect.WithInterceptors(api.LogInterceptor(s.cfg.log)),
-	}
+	kv := api.NewKV(s.store, s.hub, s.cfg.maxValueBytes, api.TxnLimits{Ops: s.cfg.maxTxnOps, Bytes: s.cfg.maxTxnBytes}, s.cfg.log)
+	kvPath, kvHandler := pawlv1connect.NewKVServiceHandler(kv, append(slices.Clone(opts), connect.WithReadMaxBytes(kvReadMax))...)
+	mux.Handle(kvPath, kvHandler)
+	_, watchHandler := pawlv1connect.NewKVServiceHandler(kv, shared...)
+	mux.Handle(pawlv1connect.KVServiceWatchProcedure, watchHandler) // the exact path wins over the service's
+	validatorOpts := append(slices.Clone(shared), connect.WithReadMaxBytes(s.cfg.maxWasmBytes+64<<10))
 	mux.Handle(pawlv1connect.NewValidatorServiceHandler(api.NewValidators(s.vals, s.cfg.maxValueBytes, s.cfg.log), validatorOpts...))
 	registry := s.registry
 	releases := release.New(s.store, s.vals.Run, registry.Members, release.WithClock(s.cfg.now))
 	rollouts := rollout.New(s.store, releases, registry, rollout.WithClock(s.cfg.now), rollout.WithLogger(s.cfg.log))
 	s.startBackground(rollouts)
-	mux.Handle(pawlv1connect.NewReleaseServiceHandler(api.NewReleases(releases, rollouts, s.cfg.log), opts...))
-	mux.Handle(pawlv1connect.NewInstanceServiceHandler(api.NewInstances(registry, rollouts, s.hub, s.cfg.log), opts...))
+	mux.Handle(pawlv1connect.NewReleaseServiceHandler(api.NewReleases(releases, rollouts, s.cfg.log), shared...))
+	mux.Handle(pawlv1connect.NewInstanceServiceHandler(api.NewInstances(registry, rollouts, s.hub, s.cfg.log), shared...))
 	mux.Handle(pawlv1connect.NewRolloutServiceHandler(api.NewRollouts(rollouts, releases, s.cfg.log), opts...))
 	mux.Handle(grpchealth.NewHandler(s.health))
 	reflector := grpcreflect.NewStaticReflector(append([]string{grpchealth.HealthV1ServiceName}, services...)...)

@@ -119,3 +119,46 @@ func TestBadTxnsAreRefusedAndChangeNothing(t *testing.T) {
 		t.Fatalf("revision %d after refused transactions", rev)
 	}
 }
+
+// TestListPagesAreBoundedByBytes: a listing of large values ends its
+// pages at 4 MiB, whatever the page size asked, and its later pages keep
+// the first page's revision while writes go on.
+func TestListPagesAreBoundedByBytes(t *testing.T) {
+	srv := testserver.Start(t)
+	kv := newKV(t, srv)
+	ctx := context.Background()
+	value := strings.Repeat("v", 200<<10)
+	for i := range 40 {
+		put(t, kv, fmt.Sprintf("/big/%02d", i), value)
+	}
+	var keys []string
+	var pages int
+	var rev int64
+	for token := ""; ; {
+		resp, err := kv.List(ctx, connect.NewRequest(&pawlv1.ListRequest{Prefix: "/big/", PageSize: 1000, PageToken: token}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		pages++
+		size := 0
+		for _, k := range resp.Msg.GetKvs() {
+			keys = append(keys, k.GetKey())
+			size += len(k.GetKey()) + len(k.GetValue())
+		}
+		if size > 4<<20+200<<10+16 {
+			t.Fatalf("page %d holds %d bytes", pages, size)
+		}
+		if pages == 1 {
+			rev = resp.Msg.GetRevision()
+			put(t, kv, "/big/zz-after-the-first-page", "late")
+		} else if resp.Msg.GetRevision() != rev {
+			t.Fatalf("page %d at revision %d, the first at %d", pages, resp.Msg.GetRevision(), rev)
+		}
+		if token = resp.Msg.GetNextPageToken(); token == "" {
+			break
+		}
+	}
+	if pages < 2 || len(keys) != 40 {
+		t.Fatalf("%d pages, %d keys; want at least 2 pages and the 40 keys of the first revision", pages, len(keys))
+	}
+}

@@ -732,7 +732,9 @@ type ListRequest struct {
 	// The revision to read at; 0 means the current revision. Ignored when
 	// page_token is set: a listing keeps the revision of its first page.
 	Revision int64 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
-	// The largest number of keys to return; 0 means 100, at most 1000.
+	// The largest number of keys to return; 0 means 100, at most 1000. A
+	// page also ends once its keys and values reach 4 MiB (it always holds
+	// at least one key): follow next_page_token until it is empty.
 	PageSize int32 `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// The next_page_token of the previous page, to continue a listing.
 	PageToken     string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`

@@ -142,6 +142,11 @@ const (
 	DefaultPageSize = 100
 	// MaxPageSize is the largest page; larger requests get this many.
 	MaxPageSize = 1000
+	// MaxPageBytes bounds a page of a key listing by its keys and values
+	// too: a page ends once it holds this many bytes (it always holds at
+	// least one key), so that listing a large tree costs the server a page
+	// of memory at a time.
+	MaxPageBytes = 4 << 20
 )
 
 // PageSize resolves a listing's requested page size: 0 means

@@ -43,6 +43,9 @@ func NewKV(st store.Store, hub *watch.Hub, maxValueBytes int, limits TxnLimits, 
 	return &KV{store: st, hub: hub, maxValueBytes: maxValueBytes, limits: limits, log: log}
 }
 
+// listChunk is how many keys one read of a listing takes.
+const listChunk = 16
+
 // Txn implements pawl.v1.KVService.Txn.
 func (s *KV) Txn(ctx context.Context, req *connect.Request[pawlv1.TxnRequest]) (*connect.Response[pawlv1.TxnResponse], error) {
 	m := req.Msg
@@ -165,16 +168,30 @@ func (s *KV) List(ctx context.Context, req *connect.Request[pawlv1.ListRequest])
 		}
 		revision, after = tok.Revision, tok.After
 	}
-	page, err := s.store.List(ctx, m.GetPrefix(), revision, after, size)
-	if err != nil {
-		return nil, Error(s.log, req.Spec(), err)
+	// The page is read a few keys at a time, all at the revision of the
+	// first read, until it has size keys or MaxPageBytes of keys and
+	// values: a page of large values ends early, and the server never
+	// holds more than about a page.
+	resp := &pawlv1.ListResponse{}
+	bytes, more := 0, true
+	for len(resp.Kvs) < size && more && bytes < MaxPageBytes {
+		page, err := s.store.List(ctx, m.GetPrefix(), revision, after, min(listChunk, size-len(resp.Kvs)))
+		if err != nil {
+			return nil, Error(s.log, req.Spec(), err)
+		}
+		revision, resp.Revision, more = page.Revision, page.Revision, page.More
+		for _, kv := range page.KVs {
+			if bytes >= MaxPageBytes {
+				more = true // page.KVs[i:] are next
+				break
+			}
+			resp.Kvs = append(resp.Kvs, toProtoKV(kv))
+			bytes += len(kv.Key) + len(kv.Value)
+			after = kv.Key
+		}
 	}
-	resp := &pawlv1.ListResponse{Revision: page.Revision, Kvs: make([]*pawlv1.KeyValue, len(page.KVs))}
-	for i, kv := range page.KVs {
-		resp.Kvs[i] = toProtoKV(kv)
-	}
-	if page.More {
-		resp.NextPageToken = pagetoken.Token{Scope: m.GetPrefix(), Revision: page.Revision, After: page.KVs[len(page.KVs)-1].Key}.Encode()
+	if more {
+		resp.NextPageToken = pagetoken.Token{Scope: m.GetPrefix(), Revision: resp.Revision, After: after}.Encode()
 	}
 	return connect.NewResponse(resp), nil
 }
