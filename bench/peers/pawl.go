@@ -1,0 +1,132 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+
+	"connectrpc.com/connect"
+
+	pawlv1 "github.com/pawlcfg/pawl/gen/pawl/v1"
+	"github.com/pawlcfg/pawl/gen/pawl/v1/pawlv1connect"
+)
+
+var (
+	pawldOnce sync.Once
+	pawldBin  string
+	pawldErr  error
+)
+
+type pawl struct {
+	p       *proc
+	url     string
+	clients []pawlv1connect.KVServiceClient
+	next    int
+	mu      sync.Mutex
+}
+
+func h2c() *http.Client {
+	var p http.Protocols
+	p.SetUnencryptedHTTP2(true)
+	return &http.Client{Transport: &http.Transport{Protocols: &p}}
+}
+
+func startPawl(ctx context.Context, dir string) (system, error) {
+	pawldOnce.Do(func() {
+		pawldBin = filepath.Join(os.TempDir(), fmt.Sprintf("peers-pawld-%d", os.Getpid()))
+		// Built in Pawl's own module (two levels up), with its dependencies.
+		build := exec.Command("go", "build", "-o", pawldBin, "./cmd/pawld")
+		build.Dir = filepath.Join("..", "..")
+		build.Stderr = os.Stderr
+		pawldErr = build.Run()
+	})
+	if pawldErr != nil {
+		return nil, fmt.Errorf("build pawld: %w", pawldErr)
+	}
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	p, err := startProc(ctx, dir, addr, pawldBin, "--listen", addr, "--data", filepath.Join(dir, "data"), "--log-level", "warn")
+	if err != nil {
+		return nil, err
+	}
+	s := &pawl{p: p, url: "http://" + addr}
+	for range 64 {
+		s.clients = append(s.clients, pawlv1connect.NewKVServiceClient(h2c(), s.url, connect.WithGRPC()))
+	}
+	return s, nil
+}
+
+func (s *pawl) name() string { return "Pawl (pawld, embedded store)" }
+
+func (s *pawl) client() pawlv1connect.KVServiceClient {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.next++
+	return s.clients[s.next%len(s.clients)]
+}
+
+func (s *pawl) put(ctx context.Context, key string, value []byte) error {
+	_, err := s.client().Put(ctx, connect.NewRequest(&pawlv1.PutRequest{Key: key, Value: value}))
+	return err
+}
+
+func (s *pawl) subscribe(ctx context.Context, n int, deliver func(int)) error {
+	var ready sync.WaitGroup
+	for i := range n {
+		stream, err := s.clients[i%len(s.clients)].Watch(ctx, connect.NewRequest(&pawlv1.WatchRequest{Prefix: "/fan/"}))
+		if err != nil {
+			return err
+		}
+		ready.Add(1)
+		go func() {
+			defer stream.Close()
+			first := true
+			for stream.Receive() {
+				if first {
+					ready.Done()
+					first = false
+				}
+				for _, ev := range stream.Msg().GetEvents().GetEvents() {
+					deliver(index(ev.GetKv().GetKey()))
+				}
+			}
+			if first {
+				ready.Done()
+			}
+		}()
+	}
+	ready.Wait()
+	return nil
+}
+
+func (s *pawl) catchUp(ctx context.Context, count int) (bool, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := s.clients[0].Watch(ctx, connect.NewRequest(&pawlv1.WatchRequest{Prefix: "/cu/", StartRevision: 1}))
+	if err != nil {
+		return false, err
+	}
+	defer stream.Close()
+	got := 0
+	for got < count && stream.Receive() {
+		got += len(stream.Msg().GetEvents().GetEvents())
+	}
+	if got < count {
+		return false, fmt.Errorf("caught up %d of %d: %v", got, count, stream.Err())
+	}
+	return true, nil
+}
+
+func (s *pawl) close() {
+	for _, c := range s.clients {
+		_ = c // the transports close with the process
+	}
+	s.p.stop()
+}
