@@ -169,6 +169,14 @@ func WithStore(url string) Option { return func(c *config) { c.storeURL = url } 
 // DefaultRedisPrefix): one Redis can hold several stores.
 func WithRedisPrefix(prefix string) Option { return func(c *config) { c.redisPrefix = prefix } }
 
+// WithRedisReplicaAcks makes every write to a Redis store wait until n
+// replicas have it, for at most wait, before it is acknowledged: a
+// failover can then not lose it. Default 0: Redis replication is
+// asynchronous, and a failover may lose the last writes.
+func WithRedisReplicaAcks(n int, wait time.Duration) Option {
+	return func(c *config) { c.redisOpts = append(c.redisOpts, redisstore.WithReplicaAcks(n, wait)) }
+}
+
 // WithWorkLease sets how long a replica's lease on work that must happen
 // once lasts (default DefaultWorkLease); it is renewed every third of it.
 func WithWorkLease(d time.Duration) Option { return func(c *config) { c.workLease = d } }

@@ -44,6 +44,8 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	data := fs.String("data", server.DefaultDataDir, "data directory of the embedded store (with --store, of the validator cache only)")
 	storeURL := fs.String("store", "", "keep the data in Redis at this URL (redis://host:port/db, rediss://, redis+sentinel://h1,h2/master, redis+cluster://h1,h2) instead of the embedded store: replicas given the same URL and prefix serve the same data")
 	redisPrefix := fs.String("redis-prefix", server.DefaultRedisPrefix, "prefix of the store's keys in Redis")
+	replicaAcks := fs.Int("redis-replica-acks", 0, "with --store, acknowledge a write only once this many Redis replicas have it (WAIT), so that a failover cannot lose it")
+	replicaWait := fs.Duration("redis-replica-wait", time.Second, "how long a write waits for --redis-replica-acks before it fails with UNAVAILABLE")
 	workLease := fs.Duration("work-lease", server.DefaultWorkLease, "with --store, how long a replica's lease on the rollout supervisor and compaction lasts; another replica takes over within it when the holder dies")
 	maxValue := fs.Int("max-value-bytes", server.DefaultMaxValueBytes, "largest value a put accepts, in bytes")
 	maxTxnOps := fs.Int("max-txn-ops", server.DefaultMaxTxnOps, "most changes one transaction may make")
@@ -76,6 +78,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		server.WithStore(*storeURL),
 		server.WithRedisPrefix(*redisPrefix),
 		server.WithWorkLease(*workLease),
+		server.WithRedisReplicaAcks(*replicaAcks, *replicaWait),
 		server.WithMaxValueBytes(*maxValue),
 		server.WithTxnLimits(*maxTxnOps, *maxTxnBytes),
 		server.WithRetention(*retainRevs, *retainFor),

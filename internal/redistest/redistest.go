@@ -232,9 +232,10 @@ func StartCluster(t testing.TB, n int) []string {
 }
 
 // StartSentinel starts a Redis Sentinel on a free port that monitors the
-// primary at primaryAddr under the name master, and returns its address
-// once it knows the primary.
-func StartSentinel(t testing.TB, master, primaryAddr string) string {
+// primary at primaryAddr under the name master (quorum 1), with extra
+// configuration lines (such as "sentinel down-after-milliseconds NAME
+// 500"), and returns its address once it knows the primary.
+func StartSentinel(t testing.TB, master, primaryAddr string, extra ...string) string {
 	t.Helper()
 	dir := t.TempDir()
 	addr := freeAddr(t)
@@ -242,6 +243,9 @@ func StartSentinel(t testing.TB, master, primaryAddr string) string {
 	phost, pport, _ := net.SplitHostPort(primaryAddr)
 	conf := filepath.Join(dir, "sentinel.conf")
 	body := fmt.Sprintf("port %s\nbind %s\ndir %s\nsentinel monitor %s %s %s 1\n", port, host, dir, master, phost, pport)
+	for _, line := range extra {
+		body += line + "\n"
+	}
 	if err := os.WriteFile(conf, []byte(body), 0o644); err != nil {
 		t.Fatal(err)
 	}

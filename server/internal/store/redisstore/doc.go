@@ -37,7 +37,9 @@
 // with the default appendfsync everysec, a crash of the Redis host can
 // lose the last second; without persistence, a restart of Redis loses
 // everything. With replicas, a failover can lose what the primary had not
-// yet replicated (Redis replication is asynchronous).
+// yet replicated (Redis replication is asynchronous), unless every write
+// waits for replicas (WithReplicaAcks: Redis WAIT on the connection that
+// wrote).
 //
 // # Feed
 //

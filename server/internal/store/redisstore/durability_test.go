@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -121,4 +122,109 @@ func TestNoAcknowledgedWriteIsLostWhenRedisIsKilled(t *testing.T) {
 		}
 	}
 	t.Logf("%d acknowledged writes, all found after SIGKILL and restart; %d failed as unavailable; revision %d", len(acks), unavailable, st.Revision)
+}
+
+// TestAFailoverLosesNoAcknowledgedWrite: a primary with two replicas
+// under a Sentinel; the store waits for one replica on every write
+// (WithReplicaAcks). The primary is killed with SIGKILL under write load;
+// the Sentinel promotes a replica, the other follows it, the writes go on
+// there, and every write acknowledged before or after the failover is on
+// the new primary.
+func TestAFailoverLosesNoAcknowledgedWrite(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts two redis-servers and a sentinel, and fails one over")
+	}
+	primary := redistest.Start(t)
+	_, pport, _ := strings.Cut(primary.Addr, ":")
+	for range 2 {
+		rc := redistest.Start(t, "--replicaof", "127.0.0.1", pport).Client(t)
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) { // replication has no event to await
+			info, _ := rc.Info(context.Background(), "replication").Result()
+			if strings.Contains(info, "master_link_status:up") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("a replica never linked up: %s", info)
+			}
+		}
+	}
+	sentinel := redistest.StartSentinel(t, "pawlfail", primary.Addr,
+		"sentinel down-after-milliseconds pawlfail 500", "sentinel failover-timeout pawlfail 3000")
+	rdb, err := NewClient("redis+sentinel://" + sentinel + "/pawlfail/0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rdb.Close() })
+	s := open(t, rdb, "failover", WithReplicaAcks(1, time.Second))
+
+	type acked struct {
+		key string
+		rev int64
+	}
+	var mu sync.Mutex
+	var acks []acked
+	var failed, afterKill int
+	killed := make(chan struct{})
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ctx.Err() == nil; i++ {
+				key := fmt.Sprintf("/f/%d/%d", w, i)
+				res, err := s.Put(ctx, store.Put{Key: key, Value: []byte("v")})
+				mu.Lock()
+				switch {
+				case err == nil:
+					acks = append(acks, acked{key, res.Revision})
+					select {
+					case <-killed:
+						afterKill++
+					default:
+					}
+				case errors.Is(err, store.ErrUnavailable):
+					failed++
+				case ctx.Err() == nil:
+					t.Errorf("write %s: %v", key, err)
+				}
+				mu.Unlock()
+				if err != nil {
+					time.Sleep(20 * time.Millisecond)
+				}
+			}
+		}()
+	}
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			mu.Lock()
+			ok := cond()
+			mu.Unlock()
+			if ok {
+				return
+			}
+			if time.Now().After(deadline) {
+				cancel()
+				wg.Wait()
+				t.Fatalf("%s never happened (%d acknowledged, %d failed)", what, len(acks), failed)
+			}
+		}
+	}
+	waitFor("200 acknowledged writes", func() bool { return len(acks) >= 200 })
+	primary.Kill(t)
+	close(killed)
+	waitFor("100 writes acknowledged by the new primary", func() bool { return afterKill >= 100 })
+	cancel()
+	wg.Wait()
+	if failed == 0 {
+		t.Fatal("no write failed during the failover: the kill hit nothing")
+	}
+	for _, a := range acks {
+		kv, _, err := s.Get(context.Background(), a.key, 0)
+		if err != nil || kv.ModRevision != a.rev {
+			t.Fatalf("acknowledged %s at revision %d; after the failover: %+v, %v", a.key, a.rev, kv, err)
+		}
+	}
+	t.Logf("%d writes acknowledged (%d after the failover), all on the new primary; %d failed during it", len(acks), afterKill, failed)
 }

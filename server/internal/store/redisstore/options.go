@@ -9,9 +9,11 @@ import (
 type Option func(*options)
 
 type options struct {
-	headCheck time.Duration
-	recordAge time.Duration
-	dropHook  func(revision int64) bool
+	headCheck   time.Duration
+	recordAge   time.Duration
+	dropHook    func(revision int64) bool
+	replicaAcks int
+	replicaWait time.Duration
 }
 
 const (
@@ -33,6 +35,8 @@ func (o options) validate() error {
 		return fmt.Errorf("redisstore: WithHeadCheck(%s): must be positive", o.headCheck)
 	case o.recordAge <= 0:
 		return fmt.Errorf("redisstore: WithRecordAge(%s): must be positive", o.recordAge)
+	case o.replicaAcks < 0 || (o.replicaAcks > 0 && o.replicaWait <= 0):
+		return fmt.Errorf("redisstore: WithReplicaAcks(%d, %s): want 0, or a count and a positive wait", o.replicaAcks, o.replicaWait)
 	}
 	return nil
 }
@@ -50,4 +54,15 @@ func WithRecordAge(d time.Duration) Option { return func(o *options) { o.recordA
 // change log.
 func WithNoticeFilter(drop func(revision int64) bool) Option {
 	return func(o *options) { o.dropHook = drop }
+}
+
+// WithReplicaAcks makes every mutation wait, after the primary ran it,
+// until n replicas have it (Redis WAIT), for at most wait: a write is
+// acknowledged only once a failover (Sentinel or Cluster promoting a
+// replica) can no longer lose it. When fewer replicas confirm in time,
+// the mutation fails with store.ErrUnavailable; it is committed on the
+// primary and may or may not survive a failover. The default, 0, waits
+// for none: Redis replication is asynchronous.
+func WithReplicaAcks(n int, wait time.Duration) Option {
+	return func(o *options) { o.replicaAcks, o.replicaWait = n, wait }
 }

@@ -48,7 +48,9 @@ type keyNames struct {
 // Open returns the store kept in Redis under prefix (many stores can share
 // one Redis, each under its own prefix) and starts its feed: a
 // subscription to the store's notices and a reader of its change log. It
-// fails with store.ErrUnavailable when Redis cannot be reached.
+// fails with store.ErrUnavailable when Redis cannot be reached. rdb should
+// not retry commands (MaxRetries -1, as NewClient's): a mutation whose
+// connection broke after Redis ran it would otherwise run twice.
 func Open(ctx context.Context, rdb redis.UniversalClient, prefix string, opts ...Option) (*Store, error) {
 	o := defaultOptions()
 	for _, opt := range opts {
@@ -182,9 +184,9 @@ func (s *Store) mutate(ctx context.Context, single bool, compares []store.Compar
 		args = append(args, kind, o.key, o.value, has, expect)
 	}
 	keys := []string{s.k.rev, s.k.compact, s.k.kv, s.k.keys, s.k.idx, s.k.log, leaseKey}
-	res, err := mutateScript.Run(ctx, s.rdb, keys, args...).Slice()
+	res, err := s.runMutation(ctx, keys, args)
 	if err != nil {
-		return store.Result{}, s.wrap(ctx, err)
+		return store.Result{}, err
 	}
 	str := func(i int) string {
 		if i < len(res) {
@@ -223,6 +225,46 @@ func (s *Store) mutate(ctx context.Context, single bool, compares []store.Compar
 		return store.Result{}, store.ErrFenced
 	}
 	return store.Result{}, fmt.Errorf("redisstore: unexpected answer %v", res)
+}
+
+// runMutation runs mutateScript and, with WithReplicaAcks, Redis WAIT
+// after it on the same connection (WAIT counts the replicas that have
+// what its own connection wrote), failing with store.ErrUnavailable when
+// too few confirm.
+func (s *Store) runMutation(ctx context.Context, keys []string, args []any) ([]any, error) {
+	if s.opts.replicaAcks == 0 {
+		res, err := mutateScript.Run(ctx, s.rdb, keys, args...).Slice()
+		return res, s.wrap(ctx, err)
+	}
+	for attempt := 0; ; attempt++ {
+		pipe := s.rdb.Pipeline()
+		run := pipe.EvalSha(ctx, mutateScript.Hash(), keys, args...)
+		wait := pipe.Do(ctx, "WAIT", s.opts.replicaAcks, s.opts.replicaWait.Milliseconds())
+		_, _ = pipe.Exec(ctx)
+		res, err := run.Slice()
+		if err != nil && attempt == 0 && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+			// A new primary (after a failover) has not seen the script.
+			if err := mutateScript.Load(ctx, s.rdb).Err(); err != nil {
+				return nil, s.wrap(ctx, err)
+			}
+			continue
+		}
+		if err != nil {
+			return nil, s.wrap(ctx, err)
+		}
+		if v, _ := res[0].(string); v != "OK" {
+			return res, nil // refused: nothing was written
+		}
+		n, err := wait.Int64()
+		if err != nil {
+			return nil, fmt.Errorf("%w: the write is committed on the primary, but waiting for replicas failed: %v", store.ErrUnavailable, err)
+		}
+		if int(n) < s.opts.replicaAcks {
+			return nil, fmt.Errorf("%w: %d of %d replicas confirmed the write within %s (it is committed on the primary, and a failover may lose it)",
+				store.ErrUnavailable, n, s.opts.replicaAcks, s.opts.replicaWait)
+		}
+		return res, nil
+	}
 }
 
 // Put implements store.Store.

@@ -20,7 +20,10 @@ import (
 //	redis+cluster://[user:password@]h1:p1,h2:p2     Cluster
 //
 // The client is go-redis's universal client, so the rest of the engine
-// does not care which one it got. The caller closes it.
+// does not care which one it got. It does not retry a command whose
+// connection broke (a mutation retried so could apply twice): the engine
+// reports store.ErrUnavailable and its callers decide. The caller closes
+// it.
 func NewClient(rawURL string) (redis.UniversalClient, error) {
 	scheme, rest, ok := strings.Cut(rawURL, "://")
 	if !ok {
@@ -32,6 +35,7 @@ func NewClient(rawURL string) (redis.UniversalClient, error) {
 		if err != nil {
 			return nil, fmt.Errorf("redisstore: %w", err)
 		}
+		opt.MaxRetries = -1
 		return redis.NewClient(opt), nil
 	case "redis+sentinel", "redis+cluster":
 	default:
@@ -62,7 +66,7 @@ func NewClient(rawURL string) (redis.UniversalClient, error) {
 		if len(segments) > 0 {
 			return nil, fmt.Errorf("redisstore: %q: a cluster URL has no path (Cluster has only database 0)", rawURL)
 		}
-		return redis.NewUniversalClient(&redis.UniversalOptions{Addrs: addrs, Username: user, Password: password, IsClusterMode: true}), nil
+		return redis.NewUniversalClient(&redis.UniversalOptions{Addrs: addrs, Username: user, Password: password, IsClusterMode: true, MaxRetries: -1}), nil
 	}
 	if len(segments) == 0 || segments[0] == "" || len(segments) > 2 {
 		return nil, fmt.Errorf("redisstore: %q: a sentinel URL is redis+sentinel://hosts/master[/db]", rawURL)
@@ -75,7 +79,7 @@ func NewClient(rawURL string) (redis.UniversalClient, error) {
 		}
 		db = n
 	}
-	return redis.NewUniversalClient(&redis.UniversalOptions{Addrs: addrs, MasterName: segments[0], DB: db, Username: user, Password: password}), nil
+	return redis.NewUniversalClient(&redis.UniversalOptions{Addrs: addrs, MasterName: segments[0], DB: db, Username: user, Password: password, MaxRetries: -1}), nil
 }
 
 // SetLogger sends go-redis's own log lines (reconnects, failed dials) to
