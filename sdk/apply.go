@@ -460,10 +460,12 @@ func (c *Client) validate(ctx context.Context, f *fetched) error {
 
 // healthWindow holds the release on trial for window: the application's
 // health check runs right after the swap and at the end, and the requests
-// the middleware measured over the window give the error rate and p99. It
-// returns the HEALTHY_ACKED report, and false when ctx ended first.
+// the middleware measured from the swap to the end of the window (every
+// request the new generation served, including those before the server
+// had the APPLIED) give the error rate and p99. It returns the
+// HEALTHY_ACKED report, and false when ctx ended first.
 func (c *Client) healthWindow(ctx context.Context, s *Snapshot, window time.Duration) (ackExtra, bool) {
-	start := time.Now()
+	start := s.AppliedAt
 	check := func() error {
 		if c.cfg.healthCheck == nil {
 			return nil
