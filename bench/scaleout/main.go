@@ -52,6 +52,7 @@ type options struct {
 	duration, throughputFor time.Duration
 	pawld, setups, profiles string
 	replicaProcs            int
+	http1                   bool
 }
 
 func main() {
@@ -63,6 +64,7 @@ func main() {
 	flag.IntVar(&o.perConn, "streams-per-connection", 500, "watch streams per HTTP/2 connection")
 	flag.StringVar(&o.pawld, "pawld", "", "pawld binary (default: built from ./cmd/pawld)")
 	flag.StringVar(&o.setups, "setups", "bolt,redis-1,redis-3", "setups to measure, in order")
+	flag.BoolVar(&o.http1, "http1", false, "watch over the Connect protocol on HTTP/1.1, one connection per stream, instead of gRPC over shared HTTP/2 connections")
 	flag.IntVar(&o.replicaProcs, "replica-procs", 0, "GOMAXPROCS of each pawld when there are several (0: Go's default, every CPU)")
 	flag.StringVar(&o.profiles, "profiles", "", "write CPU profiles of every pawld and of this process over the steady-rate writes to this directory")
 	flag.Parse()
@@ -283,12 +285,24 @@ func latency(ctx context.Context, o options, urls []string, r *result) error {
 	}()
 	var kvs []pawlv1connect.KVServiceClient
 	for i := 0; i < o.watchers; i++ {
-		if i%o.perConn == 0 {
+		switch {
+		case o.http1 && i == 0:
+			var p http.Protocols
+			p.SetHTTP1(true)
+			c := &http.Client{Transport: &http.Transport{Protocols: &p, MaxIdleConnsPerHost: o.watchers}}
+			clients = append(clients, c)
+			for _, u := range urls {
+				kvs = append(kvs, pawlv1connect.NewKVServiceClient(c, u))
+			}
+		case !o.http1 && i%o.perConn == 0:
 			c := h2c()
 			clients = append(clients, c)
 			kvs = append(kvs, pawlv1connect.NewKVServiceClient(c, urls[(i/o.perConn)%len(urls)], connect.WithGRPC()))
 		}
 		kv := kvs[len(kvs)-1]
+		if o.http1 {
+			kv = kvs[i%len(kvs)]
+		}
 		started.Add(1)
 		wg.Add(1)
 		go func() {
