@@ -461,8 +461,12 @@ func (r *Registry) Heartbeat(ctx context.Context, identity, bootID string) (Reco
 func (r *Registry) withLease(rec Record, others map[string]lease) Record {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	// A registration starts a full lease: a reader that sees it before
+	// the registering call has recorded the lease (the store commits
+	// first) must not judge it expired.
+	rec.LeaseExpiresAt = rec.RegisteredAt.Add(r.lease)
 	if l, ok := others[rec.WorkloadIdentity]; ok && l.BootID == rec.BootID && l.Epoch == rec.MembershipEpoch {
-		rec.LeaseExpiresAt = l.ExpiresAt
+		rec.LeaseExpiresAt = maxTime(rec.LeaseExpiresAt, l.ExpiresAt)
 	}
 	if l, ok := r.leases[rec.WorkloadIdentity]; ok && l.BootID == rec.BootID && l.Epoch == rec.MembershipEpoch {
 		rec.LeaseExpiresAt = maxTime(rec.LeaseExpiresAt, l.ExpiresAt)
