@@ -21,7 +21,9 @@
 // was live at its checkpoint a full term from the restart: instances that
 // could not reach a stopped server are not declared dead for it. Expiry is
 // judged when the registry is read; nothing deletes a registration, which
-// stays for audit.
+// stays for audit. A registration is itself a lease of a full term from its
+// time: a reader may see it committed before the registering call has
+// recorded the lease.
 //
 // Shared: when several servers share one store (WithShared), an instance
 // may register with one, heartbeat to another and hold a stream on a
