@@ -203,57 +203,66 @@ func TestRolloutAcrossReplicasWhileTheSupervisorDies(t *testing.T) {
 // tells its watchers they are stale; a client given only that replica
 // keeps its stream and reports Stale until the replica follows again, and
 // a client given two moves to the other at once and keeps up with the
-// writes made meanwhile.
+// writes made meanwhile. A client whose watch starts while the replica is
+// cut off (its stream broke and it reconnects) is refused with
+// Unavailable, and reports Stale too.
 func TestASpaceLeavesAReplicaThatLostRedis(t *testing.T) {
 	_, prefix := redistest.Shared(t)
 	proxy := faultproxy.NewHolder(t, redistest.Addr())
 	cutOff := testserver.Start(t, server.WithStore("redis://"+proxy.Addr+"/0"), server.WithRedisPrefix(prefix))
 	other := testserver.Start(t, server.WithStore("redis://"+redistest.Addr()+"/0"), server.WithRedisPrefix(prefix))
+	toCutOff := faultproxy.NewHolder(t, cutOff.Addr) // between one client and the cut-off replica
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	h := &harness{t: t, ctx: ctx}
 	h.connectTo(other.URL)
 	alone := h.clientAt(cutOff.URL, "alone", sdk.WithoutAssignments())
+	reconnecting := h.clientAt("http://"+toCutOff.Addr, "reconnecting", sdk.WithoutAssignments())
 	both := h.clientAt(cutOff.URL+","+other.URL, "both", sdk.WithoutAssignments())
-	spAlone, err := alone.Space(ctx, "/st/")
-	if err != nil {
-		t.Fatal(err)
+	spaces := map[string]*sdk.Space{}
+	for name, c := range map[string]*sdk.Client{"alone": alone, "reconnecting": reconnecting, "both": both} {
+		sp, err := c.Space(ctx, "/st/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sp.Close()
+		spaces[name] = sp
 	}
-	defer spAlone.Close()
-	spBoth, err := both.Space(ctx, "/st/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer spBoth.Close()
 
-	proxy.Partition()
+	toCutOff.Partition() // the reconnecting client's stream breaks; it retries
+	proxy.Partition()    // the replica loses Redis
+	toCutOff.Heal()      // the retries reach the replica, which refuses the watch
 	resp, err := h.kv.Put(ctx, connect.NewRequest(&pawlv1.PutRequest{Key: "/st/during", Value: []byte("v")}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	during := resp.Msg.GetRevision()
-	if err := spBoth.WaitRevision(ctx, during); err != nil {
+	if err := spaces["both"].WaitRevision(ctx, during); err != nil {
 		t.Fatalf("the client given two replicas did not get the write made during the cut: %v", err)
 	}
 	if both.Server() != other.URL {
 		t.Fatalf("the client given two replicas uses %s, want %s", both.Server(), other.URL)
 	}
-	for !spAlone.Stale() {
-		select {
-		case <-ctx.Done():
-			t.Fatal("the client given only the cut-off replica never learnt it was stale")
-		case <-time.After(10 * time.Millisecond):
+	for _, name := range []string{"alone", "reconnecting"} {
+		for !spaces[name].Stale() {
+			select {
+			case <-ctx.Done():
+				t.Fatalf("the %s client never learnt the replica cannot follow the store", name)
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+		if _, ok := spaces[name].Get("/st/during"); ok {
+			t.Fatalf("the cut-off replica delivered a write it cannot see to the %s client", name)
 		}
 	}
-	if _, ok := spAlone.Get("/st/during"); ok {
-		t.Fatal("the cut-off replica delivered a write it cannot see")
-	}
 	proxy.Heal()
-	if err := spAlone.WaitRevision(ctx, during); err != nil {
-		t.Fatalf("after healing: %v", err)
-	}
-	if spAlone.Stale() {
-		t.Fatal("still stale after the replica caught up")
+	for _, name := range []string{"alone", "reconnecting"} {
+		if err := spaces[name].WaitRevision(ctx, during); err != nil {
+			t.Fatalf("the %s client after healing: %v", name, err)
+		}
+		if spaces[name].Stale() {
+			t.Fatalf("the %s client is still stale after the replica caught up", name)
+		}
 	}
 }
 

@@ -137,7 +137,8 @@ func (s *Space) Revision() int64 { return s.state.Load().rev }
 func (s *Space) Resyncs() int64 { return s.resyncs.Load() }
 
 // Stale reports whether the server the space follows said it cannot
-// follow the store (it lost its backend), and has not said otherwise
+// follow the store (it lost its backend: a stale notice on the watch, or
+// a watch refused as Unavailable), and no server has sent anything
 // since: the copy may be out of date. Given several servers, the space
 // moves to another one.
 func (s *Space) Stale() bool { return s.stale.Load() }
@@ -214,6 +215,11 @@ func (s *Space) follow(ctx context.Context) {
 				continue
 			}
 			err = lerr
+		}
+		if connect.CodeOf(err) == connect.CodeUnavailable {
+			// The server cannot serve the watch (it lost its store, or it
+			// is stopping): until one does, the copy may be out of date.
+			s.stale.Store(true)
 		}
 		s.c.cfg.log.Info("pawl: a space's watch ended; resuming", "prefix", s.prefix, "revision", s.Revision(), "error", err)
 		b.wait(ctx)
