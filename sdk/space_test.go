@@ -69,6 +69,14 @@ func TestASpaceFollowsAThousandKeysThroughACompaction(t *testing.T) {
 	}
 
 	proxy.Partition()
+	// The space's stream must be gone from the server before the writes
+	// it will miss: its watcher unregistered, and none registered again.
+	watchers := func() int { return h.srv.Server.WatchStats().Watchers }
+	for deadline := time.Now().Add(10 * time.Second); watchers() != 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the space's watch stream outlived the partition (%d watchers)", watchers())
+		}
+	}
 	for i := range 1000 {
 		rev = put(fmt.Sprintf("/flags/k%04d", i), "v1")
 	}
@@ -85,10 +93,16 @@ func TestASpaceFollowsAThousandKeysThroughACompaction(t *testing.T) {
 	if _, err := h.srv.Server.ApplyRetention(h.ctx); err != nil { // the policy, applied now rather than soon
 		t.Fatal(err)
 	}
+	if n := watchers(); n != 0 {
+		t.Fatalf("a watch stream reached the server through the partition (%d watchers)", n)
+	}
+	spaceAt := space.Revision()
 	proxy.Heal()
 	wait(rev)
 	if space.Resyncs() == 0 {
-		t.Fatal("the space was never told of a compaction: the test did not reach the path it is about")
+		st := h.srv.Server.WatchStats()
+		t.Fatalf("the space was never told of a compaction: the test did not reach the path it is about (space at %d before healing, server at %d, %+v)",
+			spaceAt, rev, st)
 	}
 
 	want := map[string][]byte{}
