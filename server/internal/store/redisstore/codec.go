@@ -43,33 +43,26 @@ func decodeRecord(key string, v []byte) (store.KeyValue, error) {
 
 // decodeEvent reads a log event.
 func decodeEvent(v []byte) (store.Event, error) {
-	ev, _, err := decodeLogEvent(v)
-	return ev, err
-}
-
-// decodeLogEvent reads a log event and whether more changes of its
-// transaction follow it.
-func decodeLogEvent(v []byte) (ev store.Event, more bool, err error) {
 	nl := bytes.IndexByte(v, '\n')
 	if nl < 0 {
-		return store.Event{}, false, fmt.Errorf("redisstore: event has no header")
+		return store.Event{}, fmt.Errorf("redisstore: event has no header")
 	}
 	f := bytes.Split(v[:nl], []byte(","))
 	if len(f) != 7 || len(f[0]) != 1 {
-		return store.Event{}, false, fmt.Errorf("redisstore: event header %q", v[:nl])
+		return store.Event{}, fmt.Errorf("redisstore: event header %q", v[:nl])
 	}
 	var n [6]int64
 	for i := range n {
 		var err error
 		if n[i], err = strconv.ParseInt(string(f[i+1]), 10, 64); err != nil {
-			return store.Event{}, false, fmt.Errorf("redisstore: event header %q: %w", v[:nl], err)
+			return store.Event{}, fmt.Errorf("redisstore: event header %q: %w", v[:nl], err)
 		}
 	}
 	body := v[nl+1:]
 	if n[5] < 0 || n[5] > int64(len(body)) {
-		return store.Event{}, false, fmt.Errorf("redisstore: event header %q: key length past the end", v[:nl])
+		return store.Event{}, fmt.Errorf("redisstore: event header %q: key length past the end", v[:nl])
 	}
-	ev = store.Event{
+	ev := store.Event{
 		KV:           store.KeyValue{Key: string(body[:n[5]]), CreateRevision: n[0], ModRevision: n[1], Version: n[2]},
 		PrevRevision: n[3],
 		Time:         time.UnixMilli(n[4]),
@@ -81,8 +74,8 @@ func decodeLogEvent(v []byte) (ev store.Event, more bool, err error) {
 	case 'D', 'd':
 		ev.Type = store.EventDelete
 	default:
-		return store.Event{}, false, fmt.Errorf("redisstore: event type %q", f[0])
+		return store.Event{}, fmt.Errorf("redisstore: event type %q", f[0])
 	}
 	ev.More = f[0][0] == 'p' || f[0][0] == 'd'
-	return ev, ev.More, nil
+	return ev, nil
 }

@@ -169,19 +169,19 @@ func (f *feed) run(ctx context.Context) {
 }
 
 // catchUp reads the log from the last delivered revision to its head and
-// delivers it, a transaction never split across two batches. A compacted
-// stretch (Redis was unreachable longer than the log was kept) is skipped:
-// the next batch starts after it, as the contract says.
+// delivers it, a transaction never split across two batches (Changes
+// never ends inside one). A compacted stretch (Redis was unreachable
+// longer than the log was kept) is skipped: the next batch starts after
+// it, as the contract says.
 func (f *feed) catchUp(ctx context.Context) {
 	f.mu.Lock()
 	from := f.delivered + 1
 	f.mu.Unlock()
-	var pending []store.Event
 	for {
-		ch, open, err := f.s.readLog(ctx, from, "", feedBatch)
+		ch, err := f.s.Changes(ctx, from, "", feedBatch)
 		var compacted *store.CompactedError
 		switch {
-		case errors.As(err, &compacted) && len(pending) == 0:
+		case errors.As(err, &compacted):
 			f.advance(nil, compacted.CompactRevision)
 			from = compacted.CompactRevision + 1
 			continue
@@ -191,13 +191,8 @@ func (f *feed) catchUp(ctx context.Context) {
 			}
 			return
 		}
-		pending = append(pending, ch.Events...)
+		f.advance(ch.Events, ch.Through)
 		from = ch.Through + 1
-		if open {
-			continue
-		}
-		f.advance(pending, ch.Through)
-		pending = nil
 		if len(ch.Events) < feedBatch {
 			return
 		}

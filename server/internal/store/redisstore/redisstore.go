@@ -184,28 +184,17 @@ func (s *Store) mutate(ctx context.Context, single bool, compares []store.Compar
 		args = append(args, kind, o.key, o.value, has, expect)
 	}
 	keys := []string{s.k.rev, s.k.compact, s.k.kv, s.k.keys, s.k.idx, s.k.log, leaseKey}
-	res, err := s.runMutation(ctx, keys, args)
+	raw, err := s.runMutation(ctx, keys, args)
 	if err != nil {
 		return store.Result{}, err
 	}
-	str := func(i int) string {
-		if i < len(res) {
-			if v, ok := res[i].(string); ok {
-				return v
-			}
-		}
-		return ""
-	}
-	num := func(i int) int64 {
-		n, _ := strconv.ParseInt(str(i), 10, 64)
-		return n
-	}
-	switch str(0) {
+	res := reply(raw)
+	switch res.str(0) {
 	case "OK":
-		rev := num(1)
+		rev := res.num(1)
 		result := store.Result{Revision: rev}
 		if single {
-			if prev := str(2); prev != "" {
+			if prev := res.str(2); prev != "" {
 				kv, err := decodeRecord(ops[0].key, []byte(prev))
 				if err != nil {
 					return store.Result{}, err
@@ -216,11 +205,11 @@ func (s *Store) mutate(ctx context.Context, single bool, compares []store.Compar
 		s.feed.await(ctx, rev)
 		return result, nil
 	case "MISMATCH":
-		return store.Result{}, &store.RevisionMismatchError{Key: str(1), Expected: num(2), Actual: num(3)}
+		return store.Result{}, &store.RevisionMismatchError{Key: res.str(1), Expected: res.num(2), Actual: res.num(3)}
 	case "CHANGED":
-		return store.Result{}, &store.ChangedError{Prefix: str(1), Since: num(2), Key: str(3), Revision: num(4)}
+		return store.Result{}, &store.ChangedError{Prefix: res.str(1), Since: res.num(2), Key: res.str(3), Revision: res.num(4)}
 	case "NOTFOUND":
-		return store.Result{}, &store.NotFoundError{Key: str(1), Revision: num(2)}
+		return store.Result{}, &store.NotFoundError{Key: res.str(1), Revision: res.num(2)}
 	case "FENCED":
 		return store.Result{}, store.ErrFenced
 	}
@@ -252,7 +241,7 @@ func (s *Store) runMutation(ctx context.Context, keys []string, args []any) ([]a
 		if err != nil {
 			return nil, s.wrap(ctx, err)
 		}
-		if v, _ := res[0].(string); v != "OK" {
+		if reply(res).str(0) != "OK" {
 			return res, nil // refused: nothing was written
 		}
 		n, err := wait.Int64()
@@ -292,26 +281,34 @@ func (s *Store) Txn(ctx context.Context, t store.Txn) (store.Result, error) {
 	return s.mutate(ctx, false, t.Compares, t.Unchanged, ops)
 }
 
+// reply is a script's answer: strings (numbers in decimal), read by
+// position.
+type reply []any
+
+// str is the i-th element, or "" when there is none or it is not a string.
+func (r reply) str(i int) string {
+	if i < len(r) {
+		v, _ := r[i].(string)
+		return v
+	}
+	return ""
+}
+
+// num is the i-th element as a number, or 0.
+func (r reply) num(i int) int64 {
+	n, _ := strconv.ParseInt(r.str(i), 10, 64)
+	return n
+}
+
 // refusal maps a read script's refusal to the contract's errors.
-func refusal(res []any) error {
-	str := func(i int) string {
-		if i < len(res) {
-			v, _ := res[i].(string)
-			return v
-		}
-		return ""
-	}
-	num := func(i int) int64 {
-		n, _ := strconv.ParseInt(str(i), 10, 64)
-		return n
-	}
-	switch str(0) {
+func refusal(r reply) error {
+	switch r.str(0) {
 	case "COMPACTED":
-		return &store.CompactedError{Requested: num(1), CompactRevision: num(2), Revision: num(3)}
+		return &store.CompactedError{Requested: r.num(1), CompactRevision: r.num(2), Revision: r.num(3)}
 	case "FUTURE":
-		return &store.FutureRevisionError{Requested: num(1), Revision: num(2)}
+		return &store.FutureRevisionError{Requested: r.num(1), Revision: r.num(2)}
 	}
-	return fmt.Errorf("redisstore: unexpected answer %v", res)
+	return fmt.Errorf("redisstore: unexpected answer %v", []any(r))
 }
 
 // Status implements store.Store.
@@ -333,20 +330,21 @@ func (s *Store) Get(ctx context.Context, key string, revision int64) (store.KeyV
 	if err := s.check(ctx); err != nil {
 		return store.KeyValue{}, 0, err
 	}
-	res, err := getScript.Run(ctx, s.rdb, []string{s.k.rev, s.k.compact, s.k.kv, s.k.idx, s.k.log}, key, revision).Slice()
+	raw, err := getScript.Run(ctx, s.rdb, []string{s.k.rev, s.k.compact, s.k.kv, s.k.idx, s.k.log}, key, revision).Slice()
 	if err != nil {
 		return store.KeyValue{}, 0, s.wrap(ctx, err)
 	}
-	if v, _ := res[0].(string); v != "OK" {
+	res := reply(raw)
+	if res.str(0) != "OK" {
 		return store.KeyValue{}, 0, refusal(res)
 	}
-	at, _ := strconv.ParseInt(res[1].(string), 10, 64)
-	switch res[2].(string) {
+	at := res.num(1)
+	switch res.str(2) {
 	case "R":
-		kv, err := decodeRecord(key, []byte(res[3].(string)))
+		kv, err := decodeRecord(key, []byte(res.str(3)))
 		return kv, at, err
 	case "E":
-		ev, err := decodeEvent([]byte(res[3].(string)))
+		ev, err := decodeEvent([]byte(res.str(3)))
 		return ev.KV, at, err
 	}
 	return store.KeyValue{}, at, &store.NotFoundError{Key: key, Revision: at}
@@ -357,21 +355,19 @@ func (s *Store) List(ctx context.Context, prefix string, revision int64, after s
 	if err := s.check(ctx); err != nil {
 		return store.Page{}, err
 	}
-	res, err := listScript.Run(ctx, s.rdb, []string{s.k.rev, s.k.compact, s.k.kv, s.k.keys, s.k.idx, s.k.log},
+	raw, err := listScript.Run(ctx, s.rdb, []string{s.k.rev, s.k.compact, s.k.kv, s.k.keys, s.k.idx, s.k.log},
 		prefix, after, revision, limit).Slice()
 	if err != nil {
 		return store.Page{}, s.wrap(ctx, err)
 	}
-	if v, _ := res[0].(string); v != "OK" {
+	res := reply(raw)
+	if res.str(0) != "OK" {
 		return store.Page{}, refusal(res)
 	}
-	var page store.Page
-	page.Revision, _ = strconv.ParseInt(res[1].(string), 10, 64)
-	page.More = res[2].(string) == "1"
-	kind, _ := res[3].(string)
+	page := store.Page{Revision: res.num(1), More: res.str(2) == "1"}
+	kind := res.str(3)
 	for i := 4; i+1 < len(res); i += 2 {
-		key := res[i].(string)
-		val, _ := res[i+1].(string)
+		key, val := res.str(i), res.str(i+1)
 		if kind == "R" {
 			kv, err := decodeRecord(key, []byte(val))
 			if err != nil {
@@ -389,43 +385,34 @@ func (s *Store) List(ctx context.Context, prefix string, revision int64, after s
 	return page, nil
 }
 
-// Changes implements store.Store.
+// Changes implements store.Store. The script reads on past limit to the
+// end of a transaction, so a batch never ends inside one.
 func (s *Store) Changes(ctx context.Context, from int64, prefix string, limit int) (store.Changes, error) {
-	ch, _, err := s.readLog(ctx, from, prefix, limit)
-	return ch, err
-}
-
-// readLog reads the change log as Changes does, and reports whether more
-// changes of the last event's transaction follow it.
-func (s *Store) readLog(ctx context.Context, from int64, prefix string, limit int) (store.Changes, bool, error) {
 	if err := s.check(ctx); err != nil {
-		return store.Changes{}, false, err
+		return store.Changes{}, err
 	}
 	if limit <= 0 {
 		limit = 1
 	}
 	res, err := changesScript.Run(ctx, s.rdb, []string{s.k.rev, s.k.compact, s.k.log}, from, prefix, limit).Slice()
 	if err != nil {
-		return store.Changes{}, false, s.wrap(ctx, err)
+		return store.Changes{}, s.wrap(ctx, err)
 	}
-	if v, _ := res[0].(string); v != "OK" {
-		return store.Changes{}, false, refusal(res)
+	if reply(res).str(0) != "OK" {
+		return store.Changes{}, refusal(res)
 	}
-	ch := store.Changes{}
-	ch.Through, _ = strconv.ParseInt(res[1].(string), 10, 64)
-	var open bool
+	ch := store.Changes{Through: reply(res).num(1)}
 	if n := len(res) - 2; n > 0 {
 		ch.Events = make([]store.Event, 0, n)
 	}
 	for _, v := range res[2:] {
-		ev, more, err := decodeLogEvent([]byte(v.(string)))
+		ev, err := decodeEvent([]byte(v.(string)))
 		if err != nil {
-			return store.Changes{}, false, err
+			return store.Changes{}, err
 		}
 		ch.Events = append(ch.Events, ev)
-		open = more
 	}
-	return ch, open, nil
+	return ch, nil
 }
 
 // compactSteps bounds how many revisions one script compacts, so that
@@ -439,16 +426,16 @@ func (s *Store) Compact(ctx context.Context, revision int64) error {
 	}
 	leaseKey, token := s.fence(ctx)
 	for {
-		res, err := compactScript.Run(ctx, s.rdb, []string{s.k.rev, s.k.compact, s.k.idx, s.k.log, leaseKey}, revision, compactSteps, token).Slice()
+		raw, err := compactScript.Run(ctx, s.rdb, []string{s.k.rev, s.k.compact, s.k.idx, s.k.log, leaseKey}, revision, compactSteps, token).Slice()
 		if err != nil {
 			return s.wrap(ctx, err)
 		}
-		switch v, _ := res[0].(string); v {
+		res := reply(raw)
+		switch res.str(0) {
 		case "FENCED":
 			return store.ErrFenced
 		case "OK":
-			done, _ := strconv.ParseInt(res[1].(string), 10, 64)
-			if done >= revision {
+			if res.num(1) >= revision {
 				return nil
 			}
 		default:
