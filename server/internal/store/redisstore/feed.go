@@ -65,31 +65,24 @@ func (f *feed) subscribe(ctx context.Context) error {
 }
 
 // add registers fn and returns its unregistration.
-func (f *feed) add(fn store.CommitFunc) func() {
-	f.deliverMu.Lock()
-	defer f.deliverMu.Unlock()
-	id := f.nextID
-	f.nextID++
-	f.subs[id] = fn
-	return func() {
-		f.deliverMu.Lock()
-		defer f.deliverMu.Unlock()
-		delete(f.subs, id)
-	}
-}
+func (f *feed) add(fn store.CommitFunc) func() { return register(f, f.subs, fn) }
 
 // addStale registers fn to learn when the feed stops following the store
 // (with the reason) and when it follows again (with nil).
-func (f *feed) addStale(fn func(error)) func() {
+func (f *feed) addStale(fn func(error)) func() { return register(f, f.stales, fn) }
+
+// register puts fn in m, one of the feed's maps of callbacks, under
+// deliverMu, and returns its removal.
+func register[T any](f *feed, m map[int]T, fn T) func() {
 	f.deliverMu.Lock()
 	defer f.deliverMu.Unlock()
 	id := f.nextID
 	f.nextID++
-	f.stales[id] = fn
+	m[id] = fn
 	return func() {
 		f.deliverMu.Lock()
 		defer f.deliverMu.Unlock()
-		delete(f.stales, id)
+		delete(m, id)
 	}
 }
 
