@@ -111,9 +111,9 @@ func (s *Store) commit(batch []*request) {
 			var err error
 			switch {
 			case r.put != nil:
-				ev, results[i], err = applyPut(tx, r.put, st.Revision+1, now)
+				ev, results[i], err = applyPut(tx, r.put, st.Revision+1, now, false)
 			case r.del != nil:
-				ev, results[i], err = applyDelete(tx, r.del, st.Revision+1, now)
+				ev, results[i], err = applyDelete(tx, r.del, st.Revision+1, now, false)
 			case r.txn != nil:
 				evs, results[i], err = applyTxn(tx, r.txn, st, now)
 			default:
@@ -155,8 +155,9 @@ func (s *Store) commit(batch []*request) {
 }
 
 // applyPut writes one put at revision rev, or returns its CAS failure in the
-// response. It returns a nil event when nothing was written.
-func applyPut(tx *bolt.Tx, p *store.Put, rev int64, now time.Time) (*store.Event, response, error) {
+// response. It returns a nil event when nothing was written. more marks a
+// change of a transaction that more changes follow (store.Event.More).
+func applyPut(tx *bolt.Tx, p *store.Put, rev int64, now time.Time, more bool) (*store.Event, response, error) {
 	kvb := tx.Bucket(bucketKV)
 	prev, err := currentRecord(kvb, p.Key)
 	if err != nil {
@@ -166,7 +167,7 @@ func applyPut(tx *bolt.Tx, p *store.Put, rev int64, now time.Time) (*store.Event
 		return nil, response{err: mismatch}, nil
 	}
 	kv := store.KeyValue{Key: p.Key, Value: p.Value, CreateRevision: rev, ModRevision: rev, Version: 1}
-	ev := store.Event{Type: store.EventPut, KV: kv, Time: now}
+	ev := store.Event{Type: store.EventPut, KV: kv, Time: now, More: more}
 	if prev != nil {
 		ev.KV.CreateRevision = prev.CreateRevision
 		ev.KV.Version = prev.Version + 1
@@ -182,7 +183,7 @@ func applyPut(tx *bolt.Tx, p *store.Put, rev int64, now time.Time) (*store.Event
 }
 
 // applyDelete is applyPut for a deletion.
-func applyDelete(tx *bolt.Tx, d *store.Delete, rev int64, now time.Time) (*store.Event, response, error) {
+func applyDelete(tx *bolt.Tx, d *store.Delete, rev int64, now time.Time, more bool) (*store.Event, response, error) {
 	kvb := tx.Bucket(bucketKV)
 	prev, err := currentRecord(kvb, d.Key)
 	if err != nil {
@@ -199,6 +200,7 @@ func applyDelete(tx *bolt.Tx, d *store.Delete, rev int64, now time.Time) (*store
 		KV:           store.KeyValue{Key: d.Key, ModRevision: rev},
 		PrevRevision: prev.ModRevision,
 		Time:         now,
+		More:         more,
 	}
 	if err := kvb.Delete([]byte(d.Key)); err != nil {
 		return nil, response{}, err
@@ -233,33 +235,32 @@ func applyTxn(tx *bolt.Tx, t *store.Txn, st store.Status, now time.Time) ([]stor
 	if changed != nil {
 		return nil, response{err: changed}, nil
 	}
-	events := make([]store.Event, 0, len(t.Puts)+len(t.Deletes))
+	// The deletes of absent keys are skipped, so the changes are known
+	// before any is written: every one but the last says More. (No key
+	// appears twice, so the puts do not change which deletes apply.)
+	var deletes []string
+	for _, key := range t.Deletes {
+		if kvb.Get([]byte(key)) != nil {
+			deletes = append(deletes, key)
+		}
+	}
+	changes := len(t.Puts) + len(deletes)
+	events := make([]store.Event, 0, changes)
 	for i := range t.Puts {
 		p := t.Puts[i]
 		p.ExpectModRevision = nil
-		ev, _, err := applyPut(tx, &p, rev+int64(len(events)), now)
+		ev, _, err := applyPut(tx, &p, rev+int64(len(events)), now, len(events)+1 < changes)
 		if err != nil {
 			return nil, response{}, err
 		}
 		events = append(events, *ev)
 	}
-	for _, key := range t.Deletes {
-		if v := kvb.Get([]byte(key)); v == nil {
-			continue // absent: skipped
-		}
-		ev, _, err := applyDelete(tx, &store.Delete{Key: key}, rev+int64(len(events)), now)
+	for _, key := range deletes {
+		ev, _, err := applyDelete(tx, &store.Delete{Key: key}, rev+int64(len(events)), now, len(events)+1 < changes)
 		if err != nil {
 			return nil, response{}, err
 		}
 		events = append(events, *ev)
-	}
-	// Every change but the last says more of the transaction follows; the
-	// log entries were written without it, so they are written again.
-	for i := 0; i+1 < len(events); i++ {
-		events[i].More = true
-		if err := tx.Bucket(bucketLog).Put(revKey(events[i].Revision()), encodeEvent(events[i])); err != nil {
-			return nil, response{}, err
-		}
 	}
 	return events, response{result: store.Result{Revision: rev + int64(len(events)) - 1}}, nil
 }
