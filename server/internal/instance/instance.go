@@ -28,11 +28,11 @@
 // Shared: when several servers share one store (WithShared), an instance
 // may register with one, heartbeat to another and hold a stream on a
 // third. Each server keeps the leases it renews and checkpoints them as
-// above, with an expiry the store honours, and a registration writes its
-// lease at once. Reads that judge liveness (Get, List, Members) merge the
-// stored leases of every server with this one's: the latest expiry of the
-// current registration wins. No lease is extended on restart: the other
-// servers kept serving.
+// above, with an expiry the store honours; until the first checkpoint,
+// the registration itself is the lease. Reads that judge liveness (Get,
+// List, Members) merge the stored leases of every server with this one's:
+// the latest expiry of the current registration wins. No lease is
+// extended on restart: the other servers kept serving.
 package instance
 
 import (
@@ -374,21 +374,6 @@ func (r *Registry) Register(ctx context.Context, in Instance) (Record, error) {
 	rec.MembershipEpoch = res.Revision
 	r.remember(rec)
 	rec.LeaseExpiresAt = r.renew(in.WorkloadIdentity, in.BootID, rec.MembershipEpoch)
-	if r.shared {
-		// Other servers judge this instance from the stored lease: write
-		// it now rather than at the next checkpoint. If this fails, the
-		// checkpoint writes it.
-		l := lease{BootID: in.BootID, Epoch: rec.MembershipEpoch, ExpiresAt: rec.LeaseExpiresAt, CheckpointedAt: r.now().UTC()}
-		if b, err := json.Marshal(l); err == nil {
-			if r.store.PutRecords(ctx, leaseKind, []store.Record{{ID: in.WorkloadIdentity, Value: b, ExpiresAt: l.ExpiresAt.Add(r.lease)}}) == nil {
-				r.mu.Lock()
-				if cur, ok := r.stored[in.WorkloadIdentity]; !ok || cur.Epoch <= l.Epoch {
-					r.stored[in.WorkloadIdentity] = l
-				}
-				r.mu.Unlock()
-			}
-		}
-	}
 	return rec, nil
 }
 
