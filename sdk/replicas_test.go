@@ -28,11 +28,7 @@ import (
 func startReplicas(t *testing.T, n int) ([]*pawldtest.Process, func() int) {
 	t.Helper()
 	rdb, prefix := redistest.Shared(t)
-	procs := make([]*pawldtest.Process, n)
-	for i := range procs {
-		procs[i] = pawldtest.Start(t, "--data", t.TempDir(), "--validator-cache", wasmbuild.CacheDir(t),
-			"--store", "redis://"+redistest.Addr()+"/0", "--redis-prefix", prefix, "--work-lease", "1s")
-	}
+	procs := pawldtest.Replicas(t, n, prefix, "--validator-cache", wasmbuild.CacheDir(t))
 	// supervisor is the index of the replica holding the supervisor's
 	// lease, from the holder Redis records (host/pid/random).
 	supervisor := func() int {
@@ -199,6 +195,23 @@ func TestRolloutAcrossReplicasWhileTheSupervisorDies(t *testing.T) {
 	}
 }
 
+// replicasBehindAProxy starts two replicas on one store in the shared
+// Redis: cutOff reaches Redis through proxy (which a test partitions),
+// other directly. The harness's operator clients use other, with a
+// minute's deadline.
+func replicasBehindAProxy(t *testing.T) (h *harness, proxy *faultproxy.Holder, cutOff, other *testserver.Server) {
+	t.Helper()
+	_, prefix := redistest.Shared(t)
+	proxy = faultproxy.NewHolder(t, redistest.Addr())
+	cutOff = testserver.Start(t, server.WithStore("redis://"+proxy.Addr+"/0"), server.WithRedisPrefix(prefix))
+	other = testserver.Start(t, server.WithStore("redis://"+redistest.Addr()+"/0"), server.WithRedisPrefix(prefix))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	h = &harness{t: t, ctx: ctx}
+	h.connectTo(other.URL)
+	return h, proxy, cutOff, other
+}
+
 // TestASpaceLeavesAReplicaThatLostRedis: a replica cut off from Redis
 // tells its watchers they are stale; a client given only that replica
 // keeps its stream and reports Stale until the replica follows again, and
@@ -207,15 +220,9 @@ func TestRolloutAcrossReplicasWhileTheSupervisorDies(t *testing.T) {
 // cut off (its stream broke and it reconnects) is refused with
 // Unavailable, and reports Stale too.
 func TestASpaceLeavesAReplicaThatLostRedis(t *testing.T) {
-	_, prefix := redistest.Shared(t)
-	proxy := faultproxy.NewHolder(t, redistest.Addr())
-	cutOff := testserver.Start(t, server.WithStore("redis://"+proxy.Addr+"/0"), server.WithRedisPrefix(prefix))
-	other := testserver.Start(t, server.WithStore("redis://"+redistest.Addr()+"/0"), server.WithRedisPrefix(prefix))
+	h, proxy, cutOff, other := replicasBehindAProxy(t)
+	ctx := h.ctx
 	toCutOff := faultproxy.NewHolder(t, cutOff.Addr) // between one client and the cut-off replica
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	h := &harness{t: t, ctx: ctx}
-	h.connectTo(other.URL)
 	alone := h.clientAt(cutOff.URL, "alone", sdk.WithoutAssignments())
 	reconnecting := h.clientAt("http://"+toCutOff.Addr, "reconnecting", sdk.WithoutAssignments())
 	both := h.clientAt(cutOff.URL+","+other.URL, "both", sdk.WithoutAssignments())
@@ -271,14 +278,7 @@ func TestASpaceLeavesAReplicaThatLostRedis(t *testing.T) {
 // stream ends with Unavailable), resumes on the other replica, and
 // applies and acknowledges a release cut there meanwhile.
 func TestAssignmentsMoveOffAReplicaThatLostRedis(t *testing.T) {
-	_, prefix := redistest.Shared(t)
-	proxy := faultproxy.NewHolder(t, redistest.Addr())
-	cutOff := testserver.Start(t, server.WithStore("redis://"+proxy.Addr+"/0"), server.WithRedisPrefix(prefix))
-	other := testserver.Start(t, server.WithStore("redis://"+redistest.Addr()+"/0"), server.WithRedisPrefix(prefix))
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	h := &harness{t: t, ctx: ctx}
-	h.connectTo(other.URL)
+	h, proxy, cutOff, other := replicasBehindAProxy(t)
 	h.upload()
 	c := h.clientAt(cutOff.URL+","+other.URL, "i0")
 	h.waitRegistered("i0")

@@ -21,12 +21,7 @@ import (
 func replicas(t *testing.T, n int, extra ...string) []*pawldtest.Process {
 	t.Helper()
 	_, prefix := redistest.Shared(t)
-	out := make([]*pawldtest.Process, n)
-	for i := range out {
-		out[i] = pawldtest.Start(t, append([]string{"--data", t.TempDir(), "--store", "redis://" + redistest.Addr() + "/0",
-			"--redis-prefix", prefix, "--work-lease", "1s"}, extra...)...)
-	}
-	return out
+	return pawldtest.Replicas(t, n, prefix, extra...)
 }
 
 // kvClient is a gRPC KV client of url over its own HTTP/2 connection.

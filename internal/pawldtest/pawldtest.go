@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/pawlcfg/pawl/internal/redistest"
 )
 
 var (
@@ -142,3 +144,16 @@ func (p *Process) Stop() {
 
 // Exited is closed when the process exits.
 func (p *Process) Exited() <-chan struct{} { return p.done }
+
+// Replicas starts n pawld processes that share one store in the shared
+// test Redis (internal/redistest) under prefix, each with its own data
+// directory, a one-second work lease and the extra args.
+func Replicas(t testing.TB, n int, prefix string, extra ...string) []*Process {
+	t.Helper()
+	out := make([]*Process, n)
+	for i := range out {
+		out[i] = Start(t, append([]string{"--data", t.TempDir(), "--store", "redis://" + redistest.Addr() + "/0",
+			"--redis-prefix", prefix, "--work-lease", "1s"}, extra...)...)
+	}
+	return out
+}
