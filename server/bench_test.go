@@ -59,45 +59,19 @@ func BenchmarkPutToDelivery(b *testing.B) {
 	for _, n := range []int{1, 100, 1000, 10000} {
 		b.Run(fmt.Sprintf("watchers-%d", n), func(b *testing.B) {
 			srv := testserver.Start(b)
-			conns := (n + 99) / 100
-			clients := make([]pawlv1connect.KVServiceClient, conns)
-			for i := range clients {
-				clients[i], _ = clientFor(b, srv)
-			}
-			var received, target atomic.Int64
-			allDone := make(chan struct{}, 1)
-			var wg sync.WaitGroup
-			for i := range n {
-				w := openWatch(b, clients[i%conns], "/fleet/", 0)
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for w.Receive() {
-						for range w.Msg().GetEvents().GetEvents() {
-							if received.Add(1) == target.Load() {
-								allDone <- struct{}{}
-							}
-						}
-					}
-				}()
-			}
-			b.Cleanup(wg.Wait) // the streams end at cleanup, before the server stops
+			watchers := countWatchers(b, srv, n, "/fleet/")
 			writer, _ := clientFor(b, srv)
 			value := make([]byte, 256)
 			var latencies []time.Duration
 			b.ReportAllocs()
 			b.ResetTimer()
 			for b.Loop() {
-				target.Add(int64(n))
+				watchers.expect(int64(n))
 				start := time.Now()
 				if _, err := writer.Put(context.Background(), connect.NewRequest(&pawlv1.PutRequest{Key: "/fleet/config", Value: value})); err != nil {
 					b.Fatal(err)
 				}
-				select {
-				case <-allDone:
-				case <-time.After(time.Minute):
-					b.Fatalf("%d of %d watchers got the event", received.Load()-target.Load()+int64(n), n)
-				}
+				watchers.await(b)
 				latencies = append(latencies, time.Since(start))
 			}
 			b.StopTimer()
@@ -110,6 +84,56 @@ func BenchmarkPutToDelivery(b *testing.B) {
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
+// watcherCount is n watch streams that count the events they receive.
+type watcherCount struct {
+	received, target atomic.Int64
+	allDone          chan struct{}
+	expected         int64 // events expected since the last await
+}
+
+// countWatchers opens n watch streams on prefix, 100 to an HTTP/2
+// connection (in a fleet each instance has its own connection), that
+// count the events they receive; they end at cleanup, before the server
+// stops.
+func countWatchers(b *testing.B, srv *testserver.Server, n int, prefix string) *watcherCount {
+	conns := (n + 99) / 100
+	clients := make([]pawlv1connect.KVServiceClient, conns)
+	for i := range clients {
+		clients[i], _ = clientFor(b, srv)
+	}
+	c := &watcherCount{allDone: make(chan struct{}, 1)}
+	var wg sync.WaitGroup
+	for i := range n {
+		w := openWatch(b, clients[i%conns], prefix, 0)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for w.Receive() {
+				if k := int64(len(w.Msg().GetEvents().GetEvents())); k > 0 && c.received.Add(k) == c.target.Load() {
+					c.allDone <- struct{}{}
+				}
+			}
+		}()
+	}
+	b.Cleanup(wg.Wait)
+	return c
+}
+
+// expect adds events, over all the streams, to what await waits for.
+func (c *watcherCount) expect(events int64) {
+	c.expected = events
+	c.target.Add(events)
+}
+
+// await waits until every expected event arrived, failing after a minute.
+func (c *watcherCount) await(b *testing.B) {
+	select {
+	case <-c.allDone:
+	case <-time.After(time.Minute):
+		b.Fatalf("the watchers got %d of %d events", c.received.Load()-c.target.Load()+c.expected, c.expected)
+	}
+}
+
 // BenchmarkBatchToDelivery measures a deploy of 100 changed 1 KiB keys to
 // 2,000 watchers of their prefix: from sending it to every watcher having
 // received all 100 changes, as one transaction (KVService.Txn) and as 100
@@ -119,33 +143,13 @@ func BenchmarkBatchToDelivery(b *testing.B) {
 	for _, how := range []string{"txn", "puts"} {
 		b.Run(how, func(b *testing.B) {
 			srv := testserver.Start(b)
-			conns := watchers / 100
-			clients := make([]pawlv1connect.KVServiceClient, conns)
-			for i := range clients {
-				clients[i], _ = clientFor(b, srv)
-			}
-			var received, target atomic.Int64
-			allDone := make(chan struct{}, 1)
-			var wg sync.WaitGroup
-			for i := range watchers {
-				w := openWatch(b, clients[i%conns], "/deploy/", 0)
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for w.Receive() {
-						if n := int64(len(w.Msg().GetEvents().GetEvents())); n > 0 && received.Add(n) == target.Load() {
-							allDone <- struct{}{}
-						}
-					}
-				}()
-			}
-			b.Cleanup(wg.Wait)
+			counted := countWatchers(b, srv, watchers, "/deploy/")
 			writer, _ := clientFor(b, srv)
 			value := make([]byte, 1024)
 			var latencies []time.Duration
 			b.ResetTimer()
 			for b.Loop() {
-				target.Add(watchers * keys)
+				counted.expect(watchers * keys)
 				start := time.Now()
 				if how == "txn" {
 					req := &pawlv1.TxnRequest{}
@@ -162,11 +166,7 @@ func BenchmarkBatchToDelivery(b *testing.B) {
 						}
 					}
 				}
-				select {
-				case <-allDone:
-				case <-time.After(time.Minute):
-					b.Fatalf("the watchers got %d of %d changes", received.Load()-target.Load()+watchers*keys, watchers*keys)
-				}
+				counted.await(b)
 				latencies = append(latencies, time.Since(start))
 			}
 			b.StopTimer()
