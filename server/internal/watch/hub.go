@@ -212,11 +212,16 @@ func (h *Hub) SetStale(err error) {
 	h.stale = reason
 	h.staleGen++
 	h.mu.Unlock()
+	h.eachWatcher((*Watcher).wake)
+}
+
+// eachWatcher calls fn for every open watcher, under wmu.
+func (h *Hub) eachWatcher(fn func(w *Watcher)) {
 	h.wmu.Lock()
 	defer h.wmu.Unlock()
 	for _, set := range h.watchers {
 		for w := range set {
-			w.wake()
+			fn(w)
 		}
 	}
 }
@@ -373,14 +378,10 @@ func (h *Hub) runProgress() {
 		case <-h.ctx.Done():
 			return
 		case <-t.C:
-			h.wmu.Lock()
-			for _, set := range h.watchers {
-				for w := range set {
-					w.progressDue.Store(true)
-					w.wake()
-				}
-			}
-			h.wmu.Unlock()
+			h.eachWatcher(func(w *Watcher) {
+				w.progressDue.Store(true)
+				w.wake()
+			})
 		}
 	}
 }
