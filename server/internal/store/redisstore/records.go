@@ -81,7 +81,9 @@ func (s *Store) ListRecords(ctx context.Context, kind, after string, limit int) 
 	}
 	keys := s.recordKeys(kind)
 	now := time.Now().UnixMilli()
-	for {
+	// A listing's first page drops what expired; every page leaves out
+	// what it finds expired, so a listing of many pages cleans up once.
+	for after == "" {
 		n, err := expireRecordsScript.Run(ctx, s.rdb, keys, now, 1000).Int()
 		if err != nil {
 			return nil, false, s.wrap(ctx, err)
@@ -90,27 +92,37 @@ func (s *Store) ListRecords(ctx context.Context, kind, after string, limit int) 
 			break
 		}
 	}
-	ids, more, err := s.rangeIDs(ctx, keys[1], after, limit)
-	if err != nil || len(ids) == 0 {
-		return nil, false, err
-	}
-	pipe := s.rdb.Pipeline()
-	vals := pipe.HMGet(ctx, keys[0], ids...)
-	exps := pipe.ZMScore(ctx, keys[2], ids...)
-	if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
-		return nil, false, s.wrap(ctx, err)
-	}
-	out := make([]store.Record, 0, len(ids))
-	for i, id := range ids {
-		v, ok := vals.Val()[i].(string)
-		if !ok {
-			continue // expired between the two reads
+	// A page whose records all expired is skipped, so that a page is
+	// empty only at the end.
+	for {
+		ids, more, err := s.rangeIDs(ctx, keys[1], after, limit)
+		if err != nil || len(ids) == 0 {
+			return nil, false, err
 		}
-		r := store.Record{ID: id, Value: []byte(v)}
-		if ms := exps.Val(); i < len(ms) && ms[i] > 0 {
-			r.ExpiresAt = time.UnixMilli(int64(ms[i]))
+		pipe := s.rdb.Pipeline()
+		vals := pipe.HMGet(ctx, keys[0], ids...)
+		exps := pipe.ZMScore(ctx, keys[2], ids...)
+		if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
+			return nil, false, s.wrap(ctx, err)
 		}
-		out = append(out, r)
+		out := make([]store.Record, 0, len(ids))
+		for i, id := range ids {
+			v, ok := vals.Val()[i].(string)
+			if !ok {
+				continue // expired between the two reads
+			}
+			r := store.Record{ID: id, Value: []byte(v)}
+			if ms := exps.Val(); i < len(ms) && ms[i] > 0 {
+				if int64(ms[i]) <= now {
+					continue // expired, not dropped yet
+				}
+				r.ExpiresAt = time.UnixMilli(int64(ms[i]))
+			}
+			out = append(out, r)
+		}
+		if len(out) > 0 || !more {
+			return out, more, nil
+		}
+		after = ids[len(ids)-1]
 	}
-	return out, more, nil
 }
