@@ -131,13 +131,18 @@ func (f *feed) await(ctx context.Context, rev int64) {
 // run is the feed goroutine; it ends with ctx (the store's).
 func (f *feed) run(ctx context.Context) {
 	defer f.s.wg.Done()
-	defer f.pubsub.Close()
 	notices := f.pubsub.Channel(redis.WithChannelHealthCheckInterval(f.s.opts.headCheck * 3))
 	tick := time.NewTicker(f.s.opts.headCheck)
 	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
+			// go-redis's reader may be blocked handing over a notice (it
+			// waits a minute before dropping one): read until it closes
+			// the channel, so that it ends with the store.
+			_ = f.pubsub.Close()
+			for range notices {
+			}
 			return
 		case msg := <-notices:
 			rev, err := strconv.ParseInt(msg.Payload, 10, 64)
