@@ -141,7 +141,7 @@ func New(ctx context.Context, serverURL string, opts ...Option) (*Client, error)
 			compiled = c.cache.compiledDir()
 		}
 	}
-	if c.runtime, err = acquireRuntime(ctx, compiled); err != nil {
+	if c.runtime, err = acquireRuntime(ctx, compiled, cfg.validatorLimit); err != nil {
 		return nil, err
 	}
 	if c.cache != nil && cfg.assignments {

@@ -11,6 +11,8 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/pawlcfg/pawl/validators/host"
 )
 
 // Option configures New.
@@ -36,6 +38,7 @@ type config struct {
 	token          string
 	cacheDir       string
 	compiledDir    string
+	validatorLimit time.Duration
 	tracerProvider trace.TracerProvider
 	log            *slog.Logger
 	healthCheck    HealthCheck
@@ -72,6 +75,7 @@ func defaultConfig() config {
 		assignments:    true,
 		pinWait:        DefaultPinWait,
 		retain:         DefaultRetainGenerations,
+		validatorLimit: host.DefaultTimeout,
 		backoffMin:     DefaultBackoffMin,
 		backoffMax:     DefaultBackoffMax,
 	}
@@ -87,6 +91,9 @@ func (c *config) validate() error {
 	}
 	if c.pinWait < 0 {
 		errs = append(errs, fmt.Errorf("WithPinWait(%s): must not be negative", c.pinWait))
+	}
+	if c.validatorLimit <= 0 {
+		errs = append(errs, fmt.Errorf("WithValidatorTimeout(%s): must be positive", c.validatorLimit))
 	}
 	if c.retain < 1 {
 		errs = append(errs, fmt.Errorf("WithRetainGenerations(%d): must be at least 1", c.retain))
@@ -187,6 +194,12 @@ func WithCacheDir(dir string) Option { return func(c *config) { c.cacheDir = dir
 // in the cache directory's compiled/ folder: processes on one host can
 // share it, so each module is compiled once per host.
 func WithCompiledCacheDir(dir string) Option { return func(c *config) { c.compiledDir = dir } }
+
+// WithValidatorTimeout bounds each local validation in wall-clock time
+// (default 1s, as on the server). A validation that runs longer is
+// stopped and the release is REJECTED, so give a slow or busy instance
+// that validates large configs more.
+func WithValidatorTimeout(d time.Duration) Option { return func(c *config) { c.validatorLimit = d } }
 
 // WithTracerProvider sets where the spans of each apply step go; their
 // trace context travels in the ACKs. Default: no tracing.

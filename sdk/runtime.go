@@ -16,12 +16,12 @@ import (
 const validatorIdle = 30 * time.Second
 
 // sharedRuntime is one validator runtime shared by every Client of the
-// process with the same compilation cache directory: each module is
+// process with the same compilation cache directory and validator limit: each module is
 // compiled once per process however many clients run it, and its
 // instances are pooled. Validators unused for validatorIdle are closed.
 // The runtime closes when its last client closes.
 type sharedRuntime struct {
-	key  string
+	key  runtimeKey
 	refs int // guarded by runtimes.mu
 	rt   *host.Runtime
 	stop chan struct{} // ends the janitor
@@ -44,19 +44,27 @@ type loading struct {
 
 var runtimes = struct {
 	mu sync.Mutex
-	m  map[string]*sharedRuntime
-}{m: map[string]*sharedRuntime{}}
+	m  map[runtimeKey]*sharedRuntime
+}{m: map[runtimeKey]*sharedRuntime{}}
+
+// runtimeKey is what clients must agree on to share a runtime.
+type runtimeKey struct {
+	dir   string
+	limit time.Duration
+}
 
 // acquireRuntime returns the process's runtime for the compilation cache
-// directory dir ("" for none), starting it if needed.
-func acquireRuntime(ctx context.Context, dir string) (*sharedRuntime, error) {
+// directory dir ("" for none) and the validation limit, starting it if
+// needed.
+func acquireRuntime(ctx context.Context, dir string, limit time.Duration) (*sharedRuntime, error) {
 	runtimes.mu.Lock()
 	defer runtimes.mu.Unlock()
-	if r := runtimes.m[dir]; r != nil {
+	key := runtimeKey{dir: dir, limit: limit}
+	if r := runtimes.m[key]; r != nil {
 		r.refs++
 		return r, nil
 	}
-	var opts []host.Option
+	opts := []host.Option{host.WithTimeout(limit)}
 	if dir != "" {
 		opts = append(opts, host.WithCacheDir(dir))
 	}
@@ -64,8 +72,8 @@ func acquireRuntime(ctx context.Context, dir string) (*sharedRuntime, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sdk: start the validator runtime: %w", err)
 	}
-	r := &sharedRuntime{key: dir, refs: 1, rt: rt, loaded: map[string]*loading{}, stop: make(chan struct{}), done: make(chan struct{})}
-	runtimes.m[dir] = r
+	r := &sharedRuntime{key: key, refs: 1, rt: rt, loaded: map[string]*loading{}, stop: make(chan struct{}), done: make(chan struct{})}
+	runtimes.m[key] = r
 	go r.janitor()
 	return r, nil
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
@@ -129,5 +130,28 @@ func TestTamperedDownloadsAreRejectedAndNeverApplied(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestAValidationPastTheLimitIsRejected: the server accepted the release
+// under its own limit; an instance whose limit is shorter stops its
+// validation there and reports REJECTED with the reason, applying nothing.
+func TestAValidationPastTheLimitIsRejected(t *testing.T) {
+	h := newHarness(t)
+	client := h.client("slow", sdk.WithValidatorTimeout(time.Microsecond),
+		sdk.WithLabels(map[string]string{"instance": "slow"}),
+		sdk.WithCompiledCacheDir(t.TempDir())) // a runtime of its own, with that limit
+	h.waitRegistered("slow")
+	rel := h.release(50, func(spec *pawlv1.ReleaseSpec) {
+		spec.Selector = map[string]string{"instance": "slow"}
+	})
+	h.awaitAcks(rel.GetGeneration(), func(s map[string][]string) bool { return reported(s, "slow", "REJECTED") })
+	_, acks := h.acks(rel.GetGeneration())
+	last := acks[len(acks)-1]
+	if !strings.Contains(last.GetReason(), "ran longer than the 1µs limit") {
+		t.Fatalf("REJECTED = %v", last)
+	}
+	if s := client.Config("routing"); s != nil {
+		t.Fatalf("applied %s after a validation that was stopped", s)
 	}
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/pawlcfg/pawl/internal/atomicfile"
 	"github.com/pawlcfg/pawl/sdk"
+	"github.com/pawlcfg/pawl/validators/host"
 )
 
 // options are the agent's flags.
@@ -26,7 +27,7 @@ type options struct {
 	configs                                            []string
 	dir, prefix, execCmd, healthCmd, cacheDir, token   string
 	noAssignments                                      bool
-	execTimeout                                        time.Duration
+	execTimeout, validatorTimeout                      time.Duration
 }
 
 // run parses args, runs the agent until ctx ends, and returns the exit
@@ -82,6 +83,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.execCmd, "exec", "", "a shell command to run after each change (env PAWL_CONFIG, PAWL_GENERATION or PAWL_KEY, PAWL_FILE)")
 	fs.DurationVar(&o.execTimeout, "exec-timeout", 30*time.Second, "how long --exec and --health-cmd may run")
 	fs.StringVar(&o.healthCmd, "health-cmd", "", "a shell command whose failure during a release's health window reports it unhealthy")
+	fs.DurationVar(&o.validatorTimeout, "validator-timeout", host.DefaultTimeout, "how long one local validation may run before the release is rejected")
 	fs.StringVar(&o.cacheDir, "cache-dir", "", "the last known good state (default DIR/.pawl-cache)")
 	fs.StringVar(&o.token, "token", os.Getenv("PAWL_TOKEN"), "a bearer token for the server (env PAWL_TOKEN)")
 	if err := fs.Parse(args); err != nil {
@@ -121,6 +123,7 @@ func (a *agent) run(ctx context.Context) error {
 	}
 	opts := []sdk.Option{
 		sdk.WithCacheDir(a.o.cacheDir), sdk.WithLogger(a.log), sdk.WithAuthToken(a.o.token),
+		sdk.WithValidatorTimeout(a.o.validatorTimeout),
 		sdk.WithApplier(a.writeConfig), sdk.WithHealthCheck(a.health),
 	}
 	if a.o.noAssignments {

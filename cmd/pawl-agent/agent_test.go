@@ -126,7 +126,9 @@ func TestTheFileIsNeverSeenHalfWritten(t *testing.T) {
 	}
 	dir := t.TempDir()
 	execLog := filepath.Join(t.TempDir(), "exec.log")
-	lines := runAgent(t, "--server", srv.URL, "--identity", "agent-1", "--dir", dir,
+	// The reader below keeps a core busy; 400 kB take their time to
+	// validate on what is left of two cores.
+	lines := runAgent(t, "--server", srv.URL, "--identity", "agent-1", "--dir", dir, "--validator-timeout", "30s",
 		"--exec", `echo "$PAWL_CONFIG $PAWL_GENERATION" >> `+execLog)
 
 	var mu sync.Mutex

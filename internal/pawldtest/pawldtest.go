@@ -72,12 +72,15 @@ type Process struct {
 	done chan struct{}
 }
 
-// Start runs pawld with args (besides --listen and --log-format, which it
-// sets) and waits until it listens. The test's cleanup kills it if it is
-// still running, and logs its output when the test failed.
+// Start runs pawld with args (besides --listen, --log-format and
+// --validator-timeout, which it sets and args may override) and waits
+// until it listens. The test's cleanup kills it if it is still running,
+// and logs its output when the test failed.
 func Start(t testing.TB, args ...string) *Process {
 	t.Helper()
-	cmd := exec.Command(Binary(t), append([]string{"--listen", "127.0.0.1:0", "--log-format", "json"}, args...)...)
+	// A generous validator limit, as testserver sets: it is wall-clock
+	// time, and the tests share two cores under -race. args may set it.
+	cmd := exec.Command(Binary(t), append([]string{"--listen", "127.0.0.1:0", "--log-format", "json", "--validator-timeout", "30s"}, args...)...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -17,6 +17,7 @@ import (
 	"os"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/pawlcfg/pawl/internal/redistest"
 	"github.com/pawlcfg/pawl/internal/wasmbuild"
@@ -58,7 +59,11 @@ func StartAt(t testing.TB, dir, addr string, opts ...server.Option) *Server {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	base := []server.Option{server.WithDataDir(dir), server.WithLogger(quiet), server.WithValidatorCacheDir(wasmbuild.CacheDir(t))}
+	// The validator limit is wall-clock time: on two cores shared by every
+	// test package under -race, a 400 kB document has taken longer than
+	// the 1 s default. The tests of the limit itself set their own.
+	base := []server.Option{server.WithDataDir(dir), server.WithLogger(quiet), server.WithValidatorCacheDir(wasmbuild.CacheDir(t)),
+		server.WithValidatorTimeout(TestValidatorTimeout)}
 	if os.Getenv("PAWL_TEST_STORE") == "redis" {
 		base = append(base, redisStore(t, dir)...)
 	}
@@ -93,6 +98,9 @@ func StartAt(t testing.TB, dir, addr string, opts ...server.Option) *Server {
 	t.Cleanup(s.stop)
 	return s
 }
+
+// TestValidatorTimeout is the validator limit of the servers Start runs.
+const TestValidatorTimeout = 30 * time.Second
 
 // Engine names the store engine the servers of this test run use:
 // "redis" or "bolt".
