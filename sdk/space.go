@@ -210,8 +210,10 @@ func (s *Space) follow(ctx context.Context) {
 				st, lerr = s.c.listSpace(ctx, s.prefix, 0) // that revision was compacted too
 			}
 			if lerr == nil {
-				s.install(st)
+				// Counted first: install wakes those waiting for the
+				// revision, who may read the count next.
 				s.resyncs.Add(1)
+				s.install(st)
 				continue
 			}
 			err = lerr
