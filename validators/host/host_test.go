@@ -94,6 +94,12 @@ func TestJSONSchemaValidator(t *testing.T) {
 			t.Errorf("violations do not include %q:\n%s", want, got)
 		}
 	}
+	// A document the fast path cannot decide (a duplicate name, of which
+	// the last wins) goes to the full validator.
+	res, err = v.Validate(ctx, host.Input{Config: []byte(`{"currency":"EUR","max_amount":500,"countries":["DE"],"currency":"YEN"}`)})
+	if err != nil || res.Valid || !strings.Contains(violations(res), "/currency: value must be one of") {
+		t.Fatalf("a duplicate name: %+v, %v", res, err)
+	}
 	// A schema in the parameters replaces the embedded one.
 	params := []byte(`{"schema":{"type":"object","required":["name"]}}`)
 	res, err = v.Validate(ctx, host.Input{Config: []byte(`{}`), Params: params})

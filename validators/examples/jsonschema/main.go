@@ -15,6 +15,7 @@ import (
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
+	"github.com/pawlcfg/pawl/validators/examples/jsonschema/fastschema"
 	"github.com/pawlcfg/pawl/validators/guest"
 )
 
@@ -25,38 +26,47 @@ func init() { guest.Handle(validate) }
 
 func main() {}
 
-// compiled caches schemas by their bytes: an instance validates many
-// configs against the same schema.
-var compiled = map[string]*jsonschema.Schema{}
+// schema is a schema compiled twice: by the full validator, and by
+// fastschema where it handles the schema (fast is nil where not).
+type schema struct {
+	full *jsonschema.Schema
+	fast *fastschema.Schema
+}
 
-func schemaFor(params []byte) (*jsonschema.Schema, error) {
+// compiled caches schemas by the params that carried them: an instance
+// validates many configs against the same schema. It holds as many
+// entries as the instance saw distinct params, which is few.
+var compiled = map[string]schema{}
+
+func schemaFor(params []byte) (schema, error) {
+	if s, ok := compiled[string(params)]; ok {
+		return s, nil // the same params as before: nothing to decode
+	}
 	raw := embeddedSchema
 	if len(params) > 0 {
 		var p struct {
 			Schema json.RawMessage `json:"schema"`
 		}
 		if err := json.Unmarshal(params, &p); err != nil || len(p.Schema) == 0 {
-			return nil, fmt.Errorf("params must be {\"schema\": {...}}: %v", err)
+			return schema{}, fmt.Errorf("params must be {\"schema\": {...}}: %v", err)
 		}
 		raw = p.Schema
 	}
-	if s, ok := compiled[string(raw)]; ok {
-		return s, nil
-	}
 	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
 	if err != nil {
-		return nil, fmt.Errorf("the schema is not JSON: %v", err)
+		return schema{}, fmt.Errorf("the schema is not JSON: %v", err)
 	}
 	c := jsonschema.NewCompiler()
 	c.DefaultDraft(jsonschema.Draft2020)
 	if err := c.AddResource("pawl:schema.json", doc); err != nil {
-		return nil, err
+		return schema{}, err
 	}
-	s, err := c.Compile("pawl:schema.json")
+	full, err := c.Compile("pawl:schema.json")
 	if err != nil {
-		return nil, fmt.Errorf("the schema does not compile: %v", err)
+		return schema{}, fmt.Errorf("the schema does not compile: %v", err)
 	}
-	compiled[string(raw)] = s
+	s := schema{full: full, fast: fastschema.Compile(raw)}
+	compiled[string(params)] = s
 	return s, nil
 }
 
@@ -65,11 +75,16 @@ func validate(in guest.Input) guest.Result {
 	if err != nil {
 		return fail("", err.Error())
 	}
+	// The fast path proves most valid configs valid in one pass over
+	// their bytes; the full validator decides the rest and says why.
+	if sch.fast != nil && sch.fast.Proves(in.Config) {
+		return guest.Result{Valid: true}
+	}
 	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(in.Config))
 	if err != nil {
 		return fail("", "the config is not JSON: "+err.Error())
 	}
-	err = sch.Validate(doc)
+	err = sch.full.Validate(doc)
 	if err == nil {
 		return guest.Result{Valid: true}
 	}
