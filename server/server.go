@@ -342,6 +342,9 @@ func openStore(ctx context.Context, cfg config) (st store.Store, closeClient fun
 		if err != nil {
 			return nil, nil, fmt.Errorf("server: %w", err)
 		}
+		if n := bolt.Recovered(); n > 0 {
+			cfg.log.Info("recovered changes from the write-ahead log", "changes", n, "revision", bolt.Revision())
+		}
 		return bolt, func() {}, nil
 	}
 	redisstore.SetLogger(cfg.log)

@@ -11,7 +11,8 @@
 //     at 1, strictly increase and are never reused; a failed mutation changes
 //     nothing and does not advance the revision.
 //   - A mutation is durable, as far as the engine's durability goes, before
-//     its call returns: boltstore fsyncs every commit; redisstore is as
+//     its call returns: boltstore syncs its write-ahead log before it
+//     answers (one fdatasync per group of writes); redisstore is as
 //     durable as the Redis server's persistence (appendonly yes with
 //     appendfsync always loses nothing acknowledged; the default everysec
 //     can lose the last second on a crash of the Redis host).

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -33,14 +34,34 @@ var (
 // use, and its Close must be called.
 type Store struct {
 	db   *bolt.DB
+	log  *wal
 	opts options
 
 	requests chan *request
-	ctx      context.Context // cancelled by Close: the writer and compactor exit
+	ctx      context.Context // cancelled by Close: the writer exits, then the applier
 	cancel   context.CancelFunc
 	done     chan struct{} // closed when the writer has exited
 	wg       sync.WaitGroup
 	once     sync.Once
+
+	// pending is the writer's: what the log holds and bbolt not yet.
+	pending pending
+	// committed is the newest revision in the log, applied the newest in
+	// bbolt; reads wait for applied to reach what committed was when they
+	// began.
+	committed   atomic.Int64
+	applied     atomic.Int64
+	appliedMu   sync.Mutex
+	appliedCh   chan struct{} // closed and replaced when applied moves
+	applyQueue  chan []store.Event
+	compactions chan compaction
+	readWaiting chan struct{} // buffered(1): a read waits for the applier
+
+	failOnce sync.Once
+	failed   chan struct{} // closed by fail
+	failErr  error
+
+	recovered int // changes Open wrote into bbolt from the log
 
 	subMu  sync.Mutex
 	subs   map[int]store.CommitFunc
@@ -87,19 +108,79 @@ func Open(ctx context.Context, dir string, opts ...Option) (*Store, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("boltstore: initialise %s: %w", path, err)
 	}
+	log, rev, recovered, err := recoverLog(db, filepath.Join(dir, WALDir), o.segmentSize)
+	if err != nil {
+		_ = db.Close()
+		return nil, err
+	}
 	sctx, cancel := context.WithCancel(context.Background())
 	s := &Store{
-		ctx:      sctx,
-		cancel:   cancel,
-		db:       db,
-		opts:     o,
-		requests: make(chan *request, o.maxBatch),
-		done:     make(chan struct{}),
-		subs:     make(map[int]store.CommitFunc),
+		ctx:         sctx,
+		cancel:      cancel,
+		db:          db,
+		log:         log,
+		opts:        o,
+		requests:    make(chan *request, o.maxBatch),
+		done:        make(chan struct{}),
+		subs:        make(map[int]store.CommitFunc),
+		appliedCh:   make(chan struct{}),
+		applyQueue:  make(chan []store.Event, applyQueueGroups),
+		compactions: make(chan compaction),
+		readWaiting: make(chan struct{}, 1),
+		failed:      make(chan struct{}),
+		recovered:   recovered,
 	}
-	s.wg.Add(1)
+	s.committed.Store(rev)
+	s.applied.Store(rev)
+	s.wg.Add(2)
 	go s.runWriter()
+	go s.runApplier()
 	return s, nil
+}
+
+// applyQueueGroups bounds how many write groups the log may hold ahead of
+// bbolt: past it, the writer waits for the applier.
+const applyQueueGroups = 256
+
+// recoverLog opens the write-ahead log in dir and writes into bbolt the
+// changes it holds that bbolt does not (those a crash caught between the
+// log and bbolt), then lets the log go of them. It returns the log and the
+// store's revision and how many changes it wrote into bbolt.
+func recoverLog(db *bolt.DB, dir string, segmentSize int64) (log *wal, rev int64, recovered int, err error) {
+	if err := db.View(func(tx *bolt.Tx) error { rev = readStatus(tx).Revision; return nil }); err != nil {
+		return nil, 0, 0, fmt.Errorf("boltstore: read the revision: %w", err)
+	}
+	var replay []store.Event
+	log, err = openWAL(dir, segmentSize, func(events []store.Event) error {
+		for _, ev := range events {
+			switch next := rev + int64(len(replay)) + 1; {
+			case ev.Revision() < next:
+				continue // bbolt has it
+			case ev.Revision() > next:
+				return fmt.Errorf("boltstore: the log jumps from revision %d to %d: %w", next-1, ev.Revision(), errCorrupt)
+			}
+			replay = append(replay, ev)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	recovered = len(replay)
+	for len(replay) > 0 {
+		n := min(len(replay), maxApplyEvents)
+		if err := db.Update(func(tx *bolt.Tx) error { return writeEvents(tx, replay[:n]) }); err != nil {
+			_ = log.close()
+			return nil, 0, 0, fmt.Errorf("boltstore: apply the log: %w", err)
+		}
+		rev = replay[n-1].Revision()
+		replay = replay[n:]
+	}
+	if err := log.release(rev); err != nil {
+		_ = log.close()
+		return nil, 0, 0, err
+	}
+	return log, rev, recovered, nil
 }
 
 // Close stops the writer, answers queued writes with
@@ -108,13 +189,25 @@ func (s *Store) Close() error {
 	var err error
 	s.once.Do(func() {
 		s.cancel()
-		s.wg.Wait()
+		s.wg.Wait() // the writer, then the applier: bbolt holds the log's changes
+		if cerr := s.log.close(); cerr != nil {
+			err = fmt.Errorf("boltstore: close the log: %w", cerr)
+		}
 		if cerr := s.db.Close(); cerr != nil {
 			err = fmt.Errorf("boltstore: close: %w", cerr)
 		}
 	})
 	return err
 }
+
+// Recovered returns how many changes Open found in the write-ahead log
+// and not in the database, and wrote there: the writes a crash caught
+// between the two.
+func (s *Store) Recovered() int { return s.recovered }
+
+// Revision returns the newest revision in the write-ahead log, which every
+// read waits for bbolt to reach.
+func (s *Store) Revision() int64 { return s.committed.Load() }
 
 // Subscribe registers fn for every batch committed after it returns.
 func (s *Store) Subscribe(fn store.CommitFunc) func() {
@@ -158,9 +251,17 @@ func (s *Store) Compact(ctx context.Context, revision int64) error {
 		return &store.FutureRevisionError{Requested: revision, Revision: st.Revision}
 	}
 	// Each request compacts at most compactStepsPerTx entries, so that
-	// writes queued behind a long compaction are not held up.
+	// changes queued behind a long compaction are not held up.
 	for st.CompactRevision < revision {
-		if _, err := s.submit(ctx, &request{ctx: ctx, compactTo: revision}); err != nil {
+		c := compaction{to: revision, res: make(chan error, 1)}
+		select {
+		case s.compactions <- c:
+		case <-s.done: // the applier may be gone too
+			return store.ErrClosed
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if err := <-c.res; err != nil {
 			return err
 		}
 		if st, err = s.Status(ctx); err != nil {
@@ -269,6 +370,9 @@ func (s *Store) view(ctx context.Context, fn func(tx *bolt.Tx) error) error {
 	case <-s.ctx.Done():
 		return store.ErrClosed
 	default:
+	}
+	if err := s.waitApplied(ctx, s.committed.Load()); err != nil {
+		return err
 	}
 	err := s.db.View(fn)
 	if errors.Is(err, bolt.ErrDatabaseNotOpen) {

@@ -1,10 +1,10 @@
-// Package boltstore is the embedded storage engine: one bbolt file under the
-// data directory, for a single pawld node. It is what pawld uses when no
-// other engine is configured.
+// Package boltstore is the embedded storage engine: a write-ahead log and
+// one bbolt file under the data directory, for a single pawld node. It is
+// what pawld uses when no other engine is configured.
 //
 // # Layout
 //
-// The file has four buckets:
+// The bbolt file has four buckets:
 //
 //	meta  "rev" and "compact": the current and compact revisions
 //	kv    key -> current record (create revision, mod revision, version, value)
@@ -17,13 +17,31 @@
 //
 // # Writes
 //
-// One goroutine owns all writes. It takes every request queued while the
-// previous transaction was committing and applies them in one bbolt
-// transaction: one fsync for the whole group (group commit), so concurrent
-// writers do not pay one fsync each, and a lone writer pays no batching
-// delay. A request that fails its compare-and-swap is answered with an error
-// and takes no revision; the others in the group still commit. Subscribers
-// get the committed events before any writer of the group is answered.
+// One goroutine, the writer, decides all writes. It takes every request
+// queued while the previous group was being written, decides each in turn
+// against the current state (compare-and-swaps, transactions' conditions),
+// and appends the group's changes to the write-ahead log under wal/ as one
+// record, synced with one fdatasync: concurrent writers share a sync, and
+// a lone writer pays no batching delay. Subscribers get the changes, then
+// the writers are answered: an answered write is in the log, on disk. A
+// request that fails its compare-and-swap is answered with an error and
+// takes no revision; the others in the group still commit.
+//
+// A second goroutine, the applier, writes the logged changes into bbolt
+// behind the writer, as many groups per bbolt transaction as are waiting,
+// each transaction synced as bbolt syncs. The writer decides against
+// bbolt with the changes bbolt does not hold yet over it (kept in memory
+// until bbolt has them). Every read first waits until bbolt holds every
+// change logged when the read began, so a read sees every write answered
+// before it. A log segment is deleted once bbolt holds all its changes.
+//
+// On Open, the changes the log holds and bbolt does not (a crash between
+// the two) are written into bbolt before anything else. A record cut
+// short or failing its checksum ends the newest segment: its writers were
+// never answered. Damage anywhere else is reported, not skipped. A failed
+// write or sync of the log, or a failed bbolt transaction, stops the
+// store: every later write and read gets the error, and a restart
+// recovers from the log.
 //
 // # Compaction
 //
@@ -31,6 +49,6 @@
 // last put of each key that still exists (reads at revisions from C on need
 // it), together with its idx entry. How much of the log to keep is decided
 // above the engine (a retention policy calling Compact and RevisionAt);
-// the writer compacts a bounded number of entries per transaction, so that
-// writes queued behind a long compaction wait little.
+// the applier compacts a bounded number of entries per transaction, so that
+// changes waiting behind a long compaction wait little.
 package boltstore

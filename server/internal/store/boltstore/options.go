@@ -9,16 +9,22 @@ import (
 type Option func(*options)
 
 type options struct {
-	maxBatch int
-	clock    func() time.Time
+	maxBatch    int
+	segmentSize int64
+	applyDelay  time.Duration
+	clock       func() time.Time
 }
 
 func defaultOptions() options {
 	return options{
 		// 256 writes per transaction keep one commit well under a few
 		// milliseconds while amortising the fsync.
-		maxBatch: 256,
-		clock:    time.Now,
+		maxBatch:    256,
+		segmentSize: defaultSegmentSize,
+		// bbolt gets the log's changes at most 10 ms late, unless a
+		// read waits for them: few syncs of bbolt, reads not held up.
+		applyDelay: 10 * time.Millisecond,
+		clock:      time.Now,
 	}
 }
 
@@ -34,3 +40,7 @@ func WithMaxBatch(n int) Option { return func(o *options) { o.maxBatch = n } }
 
 // withClock replaces time.Now, which stamps each event, for tests.
 func withClock(now func() time.Time) Option { return func(o *options) { o.clock = now } }
+
+// withSegmentSize sets the size of the log's segments, for tests that
+// fill several.
+func withSegmentSize(n int64) Option { return func(o *options) { o.segmentSize = n } }

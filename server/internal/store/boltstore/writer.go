@@ -11,20 +11,13 @@ import (
 	"github.com/pawlcfg/pawl/server/internal/store"
 )
 
-// compactStepsPerTx bounds how many log entries one transaction compacts, so
-// that compaction never holds the writer for long: a long backlog is worked
-// off over several transactions.
-const compactStepsPerTx = 4096
-
-// request is one queued write. Exactly one of put, del, txn and compactTo
-// is set.
+// request is one queued write. Exactly one of put, del and txn is set.
 type request struct {
-	ctx       context.Context
-	put       *store.Put
-	del       *store.Delete
-	txn       *store.Txn
-	compactTo int64
-	res       chan response // buffered(1): the writer never blocks on it
+	ctx context.Context
+	put *store.Put
+	del *store.Delete
+	txn *store.Txn
+	res chan response // buffered(1): the writer never blocks on it
 }
 
 type response struct {
@@ -60,10 +53,12 @@ func (s *Store) submit(ctx context.Context, r *request) (store.Result, error) {
 	}
 }
 
-// runWriter is the only goroutine that writes. Its exit is Close cancelling
-// s.ctx; it then answers every queued request with ErrClosed.
+// runWriter is the only goroutine that decides writes. Its exit is Close
+// cancelling s.ctx; it then answers every queued request with ErrClosed,
+// and closes the applier's queue so that the applier finishes.
 func (s *Store) runWriter() {
 	defer s.wg.Done()
+	defer close(s.applyQueue)
 	defer close(s.done)
 	batch := make([]*request, 0, s.opts.maxBatch)
 	for {
@@ -93,73 +88,139 @@ func (s *Store) runWriter() {
 	}
 }
 
-// commit applies batch in one transaction, tells subscribers, then answers.
+// commit decides batch against the current state (bbolt, with the changes
+// the log holds and bbolt does not yet over it), appends its changes to the
+// log as one synced record, tells subscribers, hands the changes to the
+// applier, then answers.
 func (s *Store) commit(batch []*request) {
 	results := make([]response, len(batch))
-	var events []store.Event
-	err := s.db.Update(func(tx *bolt.Tx) error {
-		events = events[:0]
-		st := readStatus(tx)
-		now := s.opts.clock()
-		for i, r := range batch {
-			if err := r.ctx.Err(); err != nil {
-				results[i] = response{err: err}
-				continue
-			}
-			var ev *store.Event
-			var evs []store.Event
-			var err error
-			switch {
-			case r.put != nil:
-				ev, results[i], err = applyPut(tx, r.put, st.Revision+1, now, false)
-			case r.del != nil:
-				ev, results[i], err = applyDelete(tx, r.del, st.Revision+1, now, false)
-			case r.txn != nil:
-				evs, results[i], err = applyTxn(tx, r.txn, st, now)
-			default:
-				err = compactTo(tx, &st, r.compactTo, compactStepsPerTx)
-			}
-			if err != nil {
-				return err
-			}
-			if ev != nil {
-				evs = append(evs, *ev)
-			}
-			st.Revision += int64(len(evs))
-			events = append(events, evs...)
+	events, err := s.decide(batch, results)
+	if err == nil && len(events) > 0 {
+		if err = s.log.append(events); err != nil {
+			// Whether the log holds the group is unknown, and after a
+			// failed sync the file's state is too: stop writing.
+			err = s.fail(err)
 		}
-		if len(events) > 0 {
-			if err := tx.Bucket(bucketMeta).Put(metaRev, revKey(st.Revision)); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	}
 	if err != nil {
-		err = fmt.Errorf("boltstore: commit: %w", err)
 		for i := range results {
 			results[i] = response{err: err}
 		}
 		events = nil
 	}
 	if len(events) > 0 {
+		s.committed.Store(events[len(events)-1].Revision())
 		s.subMu.Lock()
 		for _, fn := range s.subs {
 			fn(events)
 		}
 		s.subMu.Unlock()
+		s.applyQueue <- events
 	}
 	for i, r := range batch {
 		r.res <- results[i]
 	}
 }
 
-// applyPut writes one put at revision rev, or returns its CAS failure in the
-// response. It returns a nil event when nothing was written. more marks a
+// decide checks and turns each request of batch into events, in order, as
+// of the state its predecessors left, filling results. The events are the
+// group's changes, already in s.pending.
+func (s *Store) decide(batch []*request, results []response) ([]store.Event, error) {
+	if err := s.failure(); err != nil {
+		return nil, err
+	}
+	s.pending.prune(s.applied.Load())
+	tx, err := s.db.Begin(false) // after the prune: it holds at least what was pruned
+	if err != nil {
+		return nil, fmt.Errorf("boltstore: read: %w", err)
+	}
+	defer tx.Rollback()
+	cur := &state{tx: tx, pending: &s.pending}
+	st := readStatus(tx)
+	st.Revision = s.committed.Load()
+	now := s.opts.clock()
+	var events []store.Event
+	for i, r := range batch {
+		if err := r.ctx.Err(); err != nil {
+			results[i] = response{err: err}
+			continue
+		}
+		var evs []store.Event
+		var err error
+		switch {
+		case r.put != nil:
+			evs, results[i], err = decidePut(cur, r.put, st.Revision+1, now, false)
+		case r.del != nil:
+			evs, results[i], err = decideDelete(cur, r.del, st.Revision+1, now, false)
+		default:
+			evs, results[i], err = decideTxn(cur, r.txn, st, now)
+		}
+		if err != nil {
+			// A read failed: the group's earlier changes are in pending
+			// but not in the log, so the store cannot go on either.
+			return nil, s.fail(err)
+		}
+		st.Revision += int64(len(evs))
+		events = append(events, evs...)
+	}
+	return events, nil
+}
+
+// pending is what the log holds and bbolt does not yet: the events in
+// order, and each key's newest change. Only the writer goroutine uses it.
+type pending struct {
+	events []store.Event
+	keys   map[string]store.Event
+}
+
+func (p *pending) add(ev store.Event) {
+	if p.keys == nil {
+		p.keys = make(map[string]store.Event)
+	}
+	p.events = append(p.events, ev)
+	p.keys[ev.KV.Key] = ev
+}
+
+// prune forgets the events bbolt holds, those up to revision applied.
+func (p *pending) prune(applied int64) {
+	n := 0
+	for n < len(p.events) && p.events[n].Revision() <= applied {
+		ev := p.events[n]
+		if p.keys[ev.KV.Key].Revision() == ev.Revision() {
+			delete(p.keys, ev.KV.Key) // its newest change: bbolt has it
+		}
+		n++
+	}
+	if n > 0 {
+		clear(p.events[:n])
+		p.events = p.events[n:]
+	}
+}
+
+// state is what a write is decided against: bbolt as a read transaction
+// shows it, with the pending changes over it.
+type state struct {
+	tx      *bolt.Tx
+	pending *pending
+}
+
+// current returns key's record, nil when it does not exist.
+func (c *state) current(key string) (*store.KeyValue, error) {
+	if ev, ok := c.pending.keys[key]; ok {
+		if ev.Type == store.EventDelete {
+			return nil, nil
+		}
+		kv := ev.KV
+		return &kv, nil
+	}
+	return currentRecord(c.tx.Bucket(bucketKV), key)
+}
+
+// decidePut decides one put at revision rev, or returns its CAS failure in
+// the response; no events when nothing is to be written. more marks a
 // change of a transaction that more changes follow (store.Event.More).
-func applyPut(tx *bolt.Tx, p *store.Put, rev int64, now time.Time, more bool) (*store.Event, response, error) {
-	kvb := tx.Bucket(bucketKV)
-	prev, err := currentRecord(kvb, p.Key)
+func decidePut(c *state, p *store.Put, rev int64, now time.Time, more bool) ([]store.Event, response, error) {
+	prev, err := c.current(p.Key)
 	if err != nil {
 		return nil, response{}, err
 	}
@@ -173,19 +234,13 @@ func applyPut(tx *bolt.Tx, p *store.Put, rev int64, now time.Time, more bool) (*
 		ev.KV.Version = prev.Version + 1
 		ev.PrevRevision = prev.ModRevision
 	}
-	if err := kvb.Put([]byte(p.Key), encodeRecord(ev.KV)); err != nil {
-		return nil, response{}, err
-	}
-	if err := appendLog(tx, ev); err != nil {
-		return nil, response{}, err
-	}
-	return &ev, response{result: store.Result{Revision: rev, Prev: prev}}, nil
+	c.pending.add(ev)
+	return []store.Event{ev}, response{result: store.Result{Revision: rev, Prev: prev}}, nil
 }
 
-// applyDelete is applyPut for a deletion.
-func applyDelete(tx *bolt.Tx, d *store.Delete, rev int64, now time.Time, more bool) (*store.Event, response, error) {
-	kvb := tx.Bucket(bucketKV)
-	prev, err := currentRecord(kvb, d.Key)
+// decideDelete is decidePut for a deletion.
+func decideDelete(c *state, d *store.Delete, rev int64, now time.Time, more bool) ([]store.Event, response, error) {
+	prev, err := c.current(d.Key)
 	if err != nil {
 		return nil, response{}, err
 	}
@@ -202,33 +257,27 @@ func applyDelete(tx *bolt.Tx, d *store.Delete, rev int64, now time.Time, more bo
 		Time:         now,
 		More:         more,
 	}
-	if err := kvb.Delete([]byte(d.Key)); err != nil {
-		return nil, response{}, err
-	}
-	if err := appendLog(tx, ev); err != nil {
-		return nil, response{}, err
-	}
-	return &ev, response{result: store.Result{Revision: rev, Prev: prev}}, nil
+	c.pending.add(ev)
+	return []store.Event{ev}, response{result: store.Result{Revision: rev, Prev: prev}}, nil
 }
 
-// applyTxn checks every compare and unchanged condition against st (the
-// store as of the previous request of the batch), then writes the puts at
-// revisions st.Revision+1, +2, ... A failed condition is the response's
-// error and writes nothing.
-func applyTxn(tx *bolt.Tx, t *store.Txn, st store.Status, now time.Time) ([]store.Event, response, error) {
+// decideTxn checks every compare and unchanged condition against the
+// state as of the previous request (st: its revisions), then decides the
+// puts and deletes at revisions st.Revision+1, +2, ... A failed condition
+// is the response's error and decides nothing.
+func decideTxn(c *state, t *store.Txn, st store.Status, now time.Time) ([]store.Event, response, error) {
 	rev := st.Revision + 1
-	kvb := tx.Bucket(bucketKV)
-	for _, c := range t.Compares {
-		cur, err := currentRecord(kvb, c.Key)
+	for _, cmp := range t.Compares {
+		cur, err := c.current(cmp.Key)
 		if err != nil {
 			return nil, response{}, err
 		}
-		expect := c.ModRevision
-		if mismatch := checkExpected(c.Key, &expect, cur); mismatch != nil {
+		expect := cmp.ModRevision
+		if mismatch := checkExpected(cmp.Key, &expect, cur); mismatch != nil {
 			return nil, response{err: mismatch}, nil
 		}
 	}
-	changed, err := firstChange(tx, t.Unchanged, st)
+	changed, err := firstChange(c, t.Unchanged, st)
 	if err != nil {
 		return nil, response{}, err
 	}
@@ -236,11 +285,15 @@ func applyTxn(tx *bolt.Tx, t *store.Txn, st store.Status, now time.Time) ([]stor
 		return nil, response{err: changed}, nil
 	}
 	// The deletes of absent keys are skipped, so the changes are known
-	// before any is written: every one but the last says More. (No key
+	// before any is decided: every one but the last says More. (No key
 	// appears twice, so the puts do not change which deletes apply.)
 	var deletes []string
 	for _, key := range t.Deletes {
-		if kvb.Get([]byte(key)) != nil {
+		cur, err := c.current(key)
+		if err != nil {
+			return nil, response{}, err
+		}
+		if cur != nil {
 			deletes = append(deletes, key)
 		}
 	}
@@ -249,26 +302,26 @@ func applyTxn(tx *bolt.Tx, t *store.Txn, st store.Status, now time.Time) ([]stor
 	for i := range t.Puts {
 		p := t.Puts[i]
 		p.ExpectModRevision = nil
-		ev, _, err := applyPut(tx, &p, rev+int64(len(events)), now, len(events)+1 < changes)
+		evs, _, err := decidePut(c, &p, rev+int64(len(events)), now, len(events)+1 < changes)
 		if err != nil {
 			return nil, response{}, err
 		}
-		events = append(events, *ev)
+		events = append(events, evs...)
 	}
 	for _, key := range deletes {
-		ev, _, err := applyDelete(tx, &store.Delete{Key: key}, rev+int64(len(events)), now, len(events)+1 < changes)
+		evs, _, err := decideDelete(c, &store.Delete{Key: key}, rev+int64(len(events)), now, len(events)+1 < changes)
 		if err != nil {
 			return nil, response{}, err
 		}
-		events = append(events, *ev)
+		events = append(events, evs...)
 	}
 	return events, response{result: store.Result{Revision: rev + int64(len(events)) - 1}}, nil
 }
 
-// firstChange returns the first unchanged condition that fails, reading the
-// change log after the earliest revision any of them names. The log holds
-// the batch's earlier writes too: they are in the same bolt transaction.
-func firstChange(tx *bolt.Tx, conds []store.Unchanged, st store.Status) (*store.ChangedError, error) {
+// firstChange returns the first unchanged condition that fails, reading
+// the change log after the earliest revision any of them names: bbolt's,
+// then the pending changes (which the group's earlier writes are in).
+func firstChange(c *state, conds []store.Unchanged, st store.Status) (*store.ChangedError, error) {
 	if len(conds) == 0 {
 		return nil, nil
 	}
@@ -279,17 +332,28 @@ func firstChange(tx *bolt.Tx, conds []store.Unchanged, st store.Status) (*store.
 		}
 		since = min(since, u.Since)
 	}
-	c := tx.Bucket(bucketLog).Cursor()
-	for k, v := c.Seek(revKey(since + 1)); k != nil; k, v = c.Next() {
+	check := func(rev int64, key string) *store.ChangedError {
+		for _, u := range conds {
+			if rev > u.Since && strings.HasPrefix(key, u.Prefix) {
+				return &store.ChangedError{Prefix: u.Prefix, Since: u.Since, Key: key, Revision: rev}
+			}
+		}
+		return nil
+	}
+	cur := c.tx.Bucket(bucketLog).Cursor()
+	for k, v := cur.Seek(revKey(since + 1)); k != nil; k, v = cur.Next() {
 		rev := decodeRev(k)
 		_, key, err := eventKey(v)
 		if err != nil {
 			return nil, fmt.Errorf("boltstore: log revision %d: %w", rev, err)
 		}
-		for _, u := range conds {
-			if rev > u.Since && strings.HasPrefix(key, u.Prefix) {
-				return &store.ChangedError{Prefix: u.Prefix, Since: u.Since, Key: key, Revision: rev}, nil
-			}
+		if changed := check(rev, key); changed != nil {
+			return changed, nil
+		}
+	}
+	for _, ev := range c.pending.events {
+		if changed := check(ev.Revision(), ev.KV.Key); changed != nil {
+			return changed, nil
 		}
 	}
 	return nil, nil
