@@ -89,10 +89,10 @@ func (s *Store) apply(events []store.Event) {
 		return
 	}
 	last := events[len(events)-1].Revision()
-	s.setApplied(last)
 	if err := s.log.release(last); err != nil {
 		s.fail(err)
 	}
+	s.setApplied(last)
 }
 
 // compact compacts bbolt's log up to revision to, at most

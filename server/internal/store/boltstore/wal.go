@@ -40,18 +40,42 @@ type wal struct {
 	dir         string
 	segmentSize int64
 
-	// The current segment, owned by the writer goroutine.
+	// The current segment, owned by the writer goroutine. zeroed says it
+	// was written with zeros ahead, so that a write into it allocates no
+	// blocks either (on ext4 a write into space that fallocate reserved
+	// still changes the extent tree, which the sync must then write).
 	cur     *os.File
 	curSeq  uint64
 	curOff  int64
 	curSize int64
+	zeroed  bool
 	buf     []byte
+
+	// The spare: the next segment, zeroed by a goroutine while the current
+	// one fills. Started once the current segment holds spareAfter bytes
+	// (a quarter of a segment, at most 1 MiB), so that a store that writes
+	// little writes no spare either.
+	spare     chan spareFile // buffered(1): the preparing goroutine's result
+	preparing bool
+	stopSpare chan struct{}
+	spareWG   sync.WaitGroup
 
 	mu     sync.Mutex // guards closed and curLast
 	closed []segment  // full segments, oldest first
 	// curLast is the newest revision in the current segment (0: none).
 	curLast int64
 }
+
+// spareFile is a prepared spare, or why there is none.
+type spareFile struct {
+	path string
+	err  error
+}
+
+const (
+	spareName  = "spare.tmp"
+	spareAfter = 1 << 20
+)
 
 // segment is a full segment: its sequence number and newest revision.
 type segment struct {
@@ -86,7 +110,10 @@ func openWAL(dir string, segmentSize int64, replay func([]store.Event) error) (*
 		seqs = append(seqs, seq)
 	}
 	sort.Slice(seqs, func(i, j int) bool { return seqs[i] < seqs[j] })
-	w := &wal{dir: dir, segmentSize: segmentSize}
+	if err := os.Remove(filepath.Join(dir, spareName)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("boltstore: remove the old spare segment: %w", err)
+	}
+	w := &wal{dir: dir, segmentSize: segmentSize, spare: make(chan spareFile, 1), stopSpare: make(chan struct{})}
 	for i, seq := range seqs {
 		last, torn, err := replaySegment(filepath.Join(dir, segmentName(seq)), replay)
 		if err != nil {
@@ -160,7 +187,58 @@ func (w *wal) startSegment(seq uint64, need int64) error {
 		f.Close()
 		return err
 	}
-	w.cur, w.curSeq, w.curOff, w.curSize = f, seq, 0, size
+	w.cur, w.curSeq, w.curOff, w.curSize, w.zeroed = f, seq, 0, size, false
+	return nil
+}
+
+// prepareSpare starts the goroutine that writes the spare. close stops it.
+func (w *wal) prepareSpare() {
+	w.preparing = true
+	w.spareWG.Add(1)
+	go func() {
+		defer w.spareWG.Done()
+		path := filepath.Join(w.dir, spareName)
+		w.spare <- spareFile{path: path, err: writeZeros(path, w.segmentSize, w.stopSpare)}
+	}()
+}
+
+// writeZeros writes a file of size zero bytes and syncs it, unless stop
+// closes first.
+func writeZeros(path string, size int64, stop <-chan struct{}) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	zeros := make([]byte, 1<<20)
+	for off := int64(0); off < size; off += int64(len(zeros)) {
+		select {
+		case <-stop:
+			return errors.New("stopped")
+		default:
+		}
+		if _, err := f.Write(zeros[:min(int64(len(zeros)), size-off)]); err != nil {
+			return err
+		}
+	}
+	return f.Sync()
+}
+
+// useSpare makes the prepared spare segment seq, the current one.
+func (w *wal) useSpare(sp spareFile, seq uint64) error {
+	w.preparing = false
+	path := filepath.Join(w.dir, segmentName(seq))
+	if err := os.Rename(sp.path, path); err != nil {
+		return fmt.Errorf("boltstore: make the spare a log segment: %w", err)
+	}
+	if err := syncDir(w.dir); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return fmt.Errorf("boltstore: open log segment: %w", err)
+	}
+	w.cur, w.curSeq, w.curOff, w.curSize, w.zeroed = f, seq, 0, w.segmentSize, true
 	return nil
 }
 
@@ -169,10 +247,19 @@ func (w *wal) startSegment(seq uint64, need int64) error {
 func (w *wal) append(events []store.Event) error {
 	w.buf = encodeWALRecord(w.buf[:0], events)
 	n := int64(len(w.buf))
-	if w.curOff+n+walHeaderSize > w.curSize { // keep room for a zero length after it
+	switch {
+	case w.curOff+n+walHeaderSize > w.curSize: // keep room for a zero length after it
 		if err := w.rotate(n + walHeaderSize); err != nil {
 			return err
 		}
+	case !w.zeroed && w.preparing && len(w.spare) > 0:
+		// The spare is ready: leave a segment that was not zeroed early.
+		if err := w.rotate(0); err != nil {
+			return err
+		}
+	}
+	if !w.preparing && w.curOff >= min(spareAfter, w.segmentSize/4) {
+		w.prepareSpare()
 	}
 	if _, err := w.cur.WriteAt(w.buf, w.curOff); err != nil {
 		return fmt.Errorf("boltstore: write the log: %w", err)
@@ -196,7 +283,14 @@ func (w *wal) rotate(need int64) error {
 	w.closed = append(w.closed, segment{seq: w.curSeq, last: w.curLast})
 	w.curLast = 0
 	w.mu.Unlock()
-	return w.startSegment(w.curSeq+1, need)
+	next := w.curSeq + 1
+	if w.preparing && need <= w.segmentSize {
+		if sp := <-w.spare; sp.err == nil {
+			return w.useSpare(sp, next)
+		}
+		w.preparing = false // no spare: allocate the segment here
+	}
+	return w.startSegment(next, need)
 }
 
 // release deletes the full segments whose events bbolt holds durably, up
@@ -221,6 +315,9 @@ func (w *wal) close() error {
 	if w.cur == nil {
 		return nil
 	}
+	close(w.stopSpare)
+	w.spareWG.Wait()
+	_ = os.Remove(filepath.Join(w.dir, spareName))
 	err := w.cur.Close()
 	w.cur = nil
 	return err
