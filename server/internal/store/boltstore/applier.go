@@ -146,11 +146,11 @@ func (s *Store) setApplied(rev int64) {
 // sees every write acknowledged before it began.
 func (s *Store) waitApplied(ctx context.Context, rev int64) error {
 	for {
+		if err := s.failure(); err != nil {
+			return err // reads stop with writes: the store's state is in doubt
+		}
 		if s.applied.Load() >= rev {
 			return nil
-		}
-		if err := s.failure(); err != nil {
-			return err
 		}
 		s.appliedMu.Lock()
 		ch := s.appliedCh

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -228,5 +229,38 @@ func TestARecordLargerThanASegmentGetsOneOfItsOwn(t *testing.T) {
 	s = open(t, dir, withSegmentSize(4<<10))
 	if st, err := s.Status(ctx); err != nil || st.Revision != 20 {
 		t.Fatalf("after reopening: %+v, %v", st, err)
+	}
+}
+
+// TestAFailedLogWriteStopsTheStore: when the log cannot be written (here
+// its file is closed under the writer), the write fails, and so does
+// every later write and read, rather than go on without knowing what the
+// log holds; a reopen recovers from what is on disk.
+func TestAFailedLogWriteStopsTheStore(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir)
+	ctx := context.Background()
+	if _, err := s.Put(ctx, store.Put{Key: "a", Value: []byte("1")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.log.cur.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Put(ctx, store.Put{Key: "b"}); err == nil || !strings.Contains(err.Error(), "write the log") {
+		t.Fatalf("a put into a closed log: %v", err)
+	}
+	if _, err := s.Put(ctx, store.Put{Key: "c"}); err == nil || !strings.Contains(err.Error(), "stopped after a failure") {
+		t.Fatalf("the next put: %v", err)
+	}
+	if _, _, err := s.Get(ctx, "a", 0); err == nil {
+		t.Fatal("a read after the failure succeeded")
+	}
+	_ = s.Close()
+	s = open(t, dir)
+	if kv, _, err := s.Get(ctx, "a", 0); err != nil || string(kv.Value) != "1" || kv.ModRevision != 1 {
+		t.Fatalf("a after reopening: %+v, %v", kv, err)
+	}
+	if _, _, err := s.Get(ctx, "b", 0); err == nil {
+		t.Fatal("b, never answered, is there")
 	}
 }
