@@ -28,13 +28,16 @@ type tamperer struct {
 	// content flips a byte of the content in GetRelease answers.
 	content bool
 	// module flips a byte of the module in Download answers.
-	module  bool
+	module bool
+	// minApp replaces the release's minimum app version in GetRelease
+	// answers, when set.
+	minApp  string
 	touched int
 }
 
 func (tp *tamperer) RoundTrip(r *http.Request) (*http.Response, error) {
 	tp.mu.Lock()
-	content := tp.content && strings.HasSuffix(r.URL.Path, "/GetRelease")
+	content := (tp.content || tp.minApp != "") && strings.HasSuffix(r.URL.Path, "/GetRelease")
 	module := tp.module && strings.HasSuffix(r.URL.Path, "/Download")
 	tp.mu.Unlock()
 	if content || module {
@@ -57,9 +60,13 @@ func (tp *tamperer) RoundTrip(r *http.Request) (*http.Response, error) {
 		if err := proto.Unmarshal(body, &msg); err != nil {
 			return nil, err
 		}
-		c := msg.GetRelease().GetSpec().GetContent()
-		i := bytes.IndexAny(c, "0123456789")
-		c[i] = '0' + (c[i]-'0'+1)%10 // still valid JSON, another routing table
+		if tp.minApp != "" {
+			msg.GetRelease().GetSpec().MinAppVersion = tp.minApp
+		} else {
+			c := msg.GetRelease().GetSpec().GetContent()
+			i := bytes.IndexAny(c, "0123456789")
+			c[i] = '0' + (c[i]-'0'+1)%10 // still valid JSON, another routing table
+		}
 		if body, err = proto.Marshal(&msg); err != nil {
 			return nil, err
 		}
@@ -153,5 +160,31 @@ func TestAValidationPastTheLimitIsRejected(t *testing.T) {
 	}
 	if s := client.Config("routing"); s != nil {
 		t.Fatalf("applied %s after a validation that was stopped", s)
+	}
+}
+
+// TestAnAppTooOldRejectsTheRelease: the server never assigns a release
+// to an instance whose app is older than the release's minimum, so the
+// instance's own check is met only when the server's answer says more
+// than the assignment did: here a man in the middle raises the minimum in
+// the release it downloads. The instance reports REJECTED with the
+// reason, and applies nothing.
+func TestAnAppTooOldRejectsTheRelease(t *testing.T) {
+	h := newHarness(t)
+	tamper := &tamperer{base: testserver.HTTPClient(t).Transport, minApp: "2.1.0"}
+	client := h.client("old", sdk.WithHTTPClient(&http.Client{Transport: tamper}),
+		sdk.WithLabels(map[string]string{"instance": "old"}))
+	h.waitRegistered("old")
+	rel := h.release(50, func(spec *pawlv1.ReleaseSpec) {
+		spec.Selector = map[string]string{"instance": "old"}
+	})
+	h.awaitAcks(rel.GetGeneration(), func(s map[string][]string) bool { return reported(s, "old", "REJECTED") })
+	_, acks := h.acks(rel.GetGeneration())
+	last := acks[len(acks)-1]
+	if want := `app version too old: "2.0.0" is below the release's minimum "2.1.0"`; last.GetReason() != want {
+		t.Fatalf("REJECTED reason %q, want %q", last.GetReason(), want)
+	}
+	if s := client.Config("routing"); s != nil {
+		t.Fatalf("applied %s on an app too old for it", s)
 	}
 }
