@@ -103,8 +103,10 @@ func countWatchers(b *testing.B, srv *testserver.Server, n int, prefix string) *
 	}
 	c := &watcherCount{allDone: make(chan struct{}, 1)}
 	var wg sync.WaitGroup
+	streams := make([]*watchStream, 0, n)
 	for i := range n {
-		w := openWatch(b, clients[i%conns], prefix, 0)
+		w := openWatchFor(b, clients[i%conns], prefix, 0, time.Hour) // as long as the benchmark runs
+		streams = append(streams, w)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -115,7 +117,12 @@ func countWatchers(b *testing.B, srv *testserver.Server, n int, prefix string) *
 			}
 		}()
 	}
-	b.Cleanup(wg.Wait)
+	b.Cleanup(func() {
+		for _, w := range streams {
+			w.close() // the readers then end
+		}
+		wg.Wait()
+	})
 	return c
 }
 

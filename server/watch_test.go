@@ -26,7 +26,13 @@ type watchStream struct {
 
 func openWatch(t testing.TB, kv pawlv1connect.KVServiceClient, prefix string, start int64) *watchStream {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	return openWatchFor(t, kv, prefix, start, time.Minute)
+}
+
+// openWatchFor is openWatch for a stream that may live up to d.
+func openWatchFor(t testing.TB, kv pawlv1connect.KVServiceClient, prefix string, start int64, d time.Duration) *watchStream {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
 	stream, err := kv.Watch(ctx, connect.NewRequest(&pawlv1.WatchRequest{Prefix: prefix, StartRevision: start}))
 	if err != nil {
 		cancel()
