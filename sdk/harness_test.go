@@ -210,6 +210,21 @@ func (h *harness) awaitAcks(gen int64, cond func(states map[string][]string) boo
 	return states
 }
 
+// awaitRejected waits until id's last report for gen is REJECTED, and
+// returns the states id reported, in order, and that REJECTED ACK.
+func (h *harness) awaitRejected(gen int64, id string) ([]string, *pawlv1.Ack) {
+	h.t.Helper()
+	states := h.awaitAcks(gen, func(s map[string][]string) bool { return reported(s, id, "REJECTED") })
+	_, acks := h.acks(gen)
+	for i := len(acks) - 1; i >= 0; i-- {
+		if acks[i].GetWorkloadIdentity() == id {
+			return states[id], acks[i]
+		}
+	}
+	h.t.Fatalf("%s reported REJECTED, and no ACK of it was found", id)
+	return nil, nil
+}
+
 // reported says whether id's last report for a generation is state.
 func reported(states map[string][]string, id, state string) bool {
 	s := states[id]

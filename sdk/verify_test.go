@@ -116,12 +116,10 @@ func TestTamperedDownloadsAreRejectedAndNeverApplied(t *testing.T) {
 			rel := h.release(50, func(spec *pawlv1.ReleaseSpec) {
 				spec.Selector = map[string]string{"instance": c.id}
 			})
-			states := h.awaitAcks(rel.GetGeneration(), func(s map[string][]string) bool { return reported(s, c.id, "REJECTED") })
-			if want := []string{"DISCOVERED", "DOWNLOADED", "REJECTED"}; strings.Join(states[c.id], ",") != strings.Join(want, ",") {
-				t.Fatalf("reported %v, want %v", states[c.id], want)
+			states, last := h.awaitRejected(rel.GetGeneration(), c.id)
+			if want := []string{"DISCOVERED", "DOWNLOADED", "REJECTED"}; strings.Join(states, ",") != strings.Join(want, ",") {
+				t.Fatalf("reported %v, want %v", states, want)
 			}
-			_, acks := h.acks(rel.GetGeneration())
-			last := acks[len(acks)-1]
 			if !strings.Contains(last.GetReason(), c.reason) || last.GetCounted() != c.counted {
 				t.Fatalf("REJECTED = %v", last)
 			}
@@ -152,9 +150,7 @@ func TestAValidationPastTheLimitIsRejected(t *testing.T) {
 	rel := h.release(50, func(spec *pawlv1.ReleaseSpec) {
 		spec.Selector = map[string]string{"instance": "slow"}
 	})
-	h.awaitAcks(rel.GetGeneration(), func(s map[string][]string) bool { return reported(s, "slow", "REJECTED") })
-	_, acks := h.acks(rel.GetGeneration())
-	last := acks[len(acks)-1]
+	_, last := h.awaitRejected(rel.GetGeneration(), "slow")
 	if !strings.Contains(last.GetReason(), "ran longer than the 1µs limit") {
 		t.Fatalf("REJECTED = %v", last)
 	}
@@ -178,9 +174,7 @@ func TestAnAppTooOldRejectsTheRelease(t *testing.T) {
 	rel := h.release(50, func(spec *pawlv1.ReleaseSpec) {
 		spec.Selector = map[string]string{"instance": "old"}
 	})
-	h.awaitAcks(rel.GetGeneration(), func(s map[string][]string) bool { return reported(s, "old", "REJECTED") })
-	_, acks := h.acks(rel.GetGeneration())
-	last := acks[len(acks)-1]
+	_, last := h.awaitRejected(rel.GetGeneration(), "old")
 	if want := `app version too old: "2.0.0" is below the release's minimum "2.1.0"`; last.GetReason() != want {
 		t.Fatalf("REJECTED reason %q, want %q", last.GetReason(), want)
 	}

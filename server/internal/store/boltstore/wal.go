@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
-	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -25,9 +24,8 @@ const WALDir = "wal"
 const defaultSegmentSize = 64 << 20
 
 const (
-	walSuffix       = ".wal"
-	walHeaderSize   = 8 // little-endian length, then CRC-32C of the payload
-	walMaxEventSize = 1 << 31
+	walSuffix     = ".wal"
+	walHeaderSize = 8 // little-endian length, then CRC-32C of the payload
 )
 
 var walCRC = crc32.MakeTable(crc32.Castagnoli)
@@ -148,7 +146,7 @@ func replaySegment(path string, replay func([]store.Event) error) (last int64, t
 		}
 		sum := binary.LittleEndian.Uint32(data[off+4:])
 		end := off + walHeaderSize + n
-		if n < 0 || end > len(data) || crc32.Checksum(data[off+walHeaderSize:end], walCRC) != sum {
+		if end > len(data) || crc32.Checksum(data[off+walHeaderSize:end], walCRC) != sum {
 			return last, true, nil
 		}
 		events, err := decodeWALRecord(data[off+walHeaderSize : end])
@@ -357,7 +355,7 @@ func decodeWALRecord(b []byte) ([]store.Event, error) {
 		if n, b, err = uvarint(b); err != nil {
 			return nil, err
 		}
-		if n > uint64(len(b)) || n > walMaxEventSize {
+		if n > uint64(len(b)) {
 			return nil, errCorrupt
 		}
 		ev, err := decodeEvent(int64(rev), b[:n])
@@ -380,7 +378,7 @@ func syncDir(dir string) error {
 		return fmt.Errorf("boltstore: open %s: %w", dir, err)
 	}
 	defer d.Close()
-	if err := d.Sync(); err != nil && !errors.Is(err, io.EOF) {
+	if err := d.Sync(); err != nil {
 		return fmt.Errorf("boltstore: sync %s: %w", dir, err)
 	}
 	return nil

@@ -94,13 +94,13 @@ func TestALogAheadOfTheDatabaseIsReplayed(t *testing.T) {
 func TestATornRecordEndsTheLog(t *testing.T) {
 	for _, c := range []struct {
 		name   string
-		damage func(w *wal) []byte
+		damage func() []byte
 	}{
-		{"cut short", func(w *wal) []byte {
+		{"cut short", func() []byte {
 			rec := encodeWALRecord(nil, []store.Event{{Type: store.EventPut, KV: store.KeyValue{Key: "x", ModRevision: 6}}})
 			return rec[:len(rec)-3]
 		}},
-		{"bad checksum", func(w *wal) []byte {
+		{"bad checksum", func() []byte {
 			rec := encodeWALRecord(nil, []store.Event{{Type: store.EventPut, KV: store.KeyValue{Key: "x", ModRevision: 6}}})
 			rec[len(rec)-1] ^= 0xff
 			return rec
@@ -109,7 +109,7 @@ func TestATornRecordEndsTheLog(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()
 			w := logAhead(t, dir)
-			if _, err := w.cur.WriteAt(c.damage(w), w.curOff); err != nil {
+			if _, err := w.cur.WriteAt(c.damage(), w.curOff); err != nil {
 				t.Fatal(err)
 			}
 			if err := w.close(); err != nil {

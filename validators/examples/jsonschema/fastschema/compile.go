@@ -36,12 +36,13 @@ var typeNames = map[string]uint8{
 	"number": typeNumber, "integer": typeInteger, "string": typeString,
 }
 
-// number is a number from a schema: its value as a float64, and whether
-// that float64 is the literal's value exactly.
+// number is a number from a schema or a document: its value as a float64,
+// and whether it was written as an integer of at most 15 digits, which the
+// float64 holds exactly. Only such numbers are known to be integers and
+// compared for equality here.
 type number struct {
 	f     float64
 	exact bool
-	whole bool // the value is an integer (known only when exact)
 }
 
 // node is one compiled schema object.
@@ -418,5 +419,5 @@ func parseNumber(lit []byte) (number, bool) {
 			integer = false
 		}
 	}
-	return number{f: f, exact: integer, whole: integer}, true
+	return number{f: f, exact: integer}, true
 }

@@ -224,7 +224,7 @@ func (p *prover) number(n *node) bool {
 		if neg {
 			mantissa = -mantissa
 		}
-		v = number{f: float64(mantissa), exact: true, whole: true}
+		v = number{f: float64(mantissa), exact: true}
 	} else {
 		var ok bool
 		if v, ok = parseNumber(doc[start:i]); !ok {
@@ -234,7 +234,7 @@ func (p *prover) number(n *node) bool {
 	if n.types != 0 && n.types&typeNumber == 0 {
 		// Only "integer" can hold a number now; 1.0 is an integer too,
 		// but that is not decided here.
-		if n.types&typeInteger == 0 || !v.whole {
+		if n.types&typeInteger == 0 || !v.exact {
 			return false
 		}
 	}
