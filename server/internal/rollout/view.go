@@ -50,6 +50,9 @@ type views struct {
 	applied map[string]map[string]applyInfo // config -> identity -> what it last reported applying
 	// advanced is closed, and replaced, whenever rev moves.
 	advanced chan struct{}
+	// feed is the watcher the views follow (nil between snapshots): a
+	// reader that waits for a revision asks it for progress.
+	feed *watch.Watcher
 	// failed is the reason the views stopped following the feed for good
 	// (their context ended), or nil.
 	failed error
@@ -112,8 +115,14 @@ func (v *views) follow(ctx context.Context, hub *watch.Hub) error {
 	if err != nil {
 		return err
 	}
-	defer w.Close()
+	defer func() {
+		v.mu.Lock()
+		v.feed = nil
+		v.mu.Unlock()
+		w.Close()
+	}()
 	v.mu.Lock()
+	v.feed = w
 	v.configs, v.regs, v.applied = snap.configs, snap.regs, snap.applied
 	v.order = slices.Sorted(maps.Keys(snap.configs))
 	v.deadlines = v.deadlines[:0]
@@ -130,6 +139,14 @@ func (v *views) follow(ctx context.Context, hub *watch.Hub) error {
 			return err
 		}
 		if len(batch.Events) == 0 {
+			// A progress notice: every change under /_pawl/ up to it was
+			// applied, so the views are the store's state there. Writes
+			// outside /_pawl/ move the store's revision only this way.
+			v.mu.Lock()
+			if batch.Progress > v.rev {
+				v.advanceLocked(batch.Progress)
+			}
+			v.mu.Unlock()
 			continue
 		}
 		if err := v.apply(ctx, batch.Events); err != nil {
@@ -336,17 +353,22 @@ func (v *views) applyConfigLocked(ev store.Event, load *tracked) error {
 
 // waitFor blocks until the views are at revision rev or later (0: until
 // they read their first snapshot). It fails when ctx ends or the views
-// stopped.
+// stopped. While it waits it asks the feed for progress, so that a
+// revision moved only by writes outside /_pawl/ is reached as soon as the
+// hub has published it, not at the next progress tick.
 func (v *views) waitFor(ctx context.Context, rev int64) error {
 	for {
 		v.mu.RLock()
-		ready, at, advanced, failed := v.ready, v.rev, v.advanced, v.failed
+		ready, at, advanced, failed, feed := v.ready, v.rev, v.advanced, v.failed, v.feed
 		v.mu.RUnlock()
 		switch {
 		case failed != nil:
 			return failed
 		case ready && at >= rev:
 			return nil
+		}
+		if feed != nil && rev > 0 {
+			feed.RequestProgress()
 		}
 		select {
 		case <-advanced:

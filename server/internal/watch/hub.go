@@ -80,7 +80,10 @@ type Source interface {
 //
 // Progress: a ticker owned by the hub marks every watcher "progress due" and
 // wakes it; a watcher that is caught up then reports the revision it is
-// current at. No per-watcher timer exists.
+// current at. No per-watcher timer exists. A reader that needs to know
+// sooner (one waiting for the store's revision while only other prefixes
+// change) asks its watcher with RequestProgress: every Publish then wakes
+// it until it reports a newer revision.
 //
 // Lock order: mu before wmu is never needed; Publish takes mu, releases it,
 // then takes wmu. Next takes only mu (read).
@@ -102,6 +105,7 @@ type Hub struct {
 
 	wmu      sync.Mutex
 	watchers map[string]map[*Watcher]struct{} // by prefix
+	wanting  map[*Watcher]struct{}            // watchers that requested progress
 
 	catchUps    atomic.Int64
 	ctx         context.Context
@@ -154,6 +158,7 @@ func New(ctx context.Context, src Source, opts ...Option) (*Hub, error) {
 		opts:     o,
 		ring:     make([]store.Event, o.ringEvents),
 		watchers: make(map[string]map[*Watcher]struct{}),
+		wanting:  make(map[*Watcher]struct{}),
 		prefixes: make(map[string]*prefixTrack),
 		ctx:      hctx,
 		cancel:   cancel,
@@ -224,6 +229,23 @@ func (h *Hub) eachWatcher(fn func(w *Watcher)) {
 			fn(w)
 		}
 	}
+}
+
+// want adds w, while it is open, to the watchers that every Publish wakes
+// for progress.
+func (h *Hub) want(w *Watcher) {
+	h.wmu.Lock()
+	defer h.wmu.Unlock()
+	if _, open := h.watchers[w.prefix][w]; open {
+		h.wanting[w] = struct{}{}
+	}
+}
+
+// unwant removes w from the watchers that requested progress.
+func (h *Hub) unwant(w *Watcher) {
+	h.wmu.Lock()
+	defer h.wmu.Unlock()
+	delete(h.wanting, w)
 }
 
 // StoreRevision is the store's current revision, which a hub fed by a
@@ -312,6 +334,9 @@ func (h *Hub) Publish(events []store.Event) {
 	}
 	h.wmu.Lock()
 	defer h.wmu.Unlock()
+	for w := range h.wanting {
+		w.wake() // the publish may have made it current at a newer revision
+	}
 	for prefix, set := range h.watchers {
 		// After a gap, the lost events may concern any prefix: every
 		// watcher wakes and reads them from the change log.

@@ -18,8 +18,12 @@ type Watcher struct {
 	next        int64         // the next revision to deliver; owned by Next's caller
 	notify      chan struct{} // buffered(1): a pending wake-up
 	progressDue atomic.Bool
-	closed      bool
-	staleSeen   int64 // the hub's staleness generation last reported; owned by Next's caller
+	// progressWanted is set by RequestProgress until Next reports a
+	// progress past reported.
+	progressWanted atomic.Bool
+	reported       int64 // the newest progress reported; owned by Next's caller
+	closed         bool
+	staleSeen      int64 // the hub's staleness generation last reported; owned by Next's caller
 }
 
 // Batch is what Next delivers: events, or else a progress notification,
@@ -75,6 +79,12 @@ func (w *Watcher) Next(ctx context.Context) (Batch, error) {
 			w.progressDue.Store(false) // no progress while stale
 		}
 		if w.progressDue.Swap(false) {
+			w.reported = w.next - 1
+			return Batch{Progress: w.next - 1}, nil
+		}
+		if w.next-1 > w.reported && w.progressWanted.Swap(false) {
+			w.hub.unwant(w)
+			w.reported = w.next - 1
 			return Batch{Progress: w.next - 1}, nil
 		}
 		select {
@@ -85,6 +95,22 @@ func (w *Watcher) Next(ctx context.Context) (Batch, error) {
 			return Batch{}, ErrClosed
 		}
 	}
+}
+
+// RequestProgress asks for a progress notification as soon as the watcher
+// is current at a revision newer than the last one it reported: at once
+// when changes under other prefixes moved it, or else when the hub next
+// publishes anything (as etcd's RequestProgress). A reader that waits for
+// the store's revision uses it, since changes outside the prefix deliver
+// no events and would otherwise move the revision only every progress
+// interval. It may be called from any goroutine; requests made before Next
+// reports are one request.
+func (w *Watcher) RequestProgress() {
+	if w.progressWanted.Swap(true) {
+		return
+	}
+	w.hub.want(w)
+	w.wake()
 }
 
 // fromRing copies the matching events of the ring from the cursor on, at
@@ -165,6 +191,7 @@ func (w *Watcher) Close() {
 	h.mu.Unlock()
 	h.wmu.Lock()
 	defer h.wmu.Unlock()
+	delete(h.wanting, w)
 	if set := h.watchers[w.prefix]; set != nil {
 		delete(set, w)
 		if len(set) == 0 {
