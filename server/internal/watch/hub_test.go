@@ -330,3 +330,44 @@ func TestATransactionIsOneBatch(t *testing.T) {
 		}
 	}
 }
+
+// TestRequestedProgressFollowsOtherPrefixes: a watcher whose prefix is
+// quiet learns that the store moved on only from progress notices. One it
+// asked for comes as soon as the hub publishes a change anywhere, not at
+// the next tick (an hour away here), and only once it is newer than the
+// last it reported.
+func TestRequestedProgressFollowsOtherPrefixes(t *testing.T) {
+	st, hub := newHub(t, nil, watch.WithProgressInterval(time.Hour))
+	w := watchFrom(t, hub, "/quiet/", 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+
+	rev := put(t, st, "/busy/1", "x")
+	w.RequestProgress()
+	if b, err := w.Next(ctx); err != nil || len(b.Events) != 0 || b.Progress != rev {
+		t.Fatalf("Next after a write elsewhere = %+v, %v; want progress %d", b, err, rev)
+	}
+
+	// Asked again with nothing new, it waits for the next publish: a
+	// watcher blocked in Next is woken by a change under another prefix.
+	type result struct {
+		b   watch.Batch
+		err error
+	}
+	got := make(chan result, 1)
+	w.RequestProgress()
+	go func() {
+		b, err := w.Next(ctx)
+		got <- result{b, err}
+	}()
+	rev = put(t, st, "/busy/2", "x")
+	if r := <-got; r.err != nil || len(r.b.Events) != 0 || r.b.Progress != rev {
+		t.Fatalf("Next after a second write elsewhere = %+v, %v; want progress %d", r.b, r.err, rev)
+	}
+
+	// A change under the prefix is delivered as an event, as always.
+	rev = put(t, st, "/quiet/1", "x")
+	if b, err := w.Next(ctx); err != nil || len(b.Events) != 1 || b.Events[0].Revision() != rev {
+		t.Fatalf("Next after a write under the prefix = %+v, %v", b, err)
+	}
+}
