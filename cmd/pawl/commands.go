@@ -9,6 +9,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 	"unicode/utf8"
 
 	"connectrpc.com/connect"
@@ -46,9 +48,11 @@ type globals struct {
 	server   string
 	output   string
 	protocol string
+	timeout  time.Duration
 	stdin    io.Reader
 	stdout   io.Writer
 	stderr   io.Writer
+	stderrMu sync.Mutex
 }
 
 func newRootCommand(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
@@ -69,6 +73,9 @@ func newRootCommand(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
 			default:
 				return usageError{fmt.Errorf("--protocol %q: want connect, grpc or grpc-web", g.protocol)}
 			}
+			if g.timeout <= 0 {
+				return usageError{fmt.Errorf("--timeout %s: must be positive", g.timeout)}
+			}
 			return nil
 		},
 	}
@@ -82,6 +89,7 @@ func newRootCommand(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
 	root.PersistentFlags().StringVar(&g.server, "server", server, "Pawl server URL (env PAWL_SERVER)")
 	root.PersistentFlags().StringVarP(&g.output, "output", "o", "text", "output format: text or json")
 	root.PersistentFlags().StringVar(&g.protocol, "protocol", "connect", "wire protocol: connect, grpc or grpc-web")
+	root.PersistentFlags().DurationVar(&g.timeout, "timeout", defaultTimeout(), "how long one call to the server may take; watch has none (env PAWL_TIMEOUT)")
 	root.AddCommand(putCommand(g), getCommand(g), delCommand(g), txnCommand(g), lsCommand(g), watchCommand(g),
 		validatorCommand(g), validateCommand(g), releaseCommand(g), instancesCommand(g),
 		promoteCommand(g), rollbackCommand(g), promotionCommand(g), rolloutCommand(g))
@@ -108,7 +116,7 @@ func (g *globals) transport() (*http.Client, []connect.ClientOption) {
 		protocols.SetUnencryptedHTTP2(true)
 	}
 	client := &http.Client{Transport: &http.Transport{Protocols: &protocols, ForceAttemptHTTP2: true}}
-	var opts []connect.ClientOption
+	opts := []connect.ClientOption{connect.WithInterceptors(deadlines{server: g.server, timeout: g.timeout, stderr: g.stderr, mu: &g.stderrMu})}
 	switch g.protocol {
 	case "grpc":
 		opts = append(opts, connect.WithGRPC())
