@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -178,29 +179,47 @@ func TestAPromoteBetweenAStopsReadAndWriteWins(t *testing.T) {
 }
 
 // TestPromoteRacingEachStopEndsOneWay races Promote against each kind of
-// stop, many times, with no hook: every run ends promoted and not stopped,
-// or stopped and not promoted.
+// stop, run after run, with no hook: every run ends promoted and not
+// stopped, or stopped and not promoted, and each side must win some runs
+// (a race one side always wins proves nothing about the other). Each run
+// gives one side a head start of a few yields, alternating, so both
+// outcomes come soon; a side that never wins in maxRuns fails the test.
+// The clock only moves forward, as a real one does: the deadline stop
+// passes each release's deadline, and the instances renew their leases.
 func TestPromoteRacingEachStopEndsOneWay(t *testing.T) {
-	runs := 25
+	minRuns, maxRuns := 25, 200
 	if testing.Short() {
-		runs = 5
+		minRuns = 5
 	}
 	for kind, stop := range stopKinds {
 		t.Run(kind, func(t *testing.T) {
 			e := newEnv(t)
 			ctx := context.Background()
 			counts := map[string]int{}
-			for i := range runs {
-				rel := e.release(t, 10+i)
+			for i := 0; i < maxRuns && (i < minRuns || counts["promoted"] == 0 || counts["stopped"] == 0); i++ {
+				rel := e.release(t, 10+i%80)
 				ackAll(t, e, rel)
 				ptr, err := e.rollouts.Pointer(ctx, "routing")
 				if err != nil {
 					t.Fatal(err)
 				}
+				// headStart yields k times when it is this side's turn to
+				// wait, so that the other side tends to go first.
+				k := i % 4
+				headStart := func(wait bool) {
+					if wait {
+						for range k {
+							runtime.Gosched()
+						}
+					}
+				}
+				begin := make(chan struct{})
 				var wg sync.WaitGroup
 				wg.Add(2)
 				go func() {
 					defer wg.Done()
+					<-begin
+					headStart(i%2 == 0)
 					_, err := e.rollouts.Promote(ctx, rollout.Move{ConfigID: "routing", To: rel.Generation, ExpectedGeneration: ptr.Generation,
 						ExpectedEpoch: ptr.Epoch, IdempotencyKey: fmt.Sprintf("p%d", i)})
 					if err != nil && !errors.Is(err, rollout.ErrNotReady) {
@@ -209,10 +228,13 @@ func TestPromoteRacingEachStopEndsOneWay(t *testing.T) {
 				}()
 				go func() {
 					defer wg.Done()
+					<-begin
+					headStart(i%2 == 1)
 					if err := stop(t, e, rel); err != nil && !errors.Is(err, rollout.ErrNotReady) {
 						t.Errorf("stop: %v", err)
 					}
 				}()
+				close(begin)
 				wg.Wait()
 				promoted, stopped := e.outcome(t, rel.Generation)
 				switch {
@@ -224,10 +246,24 @@ func TestPromoteRacingEachStopEndsOneWay(t *testing.T) {
 					t.Fatalf("run %d: generation %d neither promoted nor stopped", i, rel.Generation)
 				}
 				if kind == "deadline" {
-					e.clock.Advance(-2 * time.Hour) // the next release's deadline is an hour from its creation
+					e.renewLeases(t) // the stop moved the clock two hours on
 				}
 			}
 			t.Logf("%s: %v", kind, counts)
+			if counts["promoted"] == 0 || counts["stopped"] == 0 {
+				t.Fatalf("%s: one side won every run (%v): the race was never run both ways", kind, counts)
+			}
 		})
+	}
+}
+
+// renewLeases heartbeats every instance of the env, as running instances
+// do, so that they stay live members after the clock moved on.
+func (e *env) renewLeases(t *testing.T) {
+	t.Helper()
+	for i := range 6 {
+		if _, err := e.registry.Heartbeat(context.Background(), fmt.Sprintf("i%d", i), "boot-1"); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
