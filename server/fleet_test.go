@@ -72,14 +72,147 @@ type fleet struct {
 	mu      sync.Mutex
 	changed chan struct{} // a followed assignment changed
 	sims    map[string]*sim
-	// The model the server's answers are checked against, per generation:
-	// every ACK sent (the audit trail must hold exactly these), and which
-	// instances are healthy or unhealthy from their current boot.
+	// The model the server's answers are checked against, built only from
+	// what the test did (registrations, restarts, applies, the clock,
+	// promotions), never from the server's verdicts: per generation, every
+	// ACK sent (the audit trail must hold exactly these), how many must
+	// count, which instances are healthy or unhealthy from their current
+	// boot, and what each instance's counted reports were.
 	sent      map[int64]int
 	counted   map[int64]int
 	healthy   map[int64]map[string]bool
 	unhealthy map[int64]map[string]bool
-	follows   sync.WaitGroup
+	reports   map[int64]map[string]*reported
+	members   map[int64]map[string]bool // each release's frozen membership
+	active    int64                     // the generation the test promoted last (0: none)
+	over      map[int64]string          // generations whose rollout the test ended, and how
+	// disorder lists every message a stream delivered out of order: a
+	// revision not above the stream's previous one, or a pointer epoch
+	// below it. The server promises neither happens on one stream, whatever
+	// the instance does with them.
+	disorder []string
+	follows  sync.WaitGroup
+}
+
+// reported is what the model says counted of one instance's reports of
+// one release, from one boot and registration: the apply sequence it is
+// at, the furthest state counted there, whether a failure was counted
+// there, and when each apply sequence's APPLIED counted.
+type reported struct {
+	boot      string
+	epoch     int64
+	seq       int64
+	rank      int
+	healthOK  bool
+	failed    bool
+	appliedAt map[int64]time.Time
+}
+
+// stateRank orders the states of one apply, as docs/ROLLOUT.md does.
+var stateRank = map[pawlv1.InstanceState]int{
+	pawlv1.InstanceState_INSTANCE_STATE_DISCOVERED: 1, pawlv1.InstanceState_INSTANCE_STATE_DOWNLOADED: 2,
+	pawlv1.InstanceState_INSTANCE_STATE_VALIDATED: 3, pawlv1.InstanceState_INSTANCE_STATE_STAGED: 4,
+	pawlv1.InstanceState_INSTANCE_STATE_APPLIED: 5, pawlv1.InstanceState_INSTANCE_STATE_HEALTHY_ACKED: 6,
+	pawlv1.InstanceState_INSTANCE_STATE_REJECTED: 7, pawlv1.InstanceState_INSTANCE_STATE_STALE: 7,
+}
+
+// expect is the model's verdict on an ACK of rel about to be sent: whether
+// it must count and, if not, which rule of docs/ROLLOUT.md's "What
+// counts" says so. The caller holds mu.
+func (f *fleet) expect(rel *pawlv1.Release, a *pawlv1.Ack) (bool, string) {
+	gen, id := rel.GetGeneration(), a.GetWorkloadIdentity()
+	s := f.sims[id]
+	switch {
+	case !f.members[gen][id]:
+		return false, "not a member"
+	case a.GetBootId() != s.boot:
+		return false, "stale boot"
+	case a.GetMembershipEpoch() != s.epoch:
+		return false, "stale membership epoch"
+	case a.GetContentDigest() != rel.GetContentDigest():
+		return false, "content digest"
+	case a.GetValidatorDigest() != rel.GetSpec().GetValidatorDigest():
+		return false, "validator digest"
+	case f.over[gen] != "":
+		return false, "late: " + f.over[gen]
+	case gen != f.active && (s.cur == nil || s.cur.GetGeneration() != gen):
+		return false, "not assigned: the instance was never sent the candidate"
+	}
+	r := f.reports[gen][id]
+	if r == nil || r.boot != a.GetBootId() || r.epoch != a.GetMembershipEpoch() {
+		r = &reported{} // a new boot or registration starts over
+	}
+	rank := stateRank[a.GetState()]
+	healthy := a.GetState() == pawlv1.InstanceState_INSTANCE_STATE_HEALTHY_ACKED && a.GetHealthOk()
+	switch seq := a.GetApplySequence(); {
+	case seq < r.seq:
+		return false, "out of order: an earlier apply sequence"
+	case seq > r.seq:
+	case r.failed:
+		return false, "a failure stands"
+	case rank < r.rank:
+		return false, "out of order: an earlier state"
+	case rank == r.rank && a.GetHealthOk() == r.healthOK:
+		return false, "duplicate"
+	}
+	if healthy {
+		at, ok := r.appliedAt[a.GetApplySequence()]
+		if !ok || f.clock.Now().Sub(at) < healthWindow {
+			return false, "health window"
+		}
+	}
+	return true, ""
+}
+
+// take records in the model an ACK that it said must count. The caller
+// holds mu.
+func (f *fleet) take(rel *pawlv1.Release, a *pawlv1.Ack) {
+	gen, id := rel.GetGeneration(), a.GetWorkloadIdentity()
+	if f.reports[gen] == nil {
+		f.reports[gen] = map[string]*reported{}
+	}
+	r := f.reports[gen][id]
+	if r == nil || r.boot != a.GetBootId() || r.epoch != a.GetMembershipEpoch() {
+		r = &reported{boot: a.GetBootId(), epoch: a.GetMembershipEpoch(), appliedAt: map[int64]time.Time{}}
+		f.reports[gen][id] = r
+	}
+	if a.GetApplySequence() > r.seq {
+		r.seq, r.rank, r.failed = a.GetApplySequence(), 0, false
+	}
+	r.rank, r.healthOK = max(r.rank, stateRank[a.GetState()]), a.GetHealthOk()
+	switch a.GetState() {
+	case pawlv1.InstanceState_INSTANCE_STATE_APPLIED:
+		r.appliedAt[a.GetApplySequence()] = f.clock.Now()
+	case pawlv1.InstanceState_INSTANCE_STATE_REJECTED:
+		r.failed = true
+	case pawlv1.InstanceState_INSTANCE_STATE_HEALTHY_ACKED:
+		r.failed = !a.GetHealthOk()
+	}
+}
+
+// promoted records in the model that the test moved the pointer to gen:
+// the generation it replaced, superseded or rolled back, is over.
+func (f *fleet) promoted(gen int64, rollback bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.active != 0 {
+		f.over[f.active] = fmt.Sprintf("generation %d is no longer active", f.active)
+	}
+	if rollback {
+		delete(f.over, gen)
+	}
+	f.active = gen
+}
+
+// froze records a new release's frozen membership in the model.
+func (f *fleet) froze(rel *pawlv1.Release) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	m := map[string]bool{}
+	for _, x := range rel.GetMembership() {
+		m[x.GetWorkloadIdentity()] = true
+	}
+	f.members[rel.GetGeneration()] = m
 }
 
 // newFleet starts a server on a clock the test moves, registers size
@@ -106,6 +239,7 @@ func newFleet(t *testing.T, ctx context.Context, size int) *fleet {
 		sims:      map[string]*sim{},
 		sent:      map[int64]int{}, counted: map[int64]int{},
 		healthy: map[int64]map[string]bool{}, unhealthy: map[int64]map[string]bool{},
+		reports: map[int64]map[string]*reported{}, members: map[int64]map[string]bool{}, over: map[int64]string{},
 	}
 	var ids []string
 	for i := range size {
@@ -161,11 +295,43 @@ func (f *fleet) follow(id string, client connect.HTTPClient, url string) *connec
 	f.follows.Add(1)
 	go func() {
 		defer f.follows.Done()
+		var rev, epoch int64
 		for stream.Receive() {
-			f.offer(id, stream.Msg())
+			msg := stream.Msg()
+			if msg.GetRevision() <= rev {
+				f.misordered("%s: a message at revision %d after one at %d", id, msg.GetRevision(), rev)
+			}
+			rev = msg.GetRevision()
+			for _, a := range msg.GetAssignments() {
+				if a.GetConfigId() == "checkout" && a.GetEpoch() < epoch {
+					f.misordered("%s: pointer epoch %d after %d", id, a.GetEpoch(), epoch)
+				}
+				if a.GetConfigId() == "checkout" {
+					epoch = max(epoch, a.GetEpoch())
+				}
+			}
+			f.offer(id, msg)
 		}
 	}()
 	return stream
+}
+
+// misordered records a message a stream delivered out of order.
+func (f *fleet) misordered(format string, args ...any) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.disorder = append(f.disorder, fmt.Sprintf(format, args...))
+}
+
+// checkOrder fails the test if any stream delivered a message out of
+// order.
+func (f *fleet) checkOrder() {
+	f.t.Helper()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.disorder) > 0 {
+		f.t.Fatalf("assignment streams delivered messages out of order: %v", f.disorder)
+	}
 }
 
 // offer hands the instance an assignment message; it takes it only if it
@@ -283,6 +449,7 @@ func (f *fleet) create(weight int) *pawlv1.Release {
 	if err != nil {
 		f.t.Fatal(err)
 	}
+	f.froze(resp.Msg.GetRelease())
 	return resp.Msg.GetRelease()
 }
 
@@ -303,6 +470,11 @@ func (f *fleet) ack(rel *pawlv1.Release, id string, state pawlv1.InstanceState, 
 	for _, o := range opts {
 		o(a)
 	}
+	// The model's verdict is taken before the report is sent and kept
+	// whatever the server answers: the server's answer is what is checked.
+	f.mu.Lock()
+	must, why := f.expect(rel, a)
+	f.mu.Unlock()
 	resp, err := f.rollouts.Ack(f.ctx, connect.NewRequest(&pawlv1.AckRequest{Ack: a}))
 	if err != nil {
 		return nil, err
@@ -311,14 +483,19 @@ func (f *fleet) ack(rel *pawlv1.Release, id string, state pawlv1.InstanceState, 
 	gen := rel.GetGeneration()
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if got.GetCounted() != must {
+		f.t.Errorf("%s's %s of generation %d at apply sequence %d: the server counted it %v (%q); the model says %v (%s)",
+			id, state, gen, a.GetApplySequence(), got.GetCounted(), got.GetNotCountedReason(), must, why)
+	}
 	f.sent[gen]++
-	if got.GetCounted() {
+	if must {
+		f.take(rel, a)
 		f.counted[gen]++
 		if f.healthy[gen] == nil {
 			f.healthy[gen], f.unhealthy[gen] = map[string]bool{}, map[string]bool{}
 		}
 		switch {
-		case state == pawlv1.InstanceState_INSTANCE_STATE_HEALTHY_ACKED && got.GetHealthOk():
+		case state == pawlv1.InstanceState_INSTANCE_STATE_HEALTHY_ACKED && a.GetHealthOk():
 			f.healthy[gen][id] = true
 		case state == pawlv1.InstanceState_INSTANCE_STATE_HEALTHY_ACKED, state == pawlv1.InstanceState_INSTANCE_STATE_REJECTED:
 			delete(f.healthy[gen], id)
@@ -330,7 +507,9 @@ func (f *fleet) ack(rel *pawlv1.Release, id string, state pawlv1.InstanceState, 
 
 // apply has every instance of ids apply rel (APPLIED at a new apply
 // sequence), lets the health window pass, and has each report
-// HEALTHY_ACKED; every report must count.
+// HEALTHY_ACKED; every report must count. Halfway through the window the
+// first of them reports healthy too early, which the model says must not
+// count.
 func (f *fleet) apply(rel *pawlv1.Release, ids []string) {
 	f.t.Helper()
 	gen := rel.GetGeneration()
@@ -343,7 +522,14 @@ func (f *fleet) apply(rel *pawlv1.Release, ids []string) {
 		f.mu.Unlock()
 		return f.mustCount(rel, id, pawlv1.InstanceState_INSTANCE_STATE_APPLIED, seq)
 	})
-	f.clock.Advance(healthWindow)
+	f.clock.Advance(healthWindow / 2)
+	f.mu.Lock()
+	early := f.sims[ids[0]].applied[gen]
+	f.mu.Unlock()
+	if _, err := f.ack(rel, ids[0], pawlv1.InstanceState_INSTANCE_STATE_HEALTHY_ACKED, early); err != nil {
+		f.t.Fatal(err)
+	}
+	f.clock.Advance(healthWindow - healthWindow/2)
 	f.parallel(ids, func(id string) error {
 		f.mu.Lock()
 		seq := f.sims[id].applied[gen]
@@ -409,6 +595,7 @@ func (f *fleet) status(gen int64) *pawlv1.GetRolloutStatusResponse {
 func (f *fleet) checkTally(rel *pawlv1.Release) *pawlv1.GetRolloutStatusResponse {
 	f.t.Helper()
 	gen := rel.GetGeneration()
+	f.checkOrder()
 	st := f.status(gen)
 	zones := st.GetStages()[1]
 	f.mu.Lock()
@@ -748,6 +935,26 @@ func TestSimulatedFleetFaults(t *testing.T) {
 	f.apply(rel1, silentC)
 	f.checkTally(rel1)
 
+	// Reports that go back: a zone-c instance, now at apply sequence 2
+	// (its partial download took 1), reports APPLIED at 1, then its
+	// HEALTHY_ACKED at 2 again. The model says neither counts (out of
+	// order, duplicate); the server must agree.
+	outsider = silentC[0]
+	f.mu.Lock()
+	if at := f.sims[outsider].applied[1]; at != 2 {
+		t.Fatalf("%s applied generation 1 at apply sequence %d, want 2", outsider, at)
+	}
+	f.mu.Unlock()
+	for _, back := range []struct {
+		state pawlv1.InstanceState
+		seq   int64
+	}{{pawlv1.InstanceState_INSTANCE_STATE_APPLIED, 1}, {pawlv1.InstanceState_INSTANCE_STATE_HEALTHY_ACKED, 2}} {
+		if _, err := f.ack(rel1, outsider, back.state, back.seq); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.checkTally(rel1)
+
 	// A membership change inside the promotion: a healthy zone-b instance
 	// restarts after Promote read the rollout and before it commits. The
 	// commit is refused, Promote decides again without the stale boot, and
@@ -762,6 +969,7 @@ func TestSimulatedFleetFaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	f.promoted(1, false)
 	if f.hook.ran() != 2 {
 		t.Fatal("the restart did not land inside the promotion")
 	}
@@ -803,6 +1011,7 @@ func TestSimulatedFleetFaults(t *testing.T) {
 	if err != nil || got.Msg.GetReceipt().GetToGeneration() != 2 {
 		t.Fatalf("GetPromotion after a lost response = %v, %v", got, err)
 	}
+	f.promoted(2, false)
 	again, err := f.promote(lossy, 2, 1, 0, "p2")
 	if err != nil || again.GetRevision() != got.Msg.GetReceipt().GetRevision() {
 		t.Fatalf("retried promote = %v, %v; want the same receipt", again, err)
@@ -842,6 +1051,7 @@ func TestSimulatedFleetFaults(t *testing.T) {
 	if err != nil || rb.Msg.GetReceipt().GetToGeneration() != 1 || rb.Msg.GetReceipt().GetEpoch() != 1 {
 		t.Fatalf("rollback = %v, %v", rb, err)
 	}
+	f.promoted(1, true)
 
 	// Out-of-order delivery during the rollback: pay-004 gives up on its
 	// held stream and reconnects directly, getting generation 1 at epoch 1.
@@ -924,6 +1134,7 @@ func TestSimulatedFleetFaults(t *testing.T) {
 	if _, err := f.promote(f.rollouts, 2, 1, 0, "stale"); connect.CodeOf(err) != connect.CodeAborted {
 		t.Fatalf("promote with a stale pointer after the rollback = %v", err)
 	}
+	f.checkOrder()
 }
 
 func (f *fleet) promote(client pawlv1connect.RolloutServiceClient, gen, expected, epoch int64, key string) (*pawlv1.Receipt, error) {
