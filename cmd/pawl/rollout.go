@@ -173,7 +173,9 @@ func rolloutCommand(g *globals) *cobra.Command {
 				}
 				gen = newest.Msg.GetRelease().GetGeneration()
 			}
-			// Every page of ACKs, gathered into one answer.
+			// Every page of ACKs, gathered into one answer, only when they
+			// are asked for: a release of 10,000 members has tens of
+			// thousands, and the stages say what the rollout waits on.
 			var st *pawlv1.GetRolloutStatusResponse
 			for token := ""; ; {
 				resp, err := g.rollouts().GetRolloutStatus(ctx, connect.NewRequest(&pawlv1.GetRolloutStatusRequest{ConfigId: args[0], Generation: gen,
@@ -186,11 +188,14 @@ func rolloutCommand(g *globals) *cobra.Command {
 				} else {
 					st.Acks = append(st.Acks, resp.Msg.GetAcks()...)
 				}
-				if token = resp.Msg.GetNextAckPageToken(); token == "" {
+				if token = resp.Msg.GetNextAckPageToken(); token == "" || !showAcks {
 					break
 				}
 			}
 			st.NextAckPageToken = ""
+			if !showAcks {
+				st.Acks = nil
+			}
 			if g.output == "json" {
 				return g.printJSON(st)
 			}
@@ -198,7 +203,7 @@ func rolloutCommand(g *globals) *cobra.Command {
 		},
 	}
 	status.Flags().Int64Var(&gen, "generation", 0, "the release (default: the latest)")
-	status.Flags().BoolVar(&showAcks, "acks", false, "list every ACK: instance, boot, state, apply sequence, whether it counts, and its trace ID")
+	status.Flags().BoolVar(&showAcks, "acks", false, "fetch and list every ACK: instance, boot, state, apply sequence, whether it counts, and its trace ID (in JSON too)")
 	cmd.AddCommand(status, stopCommand(g), appliedCommand(g))
 	return cmd
 }

@@ -156,8 +156,13 @@ func TestRolloutFromTheCLI(t *testing.T) {
 		t.Fatalf("status of the rolled-back release = %d, %q", code, out)
 	}
 	// Every ACK of generation 2 is kept: 6 APPLIED, 6 HEALTHY_ACKED, 1 REJECTED.
-	code, out, _ = pawl(t, srv, "", "rollout", "status", "routing", "--generation", "2", "-o", "json")
+	code, out, _ = pawl(t, srv, "", "rollout", "status", "routing", "--generation", "2", "-o", "json", "--acks")
 	if code != 0 || strings.Count(out, `"workloadIdentity"`) != 13 {
+		t.Fatalf("status -o json --acks of generation 2 = %d, %q", code, out)
+	}
+	// Without --acks, no ACK is fetched or printed.
+	code, out, _ = pawl(t, srv, "", "rollout", "status", "routing", "--generation", "2", "-o", "json")
+	if code != 0 || strings.Contains(out, `"acks"`) || !strings.Contains(out, `"stages"`) {
 		t.Fatalf("status -o json of generation 2 = %d, %q", code, out)
 	}
 
