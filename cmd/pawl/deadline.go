@@ -40,13 +40,17 @@ func (d deadlines) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 		ctx, cancel := context.WithTimeout(ctx, d.timeout)
 		defer cancel()
 		procedure := strings.TrimPrefix(req.Spec().Procedure, "/pawl.v1.")
+		noticed := make(chan struct{})
 		notice := time.AfterFunc(min(noticeAfter, d.timeout/2), func() {
+			defer close(noticed)
 			d.mu.Lock()
 			defer d.mu.Unlock()
 			fmt.Fprintf(d.stderr, "pawl: waiting for %s to answer %s (giving up after %s; --timeout)\n", d.server, procedure, d.timeout)
 		})
 		resp, err := next(ctx, req)
-		notice.Stop()
+		if !notice.Stop() {
+			<-noticed // the notice is written before anything that follows the call
+		}
 		if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) && connect.CodeOf(err) == connect.CodeDeadlineExceeded {
 			// Keep the code (promote and rollback resolve a lost answer
 			// by it) and say what ran out.

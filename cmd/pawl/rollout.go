@@ -176,6 +176,7 @@ func rolloutCommand(g *globals) *cobra.Command {
 			// Every page of ACKs, gathered into one answer, only when they
 			// are asked for: a release of 10,000 members has tens of
 			// thousands, and the stages say what the rollout waits on.
+			// Without --acks, one call: the first page.
 			var st *pawlv1.GetRolloutStatusResponse
 			for token := ""; ; {
 				resp, err := g.rollouts().GetRolloutStatus(ctx, connect.NewRequest(&pawlv1.GetRolloutStatusRequest{ConfigId: args[0], Generation: gen,
@@ -192,9 +193,8 @@ func rolloutCommand(g *globals) *cobra.Command {
 					break
 				}
 			}
-			st.NextAckPageToken = ""
-			if !showAcks {
-				st.Acks = nil
+			if showAcks {
+				st.NextAckPageToken = ""
 			}
 			if g.output == "json" {
 				return g.printJSON(st)
@@ -203,7 +203,7 @@ func rolloutCommand(g *globals) *cobra.Command {
 		},
 	}
 	status.Flags().Int64Var(&gen, "generation", 0, "the release (default: the latest)")
-	status.Flags().BoolVar(&showAcks, "acks", false, "fetch and list every ACK: instance, boot, state, apply sequence, whether it counts, and its trace ID (in JSON too)")
+	status.Flags().BoolVar(&showAcks, "acks", false, "fetch every page of ACKs and list each: instance, boot, state, apply sequence, whether it counts, and its trace ID (without it: the first page)")
 	cmd.AddCommand(status, stopCommand(g), appliedCommand(g))
 	return cmd
 }
@@ -343,6 +343,9 @@ func printStatus(g *globals, config string, gen int64, st *pawlv1.GetRolloutStat
 		case !a.GetCounted():
 			fmt.Fprintf(w, "not counted: %s %s: %s\n", a.GetWorkloadIdentity(), strings.TrimPrefix(a.GetState().String(), "INSTANCE_STATE_"), a.GetNotCountedReason())
 		}
+	}
+	if st.GetNextAckPageToken() != "" {
+		fmt.Fprintf(w, "(the first %d ACKs; --acks fetches them all)\n", len(st.GetAcks()))
 	}
 	if showAcks {
 		for _, a := range st.GetAcks() {
