@@ -90,7 +90,7 @@ func Error(log *slog.Logger, spec connect.Spec, err error) error {
 		return connect.NewError(connect.CodeInvalidArgument, err)
 	case errors.Is(err, validator.ErrNotFound):
 		return connect.NewError(connect.CodeNotFound, err)
-	case errors.Is(err, rollout.ErrPointerMoved):
+	case errors.Is(err, rollout.ErrPointerMoved), errors.Is(err, rollout.ErrFenced):
 		return connect.NewError(connect.CodeAborted, err)
 	case errors.Is(err, rollout.ErrNotReady):
 		return connect.NewError(connect.CodeFailedPrecondition, err)

@@ -40,14 +40,15 @@ type Move struct {
 // pointers. When something changed, Promote decides again on a fresh read,
 // so a concurrent stop, rejection, restart or rollback is never overruled.
 func (r *Rollouts) Promote(ctx context.Context, m Move) (Receipt, error) {
-	if done, err := r.existing(ctx, m, false); done != nil || err != nil {
-		return derefReceipt(done), err
+	key, err := r.keyOf(ctx, m, false)
+	if key.receipt != nil || err != nil {
+		return derefReceipt(key.receipt), err
 	}
 	for range maxAttempts {
-		rc, err := r.promote(ctx, m)
+		rc, err := r.promote(ctx, m, key.rev)
 		if errors.Is(err, store.ErrRevisionMismatch) {
-			if done, derr := r.existing(ctx, m, false); done != nil || derr != nil {
-				return derefReceipt(done), derr // the same key won, in a concurrent retry
+			if done, derr := r.afterMismatch(ctx, m, false, key.rev); done != nil || derr != nil {
+				return derefReceipt(done), derr // the same key won in a concurrent retry, or a lookup fenced it
 			}
 			continue
 		}
@@ -56,7 +57,9 @@ func (r *Rollouts) Promote(ctx context.Context, m Move) (Receipt, error) {
 	return Receipt{}, fmt.Errorf("%w: promoting %s generation %d", ErrContended, m.ConfigID, m.To)
 }
 
-func (r *Rollouts) promote(ctx context.Context, m Move) (Receipt, error) {
+// promote decides once, on the views as they are, and writes the receipt
+// if the key is still at keyRev (absent, or the fence a lookup left).
+func (r *Rollouts) promote(ctx context.Context, m Move, keyRev int64) (Receipt, error) {
 	rv, err := r.viewOf(ctx, m.ConfigID, m.To, true)
 	if err != nil {
 		return Receipt{}, err
@@ -100,7 +103,7 @@ func (r *Rollouts) promote(ctx context.Context, m Move) (Receipt, error) {
 	for dep := range s.rel.Dependencies {
 		unchanged = append(unchanged, store.Unchanged{Prefix: records.Pointer(dep), Since: rev})
 	}
-	return r.write(ctx, m, ptr, unchanged, Receipt{ConfigID: m.ConfigID, From: ptr.Generation, To: m.To, Epoch: ptr.Epoch, Evidence: evidence, StageNames: names})
+	return r.write(ctx, m, ptr, keyRev, unchanged, Receipt{ConfigID: m.ConfigID, From: ptr.Generation, To: m.To, Epoch: ptr.Epoch, Evidence: evidence, StageNames: names})
 }
 
 // Rollback moves the pointer back to the generation that the active one
@@ -109,8 +112,9 @@ func (r *Rollouts) promote(ctx context.Context, m Move) (Receipt, error) {
 // generation it leaves is never promoted again, and its ACKs no longer
 // count.
 func (r *Rollouts) Rollback(ctx context.Context, m Move) (Receipt, error) {
-	if done, err := r.existing(ctx, m, true); done != nil || err != nil {
-		return derefReceipt(done), err
+	key, err := r.keyOf(ctx, m, true)
+	if key.receipt != nil || err != nil {
+		return derefReceipt(key.receipt), err
 	}
 	ptr, err := r.Pointer(ctx, m.ConfigID)
 	if err != nil {
@@ -135,9 +139,9 @@ func (r *Rollouts) Rollback(ctx context.Context, m Move) (Receipt, error) {
 	if target == 0 {
 		return Receipt{}, fmt.Errorf("%w: generation %d replaced no earlier active generation; there is nothing to roll back to", ErrNotReady, ptr.Generation)
 	}
-	rc, err := r.write(ctx, m, ptr, nil, Receipt{ConfigID: m.ConfigID, From: ptr.Generation, To: target, Epoch: ptr.Epoch + 1, Rollback: true})
+	rc, err := r.write(ctx, m, ptr, key.rev, nil, Receipt{ConfigID: m.ConfigID, From: ptr.Generation, To: target, Epoch: ptr.Epoch + 1, Rollback: true})
 	if errors.Is(err, store.ErrRevisionMismatch) {
-		if done, derr := r.existing(ctx, m, true); done != nil || derr != nil {
+		if done, derr := r.afterMismatch(ctx, m, true, key.rev); done != nil || derr != nil {
 			return derefReceipt(done), derr
 		}
 		now, perr := r.Pointer(ctx, m.ConfigID)
@@ -149,28 +153,108 @@ func (r *Rollouts) Rollback(ctx context.Context, m Move) (Receipt, error) {
 	return rc, err
 }
 
-// GetPromotion returns the receipt written for an idempotency key.
+// GetPromotion returns the receipt written for an idempotency key. When
+// there is none, it fences the key before it answers ErrNoPromotion: it
+// writes a fence record under the key, conditioned on the key being as it
+// read it, and every move sent with the key before the lookup commits only
+// if it finds the key as it found it at its start. So "not found" stays
+// true: a move with the key still in flight fails with a *FencedError,
+// and the same key may be sent again (a move sent after the lookup finds
+// the fence and commits over it). A config without releases has no moves
+// to fence, and nothing is written for it.
 func (r *Rollouts) GetPromotion(ctx context.Context, config, key string) (Receipt, error) {
-	var rc Receipt
-	kv, ok, err := getAt(ctx, r.store, records.Receipt(config, key), 0, &rc)
-	if err != nil {
+	if err := checkKey(key); err != nil {
 		return Receipt{}, err
 	}
-	if !ok {
-		return Receipt{}, fmt.Errorf("%w: %s of config %s", ErrNoPromotion, key, config)
+	for range maxAttempts {
+		ks, err := r.readKey(ctx, config, key)
+		if ks.receipt != nil || err != nil {
+			return derefReceipt(ks.receipt), err
+		}
+		err = r.fence(ctx, config, key, ks.rev)
+		if errors.Is(err, store.ErrRevisionMismatch) {
+			continue // a receipt or another lookup's fence came first: read it again
+		}
+		if err != nil {
+			return Receipt{}, err
+		}
+		return Receipt{}, fmt.Errorf("%w: %s of config %s (the key is fenced: a move sent with it before this lookup can no longer commit; "+
+			"the same key may be sent again)", ErrNoPromotion, key, config)
 	}
+	return Receipt{}, fmt.Errorf("%w: looking up key %s of config %s", ErrContended, key, config)
+}
+
+// fenceRecord is what a lookup that found no receipt leaves under the key.
+type fenceRecord struct {
+	ConfigID       string    `json:"config_id"`
+	IdempotencyKey string    `json:"idempotency_key"`
+	FencedAt       time.Time `json:"fenced_at"`
+}
+
+// storedReceipt is what the key of a receipt holds: a receipt, or a fence
+// (FencedAt set).
+type storedReceipt struct {
+	Receipt
+	FencedAt *time.Time `json:"fenced_at,omitempty"`
+}
+
+// keyState is what an idempotency key holds now: the receipt written under
+// it, or (receipt nil) the revision a move with it must find the key at to
+// commit: 0 while nothing was written there, or the revision of the fence
+// the last lookup left.
+type keyState struct {
+	receipt *Receipt
+	rev     int64
+}
+
+// readKey reads what the key of a move holds.
+func (r *Rollouts) readKey(ctx context.Context, config, key string) (keyState, error) {
+	var sr storedReceipt
+	kv, ok, err := getAt(ctx, r.store, records.Receipt(config, key), 0, &sr)
+	switch {
+	case err != nil:
+		return keyState{}, fmt.Errorf("rollout: read receipt %s of config %s: %w", key, config, err)
+	case !ok:
+		return keyState{}, nil
+	case sr.FencedAt != nil:
+		return keyState{rev: kv.ModRevision}, nil
+	}
+	rc := sr.Receipt
 	rc.Revision = kv.ModRevision
-	return rc, nil
+	return keyState{receipt: &rc, rev: kv.ModRevision}, nil
+}
+
+// fence writes a fence under the key if it is still at rev. A config that
+// has no release needs none: no move of it can commit.
+func (r *Rollouts) fence(ctx context.Context, config, key string, rev int64) error {
+	head, err := r.releases.HeadAt(ctx, config, 0)
+	if err != nil || head == 0 {
+		return err
+	}
+	b, err := records.Encode(fenceRecord{ConfigID: config, IdempotencyKey: key, FencedAt: r.now().UTC()})
+	if err != nil {
+		return err
+	}
+	k := records.Receipt(config, key)
+	_, err = r.store.Txn(ctx, store.Txn{Compares: []store.Compare{{Key: k, ModRevision: rev}}, Puts: []store.Put{{Key: k, Value: b}}})
+	if err != nil && !errors.Is(err, store.ErrRevisionMismatch) {
+		return fmt.Errorf("rollout: fence key %s of config %s: %w", key, config, err)
+	}
+	return err
 }
 
 // Receipts returns a config's receipts in the order they were written.
 func (r *Rollouts) Receipts(ctx context.Context, config string) ([]Receipt, error) {
 	var out []Receipt
 	err := store.Each(ctx, r.store, records.Receipts(config), func(kv store.KeyValue) error {
-		var rc Receipt
-		if err := records.Decode(kv, &rc); err != nil {
+		var sr storedReceipt
+		if err := records.Decode(kv, &sr); err != nil {
 			return err
 		}
+		if sr.FencedAt != nil {
+			return nil // a lookup's fence: no move
+		}
+		rc := sr.Receipt
 		rc.Revision = kv.ModRevision
 		out = append(out, rc)
 		return nil
@@ -182,27 +266,47 @@ func (r *Rollouts) Receipts(ctx context.Context, config string) ([]Receipt, erro
 	return out, nil
 }
 
-// existing returns the receipt already written for the key, if any, when it
+// keyOf reads the key of m: the receipt already written under it when it
 // records the same request (a retry: the same kind of move, to the same
 // generation for a promotion; the expectation may differ, since a retry
-// after the move happened reads the pointer it moved); a receipt of
-// another request under the key is ErrKeyReused.
-func (r *Rollouts) existing(ctx context.Context, m Move, rollback bool) (*Receipt, error) {
-	if !keyPattern.MatchString(m.IdempotencyKey) {
-		return nil, fmt.Errorf("%w: idempotency key %q must be 1-128 of A-Z a-z 0-9 . _ : -", ErrInvalid, m.IdempotencyKey)
+// after the move happened reads the pointer it moved), or the revision a
+// move must find the key at; a receipt of another request under the key is
+// ErrKeyReused.
+func (r *Rollouts) keyOf(ctx context.Context, m Move, rollback bool) (keyState, error) {
+	if err := checkKey(m.IdempotencyKey); err != nil {
+		return keyState{}, err
 	}
-	rc, err := r.GetPromotion(ctx, m.ConfigID, m.IdempotencyKey)
-	if errors.Is(err, ErrNoPromotion) {
-		return nil, nil
+	ks, err := r.readKey(ctx, m.ConfigID, m.IdempotencyKey)
+	if ks.receipt == nil || err != nil {
+		return ks, err
 	}
-	if err != nil {
-		return nil, err
-	}
-	if rc.Rollback != rollback || (!rollback && rc.To != m.To) {
-		return nil, fmt.Errorf("%w: key %s of config %s is the receipt of %s; use a new key for a new request",
+	if rc := *ks.receipt; rc.Rollback != rollback || (!rollback && rc.To != m.To) {
+		return keyState{}, fmt.Errorf("%w: key %s of config %s is the receipt of %s; use a new key for a new request",
 			ErrKeyReused, m.IdempotencyKey, m.ConfigID, describe(rc))
 	}
-	return &rc, nil
+	return ks, nil
+}
+
+// afterMismatch reads the key of m again after its write found a condition
+// changed: the receipt of the same request (a concurrent retry won), a
+// *FencedError when a lookup fenced the key after the request read it at
+// rev, or neither (decide again).
+func (r *Rollouts) afterMismatch(ctx context.Context, m Move, rollback bool, rev int64) (*Receipt, error) {
+	ks, err := r.keyOf(ctx, m, rollback)
+	switch {
+	case ks.receipt != nil || err != nil:
+		return ks.receipt, err
+	case ks.rev != rev:
+		return nil, &FencedError{ConfigID: m.ConfigID, IdempotencyKey: m.IdempotencyKey}
+	}
+	return nil, nil
+}
+
+func checkKey(key string) error {
+	if !keyPattern.MatchString(key) {
+		return fmt.Errorf("%w: idempotency key %q must be 1-128 of A-Z a-z 0-9 . _ : -", ErrInvalid, key)
+	}
+	return nil
 }
 
 func describe(rc Receipt) string {
@@ -221,11 +325,12 @@ func derefReceipt(rc *Receipt) Receipt {
 }
 
 // write commits the receipt and the new pointer in one transaction that
-// compares the pointer read and the receipt's absence, and holds the
+// compares the pointer read and the key (at keyRev: absent, or the fence
+// of the last lookup), and holds the
 // unchanged conditions the decision rests on. A failed condition is
 // returned as the store's ErrRevisionMismatch; any other failure may have
 // committed, and is an *UnknownError.
-func (r *Rollouts) write(ctx context.Context, m Move, ptr Pointer, unchanged []store.Unchanged, rc Receipt) (Receipt, error) {
+func (r *Rollouts) write(ctx context.Context, m Move, ptr Pointer, keyRev int64, unchanged []store.Unchanged, rc Receipt) (Receipt, error) {
 	rc.Actor, rc.Time, rc.IdempotencyKey = m.Actor, r.now().UTC(), m.IdempotencyKey
 	receiptKey := records.Receipt(m.ConfigID, m.IdempotencyKey)
 	rb, err := records.Encode(rc)
@@ -237,7 +342,7 @@ func (r *Rollouts) write(ctx context.Context, m Move, ptr Pointer, unchanged []s
 		return Receipt{}, err
 	}
 	res, err := r.store.Txn(ctx, store.Txn{
-		Compares:  []store.Compare{{Key: records.Pointer(m.ConfigID), ModRevision: ptr.Revision}, {Key: receiptKey, ModRevision: 0}},
+		Compares:  []store.Compare{{Key: records.Pointer(m.ConfigID), ModRevision: ptr.Revision}, {Key: receiptKey, ModRevision: keyRev}},
 		Unchanged: unchanged,
 		Puts:      []store.Put{{Key: receiptKey, Value: rb}, {Key: records.Pointer(m.ConfigID), Value: pb}},
 	})
