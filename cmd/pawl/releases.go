@@ -218,7 +218,7 @@ func releaseCommand(g *globals) *cobra.Command {
 			return g.printJSON(resp.Msg.GetRelease())
 		},
 	}
-	cmd.AddCommand(create, ls, show, retireCommand(g))
+	cmd.AddCommand(create, ls, show, retireCommand(g), revokeCommand(g))
 	return cmd
 }
 
@@ -252,6 +252,39 @@ func retireCommand(g *globals) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&reason, "reason", "", "why (required; kept in the record)")
 	cmd.Flags().StringVar(&actor, "actor", os.Getenv("PAWL_ACTOR"), "who is retiring it (env PAWL_ACTOR)")
+	return cmd
+}
+
+func revokeCommand(g *globals) *cobra.Command {
+	var reason, actor string
+	cmd := &cobra.Command{
+		Use:   "revoke CONFIG GENERATION --reason TEXT",
+		Short: "Revoke a generation: it can never be promoted (a candidate's rollout stops); the active one cannot be revoked, roll back first",
+		Args:  usageArgs(cobra.ExactArgs(2)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			gen, err := strconv.ParseInt(args[1], 10, 64)
+			if err != nil {
+				return usageError{fmt.Errorf("generation %q is not a number", args[1])}
+			}
+			if reason == "" {
+				return usageError{errors.New("--reason is required: it goes into the revocation record")}
+			}
+			req := connect.NewRequest(&pawlv1.RevokeReleaseRequest{ConfigId: args[0], Generation: gen, Reason: reason})
+			setActor(req, actor)
+			resp, err := g.releases().RevokeRelease(cmd.Context(), req)
+			if err != nil {
+				return err
+			}
+			rv := resp.Msg.GetRevocation()
+			if g.output == "json" {
+				return g.printJSON(rv)
+			}
+			_, err = fmt.Fprintf(g.stdout, "%s generation %d revoked by %s: %s\n", rv.GetConfigId(), rv.GetGeneration(), rv.GetActor(), rv.GetReason())
+			return err
+		},
+	}
+	cmd.Flags().StringVar(&reason, "reason", "", "why (required; kept in the record)")
+	cmd.Flags().StringVar(&actor, "actor", os.Getenv("PAWL_ACTOR"), "who is revoking it (env PAWL_ACTOR)")
 	return cmd
 }
 

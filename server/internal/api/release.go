@@ -129,6 +129,18 @@ func (h *Releases) RetireMember(ctx context.Context, req *connect.Request[pawlv1
 	return connect.NewResponse(&pawlv1.RetireMemberResponse{Retirement: toProtoRetirement(rt)}), nil
 }
 
+// RevokeRelease implements pawl.v1.ReleaseService.RevokeRelease.
+func (h *Releases) RevokeRelease(ctx context.Context, req *connect.Request[pawlv1.RevokeReleaseRequest]) (*connect.Response[pawlv1.RevokeReleaseResponse], error) {
+	m := req.Msg
+	rv, err := h.rollouts.Revoke(ctx, m.GetConfigId(), m.GetGeneration(), m.GetReason(), actor(req))
+	if err != nil {
+		return nil, Error(h.log, req.Spec(), err)
+	}
+	h.log.Info("release revoked", "config", rv.ConfigID, "generation", rv.Generation, "reason", rv.Reason, "actor", rv.Actor)
+	return connect.NewResponse(&pawlv1.RevokeReleaseResponse{Revocation: &pawlv1.Revocation{ConfigId: rv.ConfigID, Generation: rv.Generation,
+		Reason: rv.Reason, Actor: rv.Actor, Time: timestamppb.New(rv.Time), Revision: rv.Revision}}), nil
+}
+
 func toProtoRetirement(rt rollout.Retirement) *pawlv1.Retirement {
 	return &pawlv1.Retirement{ConfigId: rt.ConfigID, Generation: rt.Generation, WorkloadIdentity: rt.WorkloadIdentity,
 		Reason: rt.Reason, Actor: rt.Actor, Time: timestamppb.New(rt.Time), Revision: rt.Revision}

@@ -107,6 +107,17 @@ func StopGeneration(c, key string) (int64, error) {
 	return g, nil
 }
 
+// Revoked is the revocation record of generation g of config c.
+func Revoked(c string, g int64) string { return config(c, "revoked/"+gen(g)) }
+
+// Revocations is the prefix of config c's revocation records.
+func Revocations(c string) string { return config(c, "revoked/") }
+
+// RevokedGeneration is the generation of a revocation record's key.
+func RevokedGeneration(c, key string) (int64, error) {
+	return ParseGeneration(strings.TrimPrefix(key, Revocations(c)))
+}
+
 // Retired is the key of instance id's retirement from generation g.
 func Retired(c string, g int64, id string) string { return RetiredOf(c, g) + id }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/pawlcfg/pawl/server/internal/instance"
 	"github.com/pawlcfg/pawl/server/internal/quorum"
 	"github.com/pawlcfg/pawl/server/internal/records"
+	"github.com/pawlcfg/pawl/server/internal/release"
 	"github.com/pawlcfg/pawl/server/internal/store"
 )
 
@@ -68,6 +69,9 @@ func (r *Rollouts) promote(ctx context.Context, m Move, keyRev int64) (Receipt, 
 	if ptr.Generation != m.ExpectedGeneration || ptr.Epoch != m.ExpectedEpoch {
 		return Receipt{}, &PointerError{Pointer: ptr}
 	}
+	if err := r.checkNotRevoked(ctx, m.ConfigID, m.To, rev); err != nil {
+		return Receipt{}, err
+	}
 	switch {
 	case m.To <= ptr.Generation:
 		return Receipt{}, fmt.Errorf("%w: generation %d is not after the active generation %d; use rollback to go back", ErrNotReady, m.To, ptr.Generation)
@@ -77,6 +81,9 @@ func (r *Rollouts) promote(ctx context.Context, m Move, keyRev int64) (Receipt, 
 		return Receipt{}, fmt.Errorf("%w: its rollout stopped at %s: %s; create a new release", ErrNotReady, s.stop.Time.Format(time.RFC3339), s.stop.Reason)
 	case m.To < s.latest:
 		return Receipt{}, fmt.Errorf("%w: generation %d was superseded by generation %d; promote that one", ErrNotReady, m.To, s.latest)
+	}
+	if err := r.checkCutOnActive(ctx, s.rel, rev); err != nil {
+		return Receipt{}, err
 	}
 	if err := r.checkDependenciesActive(ctx, s.rel.Dependencies, rev); err != nil {
 		return Receipt{}, err
@@ -103,7 +110,7 @@ func (r *Rollouts) promote(ctx context.Context, m Move, keyRev int64) (Receipt, 
 	for dep := range s.rel.Dependencies {
 		unchanged = append(unchanged, store.Unchanged{Prefix: records.Pointer(dep), Since: rev})
 	}
-	return r.write(ctx, m, ptr, keyRev, unchanged, Receipt{ConfigID: m.ConfigID, From: ptr.Generation, To: m.To, Epoch: ptr.Epoch, Evidence: evidence, StageNames: names})
+	return r.write(ctx, m, ptr, keyRev, []store.Compare{{Key: records.Revoked(m.ConfigID, m.To), ModRevision: 0}}, unchanged, Receipt{ConfigID: m.ConfigID, From: ptr.Generation, To: m.To, Epoch: ptr.Epoch, Evidence: evidence, StageNames: names})
 }
 
 // Rollback moves the pointer back to the generation that the active one
@@ -139,7 +146,7 @@ func (r *Rollouts) Rollback(ctx context.Context, m Move) (Receipt, error) {
 	if target == 0 {
 		return Receipt{}, fmt.Errorf("%w: generation %d replaced no earlier active generation; there is nothing to roll back to", ErrNotReady, ptr.Generation)
 	}
-	rc, err := r.write(ctx, m, ptr, key.rev, nil, Receipt{ConfigID: m.ConfigID, From: ptr.Generation, To: target, Epoch: ptr.Epoch + 1, Rollback: true})
+	rc, err := r.write(ctx, m, ptr, key.rev, nil, nil, Receipt{ConfigID: m.ConfigID, From: ptr.Generation, To: target, Epoch: ptr.Epoch + 1, Rollback: true})
 	if errors.Is(err, store.ErrRevisionMismatch) {
 		if done, derr := r.afterMismatch(ctx, m, true, key.rev); done != nil || derr != nil {
 			return derefReceipt(done), derr
@@ -245,8 +252,14 @@ func (r *Rollouts) fence(ctx context.Context, config, key string, rev int64) err
 
 // Receipts returns a config's receipts in the order they were written.
 func (r *Rollouts) Receipts(ctx context.Context, config string) ([]Receipt, error) {
+	return r.receiptsAt(ctx, config, 0)
+}
+
+// receiptsAt returns a config's receipts at rev (0: now) in the order they
+// were written.
+func (r *Rollouts) receiptsAt(ctx context.Context, config string, rev int64) ([]Receipt, error) {
 	var out []Receipt
-	err := store.Each(ctx, r.store, records.Receipts(config), func(kv store.KeyValue) error {
+	_, err := store.EachAt(ctx, r.store, records.Receipts(config), rev, func(kv store.KeyValue) error {
 		var sr storedReceipt
 		if err := records.Decode(kv, &sr); err != nil {
 			return err
@@ -326,11 +339,11 @@ func derefReceipt(rc *Receipt) Receipt {
 
 // write commits the receipt and the new pointer in one transaction that
 // compares the pointer read and the key (at keyRev: absent, or the fence
-// of the last lookup), and holds the
+// of the last lookup), and holds the other compares and the
 // unchanged conditions the decision rests on. A failed condition is
 // returned as the store's ErrRevisionMismatch; any other failure may have
 // committed, and is an *UnknownError.
-func (r *Rollouts) write(ctx context.Context, m Move, ptr Pointer, keyRev int64, unchanged []store.Unchanged, rc Receipt) (Receipt, error) {
+func (r *Rollouts) write(ctx context.Context, m Move, ptr Pointer, keyRev int64, compares []store.Compare, unchanged []store.Unchanged, rc Receipt) (Receipt, error) {
 	rc.Actor, rc.Time, rc.IdempotencyKey = m.Actor, r.now().UTC(), m.IdempotencyKey
 	receiptKey := records.Receipt(m.ConfigID, m.IdempotencyKey)
 	rb, err := records.Encode(rc)
@@ -342,7 +355,7 @@ func (r *Rollouts) write(ctx context.Context, m Move, ptr Pointer, keyRev int64,
 		return Receipt{}, err
 	}
 	res, err := r.store.Txn(ctx, store.Txn{
-		Compares:  []store.Compare{{Key: records.Pointer(m.ConfigID), ModRevision: ptr.Revision}, {Key: receiptKey, ModRevision: keyRev}},
+		Compares:  append([]store.Compare{{Key: records.Pointer(m.ConfigID), ModRevision: ptr.Revision}, {Key: receiptKey, ModRevision: keyRev}}, compares...),
 		Unchanged: unchanged,
 		Puts:      []store.Put{{Key: receiptKey, Value: rb}, {Key: records.Pointer(m.ConfigID), Value: pb}},
 	})
@@ -375,6 +388,36 @@ func (r *Rollouts) checkDependenciesActive(ctx context.Context, deps map[string]
 		if ptr.Generation < deps[c] {
 			return fmt.Errorf("%w: it depends on %s generation %d, and %s is active at generation %d; promote that first",
 				ErrNotReady, c, deps[c], c, ptr.Generation)
+		}
+	}
+	return nil
+}
+
+// checkNotRevoked refuses a generation an operator revoked, as of rev.
+func (r *Rollouts) checkNotRevoked(ctx context.Context, config string, gen, rev int64) error {
+	rv, err := r.revocationAt(ctx, config, gen, rev)
+	if err != nil || rv == nil {
+		return err
+	}
+	return fmt.Errorf("%w: generation %d was revoked at %s by %s: %s; it can never be promoted: create a new release",
+		ErrNotReady, gen, rv.Time.Format(time.RFC3339), rv.Actor, rv.Reason)
+}
+
+// checkCutOnActive refuses a release cut while another generation was
+// active than the one active now, as of rev. Its rollout tested the move
+// from the generation active when it was cut; the pointer moves only by
+// promoting the newest release or by rolling back, so that generation is
+// still active unless a rollback came after the release was created.
+func (r *Rollouts) checkCutOnActive(ctx context.Context, rel release.Release, rev int64) error {
+	receipts, err := r.receiptsAt(ctx, rel.ConfigID, rev)
+	if err != nil {
+		return err
+	}
+	for _, rc := range receipts {
+		if rc.Rollback && rc.Revision > rel.Revision {
+			return fmt.Errorf("%w: generation %d was cut while generation %d was active, and a rollback (epoch %d, by %s at %s) made generation %d active since: "+
+				"its rollout tested the move from generation %d, not from %d; create a new release on the active generation",
+				ErrNotReady, rel.Generation, rc.From, rc.Epoch, rc.Actor, rc.Time.Format(time.RFC3339), rc.To, rc.From, rc.To)
 		}
 	}
 	return nil

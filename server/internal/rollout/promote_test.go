@@ -3,8 +3,10 @@ package rollout_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
+	"github.com/pawlcfg/pawl/server/internal/release"
 	"github.com/pawlcfg/pawl/server/internal/rollout"
 )
 
@@ -44,7 +46,7 @@ func TestALookupFencesAMoveInFlight(t *testing.T) {
 			if !errors.Is(lookup, rollout.ErrNoPromotion) {
 				t.Fatalf("lookup while the move was in flight = %v, want not found", lookup)
 			}
-			if !errors.Is(err, rollout.ErrNoPromotion) {
+			if !errors.Is(err, rollout.ErrFenced) {
 				t.Fatalf("the %s in flight after a lookup answered not found = %+v, %v; want ErrFenced", kind, rc, err)
 			}
 			if got, err := e.rollouts.GetPromotion(ctx, "routing", "k"); !errors.Is(err, rollout.ErrNoPromotion) {
@@ -94,5 +96,148 @@ func TestALookupOfAConfigWithoutReleasesWritesNothing(t *testing.T) {
 	after, err := e.store.Status(ctx)
 	if err != nil || after.Revision != before.Revision {
 		t.Fatalf("revision %d -> %d (%v): a lookup of a config without releases wrote", before.Revision, after.Revision, err)
+	}
+}
+
+// TestPromoteRefusesAReleaseCutBeforeARollback: generation 3 was cut while
+// 2 was active; after a rollback from 2 to 1 it must not be promoted over
+// 1, neither when the rollback came first nor when it lands between
+// Promote's read and write. A release cut on the active generation then
+// promotes. (Before the recheck, 3 was promoted over 1.)
+func TestPromoteRefusesAReleaseCutBeforeARollback(t *testing.T) {
+	ctx := context.Background()
+	for _, when := range []string{"before", "during"} {
+		t.Run(when, func(t *testing.T) {
+			e := newEnv(t)
+			e.promoted(t, 10)
+			e.promoted(t, 20)
+			third := e.release(t, 30)
+			ackAll(t, e, third)
+			rollback := func() {
+				if _, err := e.rollouts.Rollback(ctx, rollout.Move{ConfigID: "routing", ExpectedGeneration: 2, IdempotencyKey: "back"}); err != nil {
+					t.Errorf("rollback: %v", err)
+				}
+			}
+			promoter, move := e.rollouts, rollout.Move{ConfigID: "routing", To: 3, ExpectedGeneration: 1, ExpectedEpoch: 1, IdempotencyKey: "p3"}
+			if when == "before" {
+				rollback()
+			} else {
+				var hs *hookStore
+				promoter, hs = e.hooked(t, "/active", rollback)
+				move.ExpectedGeneration, move.ExpectedEpoch = 2, 0
+				defer func() {
+					if !hs.ran {
+						t.Error("the rollback did not land between Promote's read and write")
+					}
+				}()
+			}
+			_, err := promoter.Promote(ctx, move)
+			if when == "during" && errors.Is(err, rollout.ErrPointerMoved) {
+				// The caller saw 2 at epoch 0: sent again from the pointer
+				// as it is, the recheck must refuse it.
+				move.ExpectedGeneration, move.ExpectedEpoch = 1, 1
+				_, err = e.rollouts.Promote(ctx, move)
+			}
+			if !errors.Is(err, rollout.ErrNotReady) || !strings.Contains(err.Error(), "was cut while generation 2 was active") ||
+				!strings.Contains(err.Error(), "create a new release on the active generation") {
+				t.Fatalf("Promote of 3 after the rollback from 2 to 1 = %v", err)
+			}
+			if ptr, err := e.rollouts.Pointer(ctx, "routing"); err != nil || ptr.Generation != 1 {
+				t.Fatalf("pointer = %+v, %v; want generation 1", ptr, err)
+			}
+			fourth := e.release(t, 40)
+			ackAll(t, e, fourth)
+			if _, err := e.rollouts.Promote(ctx, rollout.Move{ConfigID: "routing", To: 4, ExpectedGeneration: 1, ExpectedEpoch: 1, IdempotencyKey: "p4"}); err != nil {
+				t.Fatalf("Promote of 4, cut on the active generation 1 = %v", err)
+			}
+		})
+	}
+}
+
+// TestARevokedGenerationIsNeverPromoted: a revoked candidate stops, shows
+// as REVOKED and is refused by Promote, also when the revocation lands
+// between Promote's read and write; bad revocations change nothing.
+func TestARevokedGenerationIsNeverPromoted(t *testing.T) {
+	ctx := context.Background()
+	for _, when := range []string{"before", "during"} {
+		t.Run(when, func(t *testing.T) {
+			e := newEnv(t)
+			rel := e.release(t, 50)
+			ackAll(t, e, rel)
+			revoke := func() {
+				if _, err := e.rollouts.Revoke(ctx, "routing", 1, "leaks a secret", "sec-oncall"); err != nil {
+					t.Errorf("revoke: %v", err)
+				}
+			}
+			promoter := e.rollouts
+			if when == "before" {
+				revoke()
+			} else {
+				var hs *hookStore
+				promoter, hs = e.hooked(t, "/active", revoke)
+				defer func() {
+					if !hs.ran {
+						t.Error("the revocation did not land between Promote's read and write")
+					}
+				}()
+			}
+			_, err := promoter.Promote(ctx, rollout.Move{ConfigID: "routing", To: 1, IdempotencyKey: "p"})
+			if !errors.Is(err, rollout.ErrNotReady) {
+				t.Fatalf("Promote of a revoked generation = %v", err)
+			}
+			if promoted, stopped := e.outcome(t, 1); promoted || !stopped {
+				t.Fatalf("promoted %v, stopped %v: a revoked candidate's rollout stops", promoted, stopped)
+			}
+			if got := e.state(t, rel); got != rollout.StateRevoked {
+				t.Fatalf("state = %s, want REVOKED", got)
+			}
+			rv, err := e.rollouts.GetRevocation(ctx, "routing", 1)
+			if err != nil || rv == nil || rv.Actor != "sec-oncall" || rv.Reason != "leaks a secret" {
+				t.Fatalf("revocation = %+v, %v", rv, err)
+			}
+			if _, err := e.rollouts.Revoke(ctx, "routing", 1, "again", "x"); !errors.Is(err, rollout.ErrAlreadyRevoked) {
+				t.Fatalf("second revocation = %v", err)
+			}
+		})
+	}
+}
+
+// TestRevokeRefusesTheActiveGenerationAndBadRequests: the active
+// generation is rolled back first; a revocation needs a reason and a
+// release; none of these writes anything.
+func TestRevokeRefusesTheActiveGenerationAndBadRequests(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	e.promoted(t, 10)
+	e.promoted(t, 20)
+	before, err := e.store.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.rollouts.Revoke(ctx, "routing", 2, "bad", "x"); !errors.Is(err, rollout.ErrNotReady) || !strings.Contains(err.Error(), "roll back first") {
+		t.Fatalf("revoking the active generation = %v", err)
+	}
+	if _, err := e.rollouts.Revoke(ctx, "routing", 1, "", "x"); !errors.Is(err, rollout.ErrInvalid) {
+		t.Fatalf("revoking without a reason = %v", err)
+	}
+	if _, err := e.rollouts.Revoke(ctx, "routing", 9, "bad", "x"); !errors.Is(err, release.ErrNotFound) {
+		t.Fatalf("revoking an unknown generation = %v", err)
+	}
+	if after, err := e.store.Status(ctx); err != nil || after.Revision != before.Revision {
+		t.Fatalf("revision %d -> %d (%v): a refused revocation wrote", before.Revision, after.Revision, err)
+	}
+	// Once rolled back off it, it can be revoked: its state says so.
+	if _, err := e.rollouts.Rollback(ctx, rollout.Move{ConfigID: "routing", ExpectedGeneration: 2, IdempotencyKey: "back"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.rollouts.Revoke(ctx, "routing", 2, "bad", "x"); err != nil {
+		t.Fatalf("revoking the rolled-back generation = %v", err)
+	}
+	rel, err := e.releases.Get(ctx, "routing", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := e.state(t, rel); got != rollout.StateRevoked {
+		t.Fatalf("state = %s, want REVOKED", got)
 	}
 }

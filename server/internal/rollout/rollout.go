@@ -76,6 +76,8 @@ var (
 	// found" while the move was in flight, so the move did not commit;
 	// *FencedError names the key.
 	ErrFenced = errors.New("rollout: the idempotency key was fenced by a lookup")
+	// ErrAlreadyRevoked means the generation was revoked before.
+	ErrAlreadyRevoked = errors.New("rollout: generation already revoked")
 	// ErrNotMember means the instance is not in the release's frozen
 	// membership.
 	ErrNotMember = errors.New("rollout: not a member of the release")
