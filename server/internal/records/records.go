@@ -44,6 +44,10 @@ const (
 	AcksPrefix = store.SystemPrefix + "acks/"
 	// AppliedPrefix holds every applied record.
 	AppliedPrefix = store.SystemPrefix + "applied/"
+	// EvidencePrefix holds, per release and member, what Promote decides
+	// on of the member's reports: rewritten only when that changes, so
+	// reports that change nothing invalidate no promotion.
+	EvidencePrefix = store.SystemPrefix + "evidence/"
 )
 
 func gen(g int64) string { return fmt.Sprintf("%020d", g) }
@@ -129,6 +133,12 @@ func Acks(c string, g int64) string { return AcksPrefix + c + "/" + gen(g) + "/"
 
 // AcksOf is the prefix of instance id's ACKs of generation g.
 func AcksOf(c string, g int64, id string) string { return Acks(c, g) + id + "/" }
+
+// EvidenceOf is the prefix of the evidence records of generation g.
+func EvidenceOf(c string, g int64) string { return EvidencePrefix + c + "/" + gen(g) + "/" }
+
+// Evidence is the key of member id's evidence record of generation g.
+func Evidence(c string, g int64, id string) string { return EvidenceOf(c, g) + id }
 
 // Ack is the key of an ACK of id that arrived at the nanosecond nanos (the
 // keys of one instance sort in arrival order).

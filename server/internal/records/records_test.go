@@ -157,6 +157,8 @@ func TestKeyLayout(t *testing.T) {
 		records.Retired("c", 7, "i/1"):        "/_pawl/configs/c/retired/00000000000000000007/i/1",
 		records.Ack("c", 7, "i/1", 12):        "/_pawl/acks/c/00000000000000000007/i/1/00000000000000000012",
 		records.Applied("c", "i/1"):           "/_pawl/applied/c/i/1",
+		records.Revoked("c", 7):               "/_pawl/configs/c/revoked/00000000000000000007",
+		records.Evidence("c", 7, "i/1"):       "/_pawl/evidence/c/00000000000000000007/i/1",
 		records.Instance("i/1"):               "/_pawl/instances/i/1",
 		records.ConfigsPrefix:                 "/_pawl/configs/",
 		records.AcksOf("c", 7, "i"):           "/_pawl/acks/c/00000000000000000007/i/",
@@ -170,6 +172,9 @@ func TestKeyLayout(t *testing.T) {
 	}
 	if n, err := records.AckArrival(records.Ack("c", 7, "i/1", 12)); err != nil || n != 12 {
 		t.Errorf("AckArrival = %d, %v", n, err)
+	}
+	if g, err := records.RevokedGeneration("c", records.Revoked("c", 9)); err != nil || g != 9 {
+		t.Errorf("RevokedGeneration = %d, %v", g, err)
 	}
 	if g, err := records.StopGeneration("c", records.Stop("c", 9)); err != nil || g != 9 {
 		t.Errorf("StopGeneration = %d, %v", g, err)

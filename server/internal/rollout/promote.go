@@ -61,7 +61,7 @@ func (r *Rollouts) Promote(ctx context.Context, m Move) (Receipt, error) {
 // promote decides once, on the views as they are, and writes the receipt
 // if the key is still at keyRev (absent, or the fence a lookup left).
 func (r *Rollouts) promote(ctx context.Context, m Move, keyRev int64) (Receipt, error) {
-	rv, err := r.viewOf(ctx, m.ConfigID, m.To, true)
+	rv, err := r.promoteViewOf(ctx, m.ConfigID, m.To)
 	if err != nil {
 		return Receipt{}, err
 	}
@@ -99,18 +99,8 @@ func (r *Rollouts) promote(ctx context.Context, m Move, keyRev int64) (Receipt, 
 		}
 		names = append(names, name)
 	}
-	evidence := rv.evals
-	unchanged := []store.Unchanged{
-		{Prefix: records.Head(m.ConfigID), Since: rev},
-		{Prefix: records.Stop(m.ConfigID, m.To), Since: rev},
-		{Prefix: records.RetiredOf(m.ConfigID, m.To), Since: rev},
-		{Prefix: records.Acks(m.ConfigID, m.To), Since: rev},
-		{Prefix: instance.RegistrationPrefix, Since: rev},
-	}
-	for dep := range s.rel.Dependencies {
-		unchanged = append(unchanged, store.Unchanged{Prefix: records.Pointer(dep), Since: rev})
-	}
-	return r.write(ctx, m, ptr, keyRev, []store.Compare{{Key: records.Revoked(m.ConfigID, m.To), ModRevision: 0}}, unchanged, Receipt{ConfigID: m.ConfigID, From: ptr.Generation, To: m.To, Epoch: ptr.Epoch, Evidence: evidence, StageNames: names})
+	compares, unchanged := promoteConditions(rv)
+	return r.write(ctx, m, ptr, keyRev, compares, unchanged, Receipt{ConfigID: m.ConfigID, From: ptr.Generation, To: m.To, Epoch: ptr.Epoch, Evidence: rv.evals, StageNames: names})
 }
 
 // Rollback moves the pointer back to the generation that the active one
@@ -421,4 +411,41 @@ func (r *Rollouts) checkCutOnActive(ctx context.Context, rel release.Release, re
 		}
 	}
 	return nil
+}
+
+// promoteConditions are what a promotion decided on rv rests on, besides
+// the pointer and the key: the head, the stop record, the revocation and
+// retirements of the release, the frozen members' registrations and
+// counted evidence, and the dependencies' pointers. Nothing else: an
+// ACK that does not count or changes no member's counted state, or a
+// registration of an instance outside the membership, leaves them all
+// unchanged, so a fleet's reports cannot starve a promotion.
+func promoteConditions(rv releaseView) ([]store.Compare, []store.Unchanged) {
+	config, gen, rev := rv.rel.ConfigID, rv.rel.Generation, rv.rev
+	compares := []store.Compare{
+		{Key: records.Stop(config, gen), ModRevision: 0},
+		{Key: records.Revoked(config, gen), ModRevision: 0},
+	}
+	ids := make([]string, 0, len(rv.epochs))
+	for id := range rv.epochs {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		compares = append(compares, store.Compare{Key: instance.RegistrationKey(id), ModRevision: rv.epochs[id]})
+	}
+	unchanged := []store.Unchanged{
+		{Prefix: records.Head(config), Since: rev},
+		{Prefix: records.RetiredOf(config, gen), Since: rev},
+		{Prefix: records.EvidenceOf(config, gen), Since: rev},
+	}
+	deps := make([]string, 0, len(rv.rel.Dependencies))
+	for dep := range rv.rel.Dependencies {
+		deps = append(deps, dep)
+	}
+	sort.Strings(deps)
+	for _, dep := range deps {
+		unchanged = append(unchanged, store.Unchanged{Prefix: records.Pointer(dep), Since: rev})
+	}
+	return compares, unchanged
 }

@@ -3,11 +3,13 @@ package rollout_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/pawlcfg/pawl/server/internal/release"
 	"github.com/pawlcfg/pawl/server/internal/rollout"
+	"github.com/pawlcfg/pawl/server/internal/store"
 )
 
 // TestALookupFencesAMoveInFlight looks the key of a Promote and of a
@@ -239,5 +241,79 @@ func TestRevokeRefusesTheActiveGenerationAndBadRequests(t *testing.T) {
 	}
 	if got := e.state(t, rel); got != rollout.StateRevoked {
 		t.Fatalf("state = %s, want REVOKED", got)
+	}
+}
+
+// everyTxnStore runs hook before every transaction that writes a key with
+// the suffix, in the caller's goroutine, and counts them.
+type everyTxnStore struct {
+	store.Store
+	suffix string
+	hook   func(n int)
+	n      int
+}
+
+func (s *everyTxnStore) Txn(ctx context.Context, t store.Txn) (store.Result, error) {
+	for _, p := range t.Puts {
+		if strings.HasSuffix(p.Key, s.suffix) {
+			s.n++
+			s.hook(s.n)
+			break
+		}
+	}
+	return s.Store.Txn(ctx, t)
+}
+
+// TestReportsThatChangeNothingDoNotStarvePromote lands, between every
+// attempt's read and write, what a fleet does all the time: an instance
+// outside the membership registers and reports, a member reports again
+// (a duplicate), another reports a digest that is not the release's.
+// None of it changes what Promote decides on, so the first attempt
+// commits. (Before, each attempt was invalidated, and Promote gave up
+// "contended" after 16.)
+func TestReportsThatChangeNothingDoNotStarvePromote(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	rel := e.release(t, 50)
+	ackAll(t, e, rel)
+	es := &everyTxnStore{Store: e.store, suffix: "/active"}
+	es.hook = func(n int) {
+		id := fmt.Sprintf("new-%d", n)
+		e.register(t, id, "boot-1", "zone-a")
+		for _, a := range []rollout.Ack{
+			e.ack(t, rel, id, "boot-1", 1, rollout.Applied),
+			e.ack(t, rel, "i0", "boot-1", rel.Generation, rollout.HealthyAcked),
+			e.ack(t, rel, "i1", "boot-1", rel.Generation+1, rollout.Downloaded, func(a *rollout.Ack) { a.ContentDigest = "sha256:other" }),
+		} {
+			if a.Counted {
+				t.Errorf("%s's %s counted; the test needs reports that do not", a.WorkloadIdentity, a.State)
+			}
+		}
+	}
+	promoter := run(t, rollout.New(es, e.releases, e.registry, rollout.WithClock(e.clock.Now)))
+	rc, err := promoter.Promote(ctx, rollout.Move{ConfigID: "routing", To: rel.Generation, IdempotencyKey: "p"})
+	if err != nil || rc.To != rel.Generation {
+		t.Fatalf("Promote under reports that change nothing = %+v, %v (after %d attempts)", rc, err, es.n)
+	}
+	if es.n != 1 {
+		t.Fatalf("Promote wrote %d times; the reports between its read and write change nothing it decides on", es.n)
+	}
+}
+
+// TestAMemberThatRestartsBeforePromoteCommitsIsRecounted: a frozen
+// member's new registration between Promote's read and write resets its
+// state, so Promote decides again and finds the stage waiting.
+func TestAMemberThatRestartsBeforePromoteCommitsIsRecounted(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	rel := e.release(t, 50)
+	ackAll(t, e, rel)
+	promoter, hs := e.hooked(t, "/active", func() { e.register(t, "i0", "boot-2", "zone-a") })
+	_, err := promoter.Promote(ctx, rollout.Move{ConfigID: "routing", To: rel.Generation, IdempotencyKey: "p"})
+	if !hs.ran {
+		t.Fatal("the restart did not land between Promote's read and write")
+	}
+	if !errors.Is(err, rollout.ErrNotReady) || !strings.Contains(err.Error(), "zone-a") {
+		t.Fatalf("Promote after a member restarted = %v; want the stage waiting on zone-a", err)
 	}
 }
