@@ -121,6 +121,7 @@ func releaseCommand(g *globals) *cobra.Command {
 	var selector map[string]string
 	var stages []string
 	var healthWindow, deadline time.Duration
+	var minCoverage float64
 	create := &cobra.Command{
 		Use:   "create CONFIG --file F --validator sha256:... --stage NAME:KIND[=V] ...",
 		Short: "Validate content on the server and store it as the config's next generation",
@@ -136,6 +137,9 @@ func releaseCommand(g *globals) *cobra.Command {
 			spec := &pawlv1.ReleaseSpec{
 				ConfigId: args[0], Content: content, MediaType: mediaType, ValidatorDigest: validator,
 				Selector: selector, HealthWindow: durationpb.New(healthWindow), Deadline: durationpb.New(deadline),
+			}
+			if cmd.Flags().Changed("min-coverage") {
+				spec.MinCoverage = &minCoverage
 			}
 			if params != "" {
 				if spec.ValidatorParams, err = os.ReadFile(params); err != nil {
@@ -171,6 +175,7 @@ func releaseCommand(g *globals) *cobra.Command {
 	create.Flags().StringArrayVar(&stages, "stage", nil, "a stage NAME[@K=V,...]:KIND[=VALUE][:max-rejected=N][:shadow][:max-error-rate=F][:max-p99=D], in order; repeat (K may be zone or role)")
 	create.Flags().DurationVar(&healthWindow, "health-window", time.Minute, "how long an instance must stay healthy before its ACK counts")
 	create.Flags().DurationVar(&deadline, "deadline", time.Hour, "how long the rollout may take")
+	create.Flags().Float64Var(&minCoverage, "min-coverage", 1, "the share of members, 0 to 1, that must have reported what they run before promote")
 	create.Flags().StringVar(&actor, "actor", os.Getenv("PAWL_ACTOR"), "who is releasing (env PAWL_ACTOR)")
 
 	ls := &cobra.Command{

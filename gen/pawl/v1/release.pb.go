@@ -494,7 +494,11 @@ type ReleaseSpec struct {
 	// How long an instance must stay healthy before its ACK counts.
 	HealthWindow *durationpb.Duration `protobuf:"bytes,11,opt,name=health_window,json=healthWindow,proto3" json:"health_window,omitempty"`
 	// How long the whole rollout may take.
-	Deadline      *durationpb.Duration `protobuf:"bytes,12,opt,name=deadline,proto3" json:"deadline,omitempty"`
+	Deadline *durationpb.Duration `protobuf:"bytes,12,opt,name=deadline,proto3" json:"deadline,omitempty"`
+	// The share of the unretired frozen members, in [0, 1], that must have
+	// reported what they run (an applied generation and digest from their
+	// current registration) before Promote. Unset: 1, every member.
+	MinCoverage   *float64 `protobuf:"fixed64,13,opt,name=min_coverage,json=minCoverage,proto3,oneof" json:"min_coverage,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -611,6 +615,13 @@ func (x *ReleaseSpec) GetDeadline() *durationpb.Duration {
 		return x.Deadline
 	}
 	return nil
+}
+
+func (x *ReleaseSpec) GetMinCoverage() float64 {
+	if x != nil && x.MinCoverage != nil {
+		return *x.MinCoverage
+	}
+	return 0
 }
 
 // Release is an immutable generation of a config.
@@ -1612,7 +1623,7 @@ const file_pawl_v1_release_proto_rawDesc = "" +
 	"appVersion\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xab\x05\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe4\x05\n" +
 	"\vReleaseSpec\x12\x1b\n" +
 	"\tconfig_id\x18\x01 \x01(\tR\bconfigId\x12\x18\n" +
 	"\acontent\x18\x02 \x01(\fR\acontent\x12\x1d\n" +
@@ -1628,13 +1639,15 @@ const file_pawl_v1_release_proto_rawDesc = "" +
 	"\x06stages\x18\n" +
 	" \x03(\v2\x0e.pawl.v1.StageR\x06stages\x12>\n" +
 	"\rhealth_window\x18\v \x01(\v2\x19.google.protobuf.DurationR\fhealthWindow\x125\n" +
-	"\bdeadline\x18\f \x01(\v2\x19.google.protobuf.DurationR\bdeadline\x1a;\n" +
+	"\bdeadline\x18\f \x01(\v2\x19.google.protobuf.DurationR\bdeadline\x12&\n" +
+	"\fmin_coverage\x18\r \x01(\x01H\x00R\vminCoverage\x88\x01\x01\x1a;\n" +
 	"\rSelectorEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a?\n" +
 	"\x11DependenciesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xef\x03\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01B\x0f\n" +
+	"\r_min_coverage\"\xef\x03\n" +
 	"\aRelease\x12(\n" +
 	"\x04spec\x18\x01 \x01(\v2\x14.pawl.v1.ReleaseSpecR\x04spec\x12\x1e\n" +
 	"\n" +
@@ -1843,6 +1856,7 @@ func file_pawl_v1_release_proto_init() {
 	}
 	file_pawl_v1_validator_proto_init()
 	file_pawl_v1_release_proto_msgTypes[2].OneofWrappers = []any{}
+	file_pawl_v1_release_proto_msgTypes[4].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

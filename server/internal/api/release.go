@@ -162,8 +162,8 @@ func fromProtoSpec(s *pawlv1.ReleaseSpec) (release.Spec, error) {
 		ConfigID: s.GetConfigId(), Content: s.GetContent(), MediaType: s.GetMediaType(),
 		ValidatorDigest: s.GetValidatorDigest(), ValidatorParams: s.GetValidatorParams(),
 		Selector: s.GetSelector(), Dependencies: s.GetDependencies(), SecretRefs: s.GetSecretRefs(),
-		MinAppVersion: s.GetMinAppVersion(),
-		HealthWindow:  s.GetHealthWindow().AsDuration(), Deadline: s.GetDeadline().AsDuration(),
+		MinAppVersion: s.GetMinAppVersion(), MinCoverage: s.MinCoverage,
+		HealthWindow: s.GetHealthWindow().AsDuration(), Deadline: s.GetDeadline().AsDuration(),
 	}
 	for i, st := range s.GetStages() {
 		kind, ok := kinds[st.GetPolicy().GetKind()]
@@ -192,7 +192,7 @@ func toProtoRelease(r release.Release, state release.State) *pawlv1.Release {
 		ConfigId: r.ConfigID, Content: r.Content, MediaType: r.MediaType,
 		ValidatorDigest: r.ValidatorDigest, ValidatorParams: r.ValidatorParams,
 		Selector: r.Selector, Dependencies: r.Dependencies, SecretRefs: r.SecretRefs, MinAppVersion: r.MinAppVersion,
-		HealthWindow: durationpb.New(r.HealthWindow), Deadline: durationpb.New(r.Deadline),
+		HealthWindow: durationpb.New(r.HealthWindow), Deadline: durationpb.New(r.Deadline), MinCoverage: r.MinCoverage,
 	}
 	for _, st := range r.Stages {
 		var kind pawlv1.AckPolicyKind

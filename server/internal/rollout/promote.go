@@ -99,6 +99,11 @@ func (r *Rollouts) promote(ctx context.Context, m Move, keyRev int64) (Receipt, 
 		}
 		names = append(names, name)
 	}
+	if c := rv.coverage; !c.Met() {
+		return Receipt{}, fmt.Errorf("%w: %d of %d members reported what they run, and the release needs %d (min coverage %g); missing: %s; "+
+			"a member reports once it applies any generation of %s from its current boot (retire members that are gone)",
+			ErrNotReady, c.Reported, c.Members, c.Required, s.rel.RequiredCoverage(), c.missingList(10), m.ConfigID)
+	}
 	compares, unchanged := promoteConditions(rv)
 	return r.write(ctx, m, ptr, keyRev, compares, unchanged, Receipt{ConfigID: m.ConfigID, From: ptr.Generation, To: m.To, Epoch: ptr.Epoch, Evidence: rv.evals, StageNames: names})
 }

@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/pawlcfg/pawl/server/internal/quorum"
 	"github.com/pawlcfg/pawl/server/internal/release"
 	"github.com/pawlcfg/pawl/server/internal/rollout"
 	"github.com/pawlcfg/pawl/server/internal/store"
@@ -315,5 +318,77 @@ func TestAMemberThatRestartsBeforePromoteCommitsIsRecounted(t *testing.T) {
 	}
 	if !errors.Is(err, rollout.ErrNotReady) || !strings.Contains(err.Error(), "zone-a") {
 		t.Fatalf("Promote after a member restarted = %v; want the stage waiting on zone-a", err)
+	}
+}
+
+// TestPromoteNeedsEveryMemberToReportWhatItRuns: two members restarted
+// and have not reported what they run since; the stage that counts only
+// zone-a passes, but Promote is refused and status names the two, until
+// one reports and the other is retired. A release that names a lower
+// coverage promotes without them. (Before the gate, the release promoted
+// with 4 of 6 members reporting.)
+func TestPromoteNeedsEveryMemberToReportWhatItRuns(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	first := e.promoted(t, 10)
+	e.register(t, "i4", "boot-2", "zone-b")
+	e.register(t, "i5", "boot-2", "zone-c")
+	zoneA := func(s *release.Spec) {
+		s.Stages = []release.Stage{{Name: "a", Selector: map[string]string{"zone": "zone-a"}, Policy: quorum.Policy{Kind: quorum.All}}}
+	}
+	rel := e.releaseWith(t, 20, zoneA)
+	e.ack(t, rel, "i0", "boot-1", 2, rollout.HealthyAcked)
+	e.ack(t, rel, "i3", "boot-1", 2, rollout.HealthyAcked)
+	st, err := e.rollouts.Status(ctx, "routing", rel.Generation)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := st.Coverage; c.Reported != 4 || c.Required != 6 || c.Met() || strings.Join(c.Missing, ",") != "i4,i5" ||
+		!strings.Contains(c.String(), "promote needs 6 to have reported (missing: i4, i5)") {
+		t.Fatalf("coverage = %+v (%s); want i4 and i5 missing", c, c)
+	}
+	if st.Stages[0].Evaluation.Outcome != quorum.Passed {
+		t.Fatalf("stage a = %+v; the test needs it passed", st.Stages[0].Evaluation)
+	}
+	move := rollout.Move{ConfigID: "routing", To: rel.Generation, ExpectedGeneration: first.Generation, IdempotencyKey: "p2"}
+	_, err = e.rollouts.Promote(ctx, move)
+	if !errors.Is(err, rollout.ErrNotReady) || !strings.Contains(err.Error(), "4 of 6 members reported what they run, and the release needs 6") ||
+		!strings.Contains(err.Error(), "missing: i4, i5") {
+		t.Fatalf("Promote with two members silent = %v", err)
+	}
+	// i4 reports the generation it runs since its restart; i5 is gone.
+	e.ack(t, first, "i4", "boot-2", 1, rollout.Applied)
+	if _, err := e.rollouts.Retire(ctx, "routing", rel.Generation, "i5", "host gone", "oncall"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.rollouts.Promote(ctx, move); err != nil {
+		t.Fatalf("Promote once every unretired member reported = %v", err)
+	}
+
+	// A release that names half the members as enough coverage.
+	e.register(t, "i2", "boot-2", "zone-c")
+	e.register(t, "i4", "boot-3", "zone-b")
+	half := e.releaseWith(t, 30, func(s *release.Spec) {
+		zoneA(s)
+		f := 0.5
+		s.MinCoverage = &f
+	})
+	e.ack(t, half, "i0", "boot-1", 3, rollout.HealthyAcked)
+	e.ack(t, half, "i3", "boot-1", 3, rollout.HealthyAcked)
+	if _, err := e.rollouts.Promote(ctx, rollout.Move{ConfigID: "routing", To: half.Generation, ExpectedGeneration: rel.Generation, IdempotencyKey: "p3"}); err != nil {
+		t.Fatalf("Promote of a release with min coverage 0.5, 3 of 6 reporting = %v", err)
+	}
+}
+
+// TestMinCoverageOutsideZeroToOneIsRefused: a bad minimum coverage never
+// becomes a release.
+func TestMinCoverageOutsideZeroToOneIsRefused(t *testing.T) {
+	e := newEnv(t)
+	for _, f := range []float64{-0.1, 1.5, math.NaN(), math.Inf(1)} {
+		spec := release.Spec{ConfigID: "routing", MediaType: "application/json", ValidatorDigest: e.digest, Content: []byte(`{"upstreams":[{"host":"a","weight":100}]}`),
+			Stages: []release.Stage{{Name: "all", Policy: quorum.Policy{Kind: quorum.All}}}, Deadline: time.Hour, MinCoverage: &f}
+		if _, err := e.releases.Create(context.Background(), spec, "ci"); !errors.Is(err, release.ErrInvalid) || !strings.Contains(err.Error(), "min coverage") {
+			t.Fatalf("min coverage %v = %v", f, err)
+		}
 	}
 }
