@@ -12,12 +12,14 @@
 //	configs/C/head                  C's newest generation, as decimal
 //	configs/C/releases/G            a release (release.Release)
 //	configs/C/active                C's active pointer (rollout.Pointer)
-//	configs/C/receipts/KEY          a pointer move (rollout.Receipt)
+//	configs/C/receipts/KEY          a pointer move (rollout.Receipt), or a lookup's fence (rollout.Fence)
 //	configs/C/progress/G            the stages of G's rollout that passed (rollout.Progress)
 //	configs/C/stops/G               G's stopped rollout (rollout.Stop)
 //	configs/C/retired/G/ID          ID retired from G's membership (rollout.Retirement)
+//	configs/C/revoked/G             G revoked: never promoted (rollout.Revocation)
 //	acks/C/G/ID/NANOS               an ACK, by arrival (rollout.Ack)
 //	applied/C/ID                    what ID last reported running (rollout.AppliedRecord)
+//	evidence/C/G/ID                 member ID's quorum state for G (rollout.MemberEvidence)
 //	instances/ID                    ID's registration (instance.Record)
 //
 // Assignment streams follow ConfigsPrefix: every record under it can change

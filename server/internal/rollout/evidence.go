@@ -18,16 +18,21 @@ import (
 // a registration lasts (a new registration is compared), so a report that
 // adds to it never makes a passed gate fail.
 
-// memberEvidence is the evidence record of a member of one release: its
+// MemberEvidence is the evidence record of a member of one release: its
 // quorum state, in a stage and in a shadow stage, after a counted ACK of
 // its current registration.
-type memberEvidence struct {
-	BootID          string       `json:"boot_id"`
-	MembershipEpoch int64        `json:"membership_epoch"`
-	ApplySequence   int64        `json:"apply_sequence"`
-	State           quorum.State `json:"state"`
-	ShadowState     quorum.State `json:"shadow_state"`
+type MemberEvidence struct {
+	BootID          string `json:"boot_id"`
+	MembershipEpoch int64  `json:"membership_epoch"`
+	ApplySequence   int64  `json:"apply_sequence"`
+	// State and ShadowState are "pending", "healthy" or "rejected": names,
+	// never the position of a constant.
+	State       string `json:"state"`
+	ShadowState string `json:"shadow_state"`
 }
+
+// quorumStateNames are the stored names of quorum states.
+var quorumStateNames = map[quorum.State]string{quorum.Pending: "pending", quorum.Healthy: "healthy", quorum.Rejected: "rejected"}
 
 // evidencePut returns the evidence record a counted ACK writes when it
 // changes its member's quorum state, given its member's earlier counted
@@ -36,8 +41,8 @@ func evidencePut(prior []Ack, ack Ack) (store.Put, bool, error) {
 	if !ack.Counted || !changesQuorumState(prior, ack) {
 		return store.Put{}, false, nil
 	}
-	b, err := records.Encode(memberEvidence{BootID: ack.BootID, MembershipEpoch: ack.MembershipEpoch, ApplySequence: ack.ApplySequence,
-		State: quorumState(ack, false), ShadowState: quorumState(ack, true)})
+	b, err := records.Encode(MemberEvidence{BootID: ack.BootID, MembershipEpoch: ack.MembershipEpoch, ApplySequence: ack.ApplySequence,
+		State: quorumStateNames[quorumState(ack, false)], ShadowState: quorumStateNames[quorumState(ack, true)]})
 	if err != nil {
 		return store.Put{}, false, fmt.Errorf("rollout: encode evidence of %s: %w", ack.WorkloadIdentity, err)
 	}

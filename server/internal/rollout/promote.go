@@ -186,8 +186,9 @@ func (r *Rollouts) GetPromotion(ctx context.Context, config, key string) (Receip
 	return Receipt{}, fmt.Errorf("%w: looking up key %s of config %s", ErrContended, key, config)
 }
 
-// fenceRecord is what a lookup that found no receipt leaves under the key.
-type fenceRecord struct {
+// Fence is what a lookup that found no receipt leaves under the key: a
+// move that read the key before it can no longer commit.
+type Fence struct {
 	ConfigID       string    `json:"config_id"`
 	IdempotencyKey string    `json:"idempotency_key"`
 	FencedAt       time.Time `json:"fenced_at"`
@@ -233,7 +234,7 @@ func (r *Rollouts) fence(ctx context.Context, config, key string, rev int64) err
 	if err != nil || head == 0 {
 		return err
 	}
-	b, err := records.Encode(fenceRecord{ConfigID: config, IdempotencyKey: key, FencedAt: r.now().UTC()})
+	b, err := records.Encode(Fence{ConfigID: config, IdempotencyKey: key, FencedAt: r.now().UTC()})
 	if err != nil {
 		return err
 	}
