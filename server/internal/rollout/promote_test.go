@@ -270,9 +270,10 @@ func (s *everyTxnStore) Txn(ctx context.Context, t store.Txn) (store.Result, err
 // TestReportsThatChangeNothingDoNotStarvePromote lands, between every
 // attempt's read and write, what a fleet does all the time: an instance
 // outside the membership registers and reports, a member reports again
-// (a duplicate), another reports a digest that is not the release's.
-// None of it changes what Promote decides on, so the first attempt
-// commits. (Before, each attempt was invalidated, and Promote gave up
+// (a duplicate), another reports a digest that is not the release's, and
+// a third reports healthy at a new apply sequence (counted, and healthy
+// as before). None of it changes what Promote decides on, so the first
+// attempt commits. (Before, each attempt was invalidated, and Promote gave up
 // "contended" after 16.)
 func TestReportsThatChangeNothingDoNotStarvePromote(t *testing.T) {
 	ctx := context.Background()
@@ -291,6 +292,11 @@ func TestReportsThatChangeNothingDoNotStarvePromote(t *testing.T) {
 			if a.Counted {
 				t.Errorf("%s's %s counted; the test needs reports that do not", a.WorkloadIdentity, a.State)
 			}
+		}
+		// A counted report that leaves i2 healthy: a new apply, healthy
+		// again (the release has no health window).
+		if a := e.ack(t, rel, "i2", "boot-1", rel.Generation+int64(n), rollout.HealthyAcked); !a.Counted {
+			t.Errorf("i2's healthy report at a new apply sequence did not count: %s", a.Why)
 		}
 	}
 	promoter := run(t, rollout.New(es, e.releases, e.registry, rollout.WithClock(e.clock.Now)))
