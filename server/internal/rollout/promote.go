@@ -110,7 +110,8 @@ func (r *Rollouts) promote(ctx context.Context, m Move, keyRev int64) (Receipt, 
 
 // Rollback moves the pointer back to the generation that the active one
 // replaced (the from-generation of the promotion that made it active), as
-// a new receipt with the epoch incremented; no generation changes. The
+// a new receipt with the epoch incremented; no generation changes. A
+// revoked generation is never rolled back to. The
 // generation it leaves is never promoted again, and its ACKs no longer
 // count.
 func (r *Rollouts) Rollback(ctx context.Context, m Move) (Receipt, error) {
@@ -141,7 +142,16 @@ func (r *Rollouts) Rollback(ctx context.Context, m Move) (Receipt, error) {
 	if target == 0 {
 		return Receipt{}, fmt.Errorf("%w: generation %d replaced no earlier active generation; there is nothing to roll back to", ErrNotReady, ptr.Generation)
 	}
-	rc, err := r.write(ctx, m, ptr, key.rev, nil, nil, Receipt{ConfigID: m.ConfigID, From: ptr.Generation, To: target, Epoch: ptr.Epoch + 1, Rollback: true})
+	if rv, err := r.GetRevocation(ctx, m.ConfigID, target); err != nil || rv != nil {
+		if err != nil {
+			return Receipt{}, err
+		}
+		return Receipt{}, fmt.Errorf("%w: generation %d, which generation %d replaced, was revoked at %s by %s: %s; there is nothing to roll back to: promote a new release",
+			ErrNotReady, target, ptr.Generation, rv.Time.Format(time.RFC3339), rv.Actor, rv.Reason)
+	}
+	// The revocation is compared too: one written after the read wins.
+	notRevoked := []store.Compare{{Key: records.Revoked(m.ConfigID, target), ModRevision: 0}}
+	rc, err := r.write(ctx, m, ptr, key.rev, notRevoked, nil, Receipt{ConfigID: m.ConfigID, From: ptr.Generation, To: target, Epoch: ptr.Epoch + 1, Rollback: true})
 	if errors.Is(err, store.ErrRevisionMismatch) {
 		if done, derr := r.afterMismatch(ctx, m, true, key.rev); done != nil || derr != nil {
 			return derefReceipt(done), derr

@@ -238,6 +238,15 @@ func TestRevokeRefusesTheActiveGenerationAndBadRequests(t *testing.T) {
 	if _, err := e.rollouts.Revoke(ctx, "routing", 2, "bad", "x"); err != nil {
 		t.Fatalf("revoking the rolled-back generation = %v", err)
 	}
+	// A revoked generation is never rolled back to either.
+	e.promoted(t, 30)
+	if _, err := e.rollouts.Revoke(ctx, "routing", 1, "leaks a token", "sec"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.rollouts.Rollback(ctx, rollout.Move{ConfigID: "routing", ExpectedGeneration: 3, ExpectedEpoch: 1, IdempotencyKey: "back-again"}); !errors.Is(err, rollout.ErrNotReady) ||
+		!strings.Contains(err.Error(), "generation 1, which generation 3 replaced, was revoked") {
+		t.Fatalf("rollback onto a revoked generation = %v", err)
+	}
 	rel, err := e.releases.Get(ctx, "routing", 2)
 	if err != nil {
 		t.Fatal(err)
