@@ -29,17 +29,20 @@ type Move struct {
 }
 
 // Promote moves the pointer to m.To if it is still where the caller saw
-// it, m.To is the config's newest release, its rollout did not stop, every
-// stage passes, every dependency is active and its deadline has not
+// it, m.To is the config's newest release, was not revoked, was cut on the
+// active generation (no rollback since it was created), its rollout did
+// not stop, every stage passes, enough members reported what they run
+// (its coverage), every dependency is active and its deadline has not
 // passed. A repeat with the same idempotency key returns the receipt
-// written; the key used for another request is refused.
+// written; the key used for another request is refused, and a key a
+// lookup fenced while this request was in flight fails it (*FencedError).
 //
 // Everything Promote decides on is read at one store revision, and the
 // pointer and receipt are written in one transaction that commits only if
-// none of it changed since: the pointer, the head, the release's stop
-// record, retirements and ACKs, the registrations and the dependencies'
-// pointers. When something changed, Promote decides again on a fresh read,
-// so a concurrent stop, rejection, restart or rollback is never overruled.
+// none of it changed since (promoteConditions): when something changed,
+// Promote decides again on a fresh read, so a concurrent stop, rejection,
+// restart, revocation or rollback is never overruled, while reports that
+// change nothing it decides on never make it try again.
 func (r *Rollouts) Promote(ctx context.Context, m Move) (Receipt, error) {
 	key, err := r.keyOf(ctx, m, false)
 	if key.receipt != nil || err != nil {
@@ -65,55 +68,65 @@ func (r *Rollouts) promote(ctx context.Context, m Move, keyRev int64) (Receipt, 
 	if err != nil {
 		return Receipt{}, err
 	}
-	s, rev, ptr := rv.snapshot, rv.rev, rv.ptr
-	if ptr.Generation != m.ExpectedGeneration || ptr.Epoch != m.ExpectedEpoch {
-		return Receipt{}, &PointerError{Pointer: ptr}
+	if rv.ptr.Generation != m.ExpectedGeneration || rv.ptr.Epoch != m.ExpectedEpoch {
+		return Receipt{}, &PointerError{Pointer: rv.ptr}
 	}
-	if err := r.checkNotRevoked(ctx, m.ConfigID, m.To, rev); err != nil {
+	if err := r.checkPromotable(ctx, rv); err != nil {
 		return Receipt{}, err
 	}
-	switch {
-	case m.To <= ptr.Generation:
-		return Receipt{}, fmt.Errorf("%w: generation %d is not after the active generation %d; use rollback to go back", ErrNotReady, m.To, ptr.Generation)
-	case m.To <= ptr.HighWater:
-		return Receipt{}, fmt.Errorf("%w: generation %d is not after generation %d, which was active once; create a new release to roll forward", ErrNotReady, m.To, ptr.HighWater)
-	case s.stop != nil:
-		return Receipt{}, fmt.Errorf("%w: its rollout stopped at %s: %s; create a new release", ErrNotReady, s.stop.Time.Format(time.RFC3339), s.stop.Reason)
-	case m.To < s.latest:
-		return Receipt{}, fmt.Errorf("%w: generation %d was superseded by generation %d; promote that one", ErrNotReady, m.To, s.latest)
-	}
-	if err := r.checkCutOnActive(ctx, s.rel, rev); err != nil {
-		return Receipt{}, err
-	}
-	if err := r.checkDependenciesActive(ctx, s.rel.Dependencies, rev); err != nil {
-		return Receipt{}, err
-	}
-	if deadline := s.rel.CreatedAt.Add(s.rel.Deadline); s.now.After(deadline) {
-		return Receipt{}, fmt.Errorf("%w: its deadline passed at %s", ErrNotReady, deadline.Format(time.RFC3339))
-	}
-	var names []string
-	for i, ev := range rv.evals {
-		name := s.rel.Stages[i].Name
-		if ev.Outcome != quorum.Passed {
-			return Receipt{}, fmt.Errorf("%w: stage %q is %s: %s", ErrNotReady, name, ev.Outcome, ev.Reason)
-		}
-		names = append(names, name)
-	}
-	if c := rv.coverage; !c.Met() {
-		return Receipt{}, fmt.Errorf("%w: %d of %d members reported what they run, and the release needs %d (min coverage %g); missing: %s; "+
-			"a member reports once it applies any generation of %s from its current boot (retire members that are gone)",
-			ErrNotReady, c.Reported, c.Members, c.Required, s.rel.RequiredCoverage(), c.missingList(10), m.ConfigID)
+	names := make([]string, len(rv.rel.Stages))
+	for i, st := range rv.rel.Stages {
+		names[i] = st.Name
 	}
 	compares, unchanged := promoteConditions(rv)
-	return r.write(ctx, m, ptr, keyRev, compares, unchanged, Receipt{ConfigID: m.ConfigID, From: ptr.Generation, To: m.To, Epoch: ptr.Epoch, Evidence: rv.evals, StageNames: names})
+	return r.write(ctx, m, rv.ptr, keyRev, compares, unchanged,
+		Receipt{ConfigID: m.ConfigID, From: rv.ptr.Generation, To: m.To, Epoch: rv.ptr.Epoch, Evidence: rv.evals, StageNames: names})
+}
+
+// checkPromotable says why the release rv shows may not be promoted over
+// the pointer it read, or nil when it may.
+func (r *Rollouts) checkPromotable(ctx context.Context, rv releaseView) error {
+	gen, ptr, rev := rv.rel.Generation, rv.ptr, rv.rev
+	if err := r.checkNotRevoked(ctx, rv.rel.ConfigID, gen, rev); err != nil {
+		return err
+	}
+	switch {
+	case gen <= ptr.Generation:
+		return fmt.Errorf("%w: generation %d is not after the active generation %d; use rollback to go back", ErrNotReady, gen, ptr.Generation)
+	case gen <= ptr.HighWater:
+		return fmt.Errorf("%w: generation %d is not after generation %d, which was active once; create a new release to roll forward", ErrNotReady, gen, ptr.HighWater)
+	case rv.stop != nil:
+		return fmt.Errorf("%w: its rollout stopped at %s: %s; create a new release", ErrNotReady, rv.stop.Time.Format(time.RFC3339), rv.stop.Reason)
+	case gen < rv.latest:
+		return fmt.Errorf("%w: generation %d was superseded by generation %d; promote that one", ErrNotReady, gen, rv.latest)
+	}
+	if err := r.checkCutOnActive(ctx, rv.rel, rev); err != nil {
+		return err
+	}
+	if err := r.checkDependenciesActive(ctx, rv.rel.Dependencies, rev); err != nil {
+		return err
+	}
+	if deadline := rv.rel.CreatedAt.Add(rv.rel.Deadline); rv.now.After(deadline) {
+		return fmt.Errorf("%w: its deadline passed at %s", ErrNotReady, deadline.Format(time.RFC3339))
+	}
+	for i, ev := range rv.evals {
+		if ev.Outcome != quorum.Passed {
+			return fmt.Errorf("%w: stage %q is %s: %s", ErrNotReady, rv.rel.Stages[i].Name, ev.Outcome, ev.Reason)
+		}
+	}
+	if c := rv.coverage; !c.Met() {
+		return fmt.Errorf("%w: %d of %d members reported what they run, and the release needs %d (min coverage %g); missing: %s; "+
+			"a member reports once it applies any generation of %s from its current boot (retire members that are gone)",
+			ErrNotReady, c.Reported, c.Members, c.Required, rv.rel.RequiredCoverage(), c.missingList(10), rv.rel.ConfigID)
+	}
+	return nil
 }
 
 // Rollback moves the pointer back to the generation that the active one
 // replaced (the from-generation of the promotion that made it active), as
-// a new receipt with the epoch incremented; no generation changes. A
-// revoked generation is never rolled back to. The
+// a new receipt with the epoch incremented; no generation changes. The
 // generation it leaves is never promoted again, and its ACKs no longer
-// count.
+// count. A revoked generation is never rolled back to.
 func (r *Rollouts) Rollback(ctx context.Context, m Move) (Receipt, error) {
 	key, err := r.keyOf(ctx, m, true)
 	if key.receipt != nil || err != nil {
@@ -142,12 +155,8 @@ func (r *Rollouts) Rollback(ctx context.Context, m Move) (Receipt, error) {
 	if target == 0 {
 		return Receipt{}, fmt.Errorf("%w: generation %d replaced no earlier active generation; there is nothing to roll back to", ErrNotReady, ptr.Generation)
 	}
-	if rv, err := r.GetRevocation(ctx, m.ConfigID, target); err != nil || rv != nil {
-		if err != nil {
-			return Receipt{}, err
-		}
-		return Receipt{}, fmt.Errorf("%w: generation %d, which generation %d replaced, was revoked at %s by %s: %s; there is nothing to roll back to: promote a new release",
-			ErrNotReady, target, ptr.Generation, rv.Time.Format(time.RFC3339), rv.Actor, rv.Reason)
+	if err := r.checkRollbackTarget(ctx, m.ConfigID, target, ptr.Generation); err != nil {
+		return Receipt{}, err
 	}
 	// The revocation is compared too: one written after the read wins.
 	notRevoked := []store.Compare{{Key: records.Revoked(m.ConfigID, target), ModRevision: 0}}
@@ -464,4 +473,15 @@ func promoteConditions(rv releaseView) ([]store.Compare, []store.Unchanged) {
 		unchanged = append(unchanged, store.Unchanged{Prefix: records.Pointer(dep), Since: rev})
 	}
 	return compares, unchanged
+}
+
+// checkRollbackTarget refuses to roll back from generation from to a
+// revoked generation target.
+func (r *Rollouts) checkRollbackTarget(ctx context.Context, config string, target, from int64) error {
+	rv, err := r.GetRevocation(ctx, config, target)
+	if err != nil || rv == nil {
+		return err
+	}
+	return fmt.Errorf("%w: generation %d, which generation %d replaced, was revoked at %s by %s: %s; there is nothing to roll back to: promote a new release",
+		ErrNotReady, target, from, rv.Time.Format(time.RFC3339), rv.Actor, rv.Reason)
 }
