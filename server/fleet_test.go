@@ -957,21 +957,34 @@ func TestSimulatedFleetFaults(t *testing.T) {
 
 	// A membership change inside the promotion: a healthy zone-b instance
 	// restarts after Promote read the rollout and before it commits. The
-	// commit is refused, Promote decides again without the stale boot, and
-	// the receipt's evidence shows it: one healthy fewer in zone-b.
+	// commit is refused, and Promote decides again without the stale boot:
+	// the new boot has not reported what it runs, so the coverage gate
+	// refuses. Once it reports APPLIED (not yet healthy), the receipt's
+	// evidence shows one healthy fewer in zone-b.
 	mover := without(zoneIDs(f, "zone-b"), cohort1...)[0]
 	f.hook.arm("/_pawl/configs/checkout/active", func() {
 		if err := f.restart(mover, "boot-2"); err != nil {
 			t.Error(err) // on the server's goroutine: no Fatal
 		}
 	})
-	rc1, err := f.promote(f.rollouts, 1, 0, 0, "p1")
-	if err != nil {
-		t.Fatal(err)
+	if _, err := f.promote(f.rollouts, 1, 0, 0, "p1"); connect.CodeOf(err) != connect.CodeFailedPrecondition ||
+		!strings.Contains(err.Error(), "missing: "+mover) {
+		t.Fatalf("promote with the restarted %s not reporting = %v", mover, err)
 	}
 	f.promoted(1, false)
 	if f.hook.ran() != 2 {
 		t.Fatal("the restart did not land inside the promotion")
+	}
+	f.mu.Lock()
+	f.sims[mover].seq++
+	moverSeq := f.sims[mover].seq
+	f.mu.Unlock()
+	if err := f.mustCount(rel1, mover, pawlv1.InstanceState_INSTANCE_STATE_APPLIED, moverSeq); err != nil {
+		t.Fatal(err)
+	}
+	rc1, err := f.promote(f.rollouts, 1, 0, 0, "p1")
+	if err != nil {
+		t.Fatal(err)
 	}
 	zb := rc1.GetEvidence()[1].GetZones()["zone-b"]
 	if zb.GetHealthy() != zb.GetMembers()-1 || int(rc1.GetEvidence()[1].GetHealthy()) != len(rel1.GetMembership())-1 {

@@ -121,6 +121,7 @@ func releaseCommand(g *globals) *cobra.Command {
 	var selector map[string]string
 	var stages []string
 	var healthWindow, deadline time.Duration
+	var minCoverage float64
 	create := &cobra.Command{
 		Use:   "create CONFIG --file F --validator sha256:... --stage NAME:KIND[=V] ...",
 		Short: "Validate content on the server and store it as the config's next generation",
@@ -136,6 +137,9 @@ func releaseCommand(g *globals) *cobra.Command {
 			spec := &pawlv1.ReleaseSpec{
 				ConfigId: args[0], Content: content, MediaType: mediaType, ValidatorDigest: validator,
 				Selector: selector, HealthWindow: durationpb.New(healthWindow), Deadline: durationpb.New(deadline),
+			}
+			if cmd.Flags().Changed("min-coverage") {
+				spec.MinCoverage = &minCoverage
 			}
 			if params != "" {
 				if spec.ValidatorParams, err = os.ReadFile(params); err != nil {
@@ -171,6 +175,7 @@ func releaseCommand(g *globals) *cobra.Command {
 	create.Flags().StringArrayVar(&stages, "stage", nil, "a stage NAME[@K=V,...]:KIND[=VALUE][:max-rejected=N][:shadow][:max-error-rate=F][:max-p99=D], in order; repeat (K may be zone or role)")
 	create.Flags().DurationVar(&healthWindow, "health-window", time.Minute, "how long an instance must stay healthy before its ACK counts")
 	create.Flags().DurationVar(&deadline, "deadline", time.Hour, "how long the rollout may take")
+	create.Flags().Float64Var(&minCoverage, "min-coverage", 1, "the share of members, 0 to 1, that must have reported what they run before promote")
 	create.Flags().StringVar(&actor, "actor", os.Getenv("PAWL_ACTOR"), "who is releasing (env PAWL_ACTOR)")
 
 	ls := &cobra.Command{
@@ -218,7 +223,7 @@ func releaseCommand(g *globals) *cobra.Command {
 			return g.printJSON(resp.Msg.GetRelease())
 		},
 	}
-	cmd.AddCommand(create, ls, show, retireCommand(g))
+	cmd.AddCommand(create, ls, show, retireCommand(g), revokeCommand(g))
 	return cmd
 }
 
@@ -252,6 +257,39 @@ func retireCommand(g *globals) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&reason, "reason", "", "why (required; kept in the record)")
 	cmd.Flags().StringVar(&actor, "actor", os.Getenv("PAWL_ACTOR"), "who is retiring it (env PAWL_ACTOR)")
+	return cmd
+}
+
+func revokeCommand(g *globals) *cobra.Command {
+	var reason, actor string
+	cmd := &cobra.Command{
+		Use:   "revoke CONFIG GENERATION --reason TEXT",
+		Short: "Revoke a generation: it can never be promoted (a candidate's rollout stops); the active one cannot be revoked, roll back first",
+		Args:  usageArgs(cobra.ExactArgs(2)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			gen, err := strconv.ParseInt(args[1], 10, 64)
+			if err != nil {
+				return usageError{fmt.Errorf("generation %q is not a number", args[1])}
+			}
+			if reason == "" {
+				return usageError{errors.New("--reason is required: it goes into the revocation record")}
+			}
+			req := connect.NewRequest(&pawlv1.RevokeReleaseRequest{ConfigId: args[0], Generation: gen, Reason: reason})
+			setActor(req, actor)
+			resp, err := g.releases().RevokeRelease(cmd.Context(), req)
+			if err != nil {
+				return err
+			}
+			rv := resp.Msg.GetRevocation()
+			if g.output == "json" {
+				return g.printJSON(rv)
+			}
+			_, err = fmt.Fprintf(g.stdout, "%s generation %d revoked by %s: %s\n", rv.GetConfigId(), rv.GetGeneration(), rv.GetActor(), rv.GetReason())
+			return err
+		},
+	}
+	cmd.Flags().StringVar(&reason, "reason", "", "why (required; kept in the record)")
+	cmd.Flags().StringVar(&actor, "actor", os.Getenv("PAWL_ACTOR"), "who is revoking it (env PAWL_ACTOR)")
 	return cmd
 }
 

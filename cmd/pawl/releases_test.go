@@ -91,3 +91,39 @@ func TestStageFlagsTakeSelectors(t *testing.T) {
 		}
 	}
 }
+
+// TestReleaseRevokeFromTheCLI: a revoked generation shows as REVOKED and
+// promote refuses it; the active generation and a revocation without a
+// reason are refused.
+func TestReleaseRevokeFromTheCLI(t *testing.T) {
+	srv := testserver.Start(t)
+	is := pawlv1connect.NewInstanceServiceClient(testserver.HTTPClient(t), srv.URL)
+	if _, err := is.Register(context.Background(), connect.NewRequest(&pawlv1.RegisterRequest{Instance: &pawlv1.Instance{
+		WorkloadIdentity: "pay-1", BootId: "b1", Zone: "zone-1", TrafficWeight: 1,
+	}})); err != nil {
+		t.Fatal(err)
+	}
+	wasm := wasmbuild.Build(t, "routing")
+	digest := host.Digest(wasm)
+	expect(t, srv, digest+"\n", "validator", "upload", writeFile(t, "routing.wasm", wasm))
+	f := writeFile(t, "r.json", []byte(`{"upstreams":[{"host":"a","weight":100}]}`))
+	if code, out, errOut := pawl(t, srv, "", "release", "create", "routing", "--file", f, "--validator", digest, "--stage", "all:all"); code != 0 {
+		t.Fatalf("release create = %d, %q, %q", code, out, errOut)
+	}
+	if code, _, errOut := pawl(t, srv, "", "release", "revoke", "routing", "1"); code != 2 || !strings.Contains(errOut, "--reason is required") {
+		t.Fatalf("revoke without a reason = %d, %q", code, errOut)
+	}
+	code, out, errOut := pawl(t, srv, "", "release", "revoke", "routing", "1", "--reason", "leaks a secret", "--actor", "sec")
+	if code != 0 || out != "routing generation 1 revoked by sec: leaks a secret\n" {
+		t.Fatalf("revoke = %d, %q, %q", code, out, errOut)
+	}
+	if code, _, errOut := pawl(t, srv, "", "release", "revoke", "routing", "1", "--reason", "again"); code != 1 || !strings.Contains(errOut, "already_exists") {
+		t.Fatalf("revoke again = %d, %q", code, errOut)
+	}
+	if code, out, _ := pawl(t, srv, "", "release", "ls", "routing"); code != 0 || !strings.Contains(out, "\tREVOKED\t") {
+		t.Fatalf("release ls = %d, %q", code, out)
+	}
+	if code, _, errOut := pawl(t, srv, "", "promote", "routing", "1"); code != 1 || !strings.Contains(errOut, "failed_precondition") || !strings.Contains(errOut, "revoked") {
+		t.Fatalf("promote of a revoked generation = %d, %q", code, errOut)
+	}
+}

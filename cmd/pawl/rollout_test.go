@@ -276,8 +276,10 @@ func TestShadowBudgetsRetireAndAppliedFromTheCLI(t *testing.T) {
 	digest := host.Digest(wasm)
 	expect(t, srv, digest+"\n", "validator", "upload", writeFile(t, "routing.wasm", wasm))
 	f := writeFile(t, "r.json", []byte(`{"upstreams":[{"host":"a","weight":100}]}`))
+	// pay-a only validates in shadow, and on a first release runs nothing it
+	// could report: half the members are enough coverage.
 	if code, out, errOut := pawl(t, srv, "", "release", "create", "routing", "--file", f, "--validator", digest, "--health-window", "0s",
-		"--stage", "mirror@zone=zone-a:all:shadow", "--stage", "rest:all:max-error-rate=0.01:max-p99=250ms"); code != 0 {
+		"--stage", "mirror@zone=zone-a:all:shadow", "--stage", "rest:all:max-error-rate=0.01:max-p99=250ms", "--min-coverage", "0.5"); code != 0 {
 		t.Fatalf("release create = %d, %q, %q", code, out, errOut)
 	}
 	code, out, _ := pawl(t, srv, "", "release", "show", "routing", "1")
@@ -347,5 +349,75 @@ func TestShadowBudgetsRetireAndAppliedFromTheCLI(t *testing.T) {
 	code, out, _ = pawl(t, srv, "", "rollout", "applied", "routing")
 	if code != 0 || !regexp.MustCompile(`^pay-b\t1\t`+regexp.QuoteMeta(contentDigest)+`\tmatch\tHEALTHY_ACKED\tb1\tcurrent\t\S+\t-\n$`).MatchString(out) {
 		t.Fatalf("rollout applied = %d, %q", code, out)
+	}
+}
+
+// TestCoverageGateFromTheCLI: the stage that counts zone-a passes, but
+// pay-b has not reported what it runs: status names it, promote is
+// refused until it reports, and a lower --min-coverage would have let it
+// through.
+func TestCoverageGateFromTheCLI(t *testing.T) {
+	srv := testserver.Start(t)
+	client := testserver.HTTPClient(t)
+	is := pawlv1connect.NewInstanceServiceClient(client, srv.URL)
+	rs := pawlv1connect.NewRolloutServiceClient(client, srv.URL)
+	ctx := context.Background()
+	epochs := map[string]int64{}
+	for _, id := range []string{"pay-a", "pay-b"} {
+		resp, err := is.Register(ctx, connect.NewRequest(&pawlv1.RegisterRequest{Instance: &pawlv1.Instance{WorkloadIdentity: id, BootId: "b1", Zone: "zone-" + id[4:], TrafficWeight: 1}}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		epochs[id] = resp.Msg.GetRecord().GetMembershipEpoch()
+	}
+	wasm := wasmbuild.Build(t, "routing")
+	digest := host.Digest(wasm)
+	expect(t, srv, digest+"\n", "validator", "upload", writeFile(t, "routing.wasm", wasm))
+	f := writeFile(t, "r.json", []byte(`{"upstreams":[{"host":"a","weight":100}]}`))
+	if code, _, errOut := pawl(t, srv, "", "release", "create", "routing", "--file", f, "--validator", digest, "--min-coverage", "1.5", "--stage", "a@zone=zone-a:all"); code != 1 ||
+		!strings.Contains(errOut, "invalid_argument") || !strings.Contains(errOut, "min coverage 1.5 must be in [0, 1]") {
+		t.Fatalf("release create with min coverage 1.5 = %d, %q", code, errOut)
+	}
+	if code, out, errOut := pawl(t, srv, "", "release", "create", "routing", "--file", f, "--validator", digest, "--health-window", "0s", "--stage", "a@zone=zone-a:all"); code != 0 {
+		t.Fatalf("release create = %d, %q, %q", code, out, errOut)
+	}
+	rel, err := pawlv1connect.NewReleaseServiceClient(client, srv.URL).GetRelease(ctx, connect.NewRequest(&pawlv1.GetReleaseRequest{ConfigId: "routing", Generation: 1}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ack := func(id string, state pawlv1.InstanceState) {
+		t.Helper()
+		resp, err := rs.Ack(ctx, connect.NewRequest(&pawlv1.AckRequest{Ack: &pawlv1.Ack{
+			ConfigId: "routing", Generation: 1, WorkloadIdentity: id, BootId: "b1", MembershipEpoch: epochs[id], ApplySequence: 1,
+			ContentDigest: rel.Msg.GetRelease().GetContentDigest(), ValidatorDigest: digest, State: state, HealthOk: true,
+		}}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if id == "pay-a" && !resp.Msg.GetAck().GetCounted() {
+			t.Fatalf("ACK of pay-a = %v", resp.Msg.GetAck())
+		}
+	}
+	ack("pay-a", pawlv1.InstanceState_INSTANCE_STATE_HEALTHY_ACKED)
+	code, out, _ := pawl(t, srv, "", "rollout", "status", "routing")
+	if code != 0 || !strings.Contains(out, "coverage: 1 of 2 members reported a digest; 1 run generation 1; promote needs 2 to have reported (missing: pay-b)") {
+		t.Fatalf("rollout status = %d, %q", code, out)
+	}
+	st, err := rs.GetRolloutStatus(ctx, connect.NewRequest(&pawlv1.GetRolloutStatusRequest{ConfigId: "routing", Generation: 1}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := st.Msg.GetCoverage(); c.GetRequired() != 2 || c.GetMissingCount() != 1 || strings.Join(c.GetMissing(), ",") != "pay-b" {
+		t.Fatalf("GetRolloutStatus coverage = %v", c)
+	}
+	if code, _, errOut := pawl(t, srv, "", "promote", "routing", "1"); code != 1 || !strings.Contains(errOut, "failed_precondition") ||
+		!strings.Contains(errOut, "1 of 2 members reported what they run, and the release needs 2") || !strings.Contains(errOut, "missing: pay-b") {
+		t.Fatalf("promote with pay-b silent = %d, %q", code, errOut)
+	}
+	// pay-b reports what it runs (an apply its stage-less assignment does
+	// not count, but it says what runs there).
+	ack("pay-b", pawlv1.InstanceState_INSTANCE_STATE_APPLIED)
+	if code, out, errOut := pawl(t, srv, "", "promote", "routing", "1"); code != 0 {
+		t.Fatalf("promote once every member reported = %d, %q, %q", code, out, errOut)
 	}
 }

@@ -105,6 +105,8 @@ const (
 	ReleaseState_RELEASE_STATE_SUPERSEDED ReleaseState = 4
 	// It was active, and a rollback moved the pointer off it.
 	ReleaseState_RELEASE_STATE_ROLLED_BACK ReleaseState = 5
+	// An operator revoked it (RevokeRelease): it can never be promoted.
+	ReleaseState_RELEASE_STATE_REVOKED ReleaseState = 6
 )
 
 // Enum value maps for ReleaseState.
@@ -116,6 +118,7 @@ var (
 		3: "RELEASE_STATE_ACTIVE",
 		4: "RELEASE_STATE_SUPERSEDED",
 		5: "RELEASE_STATE_ROLLED_BACK",
+		6: "RELEASE_STATE_REVOKED",
 	}
 	ReleaseState_value = map[string]int32{
 		"RELEASE_STATE_UNSPECIFIED": 0,
@@ -124,6 +127,7 @@ var (
 		"RELEASE_STATE_ACTIVE":      3,
 		"RELEASE_STATE_SUPERSEDED":  4,
 		"RELEASE_STATE_ROLLED_BACK": 5,
+		"RELEASE_STATE_REVOKED":     6,
 	}
 )
 
@@ -490,7 +494,11 @@ type ReleaseSpec struct {
 	// How long an instance must stay healthy before its ACK counts.
 	HealthWindow *durationpb.Duration `protobuf:"bytes,11,opt,name=health_window,json=healthWindow,proto3" json:"health_window,omitempty"`
 	// How long the whole rollout may take.
-	Deadline      *durationpb.Duration `protobuf:"bytes,12,opt,name=deadline,proto3" json:"deadline,omitempty"`
+	Deadline *durationpb.Duration `protobuf:"bytes,12,opt,name=deadline,proto3" json:"deadline,omitempty"`
+	// The share of the unretired frozen members, in [0, 1], that must have
+	// reported what they run (an applied generation and digest from their
+	// current registration) before Promote. Unset: 1, every member.
+	MinCoverage   *float64 `protobuf:"fixed64,13,opt,name=min_coverage,json=minCoverage,proto3,oneof" json:"min_coverage,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -607,6 +615,13 @@ func (x *ReleaseSpec) GetDeadline() *durationpb.Duration {
 		return x.Deadline
 	}
 	return nil
+}
+
+func (x *ReleaseSpec) GetMinCoverage() float64 {
+	if x != nil && x.MinCoverage != nil {
+		return *x.MinCoverage
+	}
+	return 0
 }
 
 // Release is an immutable generation of a config.
@@ -1374,6 +1389,207 @@ func (x *RetireMemberResponse) GetRetirement() *Retirement {
 	return nil
 }
 
+// Revocation records that an operator revoked a generation.
+type Revocation struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The config.
+	ConfigId string `protobuf:"bytes,1,opt,name=config_id,json=configId,proto3" json:"config_id,omitempty"`
+	// The revoked generation.
+	Generation int64 `protobuf:"varint,2,opt,name=generation,proto3" json:"generation,omitempty"`
+	// Why.
+	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Who revoked it.
+	Actor string `protobuf:"bytes,4,opt,name=actor,proto3" json:"actor,omitempty"`
+	// When.
+	Time *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=time,proto3" json:"time,omitempty"`
+	// The store revision of the record.
+	Revision      int64 `protobuf:"varint,6,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Revocation) Reset() {
+	*x = Revocation{}
+	mi := &file_pawl_v1_release_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Revocation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Revocation) ProtoMessage() {}
+
+func (x *Revocation) ProtoReflect() protoreflect.Message {
+	mi := &file_pawl_v1_release_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Revocation.ProtoReflect.Descriptor instead.
+func (*Revocation) Descriptor() ([]byte, []int) {
+	return file_pawl_v1_release_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *Revocation) GetConfigId() string {
+	if x != nil {
+		return x.ConfigId
+	}
+	return ""
+}
+
+func (x *Revocation) GetGeneration() int64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *Revocation) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *Revocation) GetActor() string {
+	if x != nil {
+		return x.Actor
+	}
+	return ""
+}
+
+func (x *Revocation) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
+func (x *Revocation) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+// RevokeReleaseRequest names the generation to revoke.
+type RevokeReleaseRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The config.
+	ConfigId string `protobuf:"bytes,1,opt,name=config_id,json=configId,proto3" json:"config_id,omitempty"`
+	// The generation.
+	Generation int64 `protobuf:"varint,2,opt,name=generation,proto3" json:"generation,omitempty"`
+	// Why; required, for the audit trail.
+	Reason        string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeReleaseRequest) Reset() {
+	*x = RevokeReleaseRequest{}
+	mi := &file_pawl_v1_release_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeReleaseRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeReleaseRequest) ProtoMessage() {}
+
+func (x *RevokeReleaseRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pawl_v1_release_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeReleaseRequest.ProtoReflect.Descriptor instead.
+func (*RevokeReleaseRequest) Descriptor() ([]byte, []int) {
+	return file_pawl_v1_release_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *RevokeReleaseRequest) GetConfigId() string {
+	if x != nil {
+		return x.ConfigId
+	}
+	return ""
+}
+
+func (x *RevokeReleaseRequest) GetGeneration() int64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *RevokeReleaseRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// RevokeReleaseResponse carries the record written.
+type RevokeReleaseResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The revocation.
+	Revocation    *Revocation `protobuf:"bytes,1,opt,name=revocation,proto3" json:"revocation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeReleaseResponse) Reset() {
+	*x = RevokeReleaseResponse{}
+	mi := &file_pawl_v1_release_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeReleaseResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeReleaseResponse) ProtoMessage() {}
+
+func (x *RevokeReleaseResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_pawl_v1_release_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeReleaseResponse.ProtoReflect.Descriptor instead.
+func (*RevokeReleaseResponse) Descriptor() ([]byte, []int) {
+	return file_pawl_v1_release_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *RevokeReleaseResponse) GetRevocation() *Revocation {
+	if x != nil {
+		return x.Revocation
+	}
+	return nil
+}
+
 var File_pawl_v1_release_proto protoreflect.FileDescriptor
 
 const file_pawl_v1_release_proto_rawDesc = "" +
@@ -1407,7 +1623,7 @@ const file_pawl_v1_release_proto_rawDesc = "" +
 	"appVersion\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xab\x05\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe4\x05\n" +
 	"\vReleaseSpec\x12\x1b\n" +
 	"\tconfig_id\x18\x01 \x01(\tR\bconfigId\x12\x18\n" +
 	"\acontent\x18\x02 \x01(\fR\acontent\x12\x1d\n" +
@@ -1423,13 +1639,15 @@ const file_pawl_v1_release_proto_rawDesc = "" +
 	"\x06stages\x18\n" +
 	" \x03(\v2\x0e.pawl.v1.StageR\x06stages\x12>\n" +
 	"\rhealth_window\x18\v \x01(\v2\x19.google.protobuf.DurationR\fhealthWindow\x125\n" +
-	"\bdeadline\x18\f \x01(\v2\x19.google.protobuf.DurationR\bdeadline\x1a;\n" +
+	"\bdeadline\x18\f \x01(\v2\x19.google.protobuf.DurationR\bdeadline\x12&\n" +
+	"\fmin_coverage\x18\r \x01(\x01H\x00R\vminCoverage\x88\x01\x01\x1a;\n" +
 	"\rSelectorEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a?\n" +
 	"\x11DependenciesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xef\x03\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01B\x0f\n" +
+	"\r_min_coverage\"\xef\x03\n" +
 	"\aRelease\x12(\n" +
 	"\x04spec\x18\x01 \x01(\v2\x14.pawl.v1.ReleaseSpecR\x04spec\x12\x1e\n" +
 	"\n" +
@@ -1500,27 +1718,49 @@ const file_pawl_v1_release_proto_rawDesc = "" +
 	"\x14RetireMemberResponse\x123\n" +
 	"\n" +
 	"retirement\x18\x01 \x01(\v2\x13.pawl.v1.RetirementR\n" +
-	"retirement*\xcf\x01\n" +
+	"retirement\"\xc3\x01\n" +
+	"\n" +
+	"Revocation\x12\x1b\n" +
+	"\tconfig_id\x18\x01 \x01(\tR\bconfigId\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x02 \x01(\x03R\n" +
+	"generation\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x14\n" +
+	"\x05actor\x18\x04 \x01(\tR\x05actor\x12.\n" +
+	"\x04time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x1a\n" +
+	"\brevision\x18\x06 \x01(\x03R\brevision\"k\n" +
+	"\x14RevokeReleaseRequest\x12\x1b\n" +
+	"\tconfig_id\x18\x01 \x01(\tR\bconfigId\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x02 \x01(\x03R\n" +
+	"generation\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"L\n" +
+	"\x15RevokeReleaseResponse\x123\n" +
+	"\n" +
+	"revocation\x18\x01 \x01(\v2\x13.pawl.v1.RevocationR\n" +
+	"revocation*\xcf\x01\n" +
 	"\rAckPolicyKind\x12\x1f\n" +
 	"\x1bACK_POLICY_KIND_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13ACK_POLICY_KIND_ALL\x10\x01\x12\x1c\n" +
 	"\x18ACK_POLICY_KIND_FRACTION\x10\x02\x12\x1f\n" +
 	"\x1bACK_POLICY_KIND_ZONE_QUORUM\x10\x03\x12!\n" +
 	"\x1dACK_POLICY_KIND_CRITICAL_ROLE\x10\x04\x12\"\n" +
-	"\x1eACK_POLICY_KIND_TRAFFIC_WEIGHT\x10\x05*\xbc\x01\n" +
+	"\x1eACK_POLICY_KIND_TRAFFIC_WEIGHT\x10\x05*\xd7\x01\n" +
 	"\fReleaseState\x12\x1d\n" +
 	"\x19RELEASE_STATE_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17RELEASE_STATE_CANDIDATE\x10\x01\x12\x19\n" +
 	"\x15RELEASE_STATE_STOPPED\x10\x02\x12\x18\n" +
 	"\x14RELEASE_STATE_ACTIVE\x10\x03\x12\x1c\n" +
 	"\x18RELEASE_STATE_SUPERSEDED\x10\x04\x12\x1d\n" +
-	"\x19RELEASE_STATE_ROLLED_BACK\x10\x052\xcf\x02\n" +
+	"\x19RELEASE_STATE_ROLLED_BACK\x10\x05\x12\x19\n" +
+	"\x15RELEASE_STATE_REVOKED\x10\x062\xa1\x03\n" +
 	"\x0eReleaseService\x12P\n" +
 	"\rCreateRelease\x12\x1d.pawl.v1.CreateReleaseRequest\x1a\x1e.pawl.v1.CreateReleaseResponse\"\x00\x12J\n" +
 	"\n" +
 	"GetRelease\x12\x1a.pawl.v1.GetReleaseRequest\x1a\x1b.pawl.v1.GetReleaseResponse\"\x03\x90\x02\x01\x12P\n" +
 	"\fListReleases\x12\x1c.pawl.v1.ListReleasesRequest\x1a\x1d.pawl.v1.ListReleasesResponse\"\x03\x90\x02\x01\x12M\n" +
-	"\fRetireMember\x12\x1c.pawl.v1.RetireMemberRequest\x1a\x1d.pawl.v1.RetireMemberResponse\"\x00B,Z*github.com/pawlcfg/pawl/gen/pawl/v1;pawlv1b\x06proto3"
+	"\fRetireMember\x12\x1c.pawl.v1.RetireMemberRequest\x1a\x1d.pawl.v1.RetireMemberResponse\"\x00\x12P\n" +
+	"\rRevokeRelease\x12\x1d.pawl.v1.RevokeReleaseRequest\x1a\x1e.pawl.v1.RevokeReleaseResponse\"\x00B,Z*github.com/pawlcfg/pawl/gen/pawl/v1;pawlv1b\x06proto3"
 
 var (
 	file_pawl_v1_release_proto_rawDescOnce sync.Once
@@ -1535,7 +1775,7 @@ func file_pawl_v1_release_proto_rawDescGZIP() []byte {
 }
 
 var file_pawl_v1_release_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_pawl_v1_release_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_pawl_v1_release_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_pawl_v1_release_proto_goTypes = []any{
 	(AckPolicyKind)(0),            // 0: pawl.v1.AckPolicyKind
 	(ReleaseState)(0),             // 1: pawl.v1.ReleaseState
@@ -1555,51 +1795,58 @@ var file_pawl_v1_release_proto_goTypes = []any{
 	(*Retirement)(nil),            // 15: pawl.v1.Retirement
 	(*RetireMemberRequest)(nil),   // 16: pawl.v1.RetireMemberRequest
 	(*RetireMemberResponse)(nil),  // 17: pawl.v1.RetireMemberResponse
-	nil,                           // 18: pawl.v1.Stage.SelectorEntry
-	nil,                           // 19: pawl.v1.Member.LabelsEntry
-	nil,                           // 20: pawl.v1.ReleaseSpec.SelectorEntry
-	nil,                           // 21: pawl.v1.ReleaseSpec.DependenciesEntry
-	(*durationpb.Duration)(nil),   // 22: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 23: google.protobuf.Timestamp
-	(*Violation)(nil),             // 24: pawl.v1.Violation
+	(*Revocation)(nil),            // 18: pawl.v1.Revocation
+	(*RevokeReleaseRequest)(nil),  // 19: pawl.v1.RevokeReleaseRequest
+	(*RevokeReleaseResponse)(nil), // 20: pawl.v1.RevokeReleaseResponse
+	nil,                           // 21: pawl.v1.Stage.SelectorEntry
+	nil,                           // 22: pawl.v1.Member.LabelsEntry
+	nil,                           // 23: pawl.v1.ReleaseSpec.SelectorEntry
+	nil,                           // 24: pawl.v1.ReleaseSpec.DependenciesEntry
+	(*durationpb.Duration)(nil),   // 25: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 26: google.protobuf.Timestamp
+	(*Violation)(nil),             // 27: pawl.v1.Violation
 }
 var file_pawl_v1_release_proto_depIdxs = []int32{
 	0,  // 0: pawl.v1.AckPolicy.kind:type_name -> pawl.v1.AckPolicyKind
-	18, // 1: pawl.v1.Stage.selector:type_name -> pawl.v1.Stage.SelectorEntry
+	21, // 1: pawl.v1.Stage.selector:type_name -> pawl.v1.Stage.SelectorEntry
 	2,  // 2: pawl.v1.Stage.policy:type_name -> pawl.v1.AckPolicy
 	4,  // 3: pawl.v1.Stage.budget:type_name -> pawl.v1.HealthBudget
-	22, // 4: pawl.v1.HealthBudget.max_p99_latency:type_name -> google.protobuf.Duration
-	19, // 5: pawl.v1.Member.labels:type_name -> pawl.v1.Member.LabelsEntry
-	20, // 6: pawl.v1.ReleaseSpec.selector:type_name -> pawl.v1.ReleaseSpec.SelectorEntry
-	21, // 7: pawl.v1.ReleaseSpec.dependencies:type_name -> pawl.v1.ReleaseSpec.DependenciesEntry
+	25, // 4: pawl.v1.HealthBudget.max_p99_latency:type_name -> google.protobuf.Duration
+	22, // 5: pawl.v1.Member.labels:type_name -> pawl.v1.Member.LabelsEntry
+	23, // 6: pawl.v1.ReleaseSpec.selector:type_name -> pawl.v1.ReleaseSpec.SelectorEntry
+	24, // 7: pawl.v1.ReleaseSpec.dependencies:type_name -> pawl.v1.ReleaseSpec.DependenciesEntry
 	3,  // 8: pawl.v1.ReleaseSpec.stages:type_name -> pawl.v1.Stage
-	22, // 9: pawl.v1.ReleaseSpec.health_window:type_name -> google.protobuf.Duration
-	22, // 10: pawl.v1.ReleaseSpec.deadline:type_name -> google.protobuf.Duration
+	25, // 9: pawl.v1.ReleaseSpec.health_window:type_name -> google.protobuf.Duration
+	25, // 10: pawl.v1.ReleaseSpec.deadline:type_name -> google.protobuf.Duration
 	6,  // 11: pawl.v1.Release.spec:type_name -> pawl.v1.ReleaseSpec
 	5,  // 12: pawl.v1.Release.membership:type_name -> pawl.v1.Member
 	1,  // 13: pawl.v1.Release.state:type_name -> pawl.v1.ReleaseState
-	23, // 14: pawl.v1.Release.created_at:type_name -> google.protobuf.Timestamp
+	26, // 14: pawl.v1.Release.created_at:type_name -> google.protobuf.Timestamp
 	5,  // 15: pawl.v1.Release.ineligible:type_name -> pawl.v1.Member
-	24, // 16: pawl.v1.ReleaseRejected.violations:type_name -> pawl.v1.Violation
+	27, // 16: pawl.v1.ReleaseRejected.violations:type_name -> pawl.v1.Violation
 	6,  // 17: pawl.v1.CreateReleaseRequest.spec:type_name -> pawl.v1.ReleaseSpec
 	7,  // 18: pawl.v1.CreateReleaseResponse.release:type_name -> pawl.v1.Release
 	7,  // 19: pawl.v1.GetReleaseResponse.release:type_name -> pawl.v1.Release
 	7,  // 20: pawl.v1.ListReleasesResponse.releases:type_name -> pawl.v1.Release
-	23, // 21: pawl.v1.Retirement.time:type_name -> google.protobuf.Timestamp
+	26, // 21: pawl.v1.Retirement.time:type_name -> google.protobuf.Timestamp
 	15, // 22: pawl.v1.RetireMemberResponse.retirement:type_name -> pawl.v1.Retirement
-	9,  // 23: pawl.v1.ReleaseService.CreateRelease:input_type -> pawl.v1.CreateReleaseRequest
-	11, // 24: pawl.v1.ReleaseService.GetRelease:input_type -> pawl.v1.GetReleaseRequest
-	13, // 25: pawl.v1.ReleaseService.ListReleases:input_type -> pawl.v1.ListReleasesRequest
-	16, // 26: pawl.v1.ReleaseService.RetireMember:input_type -> pawl.v1.RetireMemberRequest
-	10, // 27: pawl.v1.ReleaseService.CreateRelease:output_type -> pawl.v1.CreateReleaseResponse
-	12, // 28: pawl.v1.ReleaseService.GetRelease:output_type -> pawl.v1.GetReleaseResponse
-	14, // 29: pawl.v1.ReleaseService.ListReleases:output_type -> pawl.v1.ListReleasesResponse
-	17, // 30: pawl.v1.ReleaseService.RetireMember:output_type -> pawl.v1.RetireMemberResponse
-	27, // [27:31] is the sub-list for method output_type
-	23, // [23:27] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	26, // 23: pawl.v1.Revocation.time:type_name -> google.protobuf.Timestamp
+	18, // 24: pawl.v1.RevokeReleaseResponse.revocation:type_name -> pawl.v1.Revocation
+	9,  // 25: pawl.v1.ReleaseService.CreateRelease:input_type -> pawl.v1.CreateReleaseRequest
+	11, // 26: pawl.v1.ReleaseService.GetRelease:input_type -> pawl.v1.GetReleaseRequest
+	13, // 27: pawl.v1.ReleaseService.ListReleases:input_type -> pawl.v1.ListReleasesRequest
+	16, // 28: pawl.v1.ReleaseService.RetireMember:input_type -> pawl.v1.RetireMemberRequest
+	19, // 29: pawl.v1.ReleaseService.RevokeRelease:input_type -> pawl.v1.RevokeReleaseRequest
+	10, // 30: pawl.v1.ReleaseService.CreateRelease:output_type -> pawl.v1.CreateReleaseResponse
+	12, // 31: pawl.v1.ReleaseService.GetRelease:output_type -> pawl.v1.GetReleaseResponse
+	14, // 32: pawl.v1.ReleaseService.ListReleases:output_type -> pawl.v1.ListReleasesResponse
+	17, // 33: pawl.v1.ReleaseService.RetireMember:output_type -> pawl.v1.RetireMemberResponse
+	20, // 34: pawl.v1.ReleaseService.RevokeRelease:output_type -> pawl.v1.RevokeReleaseResponse
+	30, // [30:35] is the sub-list for method output_type
+	25, // [25:30] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_pawl_v1_release_proto_init() }
@@ -1609,13 +1856,14 @@ func file_pawl_v1_release_proto_init() {
 	}
 	file_pawl_v1_validator_proto_init()
 	file_pawl_v1_release_proto_msgTypes[2].OneofWrappers = []any{}
+	file_pawl_v1_release_proto_msgTypes[4].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pawl_v1_release_proto_rawDesc), len(file_pawl_v1_release_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   20,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -883,7 +883,15 @@ type Coverage struct {
 	Mismatched int32 `protobuf:"varint,5,opt,name=mismatched,proto3" json:"mismatched,omitempty"`
 	// For people, e.g. "9998 of 10000 members reported a digest; 9990 run
 	// generation 2".
-	Summary       string `protobuf:"bytes,6,opt,name=summary,proto3" json:"summary,omitempty"`
+	Summary string `protobuf:"bytes,6,opt,name=summary,proto3" json:"summary,omitempty"`
+	// Members that must have reported before Promote (the release's
+	// min_coverage of members, rounded up).
+	Required int32 `protobuf:"varint,7,opt,name=required,proto3" json:"required,omitempty"`
+	// The members that did not report what they run, in identity order (at
+	// most 100; missing_count says how many in all).
+	Missing []string `protobuf:"bytes,8,rep,name=missing,proto3" json:"missing,omitempty"`
+	// How many members did not report what they run.
+	MissingCount  int32 `protobuf:"varint,9,opt,name=missing_count,json=missingCount,proto3" json:"missing_count,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -958,6 +966,27 @@ func (x *Coverage) GetSummary() string {
 		return x.Summary
 	}
 	return ""
+}
+
+func (x *Coverage) GetRequired() int32 {
+	if x != nil {
+		return x.Required
+	}
+	return 0
+}
+
+func (x *Coverage) GetMissing() []string {
+	if x != nil {
+		return x.Missing
+	}
+	return nil
+}
+
+func (x *Coverage) GetMissingCount() int32 {
+	if x != nil {
+		return x.MissingCount
+	}
+	return 0
 }
 
 // Stop is the record of a stopped rollout. It is written once.
@@ -2254,7 +2283,7 @@ const file_pawl_v1_rollout_proto_rawDesc = "" +
 	"\x05state\x18\x05 \x01(\x0e2\x15.pawl.v1.ReleaseStateR\x05state\x12-\n" +
 	"\bcoverage\x18\x06 \x01(\v2\x11.pawl.v1.CoverageR\bcoverage\x125\n" +
 	"\vretirements\x18\a \x03(\v2\x13.pawl.v1.RetirementR\vretirements\x12-\n" +
-	"\x13next_ack_page_token\x18\b \x01(\tR\x10nextAckPageToken\"\xb9\x01\n" +
+	"\x13next_ack_page_token\x18\b \x01(\tR\x10nextAckPageToken\"\x94\x02\n" +
 	"\bCoverage\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x01 \x01(\x03R\n" +
@@ -2266,7 +2295,10 @@ const file_pawl_v1_rollout_proto_rawDesc = "" +
 	"\n" +
 	"mismatched\x18\x05 \x01(\x05R\n" +
 	"mismatched\x12\x18\n" +
-	"\asummary\x18\x06 \x01(\tR\asummary\"\x9d\x02\n" +
+	"\asummary\x18\x06 \x01(\tR\asummary\x12\x1a\n" +
+	"\brequired\x18\a \x01(\x05R\brequired\x12\x18\n" +
+	"\amissing\x18\b \x03(\tR\amissing\x12#\n" +
+	"\rmissing_count\x18\t \x01(\x05R\fmissingCount\"\x9d\x02\n" +
 	"\x04Stop\x12\x1b\n" +
 	"\tconfig_id\x18\x01 \x01(\tR\bconfigId\x12\x1e\n" +
 	"\n" +

@@ -90,13 +90,13 @@ func Error(log *slog.Logger, spec connect.Spec, err error) error {
 		return connect.NewError(connect.CodeInvalidArgument, err)
 	case errors.Is(err, validator.ErrNotFound):
 		return connect.NewError(connect.CodeNotFound, err)
-	case errors.Is(err, rollout.ErrPointerMoved):
+	case errors.Is(err, rollout.ErrPointerMoved), errors.Is(err, rollout.ErrFenced):
 		return connect.NewError(connect.CodeAborted, err)
 	case errors.Is(err, rollout.ErrNotReady):
 		return connect.NewError(connect.CodeFailedPrecondition, err)
 	case errors.Is(err, rollout.ErrNoPromotion), errors.Is(err, rollout.ErrNotMember):
 		return connect.NewError(connect.CodeNotFound, err)
-	case errors.Is(err, rollout.ErrKeyReused), errors.Is(err, rollout.ErrAlreadyRetired):
+	case errors.Is(err, rollout.ErrKeyReused), errors.Is(err, rollout.ErrAlreadyRetired), errors.Is(err, rollout.ErrAlreadyRevoked):
 		return connect.NewError(connect.CodeAlreadyExists, err)
 	case errors.Is(err, rollout.ErrContended):
 		return connect.NewError(connect.CodeAborted, err)

@@ -129,6 +129,18 @@ func (h *Releases) RetireMember(ctx context.Context, req *connect.Request[pawlv1
 	return connect.NewResponse(&pawlv1.RetireMemberResponse{Retirement: toProtoRetirement(rt)}), nil
 }
 
+// RevokeRelease implements pawl.v1.ReleaseService.RevokeRelease.
+func (h *Releases) RevokeRelease(ctx context.Context, req *connect.Request[pawlv1.RevokeReleaseRequest]) (*connect.Response[pawlv1.RevokeReleaseResponse], error) {
+	m := req.Msg
+	rv, err := h.rollouts.Revoke(ctx, m.GetConfigId(), m.GetGeneration(), m.GetReason(), actor(req))
+	if err != nil {
+		return nil, Error(h.log, req.Spec(), err)
+	}
+	h.log.Info("release revoked", "config", rv.ConfigID, "generation", rv.Generation, "reason", rv.Reason, "actor", rv.Actor)
+	return connect.NewResponse(&pawlv1.RevokeReleaseResponse{Revocation: &pawlv1.Revocation{ConfigId: rv.ConfigID, Generation: rv.Generation,
+		Reason: rv.Reason, Actor: rv.Actor, Time: timestamppb.New(rv.Time), Revision: rv.Revision}}), nil
+}
+
 func toProtoRetirement(rt rollout.Retirement) *pawlv1.Retirement {
 	return &pawlv1.Retirement{ConfigId: rt.ConfigID, Generation: rt.Generation, WorkloadIdentity: rt.WorkloadIdentity,
 		Reason: rt.Reason, Actor: rt.Actor, Time: timestamppb.New(rt.Time), Revision: rt.Revision}
@@ -150,8 +162,8 @@ func fromProtoSpec(s *pawlv1.ReleaseSpec) (release.Spec, error) {
 		ConfigID: s.GetConfigId(), Content: s.GetContent(), MediaType: s.GetMediaType(),
 		ValidatorDigest: s.GetValidatorDigest(), ValidatorParams: s.GetValidatorParams(),
 		Selector: s.GetSelector(), Dependencies: s.GetDependencies(), SecretRefs: s.GetSecretRefs(),
-		MinAppVersion: s.GetMinAppVersion(),
-		HealthWindow:  s.GetHealthWindow().AsDuration(), Deadline: s.GetDeadline().AsDuration(),
+		MinAppVersion: s.GetMinAppVersion(), MinCoverage: s.MinCoverage,
+		HealthWindow: s.GetHealthWindow().AsDuration(), Deadline: s.GetDeadline().AsDuration(),
 	}
 	for i, st := range s.GetStages() {
 		kind, ok := kinds[st.GetPolicy().GetKind()]
@@ -180,7 +192,7 @@ func toProtoRelease(r release.Release, state release.State) *pawlv1.Release {
 		ConfigId: r.ConfigID, Content: r.Content, MediaType: r.MediaType,
 		ValidatorDigest: r.ValidatorDigest, ValidatorParams: r.ValidatorParams,
 		Selector: r.Selector, Dependencies: r.Dependencies, SecretRefs: r.SecretRefs, MinAppVersion: r.MinAppVersion,
-		HealthWindow: durationpb.New(r.HealthWindow), Deadline: durationpb.New(r.Deadline),
+		HealthWindow: durationpb.New(r.HealthWindow), Deadline: durationpb.New(r.Deadline), MinCoverage: r.MinCoverage,
 	}
 	for _, st := range r.Stages {
 		var kind pawlv1.AckPolicyKind

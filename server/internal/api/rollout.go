@@ -78,10 +78,8 @@ func (h *Rollouts) GetRolloutStatus(ctx context.Context, req *connect.Request[pa
 	if err != nil {
 		return nil, Error(h.log, req.Spec(), err)
 	}
-	c := st.Coverage
 	resp := &pawlv1.GetRolloutStatusResponse{Pointer: toProtoPointer(st.Pointer), State: ToProtoState(state(st.Release)),
-		Coverage: &pawlv1.Coverage{Generation: c.Generation, Members: int32(c.Members), Reported: int32(c.Reported),
-			OnRelease: int32(c.OnRelease), Mismatched: int32(c.Mismatched), Summary: c.String()}}
+		Coverage: toProtoCoverage(st.Coverage)}
 	for _, s := range st.Stages {
 		ps := toProtoStage(s.Name, s.Evaluation)
 		ps.States = counts(s.States)
@@ -287,4 +285,18 @@ func counts(m map[string]int) map[string]int32 {
 		out[k] = int32(v)
 	}
 	return out
+}
+
+// maxMissing bounds the members a status names as missing from coverage:
+// enough to act on, without a page of ten thousand names.
+const maxMissing = 100
+
+func toProtoCoverage(c rollout.Coverage) *pawlv1.Coverage {
+	missing := c.Missing
+	if len(missing) > maxMissing {
+		missing = missing[:maxMissing]
+	}
+	return &pawlv1.Coverage{Generation: c.Generation, Members: int32(c.Members), Reported: int32(c.Reported),
+		OnRelease: int32(c.OnRelease), Mismatched: int32(c.Mismatched), Summary: c.String(),
+		Required: int32(c.Required), Missing: missing, MissingCount: int32(len(c.Missing))}
 }

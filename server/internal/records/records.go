@@ -12,12 +12,14 @@
 //	configs/C/head                  C's newest generation, as decimal
 //	configs/C/releases/G            a release (release.Release)
 //	configs/C/active                C's active pointer (rollout.Pointer)
-//	configs/C/receipts/KEY          a pointer move (rollout.Receipt)
+//	configs/C/receipts/KEY          a pointer move (rollout.Receipt), or a lookup's fence (rollout.Fence)
 //	configs/C/progress/G            the stages of G's rollout that passed (rollout.Progress)
 //	configs/C/stops/G               G's stopped rollout (rollout.Stop)
 //	configs/C/retired/G/ID          ID retired from G's membership (rollout.Retirement)
+//	configs/C/revoked/G             G revoked: never promoted (rollout.Revocation)
 //	acks/C/G/ID/NANOS               an ACK, by arrival (rollout.Ack)
 //	applied/C/ID                    what ID last reported running (rollout.AppliedRecord)
+//	evidence/C/G/ID                 member ID's quorum state for G (rollout.MemberEvidence)
 //	instances/ID                    ID's registration (instance.Record)
 //
 // Assignment streams follow ConfigsPrefix: every record under it can change
@@ -44,6 +46,10 @@ const (
 	AcksPrefix = store.SystemPrefix + "acks/"
 	// AppliedPrefix holds every applied record.
 	AppliedPrefix = store.SystemPrefix + "applied/"
+	// EvidencePrefix holds, per release and member, what Promote decides
+	// on of the member's reports: rewritten only when that changes, so
+	// reports that change nothing invalidate no promotion.
+	EvidencePrefix = store.SystemPrefix + "evidence/"
 )
 
 func gen(g int64) string { return fmt.Sprintf("%020d", g) }
@@ -107,6 +113,17 @@ func StopGeneration(c, key string) (int64, error) {
 	return g, nil
 }
 
+// Revoked is the revocation record of generation g of config c.
+func Revoked(c string, g int64) string { return config(c, "revoked/"+gen(g)) }
+
+// Revocations is the prefix of config c's revocation records.
+func Revocations(c string) string { return config(c, "revoked/") }
+
+// RevokedGeneration is the generation of a revocation record's key.
+func RevokedGeneration(c, key string) (int64, error) {
+	return ParseGeneration(strings.TrimPrefix(key, Revocations(c)))
+}
+
 // Retired is the key of instance id's retirement from generation g.
 func Retired(c string, g int64, id string) string { return RetiredOf(c, g) + id }
 
@@ -118,6 +135,12 @@ func Acks(c string, g int64) string { return AcksPrefix + c + "/" + gen(g) + "/"
 
 // AcksOf is the prefix of instance id's ACKs of generation g.
 func AcksOf(c string, g int64, id string) string { return Acks(c, g) + id + "/" }
+
+// EvidenceOf is the prefix of the evidence records of generation g.
+func EvidenceOf(c string, g int64) string { return EvidencePrefix + c + "/" + gen(g) + "/" }
+
+// Evidence is the key of member id's evidence record of generation g.
+func Evidence(c string, g int64, id string) string { return EvidenceOf(c, g) + id }
 
 // Ack is the key of an ACK of id that arrived at the nanosecond nanos (the
 // keys of one instance sort in arrival order).

@@ -24,6 +24,7 @@ var (
 	digest  = "sha256:4cc05a569d0e0476ead9c79bad78dec881d0106b5002fca0a397695bb02fb577"
 	vdigest = "sha256:3d2b1b584473b561017370ffb6d7cab47529314b2f64b3be14e707c008ddd42a"
 	rate    = 0.01
+	half    = 0.5
 	eval    = quorum.Evaluation{Outcome: quorum.Passed, Reason: "every zone has its quorum (2 zones)", Members: 2, Healthy: 2,
 		HealthyWeight: 2, TotalWeight: 2, Zones: map[string]quorum.ZoneTally{"zone-a": {Members: 1, Healthy: 1, Needed: 1}, "zone-b": {Members: 1, Healthy: 1, Needed: 1}}}
 )
@@ -35,7 +36,7 @@ var goldens = map[string]any{
 		Spec: release.Spec{
 			ConfigID: "payments.routing", Content: []byte(`{"upstreams":[]}`), MediaType: "application/json",
 			ValidatorDigest: vdigest, ValidatorParams: []byte(`{"strict":true}`), Selector: map[string]string{"env": "prod"},
-			Dependencies: map[string]int64{"payments.limits": 3}, SecretRefs: []string{"db/password@7"}, MinAppVersion: "2.1.0",
+			Dependencies: map[string]int64{"payments.limits": 3}, SecretRefs: []string{"db/password@7"}, MinAppVersion: "2.1.0", MinCoverage: &half,
 			Stages: []release.Stage{
 				{Name: "mirror", Selector: map[string]string{"zone": "zone-a"}, Shadow: true, Policy: quorum.Policy{Kind: quorum.All}},
 				{Name: "canary", Policy: quorum.Policy{Kind: quorum.Fraction, Fraction: 0.05, MaxRejected: 1},
@@ -63,6 +64,9 @@ var goldens = map[string]any{
 			Zones: map[string]quorum.ZoneTally{"zone-a": {Members: 2, Rejected: 2}}}}, StageNames: []string{"zones"}},
 	"manual-stop": &rollout.Stop{ConfigID: "payments.routing", Generation: 4, Reason: "p99 up", Manual: true, Actor: "oncall", Time: t0,
 		Evidence: []quorum.Evaluation{{Outcome: quorum.Waiting, Reason: "0 of 1 members healthy; all are needed", Members: 1}}, StageNames: []string{"all"}},
+	"revocation": &rollout.Revocation{ConfigID: "payments.routing", Generation: 3, Reason: "leaks a token", Actor: "sec-oncall", Time: t0},
+	"fence":      &rollout.Fence{ConfigID: "payments.routing", IdempotencyKey: "cli-1f2e", FencedAt: t0},
+	"evidence":   &rollout.MemberEvidence{BootID: "boot-7", MembershipEpoch: 41, ApplySequence: 3, State: "healthy", ShadowState: "healthy"},
 	"retirement": &rollout.Retirement{ConfigID: "payments.routing", Generation: 2, WorkloadIdentity: "pay-9", Reason: "host decommissioned",
 		Actor: "oncall", Time: t0},
 	"ack": &rollout.Ack{ConfigID: "payments.routing", Generation: 2, WorkloadIdentity: "pay-1", BootID: "boot-7", MembershipEpoch: 41,
@@ -157,6 +161,8 @@ func TestKeyLayout(t *testing.T) {
 		records.Retired("c", 7, "i/1"):        "/_pawl/configs/c/retired/00000000000000000007/i/1",
 		records.Ack("c", 7, "i/1", 12):        "/_pawl/acks/c/00000000000000000007/i/1/00000000000000000012",
 		records.Applied("c", "i/1"):           "/_pawl/applied/c/i/1",
+		records.Revoked("c", 7):               "/_pawl/configs/c/revoked/00000000000000000007",
+		records.Evidence("c", 7, "i/1"):       "/_pawl/evidence/c/00000000000000000007/i/1",
 		records.Instance("i/1"):               "/_pawl/instances/i/1",
 		records.ConfigsPrefix:                 "/_pawl/configs/",
 		records.AcksOf("c", 7, "i"):           "/_pawl/acks/c/00000000000000000007/i/",
@@ -170,6 +176,9 @@ func TestKeyLayout(t *testing.T) {
 	}
 	if n, err := records.AckArrival(records.Ack("c", 7, "i/1", 12)); err != nil || n != 12 {
 		t.Errorf("AckArrival = %d, %v", n, err)
+	}
+	if g, err := records.RevokedGeneration("c", records.Revoked("c", 9)); err != nil || g != 9 {
+		t.Errorf("RevokedGeneration = %d, %v", g, err)
 	}
 	if g, err := records.StopGeneration("c", records.Stop("c", 9)); err != nil || g != 9 {
 		t.Errorf("StopGeneration = %d, %v", g, err)

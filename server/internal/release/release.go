@@ -88,6 +88,18 @@ type Spec struct {
 	HealthWindow time.Duration `json:"health_window"`
 	// Deadline bounds the whole rollout.
 	Deadline time.Duration `json:"deadline"`
+	// MinCoverage is the share of the unretired frozen members, in [0, 1],
+	// that must have reported what they run before Promote; nil is 1.
+	MinCoverage *float64 `json:"min_coverage,omitempty"`
+}
+
+// RequiredCoverage is the share of members that must have reported what
+// they run before Promote: MinCoverage, or 1 (every member) when unset.
+func (s Spec) RequiredCoverage() float64 {
+	if s.MinCoverage == nil {
+		return 1
+	}
+	return *s.MinCoverage
 }
 
 // Stage is one step of the rollout plan.
@@ -454,6 +466,8 @@ func checkSpec(s Spec) error {
 		return bad("the stage plan is empty")
 	case s.HealthWindow < 0 || s.Deadline <= 0:
 		return bad("the health window must be 0 or more and the deadline positive")
+	case s.MinCoverage != nil && !(*s.MinCoverage >= 0 && *s.MinCoverage <= 1):
+		return bad("min coverage %v must be in [0, 1]: the share of members that must report what they run", *s.MinCoverage)
 	}
 	if s.MinAppVersion != "" {
 		if _, err := appversion.Parse(s.MinAppVersion); err != nil {

@@ -164,6 +164,11 @@ func (r *Rollouts) recordAck(ctx context.Context, ack Ack) (Ack, int64, error) {
 		}
 		puts = append(puts, store.Put{Key: records.Applied(ack.ConfigID, ack.WorkloadIdentity), Value: ab})
 	}
+	if ev, ok, err := evidencePut(av.prior, ack); err != nil {
+		return Ack{}, 0, err
+	} else if ok {
+		puts = append(puts, ev)
+	}
 	// Stored only if nothing the judgement read changed since: the pointer,
 	// the newest release, the rollout's stop record, progress and
 	// retirements, the instance's registration, its ACKs and its applied

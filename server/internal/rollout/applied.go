@@ -3,6 +3,8 @@ package rollout
 import (
 	"context"
 	"fmt"
+	"sort"
+	"strings"
 	"time"
 
 	"github.com/pawlcfg/pawl/server/internal/quorum"
@@ -139,7 +141,15 @@ type Coverage struct {
 	// Mismatched are the reported members that run this release's
 	// generation with another content digest.
 	Mismatched int
+	// Required is how many members must have reported before Promote:
+	// the release's minimum coverage of Members, rounded up.
+	Required int
+	// Missing are the members that did not report, in identity order.
+	Missing []string
 }
+
+// Met reports whether enough members reported for Promote.
+func (c Coverage) Met() bool { return c.Reported >= c.Required }
 
 // String reads like "9998 of 10000 members reported a digest; 9990 run
 // generation 2".
@@ -148,15 +158,19 @@ func (c Coverage) String() string {
 	if c.Mismatched > 0 {
 		s += fmt.Sprintf("; %d run generation %d with another digest", c.Mismatched, c.Generation)
 	}
+	if !c.Met() {
+		s += fmt.Sprintf("; promote needs %d to have reported (missing: %s)", c.Required, c.missingList(10))
+	}
 	return s
 }
 
 func coverage(p plan, gen int64, digest string, applied map[string]applyInfo, regs map[string]registration) Coverage {
-	c := Coverage{Generation: gen, Members: len(p.members)}
+	c := Coverage{Generation: gen, Members: len(p.members), Required: quorum.AtLeast(p.rel.RequiredCoverage(), len(p.members))}
 	for id := range p.members {
 		rec, ok := applied[id]
 		reg, registered := regs[id]
 		if !ok || !registered || reg.boot != rec.boot || reg.epoch != rec.epoch {
+			c.Missing = append(c.Missing, id)
 			continue
 		}
 		c.Reported++
@@ -167,6 +181,7 @@ func coverage(p plan, gen int64, digest string, applied map[string]applyInfo, re
 			c.Mismatched++
 		}
 	}
+	sort.Strings(c.Missing)
 	return c
 }
 
@@ -185,4 +200,12 @@ func staleMembers(gen int64, members map[string]quorum.Member, latest map[string
 		}
 	}
 	return out
+}
+
+// missingList names up to n missing members, and how many more there are.
+func (c Coverage) missingList(n int) string {
+	if len(c.Missing) <= n {
+		return strings.Join(c.Missing, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(c.Missing[:n], ", "), len(c.Missing)-n)
 }

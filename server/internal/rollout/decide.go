@@ -16,11 +16,27 @@ type releaseView struct {
 	plan plan
 	// evals are its stages' verdicts now.
 	evals []quorum.Evaluation
+	// epochs (for Promote) are the unretired frozen members' membership
+	// epochs, 0 for one not registered.
+	epochs map[string]int64
+	// coverage (for Promote) says which members reported what they run.
+	coverage Coverage
 }
 
 // viewOf returns generation gen of config. With current set, it first
 // waits until the views have every change committed before the call.
 func (r *Rollouts) viewOf(ctx context.Context, config string, gen int64, current bool) (releaseView, error) {
+	return r.viewWith(ctx, config, gen, current, false)
+}
+
+// promoteViewOf is viewOf after every change committed before the call,
+// with what Promote also decides on, at the same revision: the frozen
+// members' registrations and the release's coverage.
+func (r *Rollouts) promoteViewOf(ctx context.Context, config string, gen int64) (releaseView, error) {
+	return r.viewWith(ctx, config, gen, true, true)
+}
+
+func (r *Rollouts) viewWith(ctx context.Context, config string, gen int64, current, forPromote bool) (releaseView, error) {
 	if err := r.wait(ctx, current); err != nil {
 		return releaseView{}, err
 	}
@@ -31,6 +47,10 @@ func (r *Rollouts) viewOf(ctx context.Context, config string, gen int64, current
 		rv := releaseView{snapshot: snapshot{rev: v.rev, rel: t.rel, latest: max(cv.head, gen), ptr: cv.ptr, stop: t.stop,
 			progress: t.progress, retired: t.retired, now: r.now()}, plan: t.plan}
 		rv.evals = t.evaluate(rv.now)
+		if forPromote {
+			rv.epochs = memberEpochs(t.plan, v.regs)
+			rv.coverage = coverage(t.plan, t.rel.Generation, t.rel.ContentDigest, v.applied[config], v.regs)
+		}
 		v.mu.RUnlock()
 		return rv, nil
 	}
@@ -47,7 +67,48 @@ func (r *Rollouts) viewOf(ctx context.Context, config string, gen int64, current
 	if err != nil {
 		return releaseView{}, err
 	}
-	return releaseView{snapshot: s, plan: t.plan, evals: t.evaluate(s.now)}, nil
+	rv := releaseView{snapshot: s, plan: t.plan, evals: t.evaluate(s.now)}
+	if forPromote {
+		regs, applied, err := r.regsAndAppliedAt(ctx, config, rev)
+		if err != nil {
+			return releaseView{}, err
+		}
+		rv.epochs = memberEpochs(t.plan, regs)
+		rv.coverage = coverage(t.plan, t.rel.Generation, t.rel.ContentDigest, applied, regs)
+	}
+	return rv, nil
+}
+
+// memberEpochs is the membership epoch (the registration's store revision)
+// of each unretired frozen member, 0 for one not registered.
+func memberEpochs(p plan, regs map[string]registration) map[string]int64 {
+	out := make(map[string]int64, len(p.members))
+	for id := range p.members {
+		out[id] = regs[id].epoch
+	}
+	return out
+}
+
+// regsAndAppliedAt reads every registration, and the applied records of
+// config, at rev.
+func (r *Rollouts) regsAndAppliedAt(ctx context.Context, config string, rev int64) (map[string]registration, map[string]applyInfo, error) {
+	recs, err := r.registry.Registrations(ctx, rev)
+	if err != nil {
+		return nil, nil, err
+	}
+	regs := make(map[string]registration, len(recs))
+	for id, rec := range recs {
+		regs[id] = registration{boot: rec.BootID, epoch: rec.MembershipEpoch}
+	}
+	all, err := r.appliedAll(ctx, config, rev)
+	if err != nil {
+		return nil, nil, err
+	}
+	applied := make(map[string]applyInfo, len(all))
+	for id, rec := range all {
+		applied[id] = applyInfoOf(rec)
+	}
+	return regs, applied, nil
 }
 
 // wait waits for the views' first snapshot, or, with current set, until

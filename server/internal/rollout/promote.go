@@ -11,6 +11,7 @@ import (
 	"github.com/pawlcfg/pawl/server/internal/instance"
 	"github.com/pawlcfg/pawl/server/internal/quorum"
 	"github.com/pawlcfg/pawl/server/internal/records"
+	"github.com/pawlcfg/pawl/server/internal/release"
 	"github.com/pawlcfg/pawl/server/internal/store"
 )
 
@@ -28,26 +29,30 @@ type Move struct {
 }
 
 // Promote moves the pointer to m.To if it is still where the caller saw
-// it, m.To is the config's newest release, its rollout did not stop, every
-// stage passes, every dependency is active and its deadline has not
+// it, m.To is the config's newest release, was not revoked, was cut on the
+// active generation (no rollback since it was created), its rollout did
+// not stop, every stage passes, enough members reported what they run
+// (its coverage), every dependency is active and its deadline has not
 // passed. A repeat with the same idempotency key returns the receipt
-// written; the key used for another request is refused.
+// written; the key used for another request is refused, and a key a
+// lookup fenced while this request was in flight fails it (*FencedError).
 //
 // Everything Promote decides on is read at one store revision, and the
 // pointer and receipt are written in one transaction that commits only if
-// none of it changed since: the pointer, the head, the release's stop
-// record, retirements and ACKs, the registrations and the dependencies'
-// pointers. When something changed, Promote decides again on a fresh read,
-// so a concurrent stop, rejection, restart or rollback is never overruled.
+// none of it changed since (promoteConditions): when something changed,
+// Promote decides again on a fresh read, so a concurrent stop, rejection,
+// restart, revocation or rollback is never overruled, while reports that
+// change nothing it decides on never make it try again.
 func (r *Rollouts) Promote(ctx context.Context, m Move) (Receipt, error) {
-	if done, err := r.existing(ctx, m, false); done != nil || err != nil {
-		return derefReceipt(done), err
+	key, err := r.keyOf(ctx, m, false)
+	if key.receipt != nil || err != nil {
+		return derefReceipt(key.receipt), err
 	}
 	for range maxAttempts {
-		rc, err := r.promote(ctx, m)
+		rc, err := r.promote(ctx, m, key.rev)
 		if errors.Is(err, store.ErrRevisionMismatch) {
-			if done, derr := r.existing(ctx, m, false); done != nil || derr != nil {
-				return derefReceipt(done), derr // the same key won, in a concurrent retry
+			if done, derr := r.afterMismatch(ctx, m, false, key.rev); done != nil || derr != nil {
+				return derefReceipt(done), derr // the same key won in a concurrent retry, or a lookup fenced it
 			}
 			continue
 		}
@@ -56,61 +61,76 @@ func (r *Rollouts) Promote(ctx context.Context, m Move) (Receipt, error) {
 	return Receipt{}, fmt.Errorf("%w: promoting %s generation %d", ErrContended, m.ConfigID, m.To)
 }
 
-func (r *Rollouts) promote(ctx context.Context, m Move) (Receipt, error) {
-	rv, err := r.viewOf(ctx, m.ConfigID, m.To, true)
+// promote decides once, on the views as they are, and writes the receipt
+// if the key is still at keyRev (absent, or the fence a lookup left).
+func (r *Rollouts) promote(ctx context.Context, m Move, keyRev int64) (Receipt, error) {
+	rv, err := r.promoteViewOf(ctx, m.ConfigID, m.To)
 	if err != nil {
 		return Receipt{}, err
 	}
-	s, rev, ptr := rv.snapshot, rv.rev, rv.ptr
-	if ptr.Generation != m.ExpectedGeneration || ptr.Epoch != m.ExpectedEpoch {
-		return Receipt{}, &PointerError{Pointer: ptr}
+	if rv.ptr.Generation != m.ExpectedGeneration || rv.ptr.Epoch != m.ExpectedEpoch {
+		return Receipt{}, &PointerError{Pointer: rv.ptr}
 	}
-	switch {
-	case m.To <= ptr.Generation:
-		return Receipt{}, fmt.Errorf("%w: generation %d is not after the active generation %d; use rollback to go back", ErrNotReady, m.To, ptr.Generation)
-	case m.To <= ptr.HighWater:
-		return Receipt{}, fmt.Errorf("%w: generation %d is not after generation %d, which was active once; create a new release to roll forward", ErrNotReady, m.To, ptr.HighWater)
-	case s.stop != nil:
-		return Receipt{}, fmt.Errorf("%w: its rollout stopped at %s: %s; create a new release", ErrNotReady, s.stop.Time.Format(time.RFC3339), s.stop.Reason)
-	case m.To < s.latest:
-		return Receipt{}, fmt.Errorf("%w: generation %d was superseded by generation %d; promote that one", ErrNotReady, m.To, s.latest)
-	}
-	if err := r.checkDependenciesActive(ctx, s.rel.Dependencies, rev); err != nil {
+	if err := r.checkPromotable(ctx, rv); err != nil {
 		return Receipt{}, err
 	}
-	if deadline := s.rel.CreatedAt.Add(s.rel.Deadline); s.now.After(deadline) {
-		return Receipt{}, fmt.Errorf("%w: its deadline passed at %s", ErrNotReady, deadline.Format(time.RFC3339))
+	names := make([]string, len(rv.rel.Stages))
+	for i, st := range rv.rel.Stages {
+		names[i] = st.Name
 	}
-	var names []string
+	compares, unchanged := promoteConditions(rv)
+	return r.write(ctx, m, rv.ptr, keyRev, compares, unchanged,
+		Receipt{ConfigID: m.ConfigID, From: rv.ptr.Generation, To: m.To, Epoch: rv.ptr.Epoch, Evidence: rv.evals, StageNames: names})
+}
+
+// checkPromotable says why the release rv shows may not be promoted over
+// the pointer it read, or nil when it may.
+func (r *Rollouts) checkPromotable(ctx context.Context, rv releaseView) error {
+	gen, ptr, rev := rv.rel.Generation, rv.ptr, rv.rev
+	if err := r.checkNotRevoked(ctx, rv.rel.ConfigID, gen, rev); err != nil {
+		return err
+	}
+	switch {
+	case gen <= ptr.Generation:
+		return fmt.Errorf("%w: generation %d is not after the active generation %d; use rollback to go back", ErrNotReady, gen, ptr.Generation)
+	case gen <= ptr.HighWater:
+		return fmt.Errorf("%w: generation %d is not after generation %d, which was active once; create a new release to roll forward", ErrNotReady, gen, ptr.HighWater)
+	case rv.stop != nil:
+		return fmt.Errorf("%w: its rollout stopped at %s: %s; create a new release", ErrNotReady, rv.stop.Time.Format(time.RFC3339), rv.stop.Reason)
+	case gen < rv.latest:
+		return fmt.Errorf("%w: generation %d was superseded by generation %d; promote that one", ErrNotReady, gen, rv.latest)
+	}
+	if err := r.checkCutOnActive(ctx, rv.rel, rev); err != nil {
+		return err
+	}
+	if err := r.checkDependenciesActive(ctx, rv.rel.Dependencies, rev); err != nil {
+		return err
+	}
+	if deadline := rv.rel.CreatedAt.Add(rv.rel.Deadline); rv.now.After(deadline) {
+		return fmt.Errorf("%w: its deadline passed at %s", ErrNotReady, deadline.Format(time.RFC3339))
+	}
 	for i, ev := range rv.evals {
-		name := s.rel.Stages[i].Name
 		if ev.Outcome != quorum.Passed {
-			return Receipt{}, fmt.Errorf("%w: stage %q is %s: %s", ErrNotReady, name, ev.Outcome, ev.Reason)
+			return fmt.Errorf("%w: stage %q is %s: %s", ErrNotReady, rv.rel.Stages[i].Name, ev.Outcome, ev.Reason)
 		}
-		names = append(names, name)
 	}
-	evidence := rv.evals
-	unchanged := []store.Unchanged{
-		{Prefix: records.Head(m.ConfigID), Since: rev},
-		{Prefix: records.Stop(m.ConfigID, m.To), Since: rev},
-		{Prefix: records.RetiredOf(m.ConfigID, m.To), Since: rev},
-		{Prefix: records.Acks(m.ConfigID, m.To), Since: rev},
-		{Prefix: instance.RegistrationPrefix, Since: rev},
+	if c := rv.coverage; !c.Met() {
+		return fmt.Errorf("%w: %d of %d members reported what they run, and the release needs %d (min coverage %g); missing: %s; "+
+			"a member reports once it applies any generation of %s from its current boot (retire members that are gone)",
+			ErrNotReady, c.Reported, c.Members, c.Required, rv.rel.RequiredCoverage(), c.missingList(10), rv.rel.ConfigID)
 	}
-	for dep := range s.rel.Dependencies {
-		unchanged = append(unchanged, store.Unchanged{Prefix: records.Pointer(dep), Since: rev})
-	}
-	return r.write(ctx, m, ptr, unchanged, Receipt{ConfigID: m.ConfigID, From: ptr.Generation, To: m.To, Epoch: ptr.Epoch, Evidence: evidence, StageNames: names})
+	return nil
 }
 
 // Rollback moves the pointer back to the generation that the active one
 // replaced (the from-generation of the promotion that made it active), as
 // a new receipt with the epoch incremented; no generation changes. The
 // generation it leaves is never promoted again, and its ACKs no longer
-// count.
+// count. A revoked generation is never rolled back to.
 func (r *Rollouts) Rollback(ctx context.Context, m Move) (Receipt, error) {
-	if done, err := r.existing(ctx, m, true); done != nil || err != nil {
-		return derefReceipt(done), err
+	key, err := r.keyOf(ctx, m, true)
+	if key.receipt != nil || err != nil {
+		return derefReceipt(key.receipt), err
 	}
 	ptr, err := r.Pointer(ctx, m.ConfigID)
 	if err != nil {
@@ -135,9 +155,14 @@ func (r *Rollouts) Rollback(ctx context.Context, m Move) (Receipt, error) {
 	if target == 0 {
 		return Receipt{}, fmt.Errorf("%w: generation %d replaced no earlier active generation; there is nothing to roll back to", ErrNotReady, ptr.Generation)
 	}
-	rc, err := r.write(ctx, m, ptr, nil, Receipt{ConfigID: m.ConfigID, From: ptr.Generation, To: target, Epoch: ptr.Epoch + 1, Rollback: true})
+	if err := r.checkRollbackTarget(ctx, m.ConfigID, target, ptr.Generation); err != nil {
+		return Receipt{}, err
+	}
+	// The revocation is compared too: one written after the read wins.
+	notRevoked := []store.Compare{{Key: records.Revoked(m.ConfigID, target), ModRevision: 0}}
+	rc, err := r.write(ctx, m, ptr, key.rev, notRevoked, nil, Receipt{ConfigID: m.ConfigID, From: ptr.Generation, To: target, Epoch: ptr.Epoch + 1, Rollback: true})
 	if errors.Is(err, store.ErrRevisionMismatch) {
-		if done, derr := r.existing(ctx, m, true); done != nil || derr != nil {
+		if done, derr := r.afterMismatch(ctx, m, true, key.rev); done != nil || derr != nil {
 			return derefReceipt(done), derr
 		}
 		now, perr := r.Pointer(ctx, m.ConfigID)
@@ -149,28 +174,115 @@ func (r *Rollouts) Rollback(ctx context.Context, m Move) (Receipt, error) {
 	return rc, err
 }
 
-// GetPromotion returns the receipt written for an idempotency key.
+// GetPromotion returns the receipt written for an idempotency key. When
+// there is none, it fences the key before it answers ErrNoPromotion: it
+// writes a fence record under the key, conditioned on the key being as it
+// read it, and every move sent with the key before the lookup commits only
+// if it finds the key as it found it at its start. So "not found" stays
+// true: a move with the key still in flight fails with a *FencedError,
+// and the same key may be sent again (a move sent after the lookup finds
+// the fence and commits over it). A config without releases has no moves
+// to fence, and nothing is written for it.
 func (r *Rollouts) GetPromotion(ctx context.Context, config, key string) (Receipt, error) {
-	var rc Receipt
-	kv, ok, err := getAt(ctx, r.store, records.Receipt(config, key), 0, &rc)
-	if err != nil {
+	if err := checkKey(key); err != nil {
 		return Receipt{}, err
 	}
-	if !ok {
-		return Receipt{}, fmt.Errorf("%w: %s of config %s", ErrNoPromotion, key, config)
+	for range maxAttempts {
+		ks, err := r.readKey(ctx, config, key)
+		if ks.receipt != nil || err != nil {
+			return derefReceipt(ks.receipt), err
+		}
+		err = r.fence(ctx, config, key, ks.rev)
+		if errors.Is(err, store.ErrRevisionMismatch) {
+			continue // a receipt or another lookup's fence came first: read it again
+		}
+		if err != nil {
+			return Receipt{}, err
+		}
+		return Receipt{}, fmt.Errorf("%w: %s of config %s (the key is fenced: a move sent with it before this lookup can no longer commit; "+
+			"the same key may be sent again)", ErrNoPromotion, key, config)
 	}
+	return Receipt{}, fmt.Errorf("%w: looking up key %s of config %s", ErrContended, key, config)
+}
+
+// Fence is what a lookup that found no receipt leaves under the key: a
+// move that read the key before it can no longer commit.
+type Fence struct {
+	ConfigID       string    `json:"config_id"`
+	IdempotencyKey string    `json:"idempotency_key"`
+	FencedAt       time.Time `json:"fenced_at"`
+}
+
+// storedReceipt is what the key of a receipt holds: a receipt, or a fence
+// (FencedAt set).
+type storedReceipt struct {
+	Receipt
+	FencedAt *time.Time `json:"fenced_at,omitempty"`
+}
+
+// keyState is what an idempotency key holds now: the receipt written under
+// it, or (receipt nil) the revision a move with it must find the key at to
+// commit: 0 while nothing was written there, or the revision of the fence
+// the last lookup left.
+type keyState struct {
+	receipt *Receipt
+	rev     int64
+}
+
+// readKey reads what the key of a move holds.
+func (r *Rollouts) readKey(ctx context.Context, config, key string) (keyState, error) {
+	var sr storedReceipt
+	kv, ok, err := getAt(ctx, r.store, records.Receipt(config, key), 0, &sr)
+	switch {
+	case err != nil:
+		return keyState{}, fmt.Errorf("rollout: read receipt %s of config %s: %w", key, config, err)
+	case !ok:
+		return keyState{}, nil
+	case sr.FencedAt != nil:
+		return keyState{rev: kv.ModRevision}, nil
+	}
+	rc := sr.Receipt
 	rc.Revision = kv.ModRevision
-	return rc, nil
+	return keyState{receipt: &rc, rev: kv.ModRevision}, nil
+}
+
+// fence writes a fence under the key if it is still at rev. A config that
+// has no release needs none: no move of it can commit.
+func (r *Rollouts) fence(ctx context.Context, config, key string, rev int64) error {
+	head, err := r.releases.HeadAt(ctx, config, 0)
+	if err != nil || head == 0 {
+		return err
+	}
+	b, err := records.Encode(Fence{ConfigID: config, IdempotencyKey: key, FencedAt: r.now().UTC()})
+	if err != nil {
+		return err
+	}
+	k := records.Receipt(config, key)
+	_, err = r.store.Txn(ctx, store.Txn{Compares: []store.Compare{{Key: k, ModRevision: rev}}, Puts: []store.Put{{Key: k, Value: b}}})
+	if err != nil && !errors.Is(err, store.ErrRevisionMismatch) {
+		return fmt.Errorf("rollout: fence key %s of config %s: %w", key, config, err)
+	}
+	return err
 }
 
 // Receipts returns a config's receipts in the order they were written.
 func (r *Rollouts) Receipts(ctx context.Context, config string) ([]Receipt, error) {
+	return r.receiptsAt(ctx, config, 0)
+}
+
+// receiptsAt returns a config's receipts at rev (0: now) in the order they
+// were written.
+func (r *Rollouts) receiptsAt(ctx context.Context, config string, rev int64) ([]Receipt, error) {
 	var out []Receipt
-	err := store.Each(ctx, r.store, records.Receipts(config), func(kv store.KeyValue) error {
-		var rc Receipt
-		if err := records.Decode(kv, &rc); err != nil {
+	_, err := store.EachAt(ctx, r.store, records.Receipts(config), rev, func(kv store.KeyValue) error {
+		var sr storedReceipt
+		if err := records.Decode(kv, &sr); err != nil {
 			return err
 		}
+		if sr.FencedAt != nil {
+			return nil // a lookup's fence: no move
+		}
+		rc := sr.Receipt
 		rc.Revision = kv.ModRevision
 		out = append(out, rc)
 		return nil
@@ -182,27 +294,47 @@ func (r *Rollouts) Receipts(ctx context.Context, config string) ([]Receipt, erro
 	return out, nil
 }
 
-// existing returns the receipt already written for the key, if any, when it
+// keyOf reads the key of m: the receipt already written under it when it
 // records the same request (a retry: the same kind of move, to the same
 // generation for a promotion; the expectation may differ, since a retry
-// after the move happened reads the pointer it moved); a receipt of
-// another request under the key is ErrKeyReused.
-func (r *Rollouts) existing(ctx context.Context, m Move, rollback bool) (*Receipt, error) {
-	if !keyPattern.MatchString(m.IdempotencyKey) {
-		return nil, fmt.Errorf("%w: idempotency key %q must be 1-128 of A-Z a-z 0-9 . _ : -", ErrInvalid, m.IdempotencyKey)
+// after the move happened reads the pointer it moved), or the revision a
+// move must find the key at; a receipt of another request under the key is
+// ErrKeyReused.
+func (r *Rollouts) keyOf(ctx context.Context, m Move, rollback bool) (keyState, error) {
+	if err := checkKey(m.IdempotencyKey); err != nil {
+		return keyState{}, err
 	}
-	rc, err := r.GetPromotion(ctx, m.ConfigID, m.IdempotencyKey)
-	if errors.Is(err, ErrNoPromotion) {
-		return nil, nil
+	ks, err := r.readKey(ctx, m.ConfigID, m.IdempotencyKey)
+	if ks.receipt == nil || err != nil {
+		return ks, err
 	}
-	if err != nil {
-		return nil, err
-	}
-	if rc.Rollback != rollback || (!rollback && rc.To != m.To) {
-		return nil, fmt.Errorf("%w: key %s of config %s is the receipt of %s; use a new key for a new request",
+	if rc := *ks.receipt; rc.Rollback != rollback || (!rollback && rc.To != m.To) {
+		return keyState{}, fmt.Errorf("%w: key %s of config %s is the receipt of %s; use a new key for a new request",
 			ErrKeyReused, m.IdempotencyKey, m.ConfigID, describe(rc))
 	}
-	return &rc, nil
+	return ks, nil
+}
+
+// afterMismatch reads the key of m again after its write found a condition
+// changed: the receipt of the same request (a concurrent retry won), a
+// *FencedError when a lookup fenced the key after the request read it at
+// rev, or neither (decide again).
+func (r *Rollouts) afterMismatch(ctx context.Context, m Move, rollback bool, rev int64) (*Receipt, error) {
+	ks, err := r.keyOf(ctx, m, rollback)
+	switch {
+	case ks.receipt != nil || err != nil:
+		return ks.receipt, err
+	case ks.rev != rev:
+		return nil, &FencedError{ConfigID: m.ConfigID, IdempotencyKey: m.IdempotencyKey}
+	}
+	return nil, nil
+}
+
+func checkKey(key string) error {
+	if !keyPattern.MatchString(key) {
+		return fmt.Errorf("%w: idempotency key %q must be 1-128 of A-Z a-z 0-9 . _ : -", ErrInvalid, key)
+	}
+	return nil
 }
 
 func describe(rc Receipt) string {
@@ -221,11 +353,12 @@ func derefReceipt(rc *Receipt) Receipt {
 }
 
 // write commits the receipt and the new pointer in one transaction that
-// compares the pointer read and the receipt's absence, and holds the
+// compares the pointer read and the key (at keyRev: absent, or the fence
+// of the last lookup), and holds the other compares and the
 // unchanged conditions the decision rests on. A failed condition is
 // returned as the store's ErrRevisionMismatch; any other failure may have
 // committed, and is an *UnknownError.
-func (r *Rollouts) write(ctx context.Context, m Move, ptr Pointer, unchanged []store.Unchanged, rc Receipt) (Receipt, error) {
+func (r *Rollouts) write(ctx context.Context, m Move, ptr Pointer, keyRev int64, compares []store.Compare, unchanged []store.Unchanged, rc Receipt) (Receipt, error) {
 	rc.Actor, rc.Time, rc.IdempotencyKey = m.Actor, r.now().UTC(), m.IdempotencyKey
 	receiptKey := records.Receipt(m.ConfigID, m.IdempotencyKey)
 	rb, err := records.Encode(rc)
@@ -237,7 +370,7 @@ func (r *Rollouts) write(ctx context.Context, m Move, ptr Pointer, unchanged []s
 		return Receipt{}, err
 	}
 	res, err := r.store.Txn(ctx, store.Txn{
-		Compares:  []store.Compare{{Key: records.Pointer(m.ConfigID), ModRevision: ptr.Revision}, {Key: receiptKey, ModRevision: 0}},
+		Compares:  append([]store.Compare{{Key: records.Pointer(m.ConfigID), ModRevision: ptr.Revision}, {Key: receiptKey, ModRevision: keyRev}}, compares...),
 		Unchanged: unchanged,
 		Puts:      []store.Put{{Key: receiptKey, Value: rb}, {Key: records.Pointer(m.ConfigID), Value: pb}},
 	})
@@ -273,4 +406,82 @@ func (r *Rollouts) checkDependenciesActive(ctx context.Context, deps map[string]
 		}
 	}
 	return nil
+}
+
+// checkNotRevoked refuses a generation an operator revoked, as of rev.
+func (r *Rollouts) checkNotRevoked(ctx context.Context, config string, gen, rev int64) error {
+	rv, err := r.revocationAt(ctx, config, gen, rev)
+	if err != nil || rv == nil {
+		return err
+	}
+	return fmt.Errorf("%w: generation %d was revoked at %s by %s: %s; it can never be promoted: create a new release",
+		ErrNotReady, gen, rv.Time.Format(time.RFC3339), rv.Actor, rv.Reason)
+}
+
+// checkCutOnActive refuses a release cut while another generation was
+// active than the one active now, as of rev. Its rollout tested the move
+// from the generation active when it was cut; the pointer moves only by
+// promoting the newest release or by rolling back, so that generation is
+// still active unless a rollback came after the release was created.
+func (r *Rollouts) checkCutOnActive(ctx context.Context, rel release.Release, rev int64) error {
+	receipts, err := r.receiptsAt(ctx, rel.ConfigID, rev)
+	if err != nil {
+		return err
+	}
+	for _, rc := range receipts {
+		if rc.Rollback && rc.Revision > rel.Revision {
+			return fmt.Errorf("%w: generation %d was cut while generation %d was active, and a rollback (epoch %d, by %s at %s) made generation %d active since: "+
+				"its rollout tested the move from generation %d, not from %d; create a new release on the active generation",
+				ErrNotReady, rel.Generation, rc.From, rc.Epoch, rc.Actor, rc.Time.Format(time.RFC3339), rc.To, rc.From, rc.To)
+		}
+	}
+	return nil
+}
+
+// promoteConditions are what a promotion decided on rv rests on, besides
+// the pointer and the key: the head, the stop record, the revocation and
+// retirements of the release, the frozen members' registrations and
+// counted evidence, and the dependencies' pointers. Nothing else: an
+// ACK that does not count or changes no member's counted state, or a
+// registration of an instance outside the membership, leaves them all
+// unchanged, so a fleet's reports cannot starve a promotion.
+func promoteConditions(rv releaseView) ([]store.Compare, []store.Unchanged) {
+	config, gen, rev := rv.rel.ConfigID, rv.rel.Generation, rv.rev
+	compares := []store.Compare{
+		{Key: records.Stop(config, gen), ModRevision: 0},
+		{Key: records.Revoked(config, gen), ModRevision: 0},
+	}
+	ids := make([]string, 0, len(rv.epochs))
+	for id := range rv.epochs {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		compares = append(compares, store.Compare{Key: instance.RegistrationKey(id), ModRevision: rv.epochs[id]})
+	}
+	unchanged := []store.Unchanged{
+		{Prefix: records.Head(config), Since: rev},
+		{Prefix: records.RetiredOf(config, gen), Since: rev},
+		{Prefix: records.EvidenceOf(config, gen), Since: rev},
+	}
+	deps := make([]string, 0, len(rv.rel.Dependencies))
+	for dep := range rv.rel.Dependencies {
+		deps = append(deps, dep)
+	}
+	sort.Strings(deps)
+	for _, dep := range deps {
+		unchanged = append(unchanged, store.Unchanged{Prefix: records.Pointer(dep), Since: rev})
+	}
+	return compares, unchanged
+}
+
+// checkRollbackTarget refuses to roll back from generation from to a
+// revoked generation target.
+func (r *Rollouts) checkRollbackTarget(ctx context.Context, config string, target, from int64) error {
+	rv, err := r.GetRevocation(ctx, config, target)
+	if err != nil || rv == nil {
+		return err
+	}
+	return fmt.Errorf("%w: generation %d, which generation %d replaced, was revoked at %s by %s: %s; there is nothing to roll back to: promote a new release",
+		ErrNotReady, target, from, rv.Time.Format(time.RFC3339), rv.Actor, rv.Reason)
 }

@@ -72,6 +72,12 @@ var (
 	// ended without a definite answer: it may or may not have committed.
 	// *UnknownError names the key to resolve it with (GetPromotion).
 	ErrPromotionUnknown = errors.New("rollout: PROMOTION_UNKNOWN")
+	// ErrFenced means a lookup of a move's idempotency key answered "not
+	// found" while the move was in flight, so the move did not commit;
+	// *FencedError names the key.
+	ErrFenced = errors.New("rollout: the idempotency key was fenced by a lookup")
+	// ErrAlreadyRevoked means the generation was revoked before.
+	ErrAlreadyRevoked = errors.New("rollout: generation already revoked")
 	// ErrNotMember means the instance is not in the release's frozen
 	// membership.
 	ErrNotMember = errors.New("rollout: not a member of the release")
@@ -100,6 +106,21 @@ func (e *UnknownError) Is(target error) bool { return target == ErrPromotionUnkn
 
 // Unwrap returns the store's error.
 func (e *UnknownError) Unwrap() error { return e.Err }
+
+// FencedError reports a move whose idempotency key a lookup (GetPromotion)
+// fenced while the move was in flight: the lookup answered that no receipt
+// exists, so the move never commits. It matches ErrFenced.
+type FencedError struct {
+	ConfigID, IdempotencyKey string
+}
+
+func (e *FencedError) Error() string {
+	return fmt.Sprintf("rollout: key %s of config %s was looked up and found no receipt while this move was in flight, "+
+		"so the move did not happen and never will; send it again (the same key may be retried)", e.IdempotencyKey, e.ConfigID)
+}
+
+// Is reports whether target is ErrFenced.
+func (e *FencedError) Is(target error) bool { return target == ErrFenced }
 
 // PointerError reports the pointer as it is. It matches ErrPointerMoved.
 type PointerError struct {

@@ -2,6 +2,7 @@ package rollout
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/pawlcfg/pawl/server/internal/records"
 	"github.com/pawlcfg/pawl/server/internal/release"
@@ -20,6 +21,8 @@ const (
 	StateSuperseded release.State = "SUPERSEDED"
 	// StateRolledBack: it was active and a rollback moved the pointer off it.
 	StateRolledBack release.State = "ROLLED_BACK"
+	// StateRevoked: an operator revoked it; it can never be promoted.
+	StateRevoked release.State = "REVOKED"
 )
 
 // ReleaseStates returns a function that gives the state of each of a
@@ -40,15 +43,11 @@ func (r *Rollouts) ReleaseStates(ctx context.Context, config string) (func(relea
 			rolledBack[rc.From] = true
 		}
 	}
-	stopped := map[int64]bool{}
-	err = store.Each(ctx, r.store, records.Stops(config), func(kv store.KeyValue) error {
-		gen, err := records.StopGeneration(config, kv.Key)
-		if err != nil {
-			return err
-		}
-		stopped[gen] = true
-		return nil
-	})
+	stopped, err := r.generationsUnder(ctx, config, records.Stops(config), records.StopGeneration)
+	if err != nil {
+		return nil, err
+	}
+	revoked, err := r.generationsUnder(ctx, config, records.Revocations(config), records.RevokedGeneration)
 	if err != nil {
 		return nil, err
 	}
@@ -61,6 +60,8 @@ func (r *Rollouts) ReleaseStates(ctx context.Context, config string) (func(relea
 		switch {
 		case g == ptr.Generation:
 			return StateActive
+		case revoked[g]:
+			return StateRevoked
 		case rolledBack[g]:
 			return StateRolledBack
 		case stopped[g]:
@@ -70,4 +71,22 @@ func (r *Rollouts) ReleaseStates(ctx context.Context, config string) (func(relea
 		}
 		return release.StateCandidate
 	}, nil
+}
+
+// generationsUnder returns the generations of the records under prefix,
+// each read off its key by gen.
+func (r *Rollouts) generationsUnder(ctx context.Context, config, prefix string, gen func(config, key string) (int64, error)) (map[int64]bool, error) {
+	out := map[int64]bool{}
+	err := store.Each(ctx, r.store, prefix, func(kv store.KeyValue) error {
+		g, err := gen(config, kv.Key)
+		if err != nil {
+			return err
+		}
+		out[g] = true
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("rollout: read %s: %w", prefix, err)
+	}
+	return out, nil
 }

@@ -84,21 +84,9 @@ func (r *Rollouts) Status(ctx context.Context, config string, gen int64) (Status
 	if err != nil {
 		return Status{}, err
 	}
-	recs, err := r.registry.Registrations(ctx, rev)
+	regs, applied, err := r.regsAndAppliedAt(ctx, config, rev)
 	if err != nil {
 		return Status{}, err
-	}
-	regs := make(map[string]registration, len(recs))
-	for id, rec := range recs {
-		regs[id] = registration{boot: rec.BootID, epoch: rec.MembershipEpoch}
-	}
-	all, err := r.appliedAll(ctx, config, rev)
-	if err != nil {
-		return Status{}, err
-	}
-	applied := make(map[string]applyInfo, len(all))
-	for id, rec := range all {
-		applied[id] = applyInfoOf(rec)
 	}
 	return statusOf(t, rev, s.ptr, cs, applied, regs, s.now), nil
 }

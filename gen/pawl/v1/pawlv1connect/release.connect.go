@@ -45,6 +45,9 @@ const (
 	// ReleaseServiceRetireMemberProcedure is the fully-qualified name of the ReleaseService's
 	// RetireMember RPC.
 	ReleaseServiceRetireMemberProcedure = "/pawl.v1.ReleaseService/RetireMember"
+	// ReleaseServiceRevokeReleaseProcedure is the fully-qualified name of the ReleaseService's
+	// RevokeRelease RPC.
+	ReleaseServiceRevokeReleaseProcedure = "/pawl.v1.ReleaseService/RevokeRelease"
 )
 
 // ReleaseServiceClient is a client for the pawl.v1.ReleaseService service.
@@ -65,6 +68,11 @@ type ReleaseServiceClient interface {
 	// next instance in rank joins the cohort in its place. Allowed while the
 	// release is a candidate or active.
 	RetireMember(context.Context, *connect.Request[v1.RetireMemberRequest]) (*connect.Response[v1.RetireMemberResponse], error)
+	// RevokeRelease records that a generation may never be promoted, with
+	// who revoked it and why; it shows as REVOKED from then on, and Promote
+	// refuses it. A candidate's rollout stops in the same write. The active
+	// generation cannot be revoked: roll back first.
+	RevokeRelease(context.Context, *connect.Request[v1.RevokeReleaseRequest]) (*connect.Response[v1.RevokeReleaseResponse], error)
 }
 
 // NewReleaseServiceClient constructs a client for the pawl.v1.ReleaseService service. By default,
@@ -104,6 +112,12 @@ func NewReleaseServiceClient(httpClient connect.HTTPClient, baseURL string, opts
 			connect.WithSchema(releaseServiceMethods.ByName("RetireMember")),
 			connect.WithClientOptions(opts...),
 		),
+		revokeRelease: connect.NewClient[v1.RevokeReleaseRequest, v1.RevokeReleaseResponse](
+			httpClient,
+			baseURL+ReleaseServiceRevokeReleaseProcedure,
+			connect.WithSchema(releaseServiceMethods.ByName("RevokeRelease")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -113,6 +127,7 @@ type releaseServiceClient struct {
 	getRelease    *connect.Client[v1.GetReleaseRequest, v1.GetReleaseResponse]
 	listReleases  *connect.Client[v1.ListReleasesRequest, v1.ListReleasesResponse]
 	retireMember  *connect.Client[v1.RetireMemberRequest, v1.RetireMemberResponse]
+	revokeRelease *connect.Client[v1.RevokeReleaseRequest, v1.RevokeReleaseResponse]
 }
 
 // CreateRelease calls pawl.v1.ReleaseService.CreateRelease.
@@ -135,6 +150,11 @@ func (c *releaseServiceClient) RetireMember(ctx context.Context, req *connect.Re
 	return c.retireMember.CallUnary(ctx, req)
 }
 
+// RevokeRelease calls pawl.v1.ReleaseService.RevokeRelease.
+func (c *releaseServiceClient) RevokeRelease(ctx context.Context, req *connect.Request[v1.RevokeReleaseRequest]) (*connect.Response[v1.RevokeReleaseResponse], error) {
+	return c.revokeRelease.CallUnary(ctx, req)
+}
+
 // ReleaseServiceHandler is an implementation of the pawl.v1.ReleaseService service.
 type ReleaseServiceHandler interface {
 	// CreateRelease validates the content with the named validator on the
@@ -153,6 +173,11 @@ type ReleaseServiceHandler interface {
 	// next instance in rank joins the cohort in its place. Allowed while the
 	// release is a candidate or active.
 	RetireMember(context.Context, *connect.Request[v1.RetireMemberRequest]) (*connect.Response[v1.RetireMemberResponse], error)
+	// RevokeRelease records that a generation may never be promoted, with
+	// who revoked it and why; it shows as REVOKED from then on, and Promote
+	// refuses it. A candidate's rollout stops in the same write. The active
+	// generation cannot be revoked: roll back first.
+	RevokeRelease(context.Context, *connect.Request[v1.RevokeReleaseRequest]) (*connect.Response[v1.RevokeReleaseResponse], error)
 }
 
 // NewReleaseServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -188,6 +213,12 @@ func NewReleaseServiceHandler(svc ReleaseServiceHandler, opts ...connect.Handler
 		connect.WithSchema(releaseServiceMethods.ByName("RetireMember")),
 		connect.WithHandlerOptions(opts...),
 	)
+	releaseServiceRevokeReleaseHandler := connect.NewUnaryHandler(
+		ReleaseServiceRevokeReleaseProcedure,
+		svc.RevokeRelease,
+		connect.WithSchema(releaseServiceMethods.ByName("RevokeRelease")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/pawl.v1.ReleaseService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case ReleaseServiceCreateReleaseProcedure:
@@ -198,6 +229,8 @@ func NewReleaseServiceHandler(svc ReleaseServiceHandler, opts ...connect.Handler
 			releaseServiceListReleasesHandler.ServeHTTP(w, r)
 		case ReleaseServiceRetireMemberProcedure:
 			releaseServiceRetireMemberHandler.ServeHTTP(w, r)
+		case ReleaseServiceRevokeReleaseProcedure:
+			releaseServiceRevokeReleaseHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -221,4 +254,8 @@ func (UnimplementedReleaseServiceHandler) ListReleases(context.Context, *connect
 
 func (UnimplementedReleaseServiceHandler) RetireMember(context.Context, *connect.Request[v1.RetireMemberRequest]) (*connect.Response[v1.RetireMemberResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("pawl.v1.ReleaseService.RetireMember is not implemented"))
+}
+
+func (UnimplementedReleaseServiceHandler) RevokeRelease(context.Context, *connect.Request[v1.RevokeReleaseRequest]) (*connect.Response[v1.RevokeReleaseResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("pawl.v1.ReleaseService.RevokeRelease is not implemented"))
 }

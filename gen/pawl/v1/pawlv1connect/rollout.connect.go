@@ -68,7 +68,10 @@ type RolloutServiceClient interface {
 	// Rollback moves the pointer to the active release's predecessor, with
 	// the epoch incremented.
 	Rollback(context.Context, *connect.Request[v1.RollbackRequest]) (*connect.Response[v1.RollbackResponse], error)
-	// GetPromotion returns the receipt written for an idempotency key.
+	// GetPromotion returns the receipt written for an idempotency key. A
+	// NOT_FOUND is final: the lookup fences the key, so a Promote or
+	// Rollback with it still in flight fails (ABORTED) and never commits;
+	// the same key may be sent again. Repeating the lookup is safe.
 	GetPromotion(context.Context, *connect.Request[v1.GetPromotionRequest]) (*connect.Response[v1.GetPromotionResponse], error)
 	// StopRollout stops a release's rollout by hand, with a reason: nothing
 	// of it is offered to instances any more, later ACKs do not count, and it
@@ -213,7 +216,10 @@ type RolloutServiceHandler interface {
 	// Rollback moves the pointer to the active release's predecessor, with
 	// the epoch incremented.
 	Rollback(context.Context, *connect.Request[v1.RollbackRequest]) (*connect.Response[v1.RollbackResponse], error)
-	// GetPromotion returns the receipt written for an idempotency key.
+	// GetPromotion returns the receipt written for an idempotency key. A
+	// NOT_FOUND is final: the lookup fences the key, so a Promote or
+	// Rollback with it still in flight fails (ABORTED) and never commits;
+	// the same key may be sent again. Repeating the lookup is safe.
 	GetPromotion(context.Context, *connect.Request[v1.GetPromotionRequest]) (*connect.Response[v1.GetPromotionResponse], error)
 	// StopRollout stops a release's rollout by hand, with a reason: nothing
 	// of it is offered to instances any more, later ACKs do not count, and it
