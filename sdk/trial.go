@@ -179,7 +179,7 @@ func (b *budget) breach(m Measurement) string {
 func (c *Client) watch(ctx context.Context, rep *reporter, s *Snapshot, t *trial, settled <-chan struct{}, b *budget, window time.Duration) {
 	tick := time.NewTicker(c.cfg.healthInterval)
 	defer tick.Stop()
-	span := max(window, c.cfg.healthInterval)
+	recent := max(window, c.cfg.healthInterval)
 	for {
 		var extra ackExtra
 		var sent chan error
@@ -189,11 +189,11 @@ func (c *Client) watch(ctx context.Context, rep *reporter, s *Snapshot, t *trial
 		case <-settled:
 			return
 		case r := <-t.reports:
-			m := c.health.since(time.Now().Add(-span))
+			m := c.health.since(time.Now().Add(-recent))
 			extra, sent = ackExtra{reason: "reported by the application: " + r.reason, health: &m}, r.sent
 		case <-tick.C:
 			var failed bool
-			if extra, failed = c.recheck(ctx, s, b, span); !failed {
+			if extra, failed = c.recheck(ctx, s, b, recent); !failed {
 				continue
 			}
 		}
@@ -202,18 +202,18 @@ func (c *Client) watch(ctx context.Context, rep *reporter, s *Snapshot, t *trial
 	}
 }
 
-// recheck runs the health check and judges the requests of the last span
-// against the stage's budget; it returns the report of a failure, and
-// whether there was one.
-func (c *Client) recheck(ctx context.Context, s *Snapshot, b *budget, span time.Duration) (ackExtra, bool) {
-	m := c.health.since(time.Now().Add(-span))
+// recheck runs the health check and judges the requests of the last
+// recent span against the stage's budget; it returns the report of a
+// failure, and whether there was one.
+func (c *Client) recheck(ctx context.Context, s *Snapshot, b *budget, recent time.Duration) (ackExtra, bool) {
+	m := c.health.since(time.Now().Add(-recent))
 	if c.cfg.healthCheck != nil {
 		if err := c.cfg.healthCheck(ctx, s); err != nil && ctx.Err() == nil {
 			return ackExtra{reason: "after the health window: health check failed: " + err.Error(), health: &m}, true
 		}
 	}
 	if over := b.breach(m); over != "" {
-		return ackExtra{reason: fmt.Sprintf("after the health window: %s (%d requests in the last %s)", over, m.Requests, span), health: &m}, true
+		return ackExtra{reason: fmt.Sprintf("after the health window: %s (%d requests in the last %s)", over, m.Requests, recent), health: &m}, true
 	}
 	return ackExtra{}, false
 }
