@@ -61,13 +61,16 @@ func (h *harness) awaitHealthy(gen int64, id string) *pawlv1.Ack {
 	return healthy
 }
 
-// awaitStopped waits until gen's rollout stopped and returns its status.
+// awaitStopped waits until gen's status has a stop record and returns
+// the status. (It waits for the record, not the state: status reads the
+// release's state apart from the rest, so the two may disagree for a
+// moment.)
 func (h *harness) awaitStopped(gen int64) *pawlv1.GetRolloutStatusResponse {
 	h.t.Helper()
 	var st *pawlv1.GetRolloutStatusResponse
 	h.awaitKV("/_pawl/", func() bool {
 		st = h.status(gen)
-		return st.GetState() == pawlv1.ReleaseState_RELEASE_STATE_STOPPED
+		return st.GetStop() != nil
 	})
 	return st
 }
@@ -243,5 +246,20 @@ func TestAPromotedReleaseIsNoLongerWatched(t *testing.T) {
 	h.awaitHealthy(2, "c0")
 	if states, _ := h.acks(1); !slices.Equal(states["c0"], everyStep) {
 		t.Fatalf("generation 1's reports: %v, want %v", states["c0"], everyStep)
+	}
+}
+
+// TestAHealthIntervalMustBePositive: a zero or negative interval is
+// refused by New, naming the option.
+func TestAHealthIntervalMustBePositive(t *testing.T) {
+	for _, d := range []time.Duration{0, -time.Second} {
+		c, err := sdk.New(context.Background(), "http://127.0.0.1:1", sdk.WithWorkloadIdentity("i0"), sdk.WithHealthInterval(d))
+		if err == nil {
+			c.Close()
+			t.Fatalf("WithHealthInterval(%s) was accepted", d)
+		}
+		if !strings.Contains(err.Error(), "WithHealthInterval("+d.String()+"): must be positive") {
+			t.Fatalf("WithHealthInterval(%s): %v", d, err)
+		}
 	}
 }

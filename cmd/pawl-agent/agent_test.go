@@ -363,7 +363,7 @@ func TestAHealthCommandThatFailsAfterTheWindowStopsTheRollout(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := status()
-	for ; st.GetState() != pawlv1.ReleaseState_RELEASE_STATE_STOPPED; st = status() {
+	for ; st.GetStop() == nil; st = status() {
 		next()
 	}
 	a := lastAck(st)
