@@ -172,8 +172,8 @@ func (b *budget) breach(m Measurement) string {
 // until settled is closed (the release was promoted, or is no longer
 // assigned), ctx ends (it was replaced, or the client closed), or a
 // failure was reported: every health interval it runs the health check
-// and, when the stage has a budget, measures the requests of the last
-// span (the health window, or the interval if longer); the first failure,
+// and, when the stage has a budget, judges the requests of the recent
+// past (the health window, or the interval if longer); the first failure,
 // or a report of the application's, is sent at once as an unhealthy
 // HEALTHY_ACKED of the same apply.
 func (c *Client) watch(ctx context.Context, rep *reporter, s *Snapshot, t *trial, settled <-chan struct{}, b *budget, window time.Duration) {
@@ -195,6 +195,11 @@ func (c *Client) watch(ctx context.Context, rep *reporter, s *Snapshot, t *trial
 			var failed bool
 			if extra, failed = c.recheck(ctx, s, b, recent); !failed {
 				continue
+			}
+			select {
+			case <-settled:
+				return // promoted while the check ran: it decides nothing now
+			default:
 			}
 		}
 		c.reportFailure(ctx, rep, extra, sent)
