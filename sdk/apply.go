@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"connectrpc.com/connect"
@@ -35,7 +36,15 @@ type job struct {
 	a      *pawlv1.Assignment
 	cancel context.CancelFunc
 	done   chan struct{}
+	// settled is closed once the assignment stream says the release's
+	// rollout can no longer stop here (it was promoted, or the config is
+	// assigned nothing any more): its health is no longer watched.
+	settled    chan struct{}
+	settleOnce sync.Once
 }
+
+// settle ends the watch of the job's release, if any.
+func (j *job) settle() { j.settleOnce.Do(func() { close(j.settled) }) }
 
 func (c *Client) startRunner(config string) *runner {
 	ctx, cancel := context.WithCancel(c.ctx)
@@ -131,10 +140,16 @@ func (r *runner) replace(ctx context.Context, cur *job, a *pawlv1.Assignment, sh
 			<-cur.done
 			return nil
 		}
+		if cur != nil {
+			cur.settle() // its rollout is over for this instance
+		}
 		return cur
 	}
 	key := assignmentKey(a, shadow)
 	if cur != nil && assignmentKey(cur.a, shadow) == key {
+		if a.GetStage() == "" {
+			cur.settle() // promoted: its rollout can no longer stop
+		}
 		return cur
 	}
 	if cur != nil {
@@ -150,10 +165,10 @@ func (r *runner) replace(ctx context.Context, cur *job, a *pawlv1.Assignment, sh
 		}
 	}
 	jctx, cancel := context.WithCancel(ctx)
-	j := &job{a: a, cancel: cancel, done: make(chan struct{})}
+	j := &job{a: a, cancel: cancel, done: make(chan struct{}), settled: make(chan struct{})}
 	go func() {
 		defer close(j.done)
-		if r.c.apply(jctx, a, shadow) {
+		if r.c.apply(jctx, a, shadow, j.settled) {
 			select {
 			case finished <- key:
 			case <-jctx.Done():
@@ -183,10 +198,12 @@ func (f *fetched) let() {
 
 // apply takes one assignment through every step: download, verify,
 // validate, stage, apply, health window, with an ACK after each and a
-// span around each; a shadow assignment stops after validation. It
-// reports whether the assignment was completed (applied and reported, or
-// rejected); false means it was cancelled.
-func (c *Client) apply(ctx context.Context, a *pawlv1.Assignment, shadow bool) bool {
+// span around each; a shadow assignment stops after validation. A canary
+// (an assignment through a stage of a rollout that can still stop) that
+// passed its window stays under watch until settled is closed or ctx
+// ends (see watch). It reports whether the assignment was completed
+// (applied and reported, or rejected); false means it was cancelled.
+func (c *Client) apply(ctx context.Context, a *pawlv1.Assignment, shadow bool, settled <-chan struct{}) bool {
 	ctx, root := c.tracer.Start(ctx, "pawl.rollout", trace.WithAttributes(
 		attribute.String("pawl.config", a.GetConfigId()), attribute.Int64("pawl.generation", a.GetGeneration()),
 		attribute.String("pawl.stage", a.GetStage()), attribute.Bool("pawl.shadow", shadow), attribute.String("pawl.boot", c.bootID)))
@@ -265,6 +282,9 @@ func (c *Client) apply(ctx context.Context, a *pawlv1.Assignment, shadow bool) b
 		return nil
 	})
 	rep.post(sctx, pawlv1.InstanceState_INSTANCE_STATE_STAGED, ackExtra{})
+	// From the swap on, the application may report the canary unhealthy.
+	t := c.startTrial(a)
+	defer c.endTrial(t)
 	var swapped bool
 	sctx, ok = step("pawl.apply", func(ctx context.Context) error {
 		if c.cfg.applier != nil {
@@ -294,7 +314,8 @@ func (c *Client) apply(ctx context.Context, a *pawlv1.Assignment, shadow bool) b
 	}
 
 	hctx, span := c.tracer.Start(ctx, "pawl.health_window")
-	extra, ok := c.healthWindow(hctx, snap, time.Duration(f.release.HealthWindow))
+	window := time.Duration(f.release.HealthWindow)
+	extra, sent, ok := c.healthWindow(hctx, snap, window, t, settled)
 	if !extra.healthOK {
 		span.SetStatus(codes.Error, extra.reason)
 	}
@@ -302,7 +323,19 @@ func (c *Client) apply(ctx context.Context, a *pawlv1.Assignment, shadow bool) b
 	if !ok {
 		return false
 	}
-	return rep.wait(hctx, pawlv1.InstanceState_INSTANCE_STATE_HEALTHY_ACKED, extra) == nil || ctx.Err() == nil
+	err := rep.wait(hctx, pawlv1.InstanceState_INSTANCE_STATE_HEALTHY_ACKED, extra)
+	if sent != nil {
+		sent <- err
+	}
+	completed := err == nil || ctx.Err() == nil
+	b := f.release.Budgets[a.GetStage()]
+	if t != nil && err == nil && extra.healthOK && b.breach(*extra.health) == "" {
+		// Healthy within its budget, and its rollout can still stop: keep
+		// watching, so that a failure after the window reaches it.
+		root.End()
+		c.watch(ctx, rep, snap, t, settled, b, window)
+	}
+	return completed
 }
 
 // download fetches the release (content, without membership) and its
@@ -329,6 +362,7 @@ func (c *Client) download(ctx context.Context, a *pawlv1.Assignment) (fetched, e
 				Config: spec.GetConfigId(), Generation: rel.GetGeneration(), ContentDigest: rel.GetContentDigest(),
 				ValidatorDigest: spec.GetValidatorDigest(), MediaType: spec.GetMediaType(), Content: spec.GetContent(),
 				Params: spec.GetValidatorParams(), HealthWindow: spec.GetHealthWindow().AsDuration(), MinAppVersion: spec.GetMinAppVersion(),
+				Budgets: budgetsOf(spec.GetStages()),
 			}
 			return nil
 		})
@@ -462,9 +496,13 @@ func (c *Client) validate(ctx context.Context, f *fetched) error {
 // health check runs right after the swap and at the end, and the requests
 // the middleware measured from the swap to the end of the window (every
 // request the new generation served, including those before the server
-// had the APPLIED) give the error rate and p99. It returns the
-// HEALTHY_ACKED report, and false when ctx ended first.
-func (c *Client) healthWindow(ctx context.Context, s *Snapshot, window time.Duration) (ackExtra, bool) {
+// had the APPLIED) give the error rate and p99. A report of the
+// application's (ReportUnhealthy) on the canary's trial t ends the window
+// at once, unhealthy, until settled says the rollout can no longer stop.
+// It returns the HEALTHY_ACKED report, the channel that awaits its
+// outcome (the application's report's, or nil), and false when ctx ended
+// first.
+func (c *Client) healthWindow(ctx context.Context, s *Snapshot, window time.Duration, t *trial, settled <-chan struct{}) (ackExtra, chan error, bool) {
 	start := s.AppliedAt
 	check := func() error {
 		if c.cfg.healthCheck == nil {
@@ -473,24 +511,36 @@ func (c *Client) healthWindow(ctx context.Context, s *Snapshot, window time.Dura
 		return c.cfg.healthCheck(ctx, s)
 	}
 	firstErr := check()
-	t := time.NewTimer(window)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-ctx.Done():
-		return ackExtra{}, false
+	timer := time.NewTimer(window)
+	defer timer.Stop()
+	reports := t.reportsOf()
+	for waiting := true; waiting; {
+		select {
+		case <-timer.C:
+			waiting = false
+		case <-settled:
+			// Promoted, or no longer assigned: the application's reports
+			// would decide nothing any more.
+			c.endTrial(t)
+			reports, settled = nil, nil
+		case r := <-reports:
+			m := c.health.since(start)
+			return ackExtra{reason: "reported by the application: " + r.reason, health: &m}, r.sent, true
+		case <-ctx.Done():
+			return ackExtra{}, nil, false
+		}
 	}
 	err := firstErr
 	if err == nil {
 		err = check()
 	}
 	if ctx.Err() != nil {
-		return ackExtra{}, false
+		return ackExtra{}, nil, false
 	}
 	m := c.health.since(start)
 	extra := ackExtra{healthOK: err == nil, health: &m}
 	if err != nil {
 		extra.reason = "health check failed: " + err.Error()
 	}
-	return extra, true
+	return extra, nil, true
 }

@@ -49,6 +49,10 @@ type cachedRelease struct {
 	Params          []byte        `json:"params,omitempty"`
 	HealthWindow    time.Duration `json:"health_window"`
 	MinAppVersion   string        `json:"min_app_version,omitempty"`
+	// Budgets are the health budgets of the plan's stages, by stage name
+	// (stages without one are absent), which the SDK judges after the
+	// health window.
+	Budgets map[string]*budget `json:"budgets,omitempty"`
 }
 
 // appliedPointer says which generation of a config was last applied.

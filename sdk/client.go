@@ -61,7 +61,9 @@ type Client struct {
 	nextSub int
 	// assigned holds the configs the server assigned to this instance.
 	assigned map[string]bool
-	closed   bool
+	// trials holds each config's canary on trial, if any.
+	trials map[string]*trial
+	closed bool
 
 	ctx    context.Context // ends at Close
 	cancel context.CancelFunc
@@ -100,6 +102,7 @@ func New(ctx context.Context, serverURL string, opts ...Option) (*Client, error)
 		tracer:   cfg.tracerProvider.Tracer("github.com/pawlcfg/pawl/sdk"),
 		health:   newHealthRecorder(),
 		retained: map[string][]*Snapshot{}, changed: make(chan struct{}), subs: map[int]subscriber{}, assigned: map[string]bool{},
+		trials: map[string]*trial{},
 	}
 	empty := map[string]*Snapshot{}
 	c.current.Store(&empty)

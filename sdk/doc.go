@@ -13,11 +13,18 @@
 //     (validators/host), on the input validators/ABI.md defines;
 //  4. stage an immutable Snapshot and swap it in atomically;
 //  5. hold it for the release's health window while the application's
-//     health check and the measured error rate and p99 say healthy.
+//     health check and the measured error rate and p99 say healthy;
+//  6. while it is a canary whose rollout can still stop (not yet
+//     promoted, stopped or replaced, as the assignment stream says), keep
+//     checking both every health interval (WithHealthInterval).
 //
 // After each step it reports an ACK (DISCOVERED, DOWNLOADED, VALIDATED,
 // STAGED, APPLIED, HEALTHY_ACKED, or REJECTED with the reason) carrying the
-// W3C trace context of a span around that step. Nothing unverified is ever
+// W3C trace context of a span around that step. A failure after the
+// window (the health check fails, or the stage's error-rate or p99 budget
+// is broken) is reported at once, as an unhealthy HEALTHY_ACKED of the
+// same apply, and so is the application's own finding, ReportUnhealthy:
+// either counts against the canary's stage and can stop the rollout. Nothing unverified is ever
 // visible: Config returns only snapshots that passed every check. An
 // instance applies only what it is assigned, never a higher generation it
 // has seen, and never moves to a lower pointer epoch. A shadow assignment

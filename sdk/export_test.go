@@ -11,3 +11,15 @@ func CloseIdleValidators(c *Client) int {
 	defer c.runtime.mu.Unlock()
 	return len(c.runtime.loaded)
 }
+
+// TrialOver returns a channel closed when the canary of config now on
+// trial on c is no longer watched (promoted, stopped, replaced, or
+// reported), or nil when none is on trial.
+func TrialOver(c *Client, config string) <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if t := c.trials[config]; t != nil {
+		return t.over
+	}
+	return nil
+}

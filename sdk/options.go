@@ -19,10 +19,12 @@ import (
 type Option func(*config)
 
 // HealthCheck is the application's view of its own health while a newly
-// applied config is on trial (the release's health window): it is called
-// once right after the swap and once at the end of the window, and any
-// error makes the instance report the release unhealthy, with the error as
-// the reason.
+// applied config is on trial: it is called once right after the swap and
+// once at the end of the release's health window, and then, while the
+// release is a canary whose rollout can still stop (not yet promoted,
+// stopped or replaced), every health interval (WithHealthInterval). Any
+// error makes the instance report the release unhealthy, with the error
+// as the reason; after the window, at once.
 type HealthCheck func(ctx context.Context, s *Snapshot) error
 
 // Applier puts a verified, validated snapshot into effect outside the
@@ -50,6 +52,7 @@ type config struct {
 	retain         int
 	backoffMin     time.Duration
 	backoffMax     time.Duration
+	healthInterval time.Duration
 	grpc           bool
 }
 
@@ -65,6 +68,9 @@ const (
 	// reconnects and retries (exponential, with full jitter).
 	DefaultBackoffMin = 100 * time.Millisecond
 	DefaultBackoffMax = 10 * time.Second
+	// DefaultHealthInterval is how often a canary's health is checked
+	// again after its health window, while its rollout can still stop.
+	DefaultHealthInterval = 10 * time.Second
 )
 
 func defaultConfig() config {
@@ -78,6 +84,7 @@ func defaultConfig() config {
 		validatorLimit: host.DefaultTimeout,
 		backoffMin:     DefaultBackoffMin,
 		backoffMax:     DefaultBackoffMax,
+		healthInterval: DefaultHealthInterval,
 	}
 }
 
@@ -100,6 +107,9 @@ func (c *config) validate() error {
 	}
 	if c.backoffMin <= 0 || c.backoffMax < c.backoffMin {
 		errs = append(errs, fmt.Errorf("WithBackoff(%s, %s): need 0 < min <= max", c.backoffMin, c.backoffMax))
+	}
+	if c.healthInterval <= 0 {
+		errs = append(errs, fmt.Errorf("WithHealthInterval(%s): must be positive", c.healthInterval))
 	}
 	if c.httpClient != nil && c.tlsConfig != nil {
 		errs = append(errs, errors.New("WithTLSConfig and WithHTTPClient: configure TLS in the HTTP client you pass"))
@@ -211,8 +221,16 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 func WithLogger(log *slog.Logger) Option { return func(c *config) { c.log = log } }
 
 // WithHealthCheck sets the application's health check, run during each
-// release's health window.
+// release's health window and, for a canary, after it (see HealthCheck).
 func WithHealthCheck(check HealthCheck) Option { return func(c *config) { c.healthCheck = check } }
+
+// WithHealthInterval sets how often a canary whose health window passed
+// is checked again while its rollout can still stop (default
+// DefaultHealthInterval): the health check runs, and when its stage has a
+// health budget, the error rate and p99 the middleware and interceptor
+// measured over the last health window (or interval, if longer) are
+// judged against it. The first failure is reported at once.
+func WithHealthInterval(d time.Duration) Option { return func(c *config) { c.healthInterval = d } }
 
 // WithApplier sets a step that puts each snapshot into effect outside the
 // process before it is swapped in.

@@ -27,7 +27,7 @@ type options struct {
 	configs                                            []string
 	dir, prefix, execCmd, healthCmd, cacheDir, token   string
 	noAssignments                                      bool
-	execTimeout, validatorTimeout                      time.Duration
+	execTimeout, validatorTimeout, healthInterval      time.Duration
 }
 
 // run parses args, runs the agent until ctx ends, and returns the exit
@@ -82,7 +82,8 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.noAssignments, "no-assignments", false, "only mirror --prefix: do not register or follow releases")
 	fs.StringVar(&o.execCmd, "exec", "", "a shell command to run after each change (env PAWL_CONFIG, PAWL_GENERATION or PAWL_KEY, PAWL_FILE)")
 	fs.DurationVar(&o.execTimeout, "exec-timeout", 30*time.Second, "how long --exec and --health-cmd may run")
-	fs.StringVar(&o.healthCmd, "health-cmd", "", "a shell command whose failure during a release's health window reports it unhealthy")
+	fs.StringVar(&o.healthCmd, "health-cmd", "", "a shell command whose failure reports a release unhealthy: run during its health window and, while its rollout can still stop, every --health-interval after it")
+	fs.DurationVar(&o.healthInterval, "health-interval", sdk.DefaultHealthInterval, "how often --health-cmd runs again after a canary's health window, while its rollout can still stop")
 	fs.DurationVar(&o.validatorTimeout, "validator-timeout", host.DefaultTimeout, "how long one local validation may run before the release is rejected")
 	fs.StringVar(&o.cacheDir, "cache-dir", "", "the last known good state (default DIR/.pawl-cache)")
 	fs.StringVar(&o.token, "token", os.Getenv("PAWL_TOKEN"), "a bearer token for the server (env PAWL_TOKEN)")
@@ -98,6 +99,8 @@ func parse(args []string, stderr io.Writer) (options, error) {
 		return o, errors.New("--no-assignments needs --prefix: there would be nothing to do")
 	case !o.noAssignments && o.identity == "":
 		return o, errors.New("--identity is required to follow releases (or pass --no-assignments)")
+	case o.healthInterval <= 0:
+		return o, fmt.Errorf("--health-interval %s must be positive", o.healthInterval)
 	case o.prefix != "" && !strings.HasPrefix(o.prefix, "/"):
 		return o, fmt.Errorf("--prefix %q must start with /", o.prefix)
 	}
@@ -123,7 +126,7 @@ func (a *agent) run(ctx context.Context) error {
 	}
 	opts := []sdk.Option{
 		sdk.WithCacheDir(a.o.cacheDir), sdk.WithLogger(a.log), sdk.WithAuthToken(a.o.token),
-		sdk.WithValidatorTimeout(a.o.validatorTimeout),
+		sdk.WithValidatorTimeout(a.o.validatorTimeout), sdk.WithHealthInterval(a.o.healthInterval),
 		sdk.WithApplier(a.writeConfig), sdk.WithHealthCheck(a.health),
 	}
 	if a.o.noAssignments {
@@ -172,8 +175,9 @@ func (a *agent) writeConfig(ctx context.Context, s *sdk.Snapshot) error {
 	return nil
 }
 
-// health is the SDK's health check: --exec's outcome for this snapshot,
-// then --health-cmd.
+// health is the SDK's health check, run during each release's health
+// window and, for a canary, every --health-interval after it: --exec's
+// outcome for this snapshot, then --health-cmd.
 func (a *agent) health(ctx context.Context, s *sdk.Snapshot) error {
 	a.mu.Lock()
 	err := a.execErr[s.String()]

@@ -298,3 +298,80 @@ func TestAFailingExecReportsTheReleaseUnhealthy(t *testing.T) {
 		}
 	}
 }
+
+// TestAHealthCommandThatFailsAfterTheWindowStopsTheRollout: the agent
+// passes the release's health window, then its --health-cmd starts
+// failing; rerun every --health-interval while the rollout can still
+// stop, it reports the release unhealthy at once, and the rollout stops
+// with the command's output as the reason.
+func TestAHealthCommandThatFailsAfterTheWindowStopsTheRollout(t *testing.T) {
+	srv := testserver.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	client := testserver.HTTPClient(t)
+	up, err := pawlv1connect.NewValidatorServiceClient(client, srv.URL).Upload(ctx, connect.NewRequest(&pawlv1.UploadRequest{Wasm: wasmbuild.Build(t, "routing")}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv := pawlv1connect.NewKVServiceClient(client, srv.URL)
+	records, err := kv.Watch(ctx, connect.NewRequest(&pawlv1.WatchRequest{Prefix: "/_pawl/"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer records.Close()
+	// next waits for the next record the server writes.
+	next := func() []*pawlv1.Event {
+		if !records.Receive() {
+			t.Fatal(records.Err())
+		}
+		return records.Msg().GetEvents().GetEvents()
+	}
+	diskFull := filepath.Join(t.TempDir(), "disk-full")
+	runAgent(t, "--server", srv.URL, "--identity", "agent-1", "--dir", t.TempDir(), "--health-interval", "20ms",
+		"--health-cmd", `if [ -e `+diskFull+` ]; then echo "the disk is full"; exit 1; fi`)
+	for registered := false; !registered; {
+		for _, ev := range next() {
+			registered = registered || strings.HasPrefix(ev.GetKv().GetKey(), "/_pawl/instances/agent-1")
+		}
+	}
+	rs := pawlv1connect.NewReleaseServiceClient(client, srv.URL)
+	if _, err := rs.CreateRelease(ctx, connect.NewRequest(&pawlv1.CreateReleaseRequest{Spec: &pawlv1.ReleaseSpec{
+		ConfigId: "routing", MediaType: "application/json", ValidatorDigest: up.Msg.GetValidator().GetDigest(), Content: bigRouting(1),
+		Stages:       []*pawlv1.Stage{{Name: "all", Policy: &pawlv1.AckPolicy{Kind: pawlv1.AckPolicyKind_ACK_POLICY_KIND_ALL}}},
+		HealthWindow: durationpb.New(100 * time.Millisecond), Deadline: durationpb.New(time.Hour),
+	}})); err != nil {
+		t.Fatal(err)
+	}
+	ro := pawlv1connect.NewRolloutServiceClient(client, srv.URL)
+	status := func() *pawlv1.GetRolloutStatusResponse {
+		st, err := ro.GetRolloutStatus(ctx, connect.NewRequest(&pawlv1.GetRolloutStatusRequest{ConfigId: "routing", Generation: 1}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Msg
+	}
+	lastAck := func(st *pawlv1.GetRolloutStatusResponse) *pawlv1.Ack {
+		if n := len(st.GetAcks()); n > 0 {
+			return st.GetAcks()[n-1]
+		}
+		return nil
+	}
+	for a := lastAck(status()); a.GetState() != pawlv1.InstanceState_INSTANCE_STATE_HEALTHY_ACKED || !a.GetHealthOk() || !a.GetCounted(); a = lastAck(status()) {
+		next()
+	}
+	if err := os.WriteFile(diskFull, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	st := status()
+	for ; st.GetStop() == nil; st = status() {
+		next()
+	}
+	a := lastAck(st)
+	if a.GetState() != pawlv1.InstanceState_INSTANCE_STATE_HEALTHY_ACKED || a.GetHealthOk() || !a.GetCounted() ||
+		!strings.Contains(a.GetReason(), "after the health window: health check failed: --health-cmd") || !strings.Contains(a.GetReason(), "the disk is full") {
+		t.Fatalf("the report after the window = %v", a)
+	}
+	if stop := st.GetStop(); stop.GetStage() != "all" {
+		t.Fatalf("stopped by %+v", stop)
+	}
+}

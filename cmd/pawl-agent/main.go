@@ -5,7 +5,9 @@
 // under a KV prefix to DIR/kv/, each file replaced atomically (temporary
 // file, fsync, rename, directory fsync), so a reader never sees a file
 // half-written. After each change it can run a command; a command that
-// fails makes the instance report the release unhealthy.
+// fails makes the instance report the release unhealthy, and so does a
+// health command that fails during the release's health window or, while
+// the rollout can still stop, at any of its reruns after it.
 //
 //	pawl-agent --server http://127.0.0.1:7070 --identity web-1 --zone a --dir /etc/myapp/pawl \
 //	    --exec 'systemctl reload myapp'
