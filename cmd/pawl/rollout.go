@@ -329,6 +329,9 @@ func printStatus(g *globals, config string, gen int64, st *pawlv1.GetRolloutStat
 			fmt.Fprintf(w, "  zone %s: %d/%d healthy, %d rejected (%s)\n", z, zs.GetHealthy(), zs.GetMembers(), zs.GetRejected(), stateCounts(zs.GetStates()))
 		}
 	}
+	if n := st.GetMembershipGeneration(); n > 1 {
+		fmt.Fprintf(w, "membership generation %d: %d retired since the freeze\n", n, len(st.GetRetirements()))
+	}
 	for _, rt := range st.GetRetirements() {
 		fmt.Fprintf(w, "retired %s by %s at %s: %s\n", rt.GetWorkloadIdentity(), rt.GetActor(), rt.GetTime().AsTime().Format(time.RFC3339), rt.GetReason())
 	}

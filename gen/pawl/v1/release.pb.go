@@ -1186,9 +1186,12 @@ type Retirement struct {
 	// When.
 	Time *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=time,proto3" json:"time,omitempty"`
 	// The store revision of the record.
-	Revision      int64 `protobuf:"varint,7,opt,name=revision,proto3" json:"revision,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Revision int64 `protobuf:"varint,7,opt,name=revision,proto3" json:"revision,omitempty"`
+	// The membership generation this retirement made: a release's frozen
+	// membership is generation 1, and each retirement adds one.
+	MembershipGeneration int64 `protobuf:"varint,8,opt,name=membership_generation,json=membershipGeneration,proto3" json:"membership_generation,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *Retirement) Reset() {
@@ -1266,6 +1269,13 @@ func (x *Retirement) GetTime() *timestamppb.Timestamp {
 func (x *Retirement) GetRevision() int64 {
 	if x != nil {
 		return x.Revision
+	}
+	return 0
+}
+
+func (x *Retirement) GetMembershipGeneration() int64 {
+	if x != nil {
+		return x.MembershipGeneration
 	}
 	return 0
 }
@@ -1696,7 +1706,7 @@ const file_pawl_v1_release_proto_rawDesc = "" +
 	"\x0finclude_content\x18\x05 \x01(\bR\x0eincludeContent\"l\n" +
 	"\x14ListReleasesResponse\x12,\n" +
 	"\breleases\x18\x01 \x03(\v2\x10.pawl.v1.ReleaseR\breleases\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xf0\x01\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xa5\x02\n" +
 	"\n" +
 	"Retirement\x12\x1b\n" +
 	"\tconfig_id\x18\x01 \x01(\tR\bconfigId\x12\x1e\n" +
@@ -1707,7 +1717,8 @@ const file_pawl_v1_release_proto_rawDesc = "" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x14\n" +
 	"\x05actor\x18\x05 \x01(\tR\x05actor\x12.\n" +
 	"\x04time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x1a\n" +
-	"\brevision\x18\a \x01(\x03R\brevision\"\x97\x01\n" +
+	"\brevision\x18\a \x01(\x03R\brevision\x123\n" +
+	"\x15membership_generation\x18\b \x01(\x03R\x14membershipGeneration\"\x97\x01\n" +
 	"\x13RetireMemberRequest\x12\x1b\n" +
 	"\tconfig_id\x18\x01 \x01(\tR\bconfigId\x12\x1e\n" +
 	"\n" +

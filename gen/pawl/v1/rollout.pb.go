@@ -775,6 +775,8 @@ type GetRolloutStatusResponse struct {
 	Coverage *Coverage `protobuf:"bytes,6,opt,name=coverage,proto3" json:"coverage,omitempty"`
 	// The members retired from the membership.
 	Retirements []*Retirement `protobuf:"bytes,7,rep,name=retirements,proto3" json:"retirements,omitempty"`
+	// The membership's generation: 1 as frozen, plus one per retirement.
+	MembershipGeneration int64 `protobuf:"varint,9,opt,name=membership_generation,json=membershipGeneration,proto3" json:"membership_generation,omitempty"`
 	// Set when more ACKs follow: pass it as ack_page_token.
 	NextAckPageToken string `protobuf:"bytes,8,opt,name=next_ack_page_token,json=nextAckPageToken,proto3" json:"next_ack_page_token,omitempty"`
 	unknownFields    protoimpl.UnknownFields
@@ -858,6 +860,13 @@ func (x *GetRolloutStatusResponse) GetRetirements() []*Retirement {
 		return x.Retirements
 	}
 	return nil
+}
+
+func (x *GetRolloutStatusResponse) GetMembershipGeneration() int64 {
+	if x != nil {
+		return x.MembershipGeneration
+	}
+	return 0
 }
 
 func (x *GetRolloutStatusResponse) GetNextAckPageToken() string {
@@ -1360,7 +1369,13 @@ type Receipt struct {
 	// The caller's idempotency key.
 	IdempotencyKey string `protobuf:"bytes,9,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
 	// The store revision of the receipt.
-	Revision      int64 `protobuf:"varint,10,opt,name=revision,proto3" json:"revision,omitempty"`
+	Revision int64 `protobuf:"varint,10,opt,name=revision,proto3" json:"revision,omitempty"`
+	// The membership generation the promotion's evidence was counted
+	// against: 1 for the membership as frozen, plus one per retirement.
+	MembershipGeneration int64 `protobuf:"varint,11,opt,name=membership_generation,json=membershipGeneration,proto3" json:"membership_generation,omitempty"`
+	// The retirements that promotion relied on, in the order they made the
+	// membership's generations.
+	Retirements   []*Retirement `protobuf:"bytes,12,rep,name=retirements,proto3" json:"retirements,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1463,6 +1478,20 @@ func (x *Receipt) GetRevision() int64 {
 		return x.Revision
 	}
 	return 0
+}
+
+func (x *Receipt) GetMembershipGeneration() int64 {
+	if x != nil {
+		return x.MembershipGeneration
+	}
+	return 0
+}
+
+func (x *Receipt) GetRetirements() []*Retirement {
+	if x != nil {
+		return x.Retirements
+	}
+	return nil
 }
 
 // PromoteRequest asks to promote a release.
@@ -2274,7 +2303,7 @@ const file_pawl_v1_rollout_proto_rawDesc = "" +
 	"\x06states\x18\x04 \x03(\v2\x1f.pawl.v1.ZoneStatus.StatesEntryR\x06states\x1a9\n" +
 	"\vStatesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"\xfb\x02\n" +
+	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"\xb0\x03\n" +
 	"\x18GetRolloutStatusResponse\x12,\n" +
 	"\x06stages\x18\x01 \x03(\v2\x14.pawl.v1.StageStatusR\x06stages\x12 \n" +
 	"\x04acks\x18\x02 \x03(\v2\f.pawl.v1.AckR\x04acks\x12*\n" +
@@ -2282,7 +2311,8 @@ const file_pawl_v1_rollout_proto_rawDesc = "" +
 	"\x04stop\x18\x04 \x01(\v2\r.pawl.v1.StopR\x04stop\x12+\n" +
 	"\x05state\x18\x05 \x01(\x0e2\x15.pawl.v1.ReleaseStateR\x05state\x12-\n" +
 	"\bcoverage\x18\x06 \x01(\v2\x11.pawl.v1.CoverageR\bcoverage\x125\n" +
-	"\vretirements\x18\a \x03(\v2\x13.pawl.v1.RetirementR\vretirements\x12-\n" +
+	"\vretirements\x18\a \x03(\v2\x13.pawl.v1.RetirementR\vretirements\x123\n" +
+	"\x15membership_generation\x18\t \x01(\x03R\x14membershipGeneration\x12-\n" +
 	"\x13next_ack_page_token\x18\b \x01(\tR\x10nextAckPageToken\"\x94\x02\n" +
 	"\bCoverage\x12\x1e\n" +
 	"\n" +
@@ -2328,7 +2358,7 @@ const file_pawl_v1_rollout_proto_rawDesc = "" +
 	"generation\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x03R\x05epoch\x12\x1f\n" +
 	"\vreceipt_key\x18\x03 \x01(\tR\n" +
-	"receiptKey\"\xe3\x02\n" +
+	"receiptKey\"\xcf\x03\n" +
 	"\aReceipt\x12\x1b\n" +
 	"\tconfig_id\x18\x01 \x01(\tR\bconfigId\x12'\n" +
 	"\x0ffrom_generation\x18\x02 \x01(\x03R\x0efromGeneration\x12#\n" +
@@ -2340,7 +2370,9 @@ const file_pawl_v1_rollout_proto_rawDesc = "" +
 	"\x04time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12'\n" +
 	"\x0fidempotency_key\x18\t \x01(\tR\x0eidempotencyKey\x12\x1a\n" +
 	"\brevision\x18\n" +
-	" \x01(\x03R\brevision\"\xce\x01\n" +
+	" \x01(\x03R\brevision\x123\n" +
+	"\x15membership_generation\x18\v \x01(\x03R\x14membershipGeneration\x125\n" +
+	"\vretirements\x18\f \x03(\v2\x13.pawl.v1.RetirementR\vretirements\"\xce\x01\n" +
 	"\x0ePromoteRequest\x12\x1b\n" +
 	"\tconfig_id\x18\x01 \x01(\tR\bconfigId\x12\x1e\n" +
 	"\n" +
@@ -2489,35 +2521,36 @@ var file_pawl_v1_rollout_proto_depIdxs = []int32{
 	10, // 19: pawl.v1.StopRolloutResponse.stop:type_name -> pawl.v1.Stop
 	6,  // 20: pawl.v1.Receipt.evidence:type_name -> pawl.v1.StageStatus
 	30, // 21: pawl.v1.Receipt.time:type_name -> google.protobuf.Timestamp
-	15, // 22: pawl.v1.PromoteResponse.receipt:type_name -> pawl.v1.Receipt
-	15, // 23: pawl.v1.RollbackResponse.receipt:type_name -> pawl.v1.Receipt
-	15, // 24: pawl.v1.GetPromotionResponse.receipt:type_name -> pawl.v1.Receipt
-	14, // 25: pawl.v1.GetPointerResponse.pointer:type_name -> pawl.v1.Pointer
-	0,  // 26: pawl.v1.AppliedConfig.state:type_name -> pawl.v1.InstanceState
-	30, // 27: pawl.v1.AppliedConfig.reported_at:type_name -> google.protobuf.Timestamp
-	24, // 28: pawl.v1.ListAppliedResponse.applied:type_name -> pawl.v1.AppliedConfig
-	7,  // 29: pawl.v1.StageStatus.ZonesEntry.value:type_name -> pawl.v1.ZoneStatus
-	3,  // 30: pawl.v1.RolloutService.Ack:input_type -> pawl.v1.AckRequest
-	5,  // 31: pawl.v1.RolloutService.GetRolloutStatus:input_type -> pawl.v1.GetRolloutStatusRequest
-	16, // 32: pawl.v1.RolloutService.Promote:input_type -> pawl.v1.PromoteRequest
-	18, // 33: pawl.v1.RolloutService.Rollback:input_type -> pawl.v1.RollbackRequest
-	20, // 34: pawl.v1.RolloutService.GetPromotion:input_type -> pawl.v1.GetPromotionRequest
-	11, // 35: pawl.v1.RolloutService.StopRollout:input_type -> pawl.v1.StopRolloutRequest
-	22, // 36: pawl.v1.RolloutService.GetPointer:input_type -> pawl.v1.GetPointerRequest
-	25, // 37: pawl.v1.RolloutService.ListApplied:input_type -> pawl.v1.ListAppliedRequest
-	4,  // 38: pawl.v1.RolloutService.Ack:output_type -> pawl.v1.AckResponse
-	8,  // 39: pawl.v1.RolloutService.GetRolloutStatus:output_type -> pawl.v1.GetRolloutStatusResponse
-	17, // 40: pawl.v1.RolloutService.Promote:output_type -> pawl.v1.PromoteResponse
-	19, // 41: pawl.v1.RolloutService.Rollback:output_type -> pawl.v1.RollbackResponse
-	21, // 42: pawl.v1.RolloutService.GetPromotion:output_type -> pawl.v1.GetPromotionResponse
-	12, // 43: pawl.v1.RolloutService.StopRollout:output_type -> pawl.v1.StopRolloutResponse
-	23, // 44: pawl.v1.RolloutService.GetPointer:output_type -> pawl.v1.GetPointerResponse
-	26, // 45: pawl.v1.RolloutService.ListApplied:output_type -> pawl.v1.ListAppliedResponse
-	38, // [38:46] is the sub-list for method output_type
-	30, // [30:38] is the sub-list for method input_type
-	30, // [30:30] is the sub-list for extension type_name
-	30, // [30:30] is the sub-list for extension extendee
-	0,  // [0:30] is the sub-list for field type_name
+	33, // 22: pawl.v1.Receipt.retirements:type_name -> pawl.v1.Retirement
+	15, // 23: pawl.v1.PromoteResponse.receipt:type_name -> pawl.v1.Receipt
+	15, // 24: pawl.v1.RollbackResponse.receipt:type_name -> pawl.v1.Receipt
+	15, // 25: pawl.v1.GetPromotionResponse.receipt:type_name -> pawl.v1.Receipt
+	14, // 26: pawl.v1.GetPointerResponse.pointer:type_name -> pawl.v1.Pointer
+	0,  // 27: pawl.v1.AppliedConfig.state:type_name -> pawl.v1.InstanceState
+	30, // 28: pawl.v1.AppliedConfig.reported_at:type_name -> google.protobuf.Timestamp
+	24, // 29: pawl.v1.ListAppliedResponse.applied:type_name -> pawl.v1.AppliedConfig
+	7,  // 30: pawl.v1.StageStatus.ZonesEntry.value:type_name -> pawl.v1.ZoneStatus
+	3,  // 31: pawl.v1.RolloutService.Ack:input_type -> pawl.v1.AckRequest
+	5,  // 32: pawl.v1.RolloutService.GetRolloutStatus:input_type -> pawl.v1.GetRolloutStatusRequest
+	16, // 33: pawl.v1.RolloutService.Promote:input_type -> pawl.v1.PromoteRequest
+	18, // 34: pawl.v1.RolloutService.Rollback:input_type -> pawl.v1.RollbackRequest
+	20, // 35: pawl.v1.RolloutService.GetPromotion:input_type -> pawl.v1.GetPromotionRequest
+	11, // 36: pawl.v1.RolloutService.StopRollout:input_type -> pawl.v1.StopRolloutRequest
+	22, // 37: pawl.v1.RolloutService.GetPointer:input_type -> pawl.v1.GetPointerRequest
+	25, // 38: pawl.v1.RolloutService.ListApplied:input_type -> pawl.v1.ListAppliedRequest
+	4,  // 39: pawl.v1.RolloutService.Ack:output_type -> pawl.v1.AckResponse
+	8,  // 40: pawl.v1.RolloutService.GetRolloutStatus:output_type -> pawl.v1.GetRolloutStatusResponse
+	17, // 41: pawl.v1.RolloutService.Promote:output_type -> pawl.v1.PromoteResponse
+	19, // 42: pawl.v1.RolloutService.Rollback:output_type -> pawl.v1.RollbackResponse
+	21, // 43: pawl.v1.RolloutService.GetPromotion:output_type -> pawl.v1.GetPromotionResponse
+	12, // 44: pawl.v1.RolloutService.StopRollout:output_type -> pawl.v1.StopRolloutResponse
+	23, // 45: pawl.v1.RolloutService.GetPointer:output_type -> pawl.v1.GetPointerResponse
+	26, // 46: pawl.v1.RolloutService.ListApplied:output_type -> pawl.v1.ListAppliedResponse
+	39, // [39:47] is the sub-list for method output_type
+	31, // [31:39] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_pawl_v1_rollout_proto_init() }

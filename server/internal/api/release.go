@@ -143,7 +143,7 @@ func (h *Releases) RevokeRelease(ctx context.Context, req *connect.Request[pawlv
 
 func toProtoRetirement(rt rollout.Retirement) *pawlv1.Retirement {
 	return &pawlv1.Retirement{ConfigId: rt.ConfigID, Generation: rt.Generation, WorkloadIdentity: rt.WorkloadIdentity,
-		Reason: rt.Reason, Actor: rt.Actor, Time: timestamppb.New(rt.Time), Revision: rt.Revision}
+		Reason: rt.Reason, Actor: rt.Actor, Time: timestamppb.New(rt.Time), Revision: rt.Revision, MembershipGeneration: rt.MembershipGeneration}
 }
 
 var kinds = map[pawlv1.AckPolicyKind]quorum.Kind{

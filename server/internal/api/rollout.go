@@ -95,6 +95,7 @@ func (h *Rollouts) GetRolloutStatus(ctx context.Context, req *connect.Request[pa
 	for _, rt := range st.Retirements {
 		resp.Retirements = append(resp.Retirements, toProtoRetirement(rt))
 	}
+	resp.MembershipGeneration = st.MembershipGeneration
 	if st.Stop != nil {
 		resp.Stop = toProtoStop(*st.Stop)
 	}
@@ -256,6 +257,10 @@ func toProtoReceipt(rc rollout.Receipt) *pawlv1.Receipt {
 	}
 	for i, ev := range rc.Evidence {
 		out.Evidence = append(out.Evidence, toProtoStage(nameAt(rc.StageNames, i), ev))
+	}
+	out.MembershipGeneration = rc.MembershipGeneration
+	for _, rt := range rc.Retirements {
+		out.Retirements = append(out.Retirements, toProtoRetirement(rt))
 	}
 	return out
 }

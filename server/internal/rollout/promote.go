@@ -80,7 +80,8 @@ func (r *Rollouts) promote(ctx context.Context, m Move, keyRev int64) (Receipt, 
 	}
 	compares, unchanged := promoteConditions(rv)
 	return r.write(ctx, m, rv.ptr, keyRev, compares, unchanged,
-		Receipt{ConfigID: m.ConfigID, From: rv.ptr.Generation, To: m.To, Epoch: rv.ptr.Epoch, Evidence: rv.evals, StageNames: names})
+		Receipt{ConfigID: m.ConfigID, From: rv.ptr.Generation, To: m.To, Epoch: rv.ptr.Epoch, Evidence: rv.evals, StageNames: names,
+			MembershipGeneration: membershipGeneration(rv.retired), Retirements: retirementsInOrder(rv.retired)})
 }
 
 // checkPromotable says why the release rv shows may not be promoted over

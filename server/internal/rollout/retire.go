@@ -56,7 +56,8 @@ func (r *Rollouts) retire(ctx context.Context, config string, gen int64, identit
 	if over := s.over(); over != "" {
 		return Retirement{}, fmt.Errorf("%w: %s", ErrNotReady, over)
 	}
-	rt := Retirement{ConfigID: config, Generation: gen, WorkloadIdentity: identity, Reason: reason, Actor: actor, Time: s.now.UTC()}
+	rt := Retirement{ConfigID: config, Generation: gen, WorkloadIdentity: identity, Reason: reason, Actor: actor, Time: s.now.UTC(),
+		MembershipGeneration: membershipGeneration(s.retired) + 1}
 	b, err := records.Encode(rt)
 	if err != nil {
 		return Retirement{}, fmt.Errorf("rollout: encode retirement: %w", err)
@@ -68,7 +69,9 @@ func (r *Rollouts) retire(ctx context.Context, config string, gen int64, identit
 			{Key: records.Stop(config, gen), ModRevision: 0},
 			{Key: key, ModRevision: 0},
 		},
-		Unchanged: []store.Unchanged{{Prefix: records.Head(config), Since: s.rev}},
+		// Another retirement since rev would make the same membership
+		// generation: decide again.
+		Unchanged: []store.Unchanged{{Prefix: records.Head(config), Since: s.rev}, {Prefix: records.RetiredOf(config, gen), Since: s.rev}},
 		Puts:      []store.Put{{Key: key, Value: b}},
 	})
 	if err != nil {

@@ -164,6 +164,11 @@ type Receipt struct {
 	Actor          string              `json:"actor"`
 	Time           time.Time           `json:"time"`
 	IdempotencyKey string              `json:"idempotency_key"`
+	// MembershipGeneration is the generation of the membership the
+	// evidence was counted against, and Retirements the retirements that
+	// made it, in order: what the promotion relied on.
+	MembershipGeneration int64        `json:"membership_generation,omitempty"`
+	Retirements          []Retirement `json:"retirements,omitempty"`
 	// Revision is the store revision of the receipt.
 	Revision int64 `json:"-"`
 }

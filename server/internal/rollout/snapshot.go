@@ -3,6 +3,7 @@ package rollout
 import (
 	"context"
 	"fmt"
+	"sort"
 	"strings"
 	"time"
 
@@ -45,8 +46,31 @@ type Retirement struct {
 	Reason           string    `json:"reason"`
 	Actor            string    `json:"actor"`
 	Time             time.Time `json:"time"`
+	// MembershipGeneration is the membership generation the retirement
+	// made: the frozen membership is 1, and each retirement adds one.
+	MembershipGeneration int64 `json:"membership_generation,omitempty"`
 	// Revision is the store revision of the record.
 	Revision int64 `json:"-"`
+}
+
+// membershipGeneration is the generation of a frozen membership after
+// the retirements: 1, plus one per retirement.
+func membershipGeneration(retired map[string]Retirement) int64 { return 1 + int64(len(retired)) }
+
+// retirementsInOrder are the retirements in the order they made the
+// membership's generations.
+func retirementsInOrder(retired map[string]Retirement) []Retirement {
+	out := make([]Retirement, 0, len(retired))
+	for _, rt := range retired {
+		out = append(out, rt)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].MembershipGeneration != out[j].MembershipGeneration {
+			return out[i].MembershipGeneration < out[j].MembershipGeneration
+		}
+		return out[i].WorkloadIdentity < out[j].WorkloadIdentity
+	})
+	return out
 }
 
 // snapshot is a release's rollout as of one store revision: what a

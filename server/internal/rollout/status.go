@@ -3,7 +3,6 @@ package rollout
 import (
 	"context"
 	"fmt"
-	"sort"
 	"strings"
 	"time"
 
@@ -44,8 +43,12 @@ type Status struct {
 	Stop *Stop
 	// Progress records the stages that passed.
 	Progress Progress
-	// Retirements are the members retired from the membership, by identity.
+	// Retirements are the members retired from the membership, in the
+	// order they made its generations.
 	Retirements []Retirement
+	// MembershipGeneration is the membership's generation: 1 as frozen,
+	// plus one per retirement.
+	MembershipGeneration int64
 	// Coverage says how many members reported what they run.
 	Coverage Coverage
 }
@@ -95,11 +98,8 @@ func (r *Rollouts) Status(ctx context.Context, config string, gen int64) (Status
 func statusOf(t *tracked, rev int64, ptr Pointer, cs configState, applied map[string]applyInfo, regs map[string]registration, now time.Time) Status {
 	stale := staleMembers(t.rel.Generation, t.plan.members, t.latest(), cs)
 	st := Status{Release: t.rel, Revision: rev, Stages: t.stageResults(now, stale), Pointer: ptr, Stop: t.stop, Progress: t.progress,
-		Coverage: coverage(t.plan, t.rel.Generation, t.rel.ContentDigest, applied, regs)}
-	for _, rt := range t.retired {
-		st.Retirements = append(st.Retirements, rt)
-	}
-	sort.Slice(st.Retirements, func(i, j int) bool { return st.Retirements[i].WorkloadIdentity < st.Retirements[j].WorkloadIdentity })
+		Coverage:             coverage(t.plan, t.rel.Generation, t.rel.ContentDigest, applied, regs),
+		MembershipGeneration: membershipGeneration(t.retired), Retirements: retirementsInOrder(t.retired)}
 	return st
 }
 
