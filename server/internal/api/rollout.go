@@ -70,15 +70,13 @@ func (h *Rollouts) GetRolloutStatus(ctx context.Context, req *connect.Request[pa
 		}
 		ackRevision, after = tok.Revision, tok.After
 	}
-	st, err := h.rollouts.Status(ctx, config, gen)
+	// Every page is read at the revision of the first: the stages, the
+	// state and the ACKs alike.
+	st, err := h.rollouts.StatusAt(ctx, config, gen, ackRevision)
 	if err != nil {
 		return nil, Error(h.log, req.Spec(), err)
 	}
-	state, err := h.rollouts.ReleaseStates(ctx, config)
-	if err != nil {
-		return nil, Error(h.log, req.Spec(), err)
-	}
-	resp := &pawlv1.GetRolloutStatusResponse{Pointer: toProtoPointer(st.Pointer), State: ToProtoState(state(st.Release)),
+	resp := &pawlv1.GetRolloutStatusResponse{Pointer: toProtoPointer(st.Pointer), State: ToProtoState(st.State),
 		Coverage: toProtoCoverage(st.Coverage)}
 	for _, s := range st.Stages {
 		ps := toProtoStage(s.Name, s.Evaluation)

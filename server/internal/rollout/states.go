@@ -29,11 +29,16 @@ const (
 // config's releases, from one read of its pointer, receipts and stop
 // records.
 func (r *Rollouts) ReleaseStates(ctx context.Context, config string) (func(release.Release) release.State, error) {
-	ptr, err := r.Pointer(ctx, config)
+	return r.releaseStatesAt(ctx, config, 0)
+}
+
+// releaseStatesAt is ReleaseStates as the store was at rev (0: now).
+func (r *Rollouts) releaseStatesAt(ctx context.Context, config string, rev int64) (func(release.Release) release.State, error) {
+	ptr, err := r.pointerAt(ctx, config, rev)
 	if err != nil {
 		return nil, err
 	}
-	receipts, err := r.Receipts(ctx, config)
+	receipts, err := r.receiptsAt(ctx, config, rev)
 	if err != nil {
 		return nil, err
 	}
@@ -43,15 +48,15 @@ func (r *Rollouts) ReleaseStates(ctx context.Context, config string) (func(relea
 			rolledBack[rc.From] = true
 		}
 	}
-	stopped, err := r.generationsUnder(ctx, config, records.Stops(config), records.StopGeneration)
+	stopped, err := r.generationsUnder(ctx, config, records.Stops(config), rev, records.StopGeneration)
 	if err != nil {
 		return nil, err
 	}
-	revoked, err := r.generationsUnder(ctx, config, records.Revocations(config), records.RevokedGeneration)
+	revoked, err := r.generationsUnder(ctx, config, records.Revocations(config), rev, records.RevokedGeneration)
 	if err != nil {
 		return nil, err
 	}
-	latest, err := r.releases.HeadAt(ctx, config, 0)
+	latest, err := r.releases.HeadAt(ctx, config, rev)
 	if err != nil {
 		return nil, err
 	}
@@ -73,11 +78,11 @@ func (r *Rollouts) ReleaseStates(ctx context.Context, config string) (func(relea
 	}, nil
 }
 
-// generationsUnder returns the generations of the records under prefix,
-// each read off its key by gen.
-func (r *Rollouts) generationsUnder(ctx context.Context, config, prefix string, gen func(config, key string) (int64, error)) (map[int64]bool, error) {
+// generationsUnder returns the generations of the records under prefix at
+// rev (0: now), each read off its key by gen.
+func (r *Rollouts) generationsUnder(ctx context.Context, config, prefix string, rev int64, gen func(config, key string) (int64, error)) (map[int64]bool, error) {
 	out := map[int64]bool{}
-	err := store.Each(ctx, r.store, prefix, func(kv store.KeyValue) error {
+	_, err := store.EachAt(ctx, r.store, prefix, rev, func(kv store.KeyValue) error {
 		g, err := gen(config, kv.Key)
 		if err != nil {
 			return err

@@ -51,6 +51,8 @@ type Status struct {
 	MembershipGeneration int64
 	// Coverage says how many members reported what they run.
 	Coverage Coverage
+	// State is the release's state at Revision.
+	State release.State
 }
 
 // Status evaluates every stage of a release against its frozen membership,
@@ -59,21 +61,45 @@ type Status struct {
 // views keep the newest and the active release of each config; any other
 // is read from the store.
 func (r *Rollouts) Status(ctx context.Context, config string, gen int64) (Status, error) {
-	if err := r.wait(ctx, true); err != nil {
+	return r.StatusAt(ctx, config, gen, 0)
+}
+
+// StatusAt is Status as the store was at revision rev (0: after every
+// change committed before the call), for the later pages of a status read
+// at the revision of the first: from the views when they are at rev, else
+// from the store, which fails with store.ErrCompacted once rev was
+// compacted. The release's state is read at the same revision.
+func (r *Rollouts) StatusAt(ctx context.Context, config string, gen, rev int64) (Status, error) {
+	st, err := r.statusAt(ctx, config, gen, rev)
+	if err != nil {
+		return Status{}, err
+	}
+	states, err := r.releaseStatesAt(ctx, config, st.Revision)
+	if err != nil {
+		return Status{}, err
+	}
+	st.State = states(st.Release)
+	return st, nil
+}
+
+func (r *Rollouts) statusAt(ctx context.Context, config string, gen, rev int64) (Status, error) {
+	if err := r.wait(ctx, rev == 0); err != nil {
 		return Status{}, err
 	}
 	v := r.views
 	v.mu.RLock()
-	if t := v.findLocked(config, gen); t != nil {
+	if t := v.findLocked(config, gen); t != nil && (rev == 0 || rev == v.rev) {
 		cv := v.configs[config]
 		st := statusOf(t, v.rev, cv.ptr, cv.state(), v.applied[config], v.regs, r.now())
 		v.mu.RUnlock()
 		return st, nil
 	}
 	v.mu.RUnlock()
-	rev, err := r.currentRevision(ctx)
-	if err != nil {
-		return Status{}, err
+	if rev == 0 {
+		var err error
+		if rev, err = r.currentRevision(ctx); err != nil {
+			return Status{}, err
+		}
 	}
 	s, err := r.load(ctx, config, gen, rev)
 	if err != nil {
