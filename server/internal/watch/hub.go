@@ -102,6 +102,13 @@ type Hub struct {
 	evicted   []store.Event           // scratch: the events one Publish evicted
 	stale     string                  // why the feed cannot follow the store; "" when it can
 	staleGen  int64                   // counts the changes of stale
+	// starting is set while New reads the store's revision: Publish then
+	// only keeps the events in early, since which of them the revision
+	// covers is not known yet. (Holding mu across that read instead would
+	// deadlock with a store whose Status waits for the commit path that
+	// calls Publish.)
+	starting bool
+	early    []store.Event
 
 	wmu      sync.Mutex
 	watchers map[string]map[*Watcher]struct{} // by prefix
@@ -164,18 +171,27 @@ func New(ctx context.Context, src Source, opts ...Option) (*Hub, error) {
 		cancel:   cancel,
 	}
 	// Subscribe before reading the revision: an event committed in between
-	// is then either below the revision (skipped) or published after it.
+	// is kept in early, and published after it unless the revision covers
+	// it.
 	h.mu.Lock()
+	h.starting = true
+	h.mu.Unlock()
 	h.unsubscribe = src.Subscribe(h.Publish)
 	st, err := src.Status(ctx)
 	if err != nil {
-		h.mu.Unlock()
 		h.unsubscribe()
 		cancel()
 		return nil, fmt.Errorf("watch: read store status: %w", err)
 	}
+	h.mu.Lock()
 	h.newest = st.Revision
+	h.starting = false
+	early := h.early
+	h.early = nil
 	h.mu.Unlock()
+	if len(early) > 0 {
+		h.Publish(early) // what the revision covers is skipped
+	}
 	h.stopStale = func() {}
 	if n, ok := src.(store.StaleNotifier); ok {
 		h.stopStale = n.NotifyStale(h.SetStale)
@@ -291,6 +307,11 @@ func (h *Hub) Stats() Stats {
 func (h *Hub) Publish(events []store.Event) {
 	h.mu.Lock()
 	if h.closed {
+		h.mu.Unlock()
+		return
+	}
+	if h.starting {
+		h.early = append(h.early, events...)
 		h.mu.Unlock()
 		return
 	}

@@ -371,3 +371,59 @@ func TestRequestedProgressFollowsOtherPrefixes(t *testing.T) {
 		t.Fatalf("Next after a write under the prefix = %+v, %v", b, err)
 	}
 }
+
+// commitPathSource is a store whose Status waits for a commit in flight to
+// be published, as the embedded store's does (a read waits for the
+// applier, which publishes what it applies): the order in which the hub
+// must not hold its lock across Status.
+type commitPathSource struct {
+	watch.Source
+	publish store.CommitFunc
+}
+
+func (s *commitPathSource) Subscribe(fn store.CommitFunc) func() {
+	s.publish = fn
+	return s.Source.Subscribe(fn)
+}
+
+func (s *commitPathSource) Status(ctx context.Context) (store.Status, error) {
+	st, err := s.Source.Status(ctx)
+	if err != nil || s.publish == nil {
+		return st, err
+	}
+	// A commit of the next revision is published from the commit path
+	// while Status waits for it.
+	ev := store.Event{Type: store.EventPut, KV: store.KeyValue{Key: "/k", Value: []byte("v"), ModRevision: st.Revision + 1, CreateRevision: st.Revision + 1, Version: 1}}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.publish([]store.Event{ev})
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return store.Status{}, ctx.Err()
+	}
+	return st, nil
+}
+
+// TestNewDoesNotHoldItsLockAcrossTheStoresStatus: a store whose Status
+// waits for a commit's publish must not deadlock the hub's start, and the
+// event published meanwhile, past the revision Status read, is delivered.
+func TestNewDoesNotHoldItsLockAcrossTheStoresStatus(t *testing.T) {
+	st, err := boltstore.Open(context.Background(), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	hub, err := watch.New(ctx, &commitPathSource{Source: st})
+	if err != nil {
+		t.Fatalf("New with a Status that waits for a publish: %v", err)
+	}
+	defer hub.Close()
+	if hub.Revision() != 1 {
+		t.Fatalf("the hub is at revision %d; the event published while it started is at 1", hub.Revision())
+	}
+}
