@@ -109,7 +109,7 @@ func (r *Rollouts) ackViewOf(ctx context.Context, config string, gen int64, iden
 	rec, err := r.registry.RegistrationAt(ctx, identity, rev)
 	switch {
 	case err == nil:
-		av.reg, av.registered = registration{boot: rec.BootID, epoch: rec.MembershipEpoch}, true
+		av.reg, av.registered = registrationOf(rec), true
 	case !errors.Is(err, instance.ErrNotFound):
 		return ackView{}, err
 	}

@@ -90,7 +90,7 @@ func (r *Rollouts) Status(ctx context.Context, config string, gen int64) (Status
 	}
 	regs := make(map[string]registration, len(recs))
 	for id, rec := range recs {
-		regs[id] = registration{boot: rec.BootID, epoch: rec.MembershipEpoch}
+		regs[id] = registrationOf(rec)
 	}
 	all, err := r.appliedAll(ctx, config, rev)
 	if err != nil {
@@ -105,7 +105,7 @@ func (r *Rollouts) Status(ctx context.Context, config string, gen int64) (Status
 
 // statusOf is the status of the tracked release t at rev.
 func statusOf(t *tracked, rev int64, ptr Pointer, cs configState, applied map[string]applyInfo, regs map[string]registration, now time.Time) Status {
-	stale := staleMembers(t.rel.Generation, t.plan.members, t.latest(), cs)
+	stale := staleMembers(t.rel.Generation, t.plan.members, t.latest(), cs, regs)
 	st := Status{Release: t.rel, Revision: rev, Stages: t.stageResults(now, stale), Pointer: ptr, Stop: t.stop, Progress: t.progress,
 		Coverage: coverage(t.plan, t.rel.Generation, t.rel.ContentDigest, applied, regs)}
 	for _, rt := range t.retired {
