@@ -59,6 +59,9 @@ func (c *Client) newReporter(a *pawlv1.Assignment) *reporter {
 			if q.sent != nil {
 				q.sent <- err
 			}
+			if err == nil && q.state == pawlv1.InstanceState_INSTANCE_STATE_APPLIED {
+				r.movedPast(q.ctx, q.digest)
+			}
 		}
 	}()
 	return r
@@ -142,6 +145,37 @@ func (r *reporter) send(ctx context.Context, state pawlv1.InstanceState, digest 
 		return fmt.Errorf("sdk: ACK %s of %s@%d: %w", state, ack.ConfigId, ack.Generation, err)
 	}
 	return nil
+}
+
+// ranApply is an apply whose APPLIED the server took: what a later STALE
+// of its generation reports.
+type ranApply struct {
+	a      *pawlv1.Assignment
+	seq    int64
+	digest string
+}
+
+// movedPast records that the server took this apply's APPLIED and, when
+// the config's previous apply of this boot was of another generation,
+// reports STALE for that one: the instance ran it, and its assignment
+// moved past it (a newer canary, a promotion's successor, a rollback, a
+// stopped rollout). The report is sent after APPLIED was answered, so the
+// health window does not wait for it; a failure is logged by send.
+func (r *reporter) movedPast(ctx context.Context, digest string) {
+	config := r.a.GetConfigId()
+	r.c.ranMu.Lock()
+	if r.c.ran == nil {
+		r.c.ran = map[string]ranApply{}
+	}
+	prev, ok := r.c.ran[config]
+	r.c.ran[config] = ranApply{a: r.a, seq: r.seq, digest: digest}
+	r.c.ranMu.Unlock()
+	if !ok || prev.a.GetGeneration() == r.a.GetGeneration() {
+		return
+	}
+	stale := &reporter{c: r.c, a: prev.a, seq: prev.seq}
+	_ = stale.send(ctx, pawlv1.InstanceState_INSTANCE_STATE_STALE, prev.digest, ackExtra{
+		reason: fmt.Sprintf("the assignment moved past generation %d: generation %d is applied", prev.a.GetGeneration(), r.a.GetGeneration())})
 }
 
 // traceparent renders the W3C traceparent of the span in ctx, or "" when
