@@ -45,27 +45,20 @@ type Health struct {
 
 // Ack is one report from an instance.
 type Ack struct {
-	ConfigID         string `json:"config_id"`
-	Generation       int64  `json:"generation"`
-	WorkloadIdentity string `json:"workload_identity"`
-	BootID           string `json:"boot_id"`
-	MembershipEpoch  int64  `json:"membership_epoch"`
-	ContentDigest    string `json:"content_digest"`
-	ValidatorDigest  string `json:"validator_digest"`
-	AppArtifact      string `json:"app_artifact"`
-	// AppVersion is the application version the instance reports running
-	// ("": not reported; its registration's version is judged all the same).
-	AppVersion    string   `json:"app_version,omitempty"`
-	ApplySequence int64    `json:"apply_sequence"`
-	State         AckState `json:"state"`
-	HealthOK      bool     `json:"health_ok"`
-	Health        *Health  `json:"health,omitempty"`
-	// Held is, for HEALTHY_ACKED, how long the instance had run the apply
-	// when it reported, by its own monotonic clock: one machine's measure,
-	// which no skew between servers and no step of a wall clock shortens.
-	Held        time.Duration `json:"held,omitempty"`
-	Reason      string        `json:"reason,omitempty"`
-	TraceParent string        `json:"traceparent,omitempty"`
+	ConfigID         string   `json:"config_id"`
+	Generation       int64    `json:"generation"`
+	WorkloadIdentity string   `json:"workload_identity"`
+	BootID           string   `json:"boot_id"`
+	MembershipEpoch  int64    `json:"membership_epoch"`
+	ContentDigest    string   `json:"content_digest"`
+	ValidatorDigest  string   `json:"validator_digest"`
+	AppArtifact      string   `json:"app_artifact"`
+	ApplySequence    int64    `json:"apply_sequence"`
+	State            AckState `json:"state"`
+	HealthOK         bool     `json:"health_ok"`
+	Health           *Health  `json:"health,omitempty"`
+	Reason           string   `json:"reason,omitempty"`
+	TraceParent      string   `json:"traceparent,omitempty"`
 	// TraceID is the trace ID of TraceParent, set by RecordAck.
 	TraceID    string    `json:"trace_id,omitempty"`
 	ReceivedAt time.Time `json:"received_at"`
@@ -77,6 +70,13 @@ type Ack struct {
 	// Breach says how a counted HEALTHY_ACKED broke its stage's health
 	// budget: it then counts as a rejection.
 	Breach string `json:"breach,omitempty"`
+	// Held is, for HEALTHY_ACKED, how long the instance had run the apply
+	// when it reported, by its own monotonic clock: one machine's measure,
+	// which no skew between servers and no step of a wall clock shortens.
+	Held time.Duration `json:"held,omitempty"`
+	// AppVersion is the application version the instance reports running
+	// ("": not reported; its registration's version is judged all the same).
+	AppVersion string `json:"app_version,omitempty"`
 }
 
 // check refuses a malformed ACK.
