@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"connectrpc.com/connect"
 	"go.opentelemetry.io/otel/trace"
@@ -25,6 +26,12 @@ type reporter struct {
 	// content is downloaded, then the one computed from it. Only the
 	// apply's goroutine touches it.
 	digest string
+	// appliedAt is when the apply's APPLIED was queued, after the swap, by
+	// the process's monotonic clock: a HEALTHY_ACKED reports the time
+	// since as held, which the server requires to reach the health window
+	// (a measure no server's clock can shorten). Only the apply's
+	// goroutine touches it.
+	appliedAt time.Time
 
 	queue chan queuedAck
 	done  chan struct{}
@@ -52,6 +59,9 @@ func (c *Client) newReporter(a *pawlv1.Assignment) *reporter {
 			if q.sent != nil {
 				q.sent <- err
 			}
+			if err == nil && q.state == pawlv1.InstanceState_INSTANCE_STATE_APPLIED {
+				r.movedPast(q.ctx, q.digest)
+			}
 		}
 	}()
 	return r
@@ -59,20 +69,33 @@ func (c *Client) newReporter(a *pawlv1.Assignment) *reporter {
 
 // post queues an ACK of state with the trace context of ctx's span.
 func (r *reporter) post(ctx context.Context, state pawlv1.InstanceState, extra ackExtra) {
-	r.queue <- queuedAck{ctx: ctx, state: state, extra: extra, digest: r.digest}
+	r.queue <- queuedAck{ctx: ctx, state: state, extra: r.stamp(state, extra), digest: r.digest}
 }
 
 // wait queues an ACK and waits until it and every ACK before it were
 // sent. It fails when the server refused it or ctx ended.
 func (r *reporter) wait(ctx context.Context, state pawlv1.InstanceState, extra ackExtra) error {
 	sent := make(chan error, 1)
-	r.queue <- queuedAck{ctx: ctx, state: state, extra: extra, digest: r.digest, sent: sent}
+	r.queue <- queuedAck{ctx: ctx, state: state, extra: r.stamp(state, extra), digest: r.digest, sent: sent}
 	select {
 	case err := <-sent:
 		return err
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// stamp notes when APPLIED is queued, and gives a HEALTHY_ACKED the time
+// held since: measured when queued, it can only fall short of the time
+// the report arrives, never exceed it.
+func (r *reporter) stamp(state pawlv1.InstanceState, extra ackExtra) ackExtra {
+	switch {
+	case state == pawlv1.InstanceState_INSTANCE_STATE_APPLIED:
+		r.appliedAt = time.Now()
+	case state == pawlv1.InstanceState_INSTANCE_STATE_HEALTHY_ACKED && !r.appliedAt.IsZero():
+		extra.held = time.Since(r.appliedAt)
+	}
+	return extra
 }
 
 // close stops the sender after what is queued (an ended context cuts its
@@ -87,6 +110,8 @@ type ackExtra struct {
 	healthOK bool
 	reason   string
 	health   *Measurement
+	// held is how long the apply has run, for HEALTHY_ACKED (0: unknown).
+	held time.Duration
 }
 
 // send reports state, with the trace context of the span in ctx, retrying
@@ -96,7 +121,10 @@ func (r *reporter) send(ctx context.Context, state pawlv1.InstanceState, digest 
 	ack := &pawlv1.Ack{
 		ConfigId: r.a.GetConfigId(), Generation: r.a.GetGeneration(), WorkloadIdentity: r.c.cfg.instance.WorkloadIdentity,
 		BootId: r.c.bootID, ContentDigest: digest, ValidatorDigest: r.a.GetValidatorDigest(), AppArtifact: r.c.cfg.appArtifact,
-		ApplySequence: r.seq, State: state, HealthOk: extra.healthOK, Reason: extra.reason, Traceparent: traceparent(ctx),
+		AppVersion: r.c.cfg.instance.AppVersion, ApplySequence: r.seq, State: state, HealthOk: extra.healthOK, Reason: extra.reason, Traceparent: traceparent(ctx),
+	}
+	if extra.held > 0 {
+		ack.Held = durationpb.New(extra.held)
 	}
 	if m := extra.health; m != nil && m.Requests > 0 {
 		ack.Health = &pawlv1.HealthMeasurement{ErrorRate: m.ErrorRate, P99Latency: durationpb.New(m.P99)}
@@ -117,6 +145,37 @@ func (r *reporter) send(ctx context.Context, state pawlv1.InstanceState, digest 
 		return fmt.Errorf("sdk: ACK %s of %s@%d: %w", state, ack.ConfigId, ack.Generation, err)
 	}
 	return nil
+}
+
+// ranApply is an apply whose APPLIED the server took: what a later STALE
+// of its generation reports.
+type ranApply struct {
+	a      *pawlv1.Assignment
+	seq    int64
+	digest string
+}
+
+// movedPast records that the server took this apply's APPLIED and, when
+// the config's previous apply of this boot was of another generation,
+// reports STALE for that one: the instance ran it, and its assignment
+// moved past it (a newer canary, a promotion's successor, a rollback, a
+// stopped rollout). The report is sent after APPLIED was answered, so the
+// health window does not wait for it; a failure is logged by send.
+func (r *reporter) movedPast(ctx context.Context, digest string) {
+	config := r.a.GetConfigId()
+	r.c.ranMu.Lock()
+	if r.c.ran == nil {
+		r.c.ran = map[string]ranApply{}
+	}
+	prev, ok := r.c.ran[config]
+	r.c.ran[config] = ranApply{a: r.a, seq: r.seq, digest: digest}
+	r.c.ranMu.Unlock()
+	if !ok || prev.a.GetGeneration() == r.a.GetGeneration() {
+		return
+	}
+	stale := &reporter{c: r.c, a: prev.a, seq: prev.seq}
+	_ = stale.send(ctx, pawlv1.InstanceState_INSTANCE_STATE_STALE, prev.digest, ackExtra{
+		reason: fmt.Sprintf("the assignment moved past generation %d: generation %d is applied", prev.a.GetGeneration(), r.a.GetGeneration())})
 }
 
 // traceparent renders the W3C traceparent of the span in ctx, or "" when

@@ -50,6 +50,11 @@ type Client struct {
 	// registered); seq numbers the applies of this boot.
 	epoch atomic.Int64
 	seq   atomic.Int64
+	// ran is, per config, the last apply of this boot whose APPLIED the
+	// server took (see reporter.movedPast); guarded by ranMu, which is
+	// taken alone.
+	ranMu sync.Mutex
+	ran   map[string]ranApply
 
 	// mu guards what follows, and every write of current.
 	mu sync.Mutex

@@ -463,7 +463,7 @@ func (f *fleet) ack(rel *pawlv1.Release, id string, state pawlv1.InstanceState, 
 	a := &pawlv1.Ack{
 		ConfigId: "checkout", Generation: rel.GetGeneration(), WorkloadIdentity: id, BootId: s.boot, MembershipEpoch: s.epoch,
 		ApplySequence: seq, ContentDigest: rel.GetContentDigest(), ValidatorDigest: rel.GetSpec().GetValidatorDigest(),
-		AppArtifact: "checkout@2.1.0", State: state, HealthOk: true,
+		AppArtifact: "checkout@2.1.0", State: state, HealthOk: true, Held: durationpb.New(healthWindow),
 		Traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
 	}
 	f.mu.Unlock()

@@ -93,6 +93,7 @@ func TestRolloutFromTheCLI(t *testing.T) {
 		if _, err := rs.Ack(ctx, connect.NewRequest(&pawlv1.AckRequest{Ack: &pawlv1.Ack{
 			ConfigId: "routing", Generation: gen, WorkloadIdentity: id, BootId: "b1", ApplySequence: gen, MembershipEpoch: epochs[id],
 			ContentDigest: rel.Msg.GetRelease().GetContentDigest(), ValidatorDigest: digest, State: state, HealthOk: true,
+			Held:   durationpb.New(time.Minute), // the window, as healthy's clock moved
 			Reason: "rejected by local policy", Traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
 		}})); err != nil {
 			t.Fatal(err)

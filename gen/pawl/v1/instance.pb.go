@@ -34,7 +34,8 @@ type Instance struct {
 	Zone string `protobuf:"bytes,3,opt,name=zone,proto3" json:"zone,omitempty"`
 	// The role, e.g. "primary".
 	Role string `protobuf:"bytes,4,opt,name=role,proto3" json:"role,omitempty"`
-	// The share of traffic the instance serves (0 or more).
+	// The share of traffic the instance serves: a finite number from 0 to
+	// 1e9 (NaN and infinities are refused).
 	TrafficWeight float64 `protobuf:"fixed64,5,opt,name=traffic_weight,json=trafficWeight,proto3" json:"traffic_weight,omitempty"`
 	// The application's version.
 	AppVersion string `protobuf:"bytes,6,opt,name=app_version,json=appVersion,proto3" json:"app_version,omitempty"`

@@ -141,6 +141,16 @@ type Ack struct {
 	// Set by the server: how a counted HEALTHY_ACKED broke its stage's
 	// health budget; it then counts as a rejection.
 	BudgetBreach string `protobuf:"bytes,18,opt,name=budget_breach,json=budgetBreach,proto3" json:"budget_breach,omitempty"`
+	// For HEALTHY_ACKED: how long the instance had run this apply when it
+	// sent the report, by its own monotonic clock, counted from no earlier
+	// than its swap (the Go SDK counts from sending APPLIED). A healthy
+	// report counts only when this and the server's own measure both reach
+	// the release's health window: required when the release has one.
+	Held *durationpb.Duration `protobuf:"bytes,20,opt,name=held,proto3" json:"held,omitempty"`
+	// The application version that sent the report (the one it registered
+	// with). A report from a version below the release's minimum does not
+	// count; optional, as the registration's version is checked too.
+	AppVersion string `protobuf:"bytes,21,opt,name=app_version,json=appVersion,proto3" json:"app_version,omitempty"`
 	// Set by the server: when it arrived.
 	ReceivedAt *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=received_at,json=receivedAt,proto3" json:"received_at,omitempty"`
 	// Set by the server: whether it counts toward quorum.
@@ -289,6 +299,20 @@ func (x *Ack) GetHealth() *HealthMeasurement {
 func (x *Ack) GetBudgetBreach() string {
 	if x != nil {
 		return x.BudgetBreach
+	}
+	return ""
+}
+
+func (x *Ack) GetHeld() *durationpb.Duration {
+	if x != nil {
+		return x.Held
+	}
+	return nil
+}
+
+func (x *Ack) GetAppVersion() string {
+	if x != nil {
+		return x.AppVersion
 	}
 	return ""
 }
@@ -2232,7 +2256,7 @@ var File_pawl_v1_rollout_proto protoreflect.FileDescriptor
 
 const file_pawl_v1_rollout_proto_rawDesc = "" +
 	"\n" +
-	"\x15pawl/v1/rollout.proto\x12\apawl.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15pawl/v1/release.proto\"\xcd\x05\n" +
+	"\x15pawl/v1/rollout.proto\x12\apawl.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15pawl/v1/release.proto\"\x9d\x06\n" +
 	"\x03Ack\x12\x1b\n" +
 	"\tconfig_id\x18\x01 \x01(\tR\bconfigId\x12\x1e\n" +
 	"\n" +
@@ -2252,7 +2276,10 @@ const file_pawl_v1_rollout_proto_rawDesc = "" +
 	"\vtraceparent\x18\r \x01(\tR\vtraceparent\x12\x19\n" +
 	"\btrace_id\x18\x13 \x01(\tR\atraceId\x122\n" +
 	"\x06health\x18\x11 \x01(\v2\x1a.pawl.v1.HealthMeasurementR\x06health\x12#\n" +
-	"\rbudget_breach\x18\x12 \x01(\tR\fbudgetBreach\x12;\n" +
+	"\rbudget_breach\x18\x12 \x01(\tR\fbudgetBreach\x12-\n" +
+	"\x04held\x18\x14 \x01(\v2\x19.google.protobuf.DurationR\x04held\x12\x1f\n" +
+	"\vapp_version\x18\x15 \x01(\tR\n" +
+	"appVersion\x12;\n" +
 	"\vreceived_at\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"receivedAt\x12\x18\n" +
 	"\acounted\x18\x0f \x01(\bR\acounted\x12,\n" +
@@ -2493,64 +2520,65 @@ var file_pawl_v1_rollout_proto_goTypes = []any{
 	nil,                              // 27: pawl.v1.StageStatus.ZonesEntry
 	nil,                              // 28: pawl.v1.StageStatus.StatesEntry
 	nil,                              // 29: pawl.v1.ZoneStatus.StatesEntry
-	(*timestamppb.Timestamp)(nil),    // 30: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),      // 31: google.protobuf.Duration
+	(*durationpb.Duration)(nil),      // 30: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),    // 31: google.protobuf.Timestamp
 	(ReleaseState)(0),                // 32: pawl.v1.ReleaseState
 	(*Retirement)(nil),               // 33: pawl.v1.Retirement
 }
 var file_pawl_v1_rollout_proto_depIdxs = []int32{
 	0,  // 0: pawl.v1.Ack.state:type_name -> pawl.v1.InstanceState
 	2,  // 1: pawl.v1.Ack.health:type_name -> pawl.v1.HealthMeasurement
-	30, // 2: pawl.v1.Ack.received_at:type_name -> google.protobuf.Timestamp
-	31, // 3: pawl.v1.HealthMeasurement.p99_latency:type_name -> google.protobuf.Duration
-	1,  // 4: pawl.v1.AckRequest.ack:type_name -> pawl.v1.Ack
-	1,  // 5: pawl.v1.AckResponse.ack:type_name -> pawl.v1.Ack
-	27, // 6: pawl.v1.StageStatus.zones:type_name -> pawl.v1.StageStatus.ZonesEntry
-	28, // 7: pawl.v1.StageStatus.states:type_name -> pawl.v1.StageStatus.StatesEntry
-	30, // 8: pawl.v1.StageStatus.passed_at:type_name -> google.protobuf.Timestamp
-	29, // 9: pawl.v1.ZoneStatus.states:type_name -> pawl.v1.ZoneStatus.StatesEntry
-	6,  // 10: pawl.v1.GetRolloutStatusResponse.stages:type_name -> pawl.v1.StageStatus
-	1,  // 11: pawl.v1.GetRolloutStatusResponse.acks:type_name -> pawl.v1.Ack
-	14, // 12: pawl.v1.GetRolloutStatusResponse.pointer:type_name -> pawl.v1.Pointer
-	10, // 13: pawl.v1.GetRolloutStatusResponse.stop:type_name -> pawl.v1.Stop
-	32, // 14: pawl.v1.GetRolloutStatusResponse.state:type_name -> pawl.v1.ReleaseState
-	9,  // 15: pawl.v1.GetRolloutStatusResponse.coverage:type_name -> pawl.v1.Coverage
-	33, // 16: pawl.v1.GetRolloutStatusResponse.retirements:type_name -> pawl.v1.Retirement
-	30, // 17: pawl.v1.Stop.time:type_name -> google.protobuf.Timestamp
-	6,  // 18: pawl.v1.Stop.evidence:type_name -> pawl.v1.StageStatus
-	10, // 19: pawl.v1.StopRolloutResponse.stop:type_name -> pawl.v1.Stop
-	6,  // 20: pawl.v1.Receipt.evidence:type_name -> pawl.v1.StageStatus
-	30, // 21: pawl.v1.Receipt.time:type_name -> google.protobuf.Timestamp
-	33, // 22: pawl.v1.Receipt.retirements:type_name -> pawl.v1.Retirement
-	15, // 23: pawl.v1.PromoteResponse.receipt:type_name -> pawl.v1.Receipt
-	15, // 24: pawl.v1.RollbackResponse.receipt:type_name -> pawl.v1.Receipt
-	15, // 25: pawl.v1.GetPromotionResponse.receipt:type_name -> pawl.v1.Receipt
-	14, // 26: pawl.v1.GetPointerResponse.pointer:type_name -> pawl.v1.Pointer
-	0,  // 27: pawl.v1.AppliedConfig.state:type_name -> pawl.v1.InstanceState
-	30, // 28: pawl.v1.AppliedConfig.reported_at:type_name -> google.protobuf.Timestamp
-	24, // 29: pawl.v1.ListAppliedResponse.applied:type_name -> pawl.v1.AppliedConfig
-	7,  // 30: pawl.v1.StageStatus.ZonesEntry.value:type_name -> pawl.v1.ZoneStatus
-	3,  // 31: pawl.v1.RolloutService.Ack:input_type -> pawl.v1.AckRequest
-	5,  // 32: pawl.v1.RolloutService.GetRolloutStatus:input_type -> pawl.v1.GetRolloutStatusRequest
-	16, // 33: pawl.v1.RolloutService.Promote:input_type -> pawl.v1.PromoteRequest
-	18, // 34: pawl.v1.RolloutService.Rollback:input_type -> pawl.v1.RollbackRequest
-	20, // 35: pawl.v1.RolloutService.GetPromotion:input_type -> pawl.v1.GetPromotionRequest
-	11, // 36: pawl.v1.RolloutService.StopRollout:input_type -> pawl.v1.StopRolloutRequest
-	22, // 37: pawl.v1.RolloutService.GetPointer:input_type -> pawl.v1.GetPointerRequest
-	25, // 38: pawl.v1.RolloutService.ListApplied:input_type -> pawl.v1.ListAppliedRequest
-	4,  // 39: pawl.v1.RolloutService.Ack:output_type -> pawl.v1.AckResponse
-	8,  // 40: pawl.v1.RolloutService.GetRolloutStatus:output_type -> pawl.v1.GetRolloutStatusResponse
-	17, // 41: pawl.v1.RolloutService.Promote:output_type -> pawl.v1.PromoteResponse
-	19, // 42: pawl.v1.RolloutService.Rollback:output_type -> pawl.v1.RollbackResponse
-	21, // 43: pawl.v1.RolloutService.GetPromotion:output_type -> pawl.v1.GetPromotionResponse
-	12, // 44: pawl.v1.RolloutService.StopRollout:output_type -> pawl.v1.StopRolloutResponse
-	23, // 45: pawl.v1.RolloutService.GetPointer:output_type -> pawl.v1.GetPointerResponse
-	26, // 46: pawl.v1.RolloutService.ListApplied:output_type -> pawl.v1.ListAppliedResponse
-	39, // [39:47] is the sub-list for method output_type
-	31, // [31:39] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	30, // 2: pawl.v1.Ack.held:type_name -> google.protobuf.Duration
+	31, // 3: pawl.v1.Ack.received_at:type_name -> google.protobuf.Timestamp
+	30, // 4: pawl.v1.HealthMeasurement.p99_latency:type_name -> google.protobuf.Duration
+	1,  // 5: pawl.v1.AckRequest.ack:type_name -> pawl.v1.Ack
+	1,  // 6: pawl.v1.AckResponse.ack:type_name -> pawl.v1.Ack
+	27, // 7: pawl.v1.StageStatus.zones:type_name -> pawl.v1.StageStatus.ZonesEntry
+	28, // 8: pawl.v1.StageStatus.states:type_name -> pawl.v1.StageStatus.StatesEntry
+	31, // 9: pawl.v1.StageStatus.passed_at:type_name -> google.protobuf.Timestamp
+	29, // 10: pawl.v1.ZoneStatus.states:type_name -> pawl.v1.ZoneStatus.StatesEntry
+	6,  // 11: pawl.v1.GetRolloutStatusResponse.stages:type_name -> pawl.v1.StageStatus
+	1,  // 12: pawl.v1.GetRolloutStatusResponse.acks:type_name -> pawl.v1.Ack
+	14, // 13: pawl.v1.GetRolloutStatusResponse.pointer:type_name -> pawl.v1.Pointer
+	10, // 14: pawl.v1.GetRolloutStatusResponse.stop:type_name -> pawl.v1.Stop
+	32, // 15: pawl.v1.GetRolloutStatusResponse.state:type_name -> pawl.v1.ReleaseState
+	9,  // 16: pawl.v1.GetRolloutStatusResponse.coverage:type_name -> pawl.v1.Coverage
+	33, // 17: pawl.v1.GetRolloutStatusResponse.retirements:type_name -> pawl.v1.Retirement
+	31, // 18: pawl.v1.Stop.time:type_name -> google.protobuf.Timestamp
+	6,  // 19: pawl.v1.Stop.evidence:type_name -> pawl.v1.StageStatus
+	10, // 20: pawl.v1.StopRolloutResponse.stop:type_name -> pawl.v1.Stop
+	6,  // 21: pawl.v1.Receipt.evidence:type_name -> pawl.v1.StageStatus
+	31, // 22: pawl.v1.Receipt.time:type_name -> google.protobuf.Timestamp
+	33, // 23: pawl.v1.Receipt.retirements:type_name -> pawl.v1.Retirement
+	15, // 24: pawl.v1.PromoteResponse.receipt:type_name -> pawl.v1.Receipt
+	15, // 25: pawl.v1.RollbackResponse.receipt:type_name -> pawl.v1.Receipt
+	15, // 26: pawl.v1.GetPromotionResponse.receipt:type_name -> pawl.v1.Receipt
+	14, // 27: pawl.v1.GetPointerResponse.pointer:type_name -> pawl.v1.Pointer
+	0,  // 28: pawl.v1.AppliedConfig.state:type_name -> pawl.v1.InstanceState
+	31, // 29: pawl.v1.AppliedConfig.reported_at:type_name -> google.protobuf.Timestamp
+	24, // 30: pawl.v1.ListAppliedResponse.applied:type_name -> pawl.v1.AppliedConfig
+	7,  // 31: pawl.v1.StageStatus.ZonesEntry.value:type_name -> pawl.v1.ZoneStatus
+	3,  // 32: pawl.v1.RolloutService.Ack:input_type -> pawl.v1.AckRequest
+	5,  // 33: pawl.v1.RolloutService.GetRolloutStatus:input_type -> pawl.v1.GetRolloutStatusRequest
+	16, // 34: pawl.v1.RolloutService.Promote:input_type -> pawl.v1.PromoteRequest
+	18, // 35: pawl.v1.RolloutService.Rollback:input_type -> pawl.v1.RollbackRequest
+	20, // 36: pawl.v1.RolloutService.GetPromotion:input_type -> pawl.v1.GetPromotionRequest
+	11, // 37: pawl.v1.RolloutService.StopRollout:input_type -> pawl.v1.StopRolloutRequest
+	22, // 38: pawl.v1.RolloutService.GetPointer:input_type -> pawl.v1.GetPointerRequest
+	25, // 39: pawl.v1.RolloutService.ListApplied:input_type -> pawl.v1.ListAppliedRequest
+	4,  // 40: pawl.v1.RolloutService.Ack:output_type -> pawl.v1.AckResponse
+	8,  // 41: pawl.v1.RolloutService.GetRolloutStatus:output_type -> pawl.v1.GetRolloutStatusResponse
+	17, // 42: pawl.v1.RolloutService.Promote:output_type -> pawl.v1.PromoteResponse
+	19, // 43: pawl.v1.RolloutService.Rollback:output_type -> pawl.v1.RollbackResponse
+	21, // 44: pawl.v1.RolloutService.GetPromotion:output_type -> pawl.v1.GetPromotionResponse
+	12, // 45: pawl.v1.RolloutService.StopRollout:output_type -> pawl.v1.StopRolloutResponse
+	23, // 46: pawl.v1.RolloutService.GetPointer:output_type -> pawl.v1.GetPointerResponse
+	26, // 47: pawl.v1.RolloutService.ListApplied:output_type -> pawl.v1.ListAppliedResponse
+	40, // [40:48] is the sub-list for method output_type
+	32, // [32:40] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_pawl_v1_rollout_proto_init() }

@@ -39,9 +39,15 @@ func (h *Rollouts) Ack(ctx context.Context, req *connect.Request[pawlv1.AckReque
 	ack := rollout.Ack{
 		ConfigID: a.GetConfigId(), Generation: a.GetGeneration(), WorkloadIdentity: a.GetWorkloadIdentity(), BootID: a.GetBootId(),
 		MembershipEpoch: a.GetMembershipEpoch(), ContentDigest: a.GetContentDigest(), ValidatorDigest: a.GetValidatorDigest(),
-		AppArtifact: a.GetAppArtifact(), ApplySequence: a.GetApplySequence(),
+		AppArtifact: a.GetAppArtifact(), AppVersion: a.GetAppVersion(), ApplySequence: a.GetApplySequence(),
 		State:    rollout.AckState(strings.TrimPrefix(a.GetState().String(), "INSTANCE_STATE_")),
 		HealthOK: a.GetHealthOk(), Reason: a.GetReason(), TraceParent: a.GetTraceparent(),
+	}
+	if held := a.GetHeld(); held != nil {
+		if err := held.CheckValid(); err != nil {
+			return nil, InvalidArgument("held: %v", err)
+		}
+		ack.Held = held.AsDuration()
 	}
 	if m := a.GetHealth(); m != nil {
 		ack.Health = &rollout.Health{ErrorRate: m.GetErrorRate(), P99: m.GetP99Latency().AsDuration()}
@@ -221,13 +227,16 @@ func toProtoAck(a rollout.Ack) *pawlv1.Ack {
 	out := &pawlv1.Ack{
 		ConfigId: a.ConfigID, Generation: a.Generation, WorkloadIdentity: a.WorkloadIdentity, BootId: a.BootID,
 		MembershipEpoch: a.MembershipEpoch, ContentDigest: a.ContentDigest, ValidatorDigest: a.ValidatorDigest,
-		AppArtifact: a.AppArtifact, ApplySequence: a.ApplySequence,
+		AppArtifact: a.AppArtifact, AppVersion: a.AppVersion, ApplySequence: a.ApplySequence,
 		State:    pawlv1.InstanceState(pawlv1.InstanceState_value["INSTANCE_STATE_"+string(a.State)]),
 		HealthOk: a.HealthOK, Reason: a.Reason, Traceparent: a.TraceParent, TraceId: a.TraceID, ReceivedAt: timestamppb.New(a.ReceivedAt),
 		Counted: a.Counted, NotCountedReason: a.Why, BudgetBreach: a.Breach,
 	}
 	if a.Health != nil {
 		out.Health = &pawlv1.HealthMeasurement{ErrorRate: a.Health.ErrorRate, P99Latency: durationpb.New(a.Health.P99)}
+	}
+	if a.Held > 0 {
+		out.Held = durationpb.New(a.Held)
 	}
 	return out
 }

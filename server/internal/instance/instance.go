@@ -41,6 +41,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"regexp"
 	"sync"
 	"time"
@@ -359,8 +360,9 @@ func (r *Registry) Register(ctx context.Context, in Instance) (Record, error) {
 		return Record{}, fmt.Errorf("%w: workload identity %q must be 1-255 of A-Z a-z 0-9 . _ : @ / -", ErrInvalid, in.WorkloadIdentity)
 	case in.BootID == "":
 		return Record{}, fmt.Errorf("%w: a boot ID is required (a new one on every process start)", ErrInvalid)
-	case in.TrafficWeight < 0:
-		return Record{}, fmt.Errorf("%w: traffic weight %v is negative", ErrInvalid, in.TrafficWeight)
+	}
+	if err := checkTrafficWeight(in.TrafficWeight); err != nil {
+		return Record{}, err
 	}
 	rec := Record{Instance: in, RegisteredAt: r.now().UTC()}
 	b, err := records.Encode(rec)
@@ -375,6 +377,22 @@ func (r *Registry) Register(ctx context.Context, in Instance) (Record, error) {
 	r.remember(rec)
 	rec.LeaseExpiresAt = r.renew(in.WorkloadIdentity, in.BootID, rec.MembershipEpoch)
 	return rec, nil
+}
+
+// MaxTrafficWeight bounds an instance's traffic weight. A weight is a
+// share, not a count of requests; the bound keeps the sum of a
+// membership's weights (what a traffic-weight quorum compares with) exact
+// and finite whatever the fleet's size.
+const MaxTrafficWeight = 1e9
+
+// checkTrafficWeight refuses a weight no quorum can add up: NaN, an
+// infinity, a negative number, or one above MaxTrafficWeight. A NaN would
+// also fail to encode as the registration's JSON.
+func checkTrafficWeight(w float64) error {
+	if math.IsNaN(w) || math.IsInf(w, 0) || w < 0 || w > MaxTrafficWeight {
+		return fmt.Errorf("%w: traffic weight %v must be a finite number from 0 to %g", ErrInvalid, w, float64(MaxTrafficWeight))
+	}
+	return nil
 }
 
 // remember keeps rec as the identity's registration, unless a later one is

@@ -9,6 +9,7 @@ import (
 
 	"github.com/pawlcfg/pawl/server/internal/instance"
 	"github.com/pawlcfg/pawl/server/internal/records"
+	"github.com/pawlcfg/pawl/server/internal/release"
 	"github.com/pawlcfg/pawl/server/internal/store"
 )
 
@@ -69,6 +70,13 @@ type Ack struct {
 	// Breach says how a counted HEALTHY_ACKED broke its stage's health
 	// budget: it then counts as a rejection.
 	Breach string `json:"breach,omitempty"`
+	// Held is, for HEALTHY_ACKED, how long the instance had run the apply
+	// when it reported, by its own monotonic clock: one machine's measure,
+	// which no skew between servers and no step of a wall clock shortens.
+	Held time.Duration `json:"held,omitempty"`
+	// AppVersion is the application version the instance reports running
+	// ("": not reported; its registration's version is judged all the same).
+	AppVersion string `json:"app_version,omitempty"`
 }
 
 // check refuses a malformed ACK.
@@ -89,6 +97,8 @@ func (a Ack) check() error {
 		return bad("health error rate %v must be in [0, 1]", a.Health.ErrorRate)
 	case a.Health != nil && a.Health.P99 < 0:
 		return bad("health p99 latency %s is negative", a.Health.P99)
+	case a.Held < 0:
+		return bad("held %s is negative: report how long the instance has run the apply", a.Held)
 	}
 	return nil
 }
@@ -221,6 +231,11 @@ func judge(s snapshot, p plan, ack Ack, reg registration, registered bool, prev 
 		return false, fmt.Sprintf("stale boot %s: the instance registered again as boot %s", ack.BootID, reg.boot), ""
 	case reg.epoch != ack.MembershipEpoch:
 		return false, fmt.Sprintf("stale membership epoch %d: the instance's registration is at epoch %d; report with that epoch", ack.MembershipEpoch, reg.epoch), ""
+	case !mayRun(rel, reg.appVersion):
+		return false, fmt.Sprintf("app version below minimum: the instance registered with app version %q, below the release's minimum %s; "+
+			"it is not assigned the release", reg.appVersion, rel.MinAppVersion), ""
+	case ack.AppVersion != "" && !mayRun(rel, ack.AppVersion):
+		return false, fmt.Sprintf("app version below minimum: the ACK reports app version %q, below the release's minimum %s", ack.AppVersion, rel.MinAppVersion), ""
 	case ack.ContentDigest != rel.ContentDigest:
 		return false, fmt.Sprintf("content digest %s is not the release's %s", ack.ContentDigest, rel.ContentDigest), ""
 	case ack.ValidatorDigest != rel.ValidatorDigest:
@@ -285,15 +300,8 @@ func judge(s snapshot, p plan, ack Ack, reg registration, registered bool, prev 
 	if ack.State != HealthyAcked || !ack.HealthOK {
 		return true, "", "" // a failure counts at once: it needs no waiting
 	}
-	if rel.HealthWindow > 0 {
-		if applied == nil {
-			return false, fmt.Sprintf("health window: no APPLIED ACK of boot %s at apply sequence %d came first; report APPLIED, then HEALTHY_ACKED after %s",
-				ack.BootID, ack.ApplySequence, rel.HealthWindow), ""
-		}
-		if held := ack.ReceivedAt.Sub(applied.ReceivedAt); held < rel.HealthWindow {
-			return false, fmt.Sprintf("health window: healthy %s after APPLIED, but the release's health window is %s; report again when it has passed",
-				held.Round(time.Millisecond), rel.HealthWindow), ""
-		}
+	if why := healthWindowShort(rel, ack, applied); why != "" {
+		return false, why, ""
 	}
 	if stage >= 0 && rel.Stages[stage].Budget != nil {
 		budget := rel.Stages[stage].Budget
@@ -305,6 +313,34 @@ func judge(s snapshot, p plan, ack Ack, reg registration, registered bool, prev 
 		}
 	}
 	return true, "", ""
+}
+
+// healthWindowShort says why a healthy HEALTHY_ACKED came before its
+// release's health window passed, or "" when it did not. Two measures must
+// both reach the window: the instance's own (Held, one process's
+// monotonic clock), and the server's (from the arrival of the same
+// apply's APPLIED, applied, to this report's). The server's may span two
+// replicas' wall clocks, which can disagree or step; the instance's cannot
+// be shortened by either, and the server's keeps a client that misreports
+// its hold from passing on its word alone. A wrong clock can then only
+// delay a report, never count it early.
+func healthWindowShort(rel release.Release, ack Ack, applied *Ack) string {
+	window := rel.HealthWindow
+	switch {
+	case window <= 0:
+		return ""
+	case applied == nil:
+		return fmt.Sprintf("health window: no APPLIED ACK of boot %s at apply sequence %d came first; report APPLIED, then HEALTHY_ACKED after %s",
+			ack.BootID, ack.ApplySequence, window)
+	case ack.Held < window:
+		return fmt.Sprintf("health window: the instance held apply sequence %d for %s by its own clock (held), but the release's health window is %s; "+
+			"report again when it has passed", ack.ApplySequence, ack.Held.Round(time.Millisecond), window)
+	}
+	if held := ack.ReceivedAt.Sub(applied.ReceivedAt); held < window {
+		return fmt.Sprintf("health window: healthy %s after APPLIED, but the release's health window is %s; report again when it has passed",
+			held.Round(time.Millisecond), window)
+	}
+	return ""
 }
 
 // sameReport reports whether two ACKs of one apply say the same thing.

@@ -188,14 +188,14 @@ func coverage(p plan, gen int64, digest string, applied map[string]applyInfo, re
 // staleMembers are the members that applied gen (their latest counted ACK
 // from their current registration is APPLIED or HEALTHY_ACKED) although
 // their assignment has moved past it.
-func staleMembers(gen int64, members map[string]quorum.Member, latest map[string]Ack, cs configState) map[string]bool {
+func staleMembers(gen int64, members map[string]quorum.Member, latest map[string]Ack, cs configState, regs map[string]registration) map[string]bool {
 	out := map[string]bool{}
 	for id := range members {
 		a, ok := latest[id]
 		if !ok || (a.State != Applied && a.State != HealthyAcked) {
 			continue
 		}
-		if run, _ := cs.assign(id); run == nil || run.Generation != gen {
+		if run, _ := cs.assign(id, regs[id].appVersion); run == nil || run.Generation != gen {
 			out[id] = true
 		}
 	}

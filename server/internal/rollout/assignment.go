@@ -5,6 +5,7 @@ import (
 	"maps"
 	"slices"
 
+	"github.com/pawlcfg/pawl/sdk/appversion"
 	"github.com/pawlcfg/pawl/server/internal/release"
 )
 
@@ -92,17 +93,20 @@ type Assignment struct {
 	Epoch int64
 }
 
-// assign returns what identity must run (nil: nothing) and what it must
-// validate in a shadow stage (nil: nothing).
-func (cs configState) assign(identity string) (run, shadow *Assignment) {
-	if cs.active != nil {
+// assign returns what identity, registered with appVersion ("": not
+// registered), must run (nil: nothing) and what it must validate in a
+// shadow stage (nil: nothing). A release whose minimum app version is above
+// appVersion is never assigned: an instance that came back downgraded gets
+// the active generation instead, if it may run that, or nothing.
+func (cs configState) assign(identity, appVersion string) (run, shadow *Assignment) {
+	if cs.active != nil && mayRun(*cs.active, appVersion) {
 		run = assignmentOf(*cs.active, "", false, cs.ptr.Epoch)
 	}
 	if cs.cand == nil {
 		return run, nil
 	}
 	i, ok := cs.cand.plan.takenBy[identity]
-	if !ok || !cs.cand.progress.reached(i) {
+	if !ok || !cs.cand.progress.reached(i) || !mayRun(cs.cand.plan.rel, appVersion) {
 		return run, nil
 	}
 	st := cs.cand.plan.rel.Stages[i]
@@ -111,6 +115,20 @@ func (cs configState) assign(identity string) (run, shadow *Assignment) {
 		return run, a
 	}
 	return a, nil
+}
+
+// mayRun reports whether an instance of appVersion may run rel: rel has no
+// minimum app version, or appVersion is at least that. The release froze
+// its membership by the versions instances had then; an instance that
+// registers again (a restart, a rollback of the application) is judged by
+// the version it has now. An unknown or unreadable version is below every
+// minimum.
+func mayRun(rel release.Release, appVersion string) bool {
+	if rel.MinAppVersion == "" {
+		return true
+	}
+	floor, err := appversion.Parse(rel.MinAppVersion)
+	return err == nil && appversion.AtLeast(appVersion, floor)
 }
 
 func assignmentOf(rel release.Release, stage string, shadow bool, epoch int64) *Assignment {
@@ -157,7 +175,7 @@ func (r *Rollouts) AssignmentsAt(ctx context.Context, identity string, rev int64
 	out := map[string][]Assignment{}
 	if configs == nil {
 		for config, cv := range v.configs {
-			if as := cv.assign(identity); len(as) > 0 {
+			if as := cv.assign(identity, v.regs[identity].appVersion); len(as) > 0 {
 				out[config] = as
 			}
 		}
@@ -166,18 +184,18 @@ func (r *Rollouts) AssignmentsAt(ctx context.Context, identity string, rev int64
 	for _, config := range configs {
 		var as []Assignment
 		if cv := v.configs[config]; cv != nil {
-			as = cv.assign(identity)
+			as = cv.assign(identity, v.regs[identity].appVersion)
 		}
 		out[config] = as
 	}
 	return out, v.rev, nil
 }
 
-// assign is what identity must run of the config and, in a shadow stage,
-// validate: zero, one or two assignments. The caller holds the views' read
-// lock.
-func (cv *configView) assign(identity string) []Assignment {
-	run, shadow := cv.state().assign(identity)
+// assign is what identity, registered with appVersion, must run of the
+// config and, in a shadow stage, validate: zero, one or two assignments.
+// The caller holds the views' read lock.
+func (cv *configView) assign(identity, appVersion string) []Assignment {
+	run, shadow := cv.state().assign(identity, appVersion)
 	var out []Assignment
 	for _, a := range []*Assignment{run, shadow} {
 		if a != nil {

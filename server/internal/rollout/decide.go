@@ -98,7 +98,7 @@ func (r *Rollouts) regsAndAppliedAt(ctx context.Context, config string, rev int6
 	}
 	regs := make(map[string]registration, len(recs))
 	for id, rec := range recs {
-		regs[id] = registration{boot: rec.BootID, epoch: rec.MembershipEpoch}
+		regs[id] = registrationOf(rec)
 	}
 	all, err := r.appliedAll(ctx, config, rev)
 	if err != nil {
@@ -170,7 +170,7 @@ func (r *Rollouts) ackViewOf(ctx context.Context, config string, gen int64, iden
 	rec, err := r.registry.RegistrationAt(ctx, identity, rev)
 	switch {
 	case err == nil:
-		av.reg, av.registered = registration{boot: rec.BootID, epoch: rec.MembershipEpoch}, true
+		av.reg, av.registered = registrationOf(rec), true
 	case !errors.Is(err, instance.ErrNotFound):
 		return ackView{}, err
 	}

@@ -122,6 +122,9 @@ func (e *env) ack(t *testing.T, rel release.Release, id, boot string, seq int64,
 		MembershipEpoch: reg.MembershipEpoch, ContentDigest: rel.ContentDigest, ValidatorDigest: rel.ValidatorDigest,
 		State: state, HealthOK: true, TraceParent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
 	}
+	if state == rollout.HealthyAcked {
+		a.Held = rel.HealthWindow // by its own clock, the instance held it for the window
+	}
 	for _, o := range opts {
 		o(&a)
 	}

@@ -231,7 +231,7 @@ func (r *Rollouts) readViews(ctx context.Context, rev int64) (viewsSnapshot, err
 		return viewsSnapshot{}, err
 	}
 	for id, rec := range recs {
-		snap.regs[id] = registration{boot: rec.BootID, epoch: rec.MembershipEpoch}
+		snap.regs[id] = registrationOf(rec)
 	}
 	_, err = store.EachAt(ctx, r.store, records.AppliedPrefix, rev, func(kv store.KeyValue) error {
 		var rec AppliedRecord
@@ -328,7 +328,7 @@ func (r *Rollouts) trackedAt(ctx context.Context, s snapshot) (*tracked, error) 
 	}
 	for _, a := range acks {
 		rec, ok := recs[a.WorkloadIdentity]
-		t.addAck(a, registration{boot: rec.BootID, epoch: rec.MembershipEpoch}, ok)
+		t.addAck(a, registrationOf(rec), ok)
 	}
 	return t, nil
 }
@@ -338,7 +338,7 @@ func decodeRegistration(kv store.KeyValue) (registration, error) {
 	if err != nil {
 		return registration{}, err
 	}
-	return registration{boot: rec.BootID, epoch: rec.MembershipEpoch}, nil
+	return registrationOf(rec), nil
 }
 
 func applyInfoOf(rec AppliedRecord) applyInfo {

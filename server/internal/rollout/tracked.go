@@ -4,15 +4,23 @@ import (
 	"maps"
 	"time"
 
+	"github.com/pawlcfg/pawl/server/internal/instance"
 	"github.com/pawlcfg/pawl/server/internal/quorum"
 	"github.com/pawlcfg/pawl/server/internal/release"
 )
 
 // registration is what counts of an instance's registration: the boot and
-// membership epoch its ACKs must carry.
+// membership epoch its ACKs must carry, and the app version it registered
+// with, which decides the releases it may run.
 type registration struct {
-	boot  string
-	epoch int64
+	boot       string
+	epoch      int64
+	appVersion string
+}
+
+// registrationOf is what counts of a registration record.
+func registrationOf(rec instance.Record) registration {
+	return registration{boot: rec.BootID, epoch: rec.MembershipEpoch, appVersion: rec.AppVersion}
 }
 
 // tracked is a release's rollout kept up to date one record at a time:
