@@ -157,7 +157,7 @@ func (f *fleet) expect(rel *pawlv1.Release, a *pawlv1.Ack) (bool, string) {
 	}
 	if healthy {
 		at, ok := r.appliedAt[a.GetApplySequence()]
-		if !ok || f.clock.Now().Sub(at) < healthWindow {
+		if !ok || f.clock.Now().Sub(at) < healthWindow || a.GetHeld().AsDuration() < healthWindow {
 			return false, "health window"
 		}
 	}
