@@ -101,13 +101,12 @@ func (cs configState) assign(identity string) (run, shadow *Assignment) {
 	if cs.cand == nil {
 		return run, nil
 	}
-	i, ok := cs.cand.plan.takenBy[identity]
-	if !ok || !cs.cand.progress.reached(i) {
+	i, validateOnly, ok := cs.cand.plan.assignedBy(cs.cand.progress, identity)
+	if !ok {
 		return run, nil
 	}
-	st := cs.cand.plan.rel.Stages[i]
-	a := assignmentOf(cs.cand.plan.rel, st.Name, st.Shadow, cs.ptr.Epoch)
-	if st.Shadow {
+	a := assignmentOf(cs.cand.plan.rel, cs.cand.plan.rel.Stages[i].Name, validateOnly, cs.ptr.Epoch)
+	if validateOnly {
 		return run, a
 	}
 	return a, nil

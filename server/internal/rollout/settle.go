@@ -12,8 +12,8 @@ import (
 )
 
 // Settle moves a release's rollout forward as far as its evaluation allows,
-// and records it: the first stage found failed (its rejections passed the
-// threshold, or the deadline came while it waited) stops the rollout with
+// and records it: the first reached stage found failed (its rejections
+// passed the threshold, or the deadline came while it waited) stops the rollout with
 // every stage's tallies as evidence, and so does a deadline that passed
 // before anyone promoted it; otherwise each stage found passed,
 // in plan order, is added to the progress record, which reaches the next
@@ -59,7 +59,9 @@ func (r *Rollouts) settle(ctx context.Context, config string, gen, rev int64) er
 		return err
 	}
 	for i, ev := range rv.evals {
-		if ev.Outcome == quorum.Failed {
+		// A stage not reached assigned the release to nobody, so nothing
+		// it says can stop the rollout: it is judged once it is reached.
+		if ev.Outcome == quorum.Failed && rv.progress.reached(i) {
 			_, err := r.writeStop(ctx, rv.snapshot, newStop(rv.snapshot, rv.evals, rv.rel.Stages[i].Name, ev.Reason))
 			return err
 		}
