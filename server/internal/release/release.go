@@ -222,7 +222,9 @@ const maxCreateAttempts = 16
 
 // Create validates spec, runs its validator on the server (a rejected
 // config never becomes a release), computes the content digest, freezes the
-// membership and stores the next generation as a CANDIDATE.
+// membership and stores the next generation as a CANDIDATE. A plan with a
+// stage that would assign the release to no member of a non-empty
+// membership is refused with ErrInvalid naming the stage (see Layout).
 func (r *Releases) Create(ctx context.Context, spec Spec, actor string) (Release, error) {
 	if err := checkSpec(spec); err != nil {
 		return Release{}, err
