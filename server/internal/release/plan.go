@@ -156,23 +156,34 @@ func checkLayout(rel Release) error {
 // whyEmpty says why stage i takes nobody.
 func (l Layout) whyEmpty(rel Release, i int) string {
 	st := rel.Stages[i]
+	// A stage that applies loses members only to earlier stages that
+	// apply; a shadow stage to those and to earlier shadow stages.
+	takenFrom := []map[string]int{l.Applies}
+	if st.Shadow {
+		takenFrom = append(takenFrom, l.Shadows)
+	}
 	matched := 0
-	var takers []string
+	var takers []int
 	for _, m := range rel.Membership {
 		if !instance.Matches(m, st.Selector) {
 			continue
 		}
 		matched++
-		for _, idx := range []map[string]int{l.Applies, l.Shadows} {
-			if j, ok := idx[m.ID]; ok && j < i && !slices.Contains(takers, rel.Stages[j].Name) {
-				takers = append(takers, rel.Stages[j].Name)
+		for _, idx := range takenFrom {
+			if j, ok := idx[m.ID]; ok && j < i && !slices.Contains(takers, j) {
+				takers = append(takers, j)
 			}
 		}
 	}
 	if matched == 0 {
 		return fmt.Sprintf("none of the %d frozen members matches its selector %s", len(rel.Membership), selectorString(st.Selector))
 	}
-	return fmt.Sprintf("the %d frozen members its selector matches are all taken by earlier stages (%s)", matched, strings.Join(takers, ", "))
+	slices.Sort(takers)
+	names := make([]string, len(takers))
+	for k, j := range takers {
+		names[k] = rel.Stages[j].Name
+	}
+	return fmt.Sprintf("the %d frozen members its selector matches are all taken by earlier stages (%s)", matched, strings.Join(names, ", "))
 }
 
 // selectorString renders a selector as the CLI writes it: k=v,... in key
