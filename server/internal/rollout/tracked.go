@@ -68,36 +68,68 @@ func (mv *memberView) take(a Ack) {
 	}
 }
 
+// stageRole is what a stage is to a member it counts.
+type stageRole int
+
+const (
+	// applies: the stage assigns the member the release to apply.
+	applies stageRole = iota
+	// validatesFirst: a shadow stage before the stage that applies.
+	validatesFirst
+	// validatesOnly: a shadow stage, and no stage applies for the member:
+	// it gets the release at promotion, and its reports of running it
+	// after that count here, the only stage that shows its health.
+	validatesOnly
+)
+
+// roleOf is what stage i is to member id.
+func (p plan) roleOf(i int, id string) stageRole {
+	_, applying := p.applies(id)
+	switch {
+	case !p.rel.Stages[i].Shadow:
+		return applies
+	case applying:
+		return validatesFirst
+	}
+	return validatesOnly
+}
+
 // evidence is the report of a member's that a stage's quorum judges it
 // by: for the stage that applies, its latest report since that stage
 // assigned it the release (a shadow VALIDATED says nothing about applying
-// it); for its shadow stage, its latest shadow report, or, when it has
-// none (it restarted once the stage that applies reached it), its latest
-// report of applying the release, which validated it on the way.
-func (mv *memberView) evidence(shadowStage bool) (Ack, bool) {
+// it); for a shadow stage before it, its latest shadow report, or, when it
+// has none (it restarted once the stage that applies reached it), its
+// latest report of applying the release, which validated it on the way;
+// for a shadow stage that is its only stage, its latest report.
+func (mv *memberView) evidence(role stageRole) (Ack, bool) {
+	var a *Ack
 	switch {
 	case mv == nil:
-		return Ack{}, false
-	case shadowStage && mv.validating != nil:
-		return *mv.validating, true
-	case mv.applying != nil:
-		return *mv.applying, true
+	case role == validatesOnly:
+		a = mv.latest
+	case role == validatesFirst && mv.validating != nil:
+		a = mv.validating
+	default:
+		a = mv.applying
 	}
-	return Ack{}, false
+	if a == nil {
+		return Ack{}, false
+	}
+	return *a, true
 }
 
 // stateIn is what a member's reports mean to the quorum of a stage that
-// counts it. A shadow stage never takes a failure from the stage that
-// applies: that counts there, where it was reported.
-func (mv *memberView) stateIn(shadowStage bool) quorum.State {
-	a, ok := mv.evidence(shadowStage)
+// counts it. A shadow stage before the stage that applies never takes a
+// failure from it: that counts there, where it was reported.
+func (mv *memberView) stateIn(role stageRole) quorum.State {
+	a, ok := mv.evidence(role)
 	switch {
 	case !ok:
 		return quorum.Pending
-	case shadowStage && !a.Shadow && failed(a):
+	case role == validatesFirst && !a.Shadow && failed(a):
 		return quorum.Pending
 	}
-	return quorumState(a, shadowStage)
+	return quorumState(a, role != applies)
 }
 
 func newTracked(rel release.Release, progress Progress, stop *Stop, retired map[string]Retirement) *tracked {
@@ -131,7 +163,7 @@ func (t *tracked) states(id string) [2]quorum.State {
 	var out [2]quorum.State
 	mv := t.members[id]
 	for k, i := range t.plan.stagesOf(id) {
-		out[k] = mv.stateIn(t.rel.Stages[i].Shadow)
+		out[k] = mv.stateIn(t.plan.roleOf(i, id))
 	}
 	return out
 }
@@ -227,7 +259,7 @@ func (t *tracked) stageResults(now time.Time, stale map[string]bool) []StageResu
 			res.PassedAt = t.progress.Passed[i].Time
 		}
 		for _, m := range t.plan.counted[i] {
-			a, ok := t.members[m.ID].evidence(st.Shadow)
+			a, ok := t.members[m.ID].evidence(t.plan.roleOf(i, m.ID))
 			state := displayState(a, ok, stale[m.ID])
 			res.States[state]++
 			if res.ZoneStates[m.Zone] == nil {
