@@ -299,3 +299,34 @@ func TestAPlanWithAStageOfNoMembersIsRefused(t *testing.T) {
 		t.Fatalf("head after refusals = %d, %v", head, err)
 	}
 }
+
+// TestAShadowOnlyMemberShowsItsHealthInItsShadowStage: zone-a validates in
+// a shadow stage and no stage that applies takes it; it gets the release at
+// promotion, and a rejection after that shows in the shadow stage, the one
+// stage that counts it.
+func TestAShadowOnlyMemberShowsItsHealthInItsShadowStage(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	rel := e.releaseWith(t, 50, func(s *release.Spec) {
+		s.Stages = []release.Stage{
+			{Name: "mirror", Selector: map[string]string{"zone": "zone-a"}, Shadow: true, Policy: quorum.Policy{Kind: quorum.All, MaxRejected: 1}},
+			{Name: "zone-b", Selector: map[string]string{"zone": "zone-b"}, Policy: quorum.Policy{Kind: quorum.All}},
+		}
+	})
+	for _, id := range []string{"i0", "i3"} {
+		e.ack(t, rel, id, "boot-1", 1, rollout.Validated)
+	}
+	for _, id := range []string{"i1", "i4"} {
+		e.ack(t, rel, id, "boot-1", 1, rollout.HealthyAcked)
+	}
+	if _, err := e.rollouts.Promote(ctx, rollout.Move{ConfigID: "routing", To: 1, IdempotencyKey: "p1"}); err != nil {
+		t.Fatal(err)
+	}
+	if a := e.ack(t, rel, "i0", "boot-1", 2, rollout.Rejected); !a.Counted || a.Shadow {
+		t.Fatalf("REJECTED of i0 after promotion = %+v", a)
+	}
+	st := e.status(t, 1)
+	if mirror := st.Stages[0]; mirror.Evaluation.Rejected != 1 || mirror.States["REJECTED"] != 1 || mirror.States["VALIDATED"] != 1 {
+		t.Fatalf("the mirror stage after i0 rejected the active release: %+v %v", mirror.Evaluation, mirror.States)
+	}
+}
