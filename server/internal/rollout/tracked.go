@@ -72,14 +72,14 @@ func (mv *memberView) take(a Ack) {
 type stageRole int
 
 const (
-	// applies: the stage assigns the member the release to apply.
-	applies stageRole = iota
-	// validatesFirst: a shadow stage before the stage that applies.
-	validatesFirst
-	// validatesOnly: a shadow stage, and no stage applies for the member:
+	// roleApplies: the stage assigns the member the release to apply.
+	roleApplies stageRole = iota
+	// roleValidatesFirst: a shadow stage before the stage that applies.
+	roleValidatesFirst
+	// roleValidatesOnly: a shadow stage, and no stage applies for the member:
 	// it gets the release at promotion, and its reports of running it
 	// after that count here, the only stage that shows its health.
-	validatesOnly
+	roleValidatesOnly
 )
 
 // roleOf is what stage i is to member id.
@@ -87,11 +87,11 @@ func (p plan) roleOf(i int, id string) stageRole {
 	_, applying := p.applies(id)
 	switch {
 	case !p.rel.Stages[i].Shadow:
-		return applies
+		return roleApplies
 	case applying:
-		return validatesFirst
+		return roleValidatesFirst
 	}
-	return validatesOnly
+	return roleValidatesOnly
 }
 
 // evidence is the report of a member's that a stage's quorum judges it
@@ -105,9 +105,9 @@ func (mv *memberView) evidence(role stageRole) (Ack, bool) {
 	var a *Ack
 	switch {
 	case mv == nil:
-	case role == validatesOnly:
+	case role == roleValidatesOnly:
 		a = mv.latest
-	case role == validatesFirst && mv.validating != nil:
+	case role == roleValidatesFirst && mv.validating != nil:
 		a = mv.validating
 	default:
 		a = mv.applying
@@ -126,10 +126,10 @@ func (mv *memberView) stateIn(role stageRole) quorum.State {
 	switch {
 	case !ok:
 		return quorum.Pending
-	case role == validatesFirst && !a.Shadow && failed(a):
+	case role == roleValidatesFirst && !a.Shadow && failed(a):
 		return quorum.Pending
 	}
-	return quorumState(a, role != applies)
+	return quorumState(a, role != roleApplies)
 }
 
 func newTracked(rel release.Release, progress Progress, stop *Stop, retired map[string]Retirement) *tracked {
