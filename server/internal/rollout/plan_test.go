@@ -330,3 +330,37 @@ func TestAShadowOnlyMemberShowsItsHealthInItsShadowStage(t *testing.T) {
 		t.Fatalf("the mirror stage after i0 rejected the active release: %+v %v", mirror.Evaluation, mirror.States)
 	}
 }
+
+// TestAStageNotReachedNeverStopsTheRollout: retiring both zone-b members
+// empties the zone-b stage, which cannot pass; while the canary stage
+// before it waits, the rollout goes on. It stops, naming zone-b, only once
+// zone-b is reached. (Before the fix the retirement stopped it at once.)
+func TestAStageNotReachedNeverStopsTheRollout(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	rel := e.releaseWith(t, 50, func(s *release.Spec) {
+		s.Stages = []release.Stage{
+			{Name: "canary", Selector: map[string]string{"zone": "zone-a"}, Policy: quorum.Policy{Kind: quorum.All}},
+			{Name: "zone-b", Selector: map[string]string{"zone": "zone-b"}, Policy: quorum.Policy{Kind: quorum.All}},
+		}
+	})
+	for _, id := range []string{"i1", "i4"} {
+		if _, err := e.rollouts.Retire(ctx, "routing", 1, id, "decommissioned", "oncall"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st := e.status(t, 1)
+	if st.Stop != nil || st.Stages[1].Reached || st.Stages[1].Evaluation.Outcome != quorum.Failed {
+		t.Fatalf("with zone-b emptied before it is reached: stop %+v, stages %+v", st.Stop, st.Stages)
+	}
+	if a := e.ack(t, rel, "i0", "boot-1", 1, rollout.HealthyAcked); !a.Counted {
+		t.Fatalf("canary ACK = %+v", a)
+	}
+	if st := e.status(t, 1); st.Stop != nil {
+		t.Fatalf("one canary of two healthy: the rollout stopped: %+v", st.Stop)
+	}
+	e.ack(t, rel, "i3", "boot-1", 1, rollout.HealthyAcked)
+	if stop := e.status(t, 1).Stop; stop == nil || stop.Stage != "zone-b" || !strings.Contains(stop.Reason, "the frozen membership is empty") {
+		t.Fatalf("once zone-b is reached: stop %+v", stop)
+	}
+}
