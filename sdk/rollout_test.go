@@ -92,12 +92,12 @@ func TestAFleetOfClientsRollsOutAndIsPromoted(t *testing.T) {
 
 // TestAShadowStageValidatesWithoutApplying: the shadow instance downloads
 // and validates the new generation and reports VALIDATED, keeps running
-// the active one while the rest of the fleet applies the new one, and
-// applies it only once it is promoted.
+// the active one while the rest of the fleet applies the new one (no
+// stage that applies takes it), and applies it only once it is promoted.
 func TestAShadowStageValidatesWithoutApplying(t *testing.T) {
 	h := newHarness(t)
 	shadow := h.client("shadow-1", sdk.WithLabels(map[string]string{"shadow": "true"}))
-	main := h.client("main-1")
+	main := h.client("main-1", sdk.WithLabels(map[string]string{"lane": "main"}))
 	h.waitRegistered("shadow-1", "main-1")
 	h.release(50, nil)
 	h.awaitAcks(1, func(s map[string][]string) bool {
@@ -108,7 +108,7 @@ func TestAShadowStageValidatesWithoutApplying(t *testing.T) {
 	h.release(80, func(spec *pawlv1.ReleaseSpec) {
 		spec.Stages = []*pawlv1.Stage{
 			{Name: "shadow", Shadow: true, Selector: map[string]string{"shadow": "true"}, Policy: &pawlv1.AckPolicy{Kind: pawlv1.AckPolicyKind_ACK_POLICY_KIND_ALL}},
-			{Name: "everyone", Policy: &pawlv1.AckPolicy{Kind: pawlv1.AckPolicyKind_ACK_POLICY_KIND_ALL}},
+			{Name: "main", Selector: map[string]string{"lane": "main"}, Policy: &pawlv1.AckPolicy{Kind: pawlv1.AckPolicyKind_ACK_POLICY_KIND_ALL}},
 		}
 	})
 	states := h.awaitAcks(2, func(s map[string][]string) bool { return reported(s, "main-1", "HEALTHY_ACKED") })

@@ -451,6 +451,7 @@ func TestACKTraceContextIsCheckedAndKept(t *testing.T) {
 	defer cancel()
 	c := newCanaryRollout(t, ctx, srv)
 	register(t, c.is, "canary-1", "b", "zone-a", map[string]string{"canary": "true"})
+	register(t, c.is, "main-1", "b", "zone-b", nil) // the everyone stage's member: a stage that takes nobody is refused
 	rel := c.create(50)
 	send := func(traceparent string) (*pawlv1.Ack, error) {
 		resp, err := c.ro.Ack(ctx, connect.NewRequest(&pawlv1.AckRequest{Ack: &pawlv1.Ack{
@@ -484,7 +485,7 @@ func TestACKTraceContextIsCheckedAndKept(t *testing.T) {
 		t.Fatalf("applied = %v, %v", applied.Msg.GetApplied(), err)
 	}
 	got, err := c.rs.GetRelease(ctx, connect.NewRequest(&pawlv1.GetReleaseRequest{ConfigId: "routing", Generation: rel.GetGeneration(), OmitMembership: true}))
-	if r := got.Msg.GetRelease(); err != nil || len(r.GetMembership()) != 0 || r.GetMemberCount() != 1 || string(r.GetSpec().GetContent()) != string(rel.GetSpec().GetContent()) {
+	if r := got.Msg.GetRelease(); err != nil || len(r.GetMembership()) != 0 || r.GetMemberCount() != 2 || string(r.GetSpec().GetContent()) != string(rel.GetSpec().GetContent()) {
 		t.Fatalf("release without membership = %v, %v", r, err)
 	}
 }

@@ -147,6 +147,42 @@ func TestInstancesAndReleasesEndToEnd(t *testing.T) {
 	}
 }
 
+// TestAPlanWithAStageOfNoMembersIsInvalidArgument: a plan whose later
+// stage would assign the release to no instance (its members all taken by
+// earlier stages) is refused with InvalidArgument naming the stage, and
+// nothing is written.
+func TestAPlanWithAStageOfNoMembersIsInvalidArgument(t *testing.T) {
+	srv := testserver.Start(t)
+	client := testserver.HTTPClient(t)
+	is := pawlv1connect.NewInstanceServiceClient(client, srv.URL, connect.WithGRPC())
+	rs := pawlv1connect.NewReleaseServiceClient(client, srv.URL, connect.WithGRPC())
+	ctx := context.Background()
+	register(t, is, "pay-1", "b", "zone-a", map[string]string{"env": "prod"})
+	register(t, is, "pay-2", "b", "zone-b", map[string]string{"env": "prod"})
+	digest := upload(t, newValidators(t, srv), "routing")
+	spec := releaseSpec(digest, `{"upstreams":[{"host":"a","weight":100}]}`)
+	spec.Stages = []*pawlv1.Stage{
+		{Name: "validate", Shadow: true, Policy: &pawlv1.AckPolicy{Kind: pawlv1.AckPolicyKind_ACK_POLICY_KIND_ALL}},
+		{Name: "everyone", Policy: &pawlv1.AckPolicy{Kind: pawlv1.AckPolicyKind_ACK_POLICY_KIND_ALL}},
+		{Name: "rest", Policy: &pawlv1.AckPolicy{Kind: pawlv1.AckPolicyKind_ACK_POLICY_KIND_ZONE_QUORUM, Fraction: 0.9}},
+	}
+	_, err := rs.CreateRelease(ctx, connect.NewRequest(&pawlv1.CreateReleaseRequest{Spec: spec}))
+	if connect.CodeOf(err) != connect.CodeInvalidArgument ||
+		!strings.Contains(err.Error(), `stage "rest" would assign the release to no instance: the 2 frozen members its selector matches are all taken by earlier stages (everyone)`) {
+		t.Fatalf("CreateRelease with an empty later stage = %v", err)
+	}
+	all, err := rs.ListReleases(ctx, connect.NewRequest(&pawlv1.ListReleasesRequest{ConfigId: "payments.routing"}))
+	if err != nil || len(all.Msg.GetReleases()) != 0 {
+		t.Fatalf("ListReleases after the refusal = %v, %v", all, err)
+	}
+	// The shadow stage takes nobody away: the same plan without "rest" is
+	// accepted.
+	spec.Stages = spec.Stages[:2]
+	if _, err := rs.CreateRelease(ctx, connect.NewRequest(&pawlv1.CreateReleaseRequest{Spec: spec})); err != nil {
+		t.Fatalf("CreateRelease of a shadow stage and a stage of everyone = %v", err)
+	}
+}
+
 // TestFiftyConcurrentPromoteCallsOverTheAPI: exactly one receipt, the others
 // ABORTED with the pointer as it now is.
 func TestFiftyConcurrentPromoteCallsOverTheAPI(t *testing.T) {
@@ -160,6 +196,7 @@ func TestFiftyConcurrentPromoteCallsOverTheAPI(t *testing.T) {
 	digest := upload(t, newValidators(t, srv), "routing")
 	spec := releaseSpec(digest, `{"upstreams":[{"host":"a","weight":100}]}`)
 	spec.HealthWindow = durationpb.New(0) // one HEALTHY_ACKED suffices; the race is the point
+	spec.Stages = spec.Stages[:1]         // pay-1 is the canary; a second stage would assign nobody
 	created, err := rs.CreateRelease(ctx, connect.NewRequest(&pawlv1.CreateReleaseRequest{Spec: spec}))
 	if err != nil {
 		t.Fatal(err)

@@ -62,7 +62,7 @@ func TestADeadlineStopsTheRolloutAndCallsTheCanariesBack(t *testing.T) {
 	}
 	stop := st.Msg.GetStop()
 	if st.Msg.GetState() != pawlv1.ReleaseState_RELEASE_STATE_STOPPED || stop.GetStage() != "everyone" || stop.GetManual() ||
-		!strings.Contains(stop.GetReason(), "the deadline passed") || len(stop.GetEvidence()) != 2 || stop.GetEvidence()[1].GetHealthy() != 1 {
+		!strings.Contains(stop.GetReason(), "the deadline passed") || len(stop.GetEvidence()) != 2 || stop.GetEvidence()[0].GetHealthy() != 1 || stop.GetEvidence()[1].GetMembers() != 1 || stop.GetEvidence()[1].GetHealthy() != 0 {
 		t.Fatalf("status after the deadline: state %v, stop %v", st.Msg.GetState(), stop)
 	}
 	if a := ack(rel2, "main-1"); a.GetCounted() || !strings.Contains(a.GetNotCountedReason(), "the rollout stopped") {

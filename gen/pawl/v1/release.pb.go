@@ -242,9 +242,9 @@ type Stage struct {
 	// The stage's ACK policy.
 	Policy *AckPolicy `protobuf:"bytes,3,opt,name=policy,proto3" json:"policy,omitempty"`
 	// A shadow stage's instances download and validate the release and
-	// report VALIDATED, and never apply it before promotion; the assignment
-	// says so. The stage passes on VALIDATED, and later stages do not count
-	// its instances.
+	// report VALIDATED, and do not apply it until a later stage that applies
+	// takes them (or it is promoted); the assignment says so. The stage
+	// passes on VALIDATED, and takes nobody away from later stages.
 	Shadow bool `protobuf:"varint,4,opt,name=shadow,proto3" json:"shadow,omitempty"`
 	// Bounds on the health that instances report with HEALTHY_ACKED: a
 	// report outside the budget counts as a rejection, and one without

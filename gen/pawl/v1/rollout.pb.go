@@ -581,13 +581,14 @@ type StageStatus struct {
 	// budget; STALE once the instance's assignment moved past this
 	// generation; NO_ACK for none.
 	States map[string]int32 `protobuf:"bytes,8,rep,name=states,proto3" json:"states,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
-	// A shadow stage: its instances validate and never apply.
+	// A shadow stage: its instances validate, and apply only through a later
+	// stage (or once promoted).
 	Shadow bool `protobuf:"varint,9,opt,name=shadow,proto3" json:"shadow,omitempty"`
 	// Every stage before it passed: its instances are assigned the release.
 	Reached bool `protobuf:"varint,10,opt,name=reached,proto3" json:"reached,omitempty"`
 	// When it passed (recorded once; unset while it has not).
 	PassedAt *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=passed_at,json=passedAt,proto3" json:"passed_at,omitempty"`
-	// Members its selector matches that were retired (not counted).
+	// Retired members it would take had none retired (not counted).
 	Retired       int32 `protobuf:"varint,12,opt,name=retired,proto3" json:"retired,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

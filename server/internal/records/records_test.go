@@ -74,6 +74,8 @@ var goldens = map[string]any{
 		HealthOK: true, Health: &rollout.Health{ErrorRate: 0.05, P99: 180 * time.Millisecond}, Reason: "",
 		TraceParent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", ReceivedAt: t0, Counted: true,
 		Breach: `stage "canary": error rate 0.05 is over the budget of 0.01`},
+	"shadow-ack": &rollout.Ack{ConfigID: "payments.routing", Generation: 2, WorkloadIdentity: "pay-1", BootID: "boot-7", MembershipEpoch: 41,
+		ContentDigest: digest, ValidatorDigest: vdigest, ApplySequence: 2, State: rollout.Validated, ReceivedAt: t0, Counted: true, Shadow: true},
 	"late-ack": &rollout.Ack{ConfigID: "payments.routing", Generation: 1, WorkloadIdentity: "pay-1", BootID: "boot-7", MembershipEpoch: 41,
 		ContentDigest: digest, ValidatorDigest: vdigest, ApplySequence: 2, State: rollout.Rejected, Reason: "schema mismatch", ReceivedAt: t0,
 		Why: "late: generation 1 is no longer active (active generation 2, epoch 0); its evidence is frozen"},

@@ -111,8 +111,10 @@ type Stage struct {
 	// Policy is its ACK policy.
 	Policy quorum.Policy `json:"policy"`
 	// Shadow makes the stage's instances download and validate the release
-	// and report VALIDATED without ever applying it before promotion; the
-	// stage passes on VALIDATED, and later stages do not count them.
+	// and report VALIDATED, without applying it while no stage that
+	// applies has reached them; the stage passes on VALIDATED. It takes
+	// nobody away from later stages: they assign its instances the release
+	// to apply as if it were not there (see Layout).
 	Shadow bool `json:"shadow,omitempty"`
 	// Budget, when set, bounds the health its instances report with
 	// HEALTHY_ACKED: a report outside it counts as a rejection.
@@ -232,7 +234,9 @@ const maxCreateAttempts = 16
 
 // Create validates spec, runs its validator on the server (a rejected
 // config never becomes a release), computes the content digest, freezes the
-// membership and stores the next generation as a CANDIDATE.
+// membership and stores the next generation as a CANDIDATE. A plan with a
+// stage that would assign the release to no member of a non-empty
+// membership is refused with ErrInvalid naming the stage (see Layout).
 func (r *Releases) Create(ctx context.Context, spec Spec, actor string) (Release, error) {
 	if err := checkSpec(spec); err != nil {
 		return Release{}, err
@@ -261,6 +265,9 @@ func (r *Releases) Create(ctx context.Context, spec Spec, actor string) (Release
 	rel := Release{
 		Spec: spec, ContentDigest: digest, Membership: members, Ineligible: ineligible, MembershipEpoch: epoch, State: StateCandidate,
 		CreatedAt: r.now().UTC(), CreatedBy: actor,
+	}
+	if err := checkLayout(rel); err != nil {
+		return Release{}, err
 	}
 	for range maxCreateAttempts {
 		head, headRev, err := r.head(ctx, spec.ConfigID)

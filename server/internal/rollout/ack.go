@@ -77,6 +77,11 @@ type Ack struct {
 	// AppVersion is the application version the instance reports running
 	// ("": not reported; its registration's version is judged all the same).
 	AppVersion string `json:"app_version,omitempty"`
+	// Shadow says a counted ACK was reported against a shadow assignment
+	// (to validate, not apply): it counts toward the instance's shadow
+	// stage only, never toward the stage that later assigns the release
+	// to it to apply.
+	Shadow bool `json:"shadow,omitempty"`
 }
 
 // check refuses a malformed ACK.
@@ -159,6 +164,7 @@ func (r *Rollouts) recordAck(ctx context.Context, ack Ack) (Ack, int64, error) {
 	}
 	ack.ReceivedAt = r.now().UTC()
 	ack.Counted, ack.Why, ack.Breach = judge(av.snapshot, av.plan, ack, av.reg, av.registered, av.prior)
+	ack.Shadow = ack.Counted && reportedInShadow(av.snapshot, av.plan, ack.WorkloadIdentity)
 	b, err := records.Encode(ack)
 	if err != nil {
 		return Ack{}, 0, err
@@ -244,20 +250,19 @@ func judge(s snapshot, p plan, ack Ack, reg registration, registered bool, prev 
 	if over := s.over(); over != "" {
 		return false, "late: " + over, ""
 	}
-	stage := p.stageOf(ack.WorkloadIdentity)
+	stage := p.budgetStage(ack.WorkloadIdentity)
 	if rel.Generation != s.ptr.Generation {
-		// A candidate: only the instances its reached stages took were
-		// assigned it.
-		i, taken := p.takenBy[ack.WorkloadIdentity]
+		// A candidate: only the instances its reached stages assigned it
+		// to, and a shadow stage's only to validate.
+		i, shadow, assigned := p.assignedBy(s.progress, ack.WorkloadIdentity)
 		switch {
-		case !taken:
-			return false, fmt.Sprintf("not assigned: no stage of generation %d takes %s before promotion (outside every selector, or not in a fraction stage's cohort)", rel.Generation, ack.WorkloadIdentity), ""
-		case !s.progress.reached(i):
-			return false, fmt.Sprintf("not assigned: %s gets generation %d through stage %q, which the rollout has not reached (stage %q has not passed)",
-				ack.WorkloadIdentity, rel.Generation, rel.Stages[i].Name, rel.Stages[len(s.progress.Passed)].Name), ""
-		case rel.Stages[i].Shadow && stateRank[ack.State] > stateRank[Validated] && ack.State != Rejected && ack.State != Stale:
-			return false, fmt.Sprintf("shadow: %s validates generation %d in shadow stage %q and must never apply it; report VALIDATED", ack.WorkloadIdentity, rel.Generation, rel.Stages[i].Name), ""
+		case !assigned:
+			return false, notAssigned(s, p, ack.WorkloadIdentity), ""
+		case shadow && stateRank[ack.State] > stateRank[Validated] && ack.State != Rejected && ack.State != Stale:
+			return false, fmt.Sprintf("shadow: %s validates generation %d in shadow stage %q and must not apply it before a stage that applies reaches it; report VALIDATED",
+				ack.WorkloadIdentity, rel.Generation, rel.Stages[i].Name), ""
 		}
+		stage = i
 	}
 	// The instance's earlier counted reports of this registration: a later
 	// apply sequence makes this one out of order; at the same sequence, a
@@ -341,6 +346,32 @@ func healthWindowShort(rel release.Release, ack Ack, applied *Ack) string {
 			held.Round(time.Millisecond), window)
 	}
 	return ""
+}
+
+// notAssigned says why a candidate is not assigned to id yet.
+func notAssigned(s snapshot, p plan, id string) string {
+	rel := s.rel
+	i, applies := p.applies(id)
+	j, shadows := p.shadows(id)
+	switch {
+	case !applies && !shadows:
+		return fmt.Sprintf("not assigned: no stage of generation %d takes %s before promotion (outside every selector, or not in a fraction stage's cohort)", rel.Generation, id)
+	case shadows:
+		i = j // a shadow stage always comes before the stage that applies
+	}
+	return fmt.Sprintf("not assigned: %s gets generation %d through stage %q, which the rollout has not reached (stage %q has not passed)",
+		id, rel.Generation, rel.Stages[i].Name, rel.Stages[len(s.progress.Passed)].Name)
+}
+
+// reportedInShadow reports whether a counted ACK of id was reported
+// against a shadow assignment: its stage is a shadow stage, so it counts
+// there and nowhere else.
+func reportedInShadow(s snapshot, p plan, id string) bool {
+	if s.rel.Generation == s.ptr.Generation {
+		return false // promoted: every member runs it
+	}
+	_, shadow, _ := p.assignedBy(s.progress, id)
+	return shadow
 }
 
 // sameReport reports whether two ACKs of one apply say the same thing.

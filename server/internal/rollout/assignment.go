@@ -105,13 +105,12 @@ func (cs configState) assign(identity, appVersion string) (run, shadow *Assignme
 	if cs.cand == nil {
 		return run, nil
 	}
-	i, ok := cs.cand.plan.takenBy[identity]
-	if !ok || !cs.cand.progress.reached(i) || !mayRun(cs.cand.plan.rel, appVersion) {
+	i, validateOnly, ok := cs.cand.plan.assignedBy(cs.cand.progress, identity)
+	if !ok || !mayRun(cs.cand.plan.rel, appVersion) {
 		return run, nil
 	}
-	st := cs.cand.plan.rel.Stages[i]
-	a := assignmentOf(cs.cand.plan.rel, st.Name, st.Shadow, cs.ptr.Epoch)
-	if st.Shadow {
+	a := assignmentOf(cs.cand.plan.rel, cs.cand.plan.rel.Stages[i].Name, validateOnly, cs.ptr.Epoch)
+	if validateOnly {
 		return run, a
 	}
 	return a, nil

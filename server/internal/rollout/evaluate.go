@@ -1,10 +1,6 @@
 package rollout
 
 import (
-	"bytes"
-	"crypto/sha256"
-	"fmt"
-	"sort"
 	"time"
 
 	"github.com/pawlcfg/pawl/server/internal/instance"
@@ -13,72 +9,93 @@ import (
 )
 
 // plan is a release's stage plan laid over its unretired frozen
-// membership: which stage takes each member (sends it the release), and
-// which members each stage's quorum counts.
+// membership (see release.Layout): the stage that assigns each member the
+// release to apply, the shadow stage that assigns it the release to
+// validate first, and the members each stage's quorum counts: exactly the
+// members it assigns, so that a report counts against the stage that
+// assigned the release, never against another whose selector matches.
 type plan struct {
 	rel release.Release
 	// members are the unretired frozen members, by identity.
 	members map[string]quorum.Member
-	// takenBy is the index of the stage that takes each member; a member
-	// no stage takes gets the release only once it is promoted.
-	takenBy map[string]int
-	// counted are, per stage, the members its quorum counts: the
-	// unretired members its selector matches, less those a shadow stage
-	// takes when the stage is not itself a shadow (they never apply before
-	// promotion).
+	layout  release.Layout
+	// counted are, per stage, the members its quorum counts: those it
+	// assigns.
 	counted [][]quorum.Member
-	// retired counts, per stage, the retired members its selector matches.
+	// retired counts, per stage, the retired members it would assign had
+	// none retired.
 	retired []int
 }
 
 // newPlan lays rel's stages over its membership less the retired members.
-// A stage takes the members its selector matches that no earlier stage
-// took; a fraction stage takes only its cohort (see cohort).
 func newPlan(rel release.Release, retired map[string]Retirement) plan {
-	p := plan{rel: rel, members: map[string]quorum.Member{}, takenBy: map[string]int{},
-		counted: make([][]quorum.Member, len(rel.Stages)), retired: make([]int, len(rel.Stages))}
+	gone := func(id string) bool { _, ok := retired[id]; return ok }
+	p := plan{rel: rel, members: map[string]quorum.Member{}, layout: release.Lay(rel, gone), retired: make([]int, len(rel.Stages))}
 	for _, m := range rel.Membership {
-		if _, gone := retired[m.ID]; !gone {
+		if !gone(m.ID) {
 			p.members[m.ID] = m
 		}
 	}
-	for i, st := range rel.Stages {
-		var takes map[string]bool
-		if st.Policy.Kind == quorum.Fraction {
-			takes = cohort(rel, i, retired)
-		}
-		for _, m := range rel.Membership {
-			if _, taken := p.takenBy[m.ID]; taken || !instance.Matches(m, st.Selector) {
-				continue
+	p.counted = p.layout.Takes
+	if len(retired) > 0 {
+		for i, took := range release.Lay(rel, nil).Takes {
+			for _, m := range took {
+				if gone(m.ID) {
+					p.retired[i]++
+				}
 			}
-			if _, gone := retired[m.ID]; gone || (takes != nil && !takes[m.ID]) {
-				continue
-			}
-			p.takenBy[m.ID] = i
-		}
-	}
-	for i, st := range rel.Stages {
-		for _, m := range rel.Membership {
-			if !instance.Matches(m, st.Selector) {
-				continue
-			}
-			if _, gone := retired[m.ID]; gone {
-				p.retired[i]++
-				continue
-			}
-			if j, ok := p.takenBy[m.ID]; ok && !st.Shadow && rel.Stages[j].Shadow {
-				continue
-			}
-			p.counted[i] = append(p.counted[i], m)
 		}
 	}
 	return p
 }
 
-// stageOf is the stage whose budget and shadow mode apply to a member: the
-// one that takes it, else the first whose selector matches it (-1: none).
-func (p plan) stageOf(id string) int {
-	if i, ok := p.takenBy[id]; ok {
+// applies is the stage that assigns id the release to apply (ok false:
+// none before promotion).
+func (p plan) applies(id string) (int, bool) {
+	i, ok := p.layout.Applies[id]
+	return i, ok
+}
+
+// shadows is the shadow stage that assigns id the release to validate
+// (ok false: none).
+func (p plan) shadows(id string) (int, bool) {
+	i, ok := p.layout.Shadows[id]
+	return i, ok
+}
+
+// stagesOf are the stages whose quorum counts id: its shadow stage and
+// the stage that applies, those it has, in plan order.
+func (p plan) stagesOf(id string) []int {
+	var out []int
+	if i, ok := p.shadows(id); ok {
+		out = append(out, i)
+	}
+	if i, ok := p.applies(id); ok {
+		out = append(out, i)
+	}
+	return out
+}
+
+// assignedBy is the stage through which a candidate's rollout, as far as
+// progress reached, assigned the release to id: the stage that applies
+// once it is reached, else its shadow stage once that is reached (shadow
+// true). ok is false while neither is.
+func (p plan) assignedBy(progress Progress, id string) (stage int, shadow, ok bool) {
+	if i, has := p.applies(id); has && progress.reached(i) {
+		return i, false, true
+	}
+	if i, has := p.shadows(id); has && progress.reached(i) {
+		return i, true, true
+	}
+	return -1, false, false
+}
+
+// budgetStage is the stage whose health budget applies to id's reports of
+// the release applied: the stage that applies it, else (a member that
+// gets it only at promotion) the first stage that applies whose selector
+// matches it (-1: none).
+func (p plan) budgetStage(id string) int {
+	if i, ok := p.applies(id); ok {
 		return i
 	}
 	m, ok := p.members[id]
@@ -86,47 +103,19 @@ func (p plan) stageOf(id string) int {
 		return -1
 	}
 	for i, st := range p.rel.Stages {
-		if instance.Matches(m, st.Selector) {
+		if !st.Shadow && instance.Matches(m, st.Selector) {
 			return i
 		}
 	}
 	return -1
 }
 
-// Cohort is the members a fraction stage sends the release to when no
-// member is retired; see cohort.
-func Cohort(rel release.Release, stage int) map[string]bool { return cohort(rel, stage, nil) }
-
-// cohort is the members a fraction stage sends the release to: of the
-// unretired members its selector matches, ranked by a hash of config,
-// generation and identity, the first k, where k is the fraction (rounded
-// up) of every frozen member it matches. Each release picks its own
-// canaries and every server picks the same ones. Retiring a cohort member
-// brings in the next in rank, and retiring any other changes nothing, so
-// a cohort only ever grows: no instance loses an assignment to a
-// retirement.
-func cohort(rel release.Release, stage int, retired map[string]Retirement) map[string]bool {
-	st := rel.Stages[stage]
-	type ranked struct {
-		id   string
-		rank [sha256.Size]byte
-	}
-	var matching []ranked
-	frozen := 0
-	for _, m := range rel.Membership {
-		if !instance.Matches(m, st.Selector) {
-			continue
-		}
-		frozen++
-		if _, gone := retired[m.ID]; !gone {
-			matching = append(matching, ranked{m.ID, sha256.Sum256([]byte(fmt.Sprintf("%s\x00%d\x00%s", rel.ConfigID, rel.Generation, m.ID)))})
-		}
-	}
-	sort.Slice(matching, func(i, j int) bool { return bytes.Compare(matching[i].rank[:], matching[j].rank[:]) < 0 })
-	n := min(len(matching), quorum.AtLeast(st.Policy.Fraction, frozen))
-	out := make(map[string]bool, n)
-	for _, m := range matching[:n] {
-		out[m.id] = true
+// Cohort is the members a stage assigns when no member is retired: for a
+// fraction stage, its cohort.
+func Cohort(rel release.Release, stage int) map[string]bool {
+	out := map[string]bool{}
+	for _, m := range release.Lay(rel, nil).Takes[stage] {
+		out[m.ID] = true
 	}
 	return out
 }

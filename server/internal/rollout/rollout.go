@@ -26,13 +26,18 @@
 // release's health window and within its stage's health budget. Every ACK is
 // stored either way, with the reason it did not count. A member's state is
 // its latest counted ACK from its current registration: a restart resets
-// it.
+// it. A counted ACK counts toward the stage that assigned the release to
+// the instance, and only there: its shadow stage while it only validates
+// (the ACK is stored with Shadow set), the stage that applies once that is
+// reached (see release.Layout for which stages take which members).
 //
 // # Moving forward
 //
 // A release's rollout moves only forward. Settle evaluates it and records
 // each stage that passed (reaching the next stage, whose instances are then
-// assigned the release) or the stop of a rollout whose stage failed.
+// assigned the release) or the stop of a rollout whose reached stage
+// failed; a stage not yet reached assigned the release to nobody and never
+// stops it.
 // Promote needs every stage passing at the revision it commits against. A
 // rollback is a new receipt with the epoch incremented; the release it left
 // is never promoted again and its evidence is frozen.

@@ -12,12 +12,13 @@ import (
 )
 
 // Settle moves a release's rollout forward as far as its evaluation allows,
-// and records it: the first stage found failed (its rejections passed the
-// threshold, or the deadline came while it waited) stops the rollout with
+// and records it: the first reached stage found failed (its rejections
+// passed the threshold, or the deadline came while it waited) stops the rollout with
 // every stage's tallies as evidence, and so does a deadline that passed
 // before anyone promoted it; otherwise each stage found passed,
 // in plan order, is added to the progress record, which reaches the next
-// stage and assigns the release to its instances. A release whose rollout
+// stage and assigns the release to its instances; a stage so reached is
+// judged at once, since it may have failed before it was reached. A release whose rollout
 // is over (stopped, promoted, superseded) is left alone.
 //
 // Each write is conditioned on the pointer, the stop record and the
@@ -35,40 +36,50 @@ func (r *Rollouts) Settle(ctx context.Context, config string, gen int64) error {
 // ACK's revision, however far the store moved since.
 func (r *Rollouts) settleAt(ctx context.Context, config string, gen, rev int64) error {
 	for range maxAttempts {
-		err := r.settle(ctx, config, gen, rev)
-		if !errors.Is(err, store.ErrRevisionMismatch) {
+		reached, err := r.settle(ctx, config, gen, rev)
+		switch {
+		case errors.Is(err, store.ErrRevisionMismatch):
+			rev = 0 // the views lagged a write: the next attempt waits for the store as it is
+		case err != nil || reached == 0:
 			return err
+		default:
+			// A stage was reached: it may have failed already (its members
+			// all retired, say), and nothing else may come to judge it.
+			rev = reached
 		}
-		rev = 0 // the views lagged a write: the next attempt waits for the store as it is
 	}
 	return fmt.Errorf("%w: settling %s generation %d", ErrContended, config, gen)
 }
 
-func (r *Rollouts) settle(ctx context.Context, config string, gen, rev int64) error {
+// settle is one step of settleAt. It returns the revision of the progress
+// record it wrote when it reached a stage (0: it wrote none).
+func (r *Rollouts) settle(ctx context.Context, config string, gen, rev int64) (int64, error) {
 	if rev == 0 {
 		var err error
 		if rev, err = r.currentRevision(ctx); err != nil {
-			return err
+			return 0, err
 		}
 	}
 	if err := r.views.waitFor(ctx, rev); err != nil {
-		return err
+		return 0, err
 	}
 	rv, err := r.viewOf(ctx, config, gen, false)
 	if err != nil || !rv.candidate() {
-		return err
+		return 0, err
 	}
 	for i, ev := range rv.evals {
-		if ev.Outcome == quorum.Failed {
+		// A stage not reached assigned the release to nobody, so nothing
+		// it says can stop the rollout: it is judged once it is reached.
+		if ev.Outcome == quorum.Failed && rv.progress.reached(i) {
 			_, err := r.writeStop(ctx, rv.snapshot, newStop(rv.snapshot, rv.evals, rv.rel.Stages[i].Name, ev.Reason))
-			return err
+			return 0, err
 		}
 	}
 	if deadline := rv.rel.CreatedAt.Add(rv.rel.Deadline); rv.now.After(deadline) {
 		// Every stage passed, but nobody promoted it in time: Promote now
 		// refuses it, so it stops rather than stay a candidate forever.
 		_, err := r.writeStop(ctx, rv.snapshot, newStop(rv.snapshot, rv.evals, "", fmt.Sprintf("the deadline passed at %s before the release was promoted", deadline.Format(time.RFC3339))))
-		return err
+		return 0, err
 	}
 	progress := rv.progress
 	progress.Passed = append([]StagePass(nil), rv.progress.Passed...)
@@ -77,13 +88,13 @@ func (r *Rollouts) settle(ctx context.Context, config string, gen, rev int64) er
 		progress.Passed = append(progress.Passed, StagePass{Stage: rv.rel.Stages[i].Name, Time: rv.now.UTC(), Evidence: rv.evals[i]})
 	}
 	if len(progress.Passed) == len(rv.progress.Passed) {
-		return nil
+		return 0, nil
 	}
 	b, err := records.Encode(progress)
 	if err != nil {
-		return err
+		return 0, err
 	}
-	_, err = r.store.Txn(ctx, store.Txn{
+	res, err := r.store.Txn(ctx, store.Txn{
 		Compares: []store.Compare{
 			{Key: records.Pointer(config), ModRevision: rv.ptr.Revision},
 			{Key: records.Stop(config, gen), ModRevision: 0},
@@ -92,9 +103,9 @@ func (r *Rollouts) settle(ctx context.Context, config string, gen, rev int64) er
 		Puts: []store.Put{{Key: records.Progress(config, gen), Value: b}},
 	})
 	if err != nil {
-		return fmt.Errorf("rollout: record progress of %s generation %d: %w", config, gen, err)
+		return 0, fmt.Errorf("rollout: record progress of %s generation %d: %w", config, gen, err)
 	}
-	return nil
+	return res.Revision, nil
 }
 
 func newStop(s snapshot, evals []quorum.Evaluation, stage, reason string) Stop {

@@ -26,9 +26,9 @@ func registrationOf(rec instance.Record) registration {
 // tracked is a release's rollout kept up to date one record at a time:
 // its progress, stop record and retirements, the plan of its stages, each
 // member's counted ACKs from its current registration, and a quorum tally
-// per stage. Adding an ACK costs a few map operations and one move per
-// stage that counts the member, and evaluating every stage costs time in
-// the number of zones, not of members.
+// per stage. Adding an ACK costs a few map operations and one move in each
+// of the (at most two) stages that count the member, and evaluating every
+// stage costs time in the number of zones, not of members.
 //
 // The views keep one for the newest and one for the active release of each
 // config; a status of any other release builds one from the store. A
@@ -41,9 +41,7 @@ type tracked struct {
 	stop     *Stop
 	retired  map[string]Retirement
 	plan     plan
-	// countedIn lists, per member, the stages whose quorum counts it.
-	countedIn map[string][]int
-	tallies   []*quorum.Tally
+	tallies  []*quorum.Tally
 	// members holds the members with counted ACKs of their current
 	// registration.
 	members map[string]*memberView
@@ -56,8 +54,90 @@ type tracked struct {
 type memberView struct {
 	acks []Ack // in arrival order
 	// latest is its state: the highest apply sequence, and of equal ones
-	// the last to arrive.
-	latest Ack
+	// the last to arrive. applying and validating are the same, of its
+	// reports against the stage that applies (or, once promoted, of the
+	// release it runs) and of those against its shadow stage (nil: none).
+	latest, applying, validating *Ack
+}
+
+// take makes a the member's latest report, and the latest of its kind,
+// unless a later apply sequence came first.
+func (mv *memberView) take(a Ack) {
+	mv.acks = append(mv.acks, a)
+	later := func(cur *Ack) bool { return cur == nil || a.ApplySequence >= cur.ApplySequence }
+	if later(mv.latest) {
+		mv.latest = &a
+	}
+	switch {
+	case a.Shadow && later(mv.validating):
+		mv.validating = &a
+	case !a.Shadow && later(mv.applying):
+		mv.applying = &a
+	}
+}
+
+// stageRole is what a stage is to a member it counts.
+type stageRole int
+
+const (
+	// roleApplies: the stage assigns the member the release to apply.
+	roleApplies stageRole = iota
+	// roleValidatesFirst: a shadow stage before the stage that applies.
+	roleValidatesFirst
+	// roleValidatesOnly: a shadow stage, and no stage applies for the member:
+	// it gets the release at promotion, and its reports of running it
+	// after that count here, the only stage that shows its health.
+	roleValidatesOnly
+)
+
+// roleOf is what stage i is to member id.
+func (p plan) roleOf(i int, id string) stageRole {
+	_, applying := p.applies(id)
+	switch {
+	case !p.rel.Stages[i].Shadow:
+		return roleApplies
+	case applying:
+		return roleValidatesFirst
+	}
+	return roleValidatesOnly
+}
+
+// evidence is the report of a member's that a stage's quorum judges it
+// by: for the stage that applies, its latest report since that stage
+// assigned it the release (a shadow VALIDATED says nothing about applying
+// it); for a shadow stage before it, its latest shadow report, or, when it
+// has none (it restarted once the stage that applies reached it), its
+// latest report of applying the release, which validated it on the way;
+// for a shadow stage that is its only stage, its latest report.
+func (mv *memberView) evidence(role stageRole) (Ack, bool) {
+	var a *Ack
+	switch {
+	case mv == nil:
+	case role == roleValidatesOnly:
+		a = mv.latest
+	case role == roleValidatesFirst && mv.validating != nil:
+		a = mv.validating
+	default:
+		a = mv.applying
+	}
+	if a == nil {
+		return Ack{}, false
+	}
+	return *a, true
+}
+
+// stateIn is what a member's reports mean to the quorum of a stage that
+// counts it. A shadow stage before the stage that applies never takes a
+// failure from it: that counts there, where it was reported.
+func (mv *memberView) stateIn(role stageRole) quorum.State {
+	a, ok := mv.evidence(role)
+	switch {
+	case !ok:
+		return quorum.Pending
+	case role == roleValidatesFirst && !a.Shadow && failed(a):
+		return quorum.Pending
+	}
+	return quorumState(a, role != roleApplies)
 }
 
 func newTracked(rel release.Release, progress Progress, stop *Stop, retired map[string]Retirement) *tracked {
@@ -71,38 +151,39 @@ func newTracked(rel release.Release, progress Progress, stop *Stop, retired map[
 func (t *tracked) replan(retired map[string]Retirement) {
 	t.retired = retired
 	t.plan = newPlan(t.rel, retired)
-	t.countedIn = map[string][]int{}
 	t.tallies = make([]*quorum.Tally, len(t.rel.Stages))
 	for i, st := range t.rel.Stages {
 		t.tallies[i] = quorum.NewTally(st.Policy, t.plan.counted[i])
-		for _, m := range t.plan.counted[i] {
-			t.countedIn[m.ID] = append(t.countedIn[m.ID], i)
-		}
 	}
-	for id, mv := range t.members {
+	for id := range t.members {
 		if _, ok := t.plan.members[id]; !ok {
 			delete(t.members, id) // retired: none of its ACKs count any more
 			continue
 		}
-		t.move(id, nil, &mv.latest)
+		t.moveFrom(id, [2]quorum.State{}) // the tallies are new: every member pending
 	}
 }
 
-// move moves a member's quorum state, in every stage that counts it, from
-// what the ACK from says to what the ACK to says (nil: no state).
-func (t *tracked) move(id string, from, to *Ack) {
+// states is what member id's reports mean now to each stage that counts
+// it (plan.stagesOf): a member has at most a shadow stage and the stage
+// that applies.
+func (t *tracked) states(id string) [2]quorum.State {
+	var out [2]quorum.State
+	mv := t.members[id]
+	for k, i := range t.plan.stagesOf(id) {
+		out[k] = mv.stateIn(t.plan.roleOf(i, id))
+	}
+	return out
+}
+
+// moveFrom moves member id, in the tally of every stage that counts it,
+// from the states from to what its reports say now.
+func (t *tracked) moveFrom(id string, from [2]quorum.State) {
 	m := t.plan.members[id]
-	for _, i := range t.countedIn[id] {
-		shadow := t.rel.Stages[i].Shadow
-		t.tallies[i].Move(m, stateOf(from, shadow), stateOf(to, shadow))
+	to := t.states(id)
+	for k, i := range t.plan.stagesOf(id) {
+		t.tallies[i].Move(m, from[k], to[k])
 	}
-}
-
-func stateOf(a *Ack, shadow bool) quorum.State {
-	if a == nil {
-		return quorum.Pending
-	}
-	return quorumState(*a, shadow)
 }
 
 // addAck takes a stored ACK of the release, in the order they were stored.
@@ -114,28 +195,23 @@ func (t *tracked) addAck(a Ack, reg registration, registered bool) {
 		reg.boot != a.BootID || reg.epoch != a.MembershipEpoch {
 		return
 	}
+	from := t.states(a.WorkloadIdentity)
 	mv := t.members[a.WorkloadIdentity]
 	if mv == nil {
-		mv = &memberView{latest: a}
+		mv = &memberView{}
 		t.members[a.WorkloadIdentity] = mv
-		mv.acks = append(mv.acks, a)
-		t.move(a.WorkloadIdentity, nil, &mv.latest)
-		return
 	}
-	mv.acks = append(mv.acks, a)
-	if a.ApplySequence >= mv.latest.ApplySequence {
-		old := mv.latest
-		mv.latest = a
-		t.move(a.WorkloadIdentity, &old, &mv.latest)
-	}
+	mv.take(a)
+	t.moveFrom(a.WorkloadIdentity, from)
 }
 
 // reregistered forgets what a member reported: it registered again, and
 // its earlier registration's ACKs no longer count.
 func (t *tracked) reregistered(id string) {
-	if mv := t.members[id]; mv != nil {
-		t.move(id, &mv.latest, nil)
+	if _, ok := t.members[id]; ok {
+		from := t.states(id)
 		delete(t.members, id)
+		t.moveFrom(id, from)
 	}
 }
 
@@ -173,7 +249,7 @@ func (t *tracked) prior(id string) []Ack {
 func (t *tracked) latest() map[string]Ack {
 	out := make(map[string]Ack, len(t.members))
 	for id, mv := range t.members {
-		out[id] = mv.latest
+		out[id] = *mv.latest
 	}
 	return out
 }
@@ -191,12 +267,8 @@ func (t *tracked) stageResults(now time.Time, stale map[string]bool) []StageResu
 			res.PassedAt = t.progress.Passed[i].Time
 		}
 		for _, m := range t.plan.counted[i] {
-			mv := t.members[m.ID]
-			var a Ack
-			if mv != nil {
-				a = mv.latest
-			}
-			state := displayState(a, mv != nil, stale[m.ID])
+			a, ok := t.members[m.ID].evidence(t.plan.roleOf(i, m.ID))
+			state := displayState(a, ok, stale[m.ID])
 			res.States[state]++
 			if res.ZoneStates[m.Zone] == nil {
 				res.ZoneStates[m.Zone] = map[string]int{}
