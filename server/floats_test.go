@@ -35,6 +35,7 @@ func TestEveryFloatOfARequestIsChecked(t *testing.T) {
 	ctx := context.Background()
 	digest := upload(t, newValidators(t, srv), "routing")
 	register(t, is, "pay-1", "boot-a", "zone-a", map[string]string{"env": "prod"})
+	register(t, is, "pay-3", "boot-a", "zone-b", map[string]string{"env": "prod"}) // the zones stage takes one
 	spec := releaseSpec(digest, `{"upstreams":[{"host":"a","weight":100}]}`)
 	rel, err := rs.CreateRelease(ctx, connect.NewRequest(&pawlv1.CreateReleaseRequest{Spec: spec}))
 	if err != nil {
@@ -116,7 +117,7 @@ func TestEveryFloatOfARequestIsChecked(t *testing.T) {
 		}
 	}
 	list, err := is.ListInstances(ctx, connect.NewRequest(&pawlv1.ListInstancesRequest{}))
-	if err != nil || len(list.Msg.GetInstances()) != 1 {
+	if err != nil || len(list.Msg.GetInstances()) != 2 { // pay-1 and pay-3; never pay-2
 		t.Fatalf("a refused registration was recorded: %v, %v", list, err)
 	}
 }

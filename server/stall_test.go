@@ -28,6 +28,7 @@ func TestAPlainWriteStallsNoRolloutCall(t *testing.T) {
 	c := newCanaryRollout(t, ctx, srv)
 	register(t, c.is, "canary-1", "b", "zone-a", map[string]string{"canary": "true"})
 	register(t, c.is, "canary-2", "b", "zone-a", map[string]string{"canary": "true"})
+	register(t, c.is, "worker-1", "b", "zone-a", nil) // the stage after the canary takes it
 	unrelated := 0
 	write := func() {
 		unrelated++
@@ -55,10 +56,11 @@ func TestAPlainWriteStallsNoRolloutCall(t *testing.T) {
 		return err
 	})
 	c.ack(rel, "canary-2")
+	c.ack(rel, "worker-1")
 	call("GetRolloutStatus", func(ctx context.Context) error {
 		resp, err := c.ro.GetRolloutStatus(ctx, connect.NewRequest(&pawlv1.GetRolloutStatusRequest{ConfigId: "routing", Generation: 1}))
-		if err == nil && len(resp.Msg.GetAcks()) != 2 {
-			return fmt.Errorf("status of release 1 shows %d ACKs, want 2", len(resp.Msg.GetAcks()))
+		if err == nil && len(resp.Msg.GetAcks()) != 3 {
+			return fmt.Errorf("status of release 1 shows %d ACKs, want 3", len(resp.Msg.GetAcks()))
 		}
 		return err
 	})
@@ -99,9 +101,14 @@ func TestAPlainWriteStallsNoRolloutCall(t *testing.T) {
 		_, err := c.ro.StopRollout(ctx, connect.NewRequest(&pawlv1.StopRolloutRequest{ConfigId: "routing", Generation: 2, Reason: "test"}))
 		return err
 	})
+	call("RevokeRelease", func(ctx context.Context) error {
+		_, err := c.rs.RevokeRelease(ctx, connect.NewRequest(&pawlv1.RevokeReleaseRequest{ConfigId: "routing", Generation: 2, Reason: "test"}))
+		return err
+	})
 	rel = c.create(40) // generation 3
 	c.ack(rel, "canary-1")
 	c.ack(rel, "canary-2")
+	c.ack(rel, "worker-1")
 	var ptr *pawlv1.Pointer
 	call("GetPointer", func(ctx context.Context) error {
 		resp, err := c.ro.GetPointer(ctx, connect.NewRequest(&pawlv1.GetPointerRequest{ConfigId: "routing"}))

@@ -23,6 +23,7 @@ func TestEveryStatusPageIsReadAtTheRevisionOfTheFirst(t *testing.T) {
 	for _, id := range ids {
 		register(t, c.is, id, "b", "zone-a", map[string]string{"canary": "true"})
 	}
+	register(t, c.is, "w1", "b", "zone-a", nil) // the stage after the canary takes it
 	rel := c.create(70)
 	for _, id := range ids {
 		c.ack(rel, id)
