@@ -26,6 +26,7 @@ type options struct {
 	labels                                             map[string]string
 	configs                                            []string
 	dir, prefix, execCmd, healthCmd, cacheDir, token   string
+	validatorCache                                     string
 	noAssignments                                      bool
 	execTimeout, validatorTimeout, healthInterval      time.Duration
 }
@@ -86,6 +87,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.healthInterval, "health-interval", sdk.DefaultHealthInterval, "how often --health-cmd runs again after a canary's health window, while its rollout can still stop")
 	fs.DurationVar(&o.validatorTimeout, "validator-timeout", host.DefaultTimeout, "how long one local validation may run before the release is rejected")
 	fs.StringVar(&o.cacheDir, "cache-dir", "", "the last known good state (default DIR/.pawl-cache)")
+	fs.StringVar(&o.validatorCache, "validator-cache", "", "compiled validator modules, which agents on one host may share (default CACHE-DIR/compiled)")
 	fs.StringVar(&o.token, "token", os.Getenv("PAWL_TOKEN"), "a bearer token for the server (env PAWL_TOKEN)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -128,6 +130,9 @@ func (a *agent) run(ctx context.Context) error {
 		sdk.WithCacheDir(a.o.cacheDir), sdk.WithLogger(a.log), sdk.WithAuthToken(a.o.token),
 		sdk.WithValidatorTimeout(a.o.validatorTimeout), sdk.WithHealthInterval(a.o.healthInterval),
 		sdk.WithApplier(a.writeConfig), sdk.WithHealthCheck(a.health),
+	}
+	if a.o.validatorCache != "" {
+		opts = append(opts, sdk.WithCompiledCacheDir(a.o.validatorCache))
 	}
 	if a.o.noAssignments {
 		opts = append(opts, sdk.WithoutAssignments())

@@ -33,6 +33,10 @@ func TestMain(m *testing.M) {
 // output lines as they come.
 func runAgent(t *testing.T, args ...string) <-chan string {
 	t.Helper()
+	// Compiled modules come from the tests' shared cache: compiling a
+	// Go-built validator afresh for every agent takes the optimizing
+	// compiler seconds, and far longer under -race on a loaded machine.
+	args = append(args, "--validator-cache", wasmbuild.CacheDir(t))
 	ctx, cancel := context.WithCancel(context.Background())
 	r, w := io.Pipe()
 	lines := make(chan string, 1024)

@@ -234,12 +234,9 @@ func retireCommand(g *globals) *cobra.Command {
 		Short: "Retire an instance from a release's frozen membership (it stops counting toward any stage), with who and why",
 		Args:  usageArgs(cobra.ExactArgs(3)),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			gen, err := strconv.ParseInt(args[1], 10, 64)
+			gen, err := generationAndReason(args[1], reason, "retirement")
 			if err != nil {
-				return usageError{fmt.Errorf("generation %q is not a number", args[1])}
-			}
-			if reason == "" {
-				return usageError{errors.New("--reason is required: it goes into the retirement record")}
+				return err
 			}
 			req := connect.NewRequest(&pawlv1.RetireMemberRequest{ConfigId: args[0], Generation: gen, WorkloadIdentity: args[2], Reason: reason})
 			setActor(req, actor)
@@ -267,12 +264,9 @@ func revokeCommand(g *globals) *cobra.Command {
 		Short: "Revoke a generation: it can never be promoted (a candidate's rollout stops); the active one cannot be revoked, roll back first",
 		Args:  usageArgs(cobra.ExactArgs(2)),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			gen, err := strconv.ParseInt(args[1], 10, 64)
+			gen, err := generationAndReason(args[1], reason, "revocation")
 			if err != nil {
-				return usageError{fmt.Errorf("generation %q is not a number", args[1])}
-			}
-			if reason == "" {
-				return usageError{errors.New("--reason is required: it goes into the revocation record")}
+				return err
 			}
 			req := connect.NewRequest(&pawlv1.RevokeReleaseRequest{ConfigId: args[0], Generation: gen, Reason: reason})
 			setActor(req, actor)
@@ -319,4 +313,17 @@ func instancesCommand(g *globals) *cobra.Command {
 			return nil
 		},
 	}
+}
+
+// generationAndReason reads a command's generation argument and checks its
+// --reason, which goes into the record named: a usage error for either.
+func generationAndReason(arg, reason, record string) (int64, error) {
+	gen, err := strconv.ParseInt(arg, 10, 64)
+	if err != nil {
+		return 0, usageError{fmt.Errorf("generation %q is not a number", arg)}
+	}
+	if reason == "" {
+		return 0, usageError{fmt.Errorf("--reason is required: it goes into the %s record", record)}
+	}
+	return gen, nil
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"os"
 	"sort"
@@ -258,12 +257,9 @@ func stopCommand(g *globals) *cobra.Command {
 		Short: "Stop a release's rollout: instances go back to the active generation, and it can no longer be promoted",
 		Args:  usageArgs(cobra.ExactArgs(2)),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			gen, err := strconv.ParseInt(args[1], 10, 64)
+			gen, err := generationAndReason(args[1], reason, "stop")
 			if err != nil {
-				return usageError{fmt.Errorf("generation %q is not a number", args[1])}
-			}
-			if reason == "" {
-				return usageError{errors.New("--reason is required: it goes into the stop record")}
+				return err
 			}
 			req := connect.NewRequest(&pawlv1.StopRolloutRequest{ConfigId: args[0], Generation: gen, Reason: reason})
 			setActor(req, actor)
