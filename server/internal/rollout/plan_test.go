@@ -166,12 +166,18 @@ func TestAFractionCohortIsDrawnFromWhatItMayStillAssign(t *testing.T) {
 		t.Fatalf("the half stage took %v; want two of i1, i2, i4, i5", cohort)
 	}
 	st := e.status(t, 1)
-	if ev := st.Stages[1].Evaluation; ev.Members != 2 || ev.Outcome != quorum.Waiting || !strings.Contains(ev.Reason, "0 of 2 members healthy; 1 are needed") {
+	if ev := st.Stages[1].Evaluation; ev.Members != 2 || ev.Outcome != quorum.Waiting {
 		t.Fatalf("the half stage: %+v", ev)
 	}
+	// The fraction sized the cohort; the stage needs every member of it
+	// (not the fraction again, of the cohort).
 	e.ack(t, rel, cohort[0], "boot-1", 1, rollout.HealthyAcked)
-	if ev := e.status(t, 1).Stages[1].Evaluation; ev.Outcome != quorum.Passed {
+	if ev := e.status(t, 1).Stages[1].Evaluation; ev.Outcome != quorum.Waiting {
 		t.Fatalf("the half stage after one of its two members is healthy: %+v", ev)
+	}
+	e.ack(t, rel, cohort[1], "boot-1", 1, rollout.HealthyAcked)
+	if ev := e.status(t, 1).Stages[1].Evaluation; ev.Outcome != quorum.Passed {
+		t.Fatalf("the half stage after both its members are healthy: %+v", ev)
 	}
 }
 
@@ -189,23 +195,19 @@ func TestARejectionCountsOnlyAgainstTheStageThatAssignedIt(t *testing.T) {
 			{Name: "canary", Policy: quorum.Policy{Kind: quorum.Fraction, Fraction: 0.5, MaxRejected: 1}},
 			{Name: "rest", Policy: quorum.Policy{Kind: quorum.All}},
 		}
-		// The canary that rejects runs nothing it could report: the
-		// coverage gate is lowered to the five that do.
-		cov := 0.8
-		s.MinCoverage = &cov
 	})
 	cohort := rollout.Cohort(rel, 0)
 	if len(cohort) != 3 {
 		t.Fatalf("cohort %v; want half of six", cohort)
 	}
-	rejected := false
+	rejected := ""
 	for _, id := range members() {
 		if !cohort[id] {
 			continue
 		}
 		state := rollout.HealthyAcked
-		if !rejected {
-			state, rejected = rollout.Rejected, true
+		if rejected == "" {
+			state, rejected = rollout.Rejected, id
 		}
 		if a := e.ack(t, rel, id, "boot-1", 1, state); !a.Counted {
 			t.Fatalf("%s of canary %s = %+v", state, id, a)
@@ -214,10 +216,19 @@ func TestARejectionCountsOnlyAgainstTheStageThatAssignedIt(t *testing.T) {
 			t.Fatalf("the canary's %s stopped the rollout: %s (stage %q)", state, st.Stop.Reason, st.Stop.Stage)
 		}
 	}
+	// The canary tolerates the rejection (it waits; it does not fail), and
+	// the catch-all, not reached, counts none of it.
 	st := e.status(t, 1)
-	if canary, rest := st.Stages[0].Evaluation, st.Stages[1].Evaluation; canary.Outcome != quorum.Passed || canary.Rejected != 1 ||
+	if canary, rest := st.Stages[0].Evaluation, st.Stages[1].Evaluation; canary.Outcome != quorum.Waiting || canary.Rejected != 1 ||
+		rest.Members != 3 || rest.Rejected != 0 || st.Stages[1].Reached {
+		t.Fatalf("after the canary's reports: canary %+v, rest %+v", canary, rest)
+	}
+	// The canary that rejected applies again, healthy: its cohort is whole.
+	e.ack(t, rel, rejected, "boot-1", 2, rollout.HealthyAcked)
+	st = e.status(t, 1)
+	if canary, rest := st.Stages[0].Evaluation, st.Stages[1].Evaluation; canary.Outcome != quorum.Passed ||
 		rest.Members != 3 || rest.Rejected != 0 || !st.Stages[1].Reached {
-		t.Fatalf("after the canary: canary %+v, rest %+v", canary, rest)
+		t.Fatalf("after the canary applied again: canary %+v, rest %+v", canary, rest)
 	}
 	for _, id := range members() {
 		if !cohort[id] {

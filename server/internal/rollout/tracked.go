@@ -146,6 +146,17 @@ func newTracked(rel release.Release, progress Progress, stop *Stop, retired map[
 	return t
 }
 
+// cohortPolicy is the policy a stage's quorum applies to the members it
+// counts. A fraction stage counts only its cohort, which the fraction
+// already sized: every member of it must be healthy (within max-rejected),
+// or a 1% canary of 10,000 instances would pass on one of its 100.
+func cohortPolicy(p quorum.Policy) quorum.Policy {
+	if p.Kind == quorum.Fraction {
+		p.Kind, p.Fraction = quorum.All, 0
+	}
+	return p
+}
+
 // replan lays the stages over the membership less the retired members, and
 // tallies every stage again from the members' states.
 func (t *tracked) replan(retired map[string]Retirement) {
@@ -153,7 +164,7 @@ func (t *tracked) replan(retired map[string]Retirement) {
 	t.plan = newPlan(t.rel, retired)
 	t.tallies = make([]*quorum.Tally, len(t.rel.Stages))
 	for i, st := range t.rel.Stages {
-		t.tallies[i] = quorum.NewTally(st.Policy, t.plan.counted[i])
+		t.tallies[i] = quorum.NewTally(cohortPolicy(st.Policy), t.plan.counted[i])
 	}
 	for id := range t.members {
 		if _, ok := t.plan.members[id]; !ok {
