@@ -185,12 +185,21 @@ func New(ctx context.Context, src Source, opts ...Option) (*Hub, error) {
 	}
 	h.mu.Lock()
 	h.newest = st.Revision
-	h.starting = false
-	early := h.early
-	h.early = nil
 	h.mu.Unlock()
-	if len(early) > 0 {
-		h.Publish(early) // what the revision covers is skipped
+	// Publish what came meanwhile (what the revision covers is skipped),
+	// until none is left; only then may Publish go straight to the ring,
+	// so that nothing overtakes an early event.
+	for {
+		h.mu.Lock()
+		early := h.early
+		h.early = nil
+		if len(early) == 0 {
+			h.starting = false
+			h.mu.Unlock()
+			break
+		}
+		h.mu.Unlock()
+		h.publish(early, true)
 	}
 	h.stopStale = func() {}
 	if n, ok := src.(store.StaleNotifier); ok {
@@ -254,14 +263,21 @@ func (h *Hub) want(w *Watcher) {
 	defer h.wmu.Unlock()
 	if _, open := h.watchers[w.prefix][w]; open {
 		h.wanting[w] = struct{}{}
+		w.wanted.Store(true)
 	}
 }
 
-// unwant removes w from the watchers that requested progress.
-func (h *Hub) unwant(w *Watcher) {
+// unwant removes w from the watchers that requested progress, and
+// reports whether it was among them. Asking and answering both happen
+// under wmu, so a request made while Next answers the one before is
+// never lost.
+func (h *Hub) unwant(w *Watcher) bool {
 	h.wmu.Lock()
 	defer h.wmu.Unlock()
+	_, wanted := h.wanting[w]
 	delete(h.wanting, w)
+	w.wanted.Store(false)
+	return wanted
 }
 
 // StoreRevision is the store's current revision, which a hub fed by a
@@ -304,13 +320,17 @@ func (h *Hub) Stats() Stats {
 // Publish adds committed events, in revision order, and wakes the watchers
 // they concern. It never blocks on a watcher. Events at or below the newest
 // revision already published are ignored.
-func (h *Hub) Publish(events []store.Event) {
+func (h *Hub) Publish(events []store.Event) { h.publish(events, false) }
+
+// publish is Publish; early says the events are those that came while New
+// read the store's revision, which New publishes itself.
+func (h *Hub) publish(events []store.Event, early bool) {
 	h.mu.Lock()
 	if h.closed {
 		h.mu.Unlock()
 		return
 	}
-	if h.starting {
+	if h.starting && !early {
 		h.early = append(h.early, events...)
 		h.mu.Unlock()
 		return

@@ -427,3 +427,46 @@ func TestNewDoesNotHoldItsLockAcrossTheStoresStatus(t *testing.T) {
 		t.Fatalf("the hub is at revision %d; the event published while it started is at 1", hub.Revision())
 	}
 }
+
+// TestProgressRequestsRacingTheirAnswersAreNeverLost: one goroutine asks
+// for progress again and again while the watcher's reader answers the
+// requests before; after every write elsewhere, the reader must learn the
+// new revision. A request that lands while Next answers the one before
+// must not be lost, or the reader waits for the hour-long tick. (A stress
+// test: the window it aims at is a few instructions wide, and 900 rounds
+// did not hit it on the code that had it; the fix is that asking and
+// answering both hold the hub's watcher lock.)
+func TestProgressRequestsRacingTheirAnswersAreNeverLost(t *testing.T) {
+	st, hub := newHub(t, nil, watch.WithProgressInterval(time.Hour))
+	w := watchFrom(t, hub, "/quiet/", 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	stop := make(chan struct{})
+	var asker sync.WaitGroup
+	asker.Add(1)
+	go func() {
+		defer asker.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				w.RequestProgress()
+			}
+		}
+	}()
+	defer func() {
+		close(stop)
+		asker.Wait()
+	}()
+	for i := range 300 {
+		rev := put(t, st, fmt.Sprintf("/busy/%d", i), "x")
+		for at := int64(0); at < rev; {
+			b, err := w.Next(ctx)
+			if err != nil {
+				t.Fatalf("round %d: waiting for progress at %d (at %d): %v", i, rev, at, err)
+			}
+			at = b.Progress
+		}
+	}
+}

@@ -18,10 +18,12 @@ type Watcher struct {
 	next        int64         // the next revision to deliver; owned by Next's caller
 	notify      chan struct{} // buffered(1): a pending wake-up
 	progressDue atomic.Bool
-	// progressWanted is set by RequestProgress until Next reports a
-	// progress past reported.
-	progressWanted atomic.Bool
-	reported       int64 // the newest progress reported; owned by Next's caller
+	// reported is the newest progress reported; owned by Next's caller.
+	// Whether progress is wanted is the watcher's place in Hub.wanting;
+	// wanted mirrors it (written under Hub.wmu) so that Next looks
+	// without the lock.
+	reported int64
+	wanted   atomic.Bool
 	closed         bool
 	staleSeen      int64 // the hub's staleness generation last reported; owned by Next's caller
 }
@@ -82,8 +84,7 @@ func (w *Watcher) Next(ctx context.Context) (Batch, error) {
 			w.reported = w.next - 1
 			return Batch{Progress: w.next - 1}, nil
 		}
-		if w.next-1 > w.reported && w.progressWanted.Swap(false) {
-			w.hub.unwant(w)
+		if w.next-1 > w.reported && w.wanted.Load() && w.hub.unwant(w) {
 			w.reported = w.next - 1
 			return Batch{Progress: w.next - 1}, nil
 		}
@@ -106,9 +107,6 @@ func (w *Watcher) Next(ctx context.Context) (Batch, error) {
 // interval. It may be called from any goroutine; requests made before Next
 // reports are one request.
 func (w *Watcher) RequestProgress() {
-	if w.progressWanted.Swap(true) {
-		return
-	}
 	w.hub.want(w)
 	w.wake()
 }
