@@ -22,10 +22,10 @@ type Watcher struct {
 	// Whether progress is wanted is the watcher's place in Hub.wanting;
 	// wanted mirrors it (written under Hub.wmu) so that Next looks
 	// without the lock.
-	reported int64
-	wanted   atomic.Bool
-	closed         bool
-	staleSeen      int64 // the hub's staleness generation last reported; owned by Next's caller
+	reported  int64
+	wanted    atomic.Bool
+	closed    bool
+	staleSeen int64 // the hub's staleness generation last reported; owned by Next's caller
 }
 
 // Batch is what Next delivers: events, or else a progress notification,
