@@ -17,7 +17,9 @@ import (
 // TestALookupOverConnectFencesAPromoteInFlight holds a Promote inside its
 // commit while a client looks its key up, as the CLI does after a lost
 // answer: the lookup answers NOT_FOUND, so the Promote in flight fails
-// (ABORTED) and no receipt appears; the same key sent again promotes.
+// (ABORTED) and no receipt appears; the same key sent again is refused
+// too (a request delayed in the server looks the same), and a new key
+// promotes.
 // (Before the fence, the receipt appeared after the lookup said the
 // promotion did not happen.)
 func TestALookupOverConnectFencesAPromoteInFlight(t *testing.T) {
@@ -31,14 +33,15 @@ func TestALookupOverConnectFencesAPromoteInFlight(t *testing.T) {
 	rel := c.create(50)
 	c.ack(rel, "canary-1")
 	c.ack(rel, "main-1")
+	key := "p1"
 	lookup := func() error {
-		_, err := c.ro.GetPromotion(ctx, connect.NewRequest(&pawlv1.GetPromotionRequest{ConfigId: "routing", IdempotencyKey: "p1"}))
+		_, err := c.ro.GetPromotion(ctx, connect.NewRequest(&pawlv1.GetPromotionRequest{ConfigId: "routing", IdempotencyKey: key}))
 		return err
 	}
 	var inFlight error
 	hook.arm("/_pawl/configs/routing/receipts/p1", func() { inFlight = lookup() })
 	promote := func() (*connect.Response[pawlv1.PromoteResponse], error) {
-		return c.ro.Promote(ctx, connect.NewRequest(&pawlv1.PromoteRequest{ConfigId: "routing", Generation: 1, IdempotencyKey: "p1"}))
+		return c.ro.Promote(ctx, connect.NewRequest(&pawlv1.PromoteRequest{ConfigId: "routing", Generation: 1, IdempotencyKey: key}))
 	}
 	resp, err := promote()
 	if hook.ran() != 1 {
@@ -47,7 +50,7 @@ func TestALookupOverConnectFencesAPromoteInFlight(t *testing.T) {
 	if connect.CodeOf(inFlight) != connect.CodeNotFound {
 		t.Fatalf("lookup while the promotion was in flight = %v", inFlight)
 	}
-	if connect.CodeOf(err) != connect.CodeAborted || !strings.Contains(err.Error(), "was looked up and found no receipt while this move was in flight") {
+	if connect.CodeOf(err) != connect.CodeAborted || !strings.Contains(err.Error(), "was looked up and found no receipt, which fences it for good") {
 		t.Fatalf("the promotion in flight after the lookup said not found = %v, %v", resp, err)
 	}
 	if err := lookup(); connect.CodeOf(err) != connect.CodeNotFound {
@@ -57,8 +60,12 @@ func TestALookupOverConnectFencesAPromoteInFlight(t *testing.T) {
 	if err != nil || ptr.Msg.GetPointer().GetGeneration() != 0 {
 		t.Fatalf("pointer after the fenced promotion = %v, %v", ptr, err)
 	}
+	if resp, err = promote(); connect.CodeOf(err) != connect.CodeAborted {
+		t.Fatalf("the same key sent again = %v, %v; want ABORTED", resp, err)
+	}
+	key = "p2"
 	if resp, err = promote(); err != nil || resp.Msg.GetReceipt().GetToGeneration() != 1 {
-		t.Fatalf("the same key sent again = %v, %v", resp, err)
+		t.Fatalf("the promotion with a new key = %v, %v", resp, err)
 	}
 	if err := lookup(); err != nil {
 		t.Fatalf("lookup after the promotion = %v", err)

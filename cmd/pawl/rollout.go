@@ -53,7 +53,8 @@ func (g *globals) move(ctx context.Context, config, key string, send moveFunc) e
 			fmt.Fprintf(g.stderr, "pawl: the receipt exists: the move happened\n")
 			rc, err = got.Msg.GetReceipt(), nil
 		case connect.CodeOf(gerr) == connect.CodeNotFound:
-			return fmt.Errorf("%w; the promotion did not happen (no receipt under key %s): retry with --key %s", err, key, key)
+			return fmt.Errorf("%w; the move did not happen (no receipt under key %s, and the lookup fenced the key so that it never will): "+
+				"run the command again, with a new --key or none", err, key)
 		default:
 			return fmt.Errorf("%w; whether it happened is unknown: run pawl promotion %s %s", err, config, key)
 		}

@@ -176,14 +176,14 @@ func (r *Rollouts) Rollback(ctx context.Context, m Move) (Receipt, error) {
 }
 
 // GetPromotion returns the receipt written for an idempotency key. When
-// there is none, it fences the key before it answers ErrNoPromotion: it
-// writes a fence record under the key, conditioned on the key being as it
-// read it, and every move sent with the key before the lookup commits only
-// if it finds the key as it found it at its start. So "not found" stays
-// true: a move with the key still in flight fails with a *FencedError,
-// and the same key may be sent again (a move sent after the lookup finds
-// the fence and commits over it). A config without releases has no moves
-// to fence, and nothing is written for it.
+// there is none, it fences the key for good before it answers
+// ErrNoPromotion: it writes a fence record under the key, conditioned on
+// the key being as it read it; a move commits only if it finds the key as
+// it found it at its start, and a move that finds a fence fails. So "not
+// found" stays true: a move with the key still in flight, or one that
+// reaches the server only after the lookup, fails with a *FencedError,
+// and the move is sent again with a new key. A config without releases
+// has no moves to fence, and nothing is written for it.
 func (r *Rollouts) GetPromotion(ctx context.Context, config, key string) (Receipt, error) {
 	if err := checkKey(key); err != nil {
 		return Receipt{}, err
@@ -200,8 +200,8 @@ func (r *Rollouts) GetPromotion(ctx context.Context, config, key string) (Receip
 		if err != nil {
 			return Receipt{}, err
 		}
-		return Receipt{}, fmt.Errorf("%w: %s of config %s (the key is fenced: a move sent with it before this lookup can no longer commit; "+
-			"the same key may be sent again)", ErrNoPromotion, key, config)
+		return Receipt{}, fmt.Errorf("%w: %s of config %s (the key is fenced for good: no move with it can commit now; "+
+			"send the move again with a new key)", ErrNoPromotion, key, config)
 	}
 	return Receipt{}, fmt.Errorf("%w: looking up key %s of config %s", ErrContended, key, config)
 }
@@ -306,8 +306,16 @@ func (r *Rollouts) keyOf(ctx context.Context, m Move, rollback bool) (keyState, 
 		return keyState{}, err
 	}
 	ks, err := r.readKey(ctx, m.ConfigID, m.IdempotencyKey)
-	if ks.receipt == nil || err != nil {
-		return ks, err
+	switch {
+	case err != nil:
+		return keyState{}, err
+	case ks.receipt == nil && ks.rev != 0:
+		// A lookup fenced the key: it answered that no move with it
+		// happened, and none ever may, whether it was sent before the
+		// lookup or reaches the server after it.
+		return keyState{}, &FencedError{ConfigID: m.ConfigID, IdempotencyKey: m.IdempotencyKey}
+	case ks.receipt == nil:
+		return ks, nil
 	}
 	if rc := *ks.receipt; rc.Rollback != rollback || (!rollback && rc.To != m.To) {
 		return keyState{}, fmt.Errorf("%w: key %s of config %s is the receipt of %s; use a new key for a new request",

@@ -18,7 +18,9 @@ import (
 // TestALookupFencesAMoveInFlight looks the key of a Promote and of a
 // Rollback up between the move's read and its write, as the CLI does after
 // a lost answer: the lookup answers "not found", so the move in flight
-// must fail and leave no receipt; the same key sent again then commits.
+// must fail and leave no receipt, and so must the same key sent again
+// after the lookup (as a request delayed in the server would be); the
+// move sent with a new key commits.
 // (Before the fence, the move committed after the lookup had said it did
 // not happen.)
 func TestALookupFencesAMoveInFlight(t *testing.T) {
@@ -61,13 +63,21 @@ func TestALookupFencesAMoveInFlight(t *testing.T) {
 			if ptr, err := e.rollouts.Pointer(ctx, "routing"); err != nil || ptr.Generation != before {
 				t.Fatalf("pointer after the fenced %s = %+v, %v; want generation %d", kind, ptr, err, before)
 			}
-			// The fenced attempt can no longer commit, so the same key may
-			// be sent again, and this time it is the move.
+			// A move with the key that reaches the server after the
+			// lookup is fenced too: "it did not happen" stays true.
+			if rc, err := do(e.rollouts); !errors.Is(err, rollout.ErrFenced) {
+				t.Fatalf("the same key sent after the lookup = %+v, %v; want ErrFenced", rc, err)
+			}
+			if ptr, err := e.rollouts.Pointer(ctx, "routing"); err != nil || ptr.Generation != before {
+				t.Fatalf("pointer after the fenced key was sent again = %+v, %v; want generation %d", ptr, err, before)
+			}
+			// With a new key, the move happens.
+			move.IdempotencyKey = "k2"
 			rc, err = do(e.rollouts)
 			if err != nil {
-				t.Fatalf("the same key sent again = %v", err)
+				t.Fatalf("the move with a new key = %v", err)
 			}
-			if got, err := e.rollouts.GetPromotion(ctx, "routing", "k"); err != nil || got.To != rc.To || got.Revision != rc.Revision {
+			if got, err := e.rollouts.GetPromotion(ctx, "routing", "k2"); err != nil || got.To != rc.To || got.Revision != rc.Revision {
 				t.Fatalf("GetPromotion after the retry = %+v, %v; want %+v", got, err, rc)
 			}
 			receipts, err := e.rollouts.Receipts(ctx, "routing")

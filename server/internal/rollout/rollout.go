@@ -78,8 +78,8 @@ var (
 	// *UnknownError names the key to resolve it with (GetPromotion).
 	ErrPromotionUnknown = errors.New("rollout: PROMOTION_UNKNOWN")
 	// ErrFenced means a lookup of a move's idempotency key answered "not
-	// found" while the move was in flight, so the move did not commit;
-	// *FencedError names the key.
+	// found", so no move with the key commits, in flight then or sent
+	// after; *FencedError names the key.
 	ErrFenced = errors.New("rollout: the idempotency key was fenced by a lookup")
 	// ErrAlreadyRevoked means the generation was revoked before.
 	ErrAlreadyRevoked = errors.New("rollout: generation already revoked")
@@ -113,15 +113,16 @@ func (e *UnknownError) Is(target error) bool { return target == ErrPromotionUnkn
 func (e *UnknownError) Unwrap() error { return e.Err }
 
 // FencedError reports a move whose idempotency key a lookup (GetPromotion)
-// fenced while the move was in flight: the lookup answered that no receipt
-// exists, so the move never commits. It matches ErrFenced.
+// fenced, while the move was in flight or before it arrived: the lookup
+// answered that no receipt exists, so the move never commits. It matches
+// ErrFenced.
 type FencedError struct {
 	ConfigID, IdempotencyKey string
 }
 
 func (e *FencedError) Error() string {
-	return fmt.Sprintf("rollout: key %s of config %s was looked up and found no receipt while this move was in flight, "+
-		"so the move did not happen and never will; send it again (the same key may be retried)", e.IdempotencyKey, e.ConfigID)
+	return fmt.Sprintf("rollout: key %s of config %s was looked up and found no receipt, which fences it for good: "+
+		"no move with it happened or ever will; send the move again with a new key", e.IdempotencyKey, e.ConfigID)
 }
 
 // Is reports whether target is ErrFenced.
