@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -129,15 +130,36 @@ func (r *reporter) send(ctx context.Context, state pawlv1.InstanceState, digest 
 	if m := extra.health; m != nil && m.Requests > 0 {
 		ack.Health = &pawlv1.HealthMeasurement{ErrorRate: m.ErrorRate, P99Latency: durationpb.New(m.P99)}
 	}
-	err := r.c.retry(ctx, "ack", func(ctx context.Context) error {
-		epoch := r.c.epoch.Load()
-		if epoch == 0 {
-			return connect.NewError(connect.CodeUnavailable, errors.New("the instance is registering again"))
+	first := time.Now()
+	var err error
+	for attempt := 0; ; attempt++ {
+		var judged *pawlv1.Ack
+		err = r.c.retry(ctx, "ack", func(ctx context.Context) error {
+			epoch := r.c.epoch.Load()
+			if epoch == 0 {
+				return connect.NewError(connect.CodeUnavailable, errors.New("the instance is registering again"))
+			}
+			ack.MembershipEpoch = epoch
+			resp, err := r.c.rollouts.Ack(ctx, connect.NewRequest(&pawlv1.AckRequest{Ack: ack}))
+			if err != nil {
+				return err
+			}
+			judged = resp.Msg.GetAck()
+			return nil
+		})
+		if err != nil || !tooEarly(ack, judged) || attempt == maxEarlyResends {
+			break
 		}
-		ack.MembershipEpoch = epoch
-		_, err := r.c.rollouts.Ack(ctx, connect.NewRequest(&pawlv1.AckRequest{Ack: ack}))
-		return err
-	})
+		// The server's measure of the window fell short (its replicas'
+		// clocks disagree, or one stepped): the same report, held longer,
+		// counts once its measure reaches the window too.
+		if !sleepCtx(ctx, earlyResendPause(ack)) {
+			break
+		}
+		if extra.held > 0 {
+			ack.Held = durationpb.New(extra.held + time.Since(first))
+		}
+	}
 	if err != nil && ctx.Err() == nil {
 		r.c.cfg.log.Warn("pawl: an ACK was refused", "config", ack.ConfigId, "generation", ack.Generation, "state", state.String(), "error", err)
 	}
@@ -145,6 +167,38 @@ func (r *reporter) send(ctx context.Context, state pawlv1.InstanceState, digest 
 		return fmt.Errorf("sdk: ACK %s of %s@%d: %w", state, ack.ConfigId, ack.Generation, err)
 	}
 	return nil
+}
+
+// maxEarlyResends bounds how often a healthy HEALTHY_ACKED that came
+// before the server's measure of the window is sent again: enough for a
+// skew of several windows between replicas, and no storm when a server's
+// clock stands still.
+const maxEarlyResends = 20
+
+// tooEarly reports whether the server stored a healthy HEALTHY_ACKED
+// without counting it because the health window had not passed by its
+// measure (or the instance's).
+func tooEarly(sent, judged *pawlv1.Ack) bool {
+	return sent.GetState() == pawlv1.InstanceState_INSTANCE_STATE_HEALTHY_ACKED && sent.GetHealthOk() &&
+		judged != nil && !judged.GetCounted() && strings.HasPrefix(judged.GetNotCountedReason(), "health window:")
+}
+
+// earlyResendPause is how long to wait before sending a report that came
+// too early again: a quarter of the window, within [100ms, 5s].
+func earlyResendPause(a *pawlv1.Ack) time.Duration {
+	return min(max(a.GetHeld().AsDuration()/4, 100*time.Millisecond), 5*time.Second)
+}
+
+// sleepCtx waits for d, or until ctx ends (false).
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // ranApply is an apply whose APPLIED the server took: what a later STALE
