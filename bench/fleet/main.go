@@ -346,11 +346,16 @@ func (b *bench) openStreams(ctx context.Context) error {
 	return nil
 }
 
+// spec is a release of config with one stage. Its simulated instances
+// report only what a measure needs, so the coverage gate is off
+// (min_coverage 0): the promotions measured are the pointer's fan-out.
 func (b *bench) spec(config, validator string, weight int, stage *pawlv1.Stage) *pawlv1.ReleaseSpec {
+	noGate := 0.0
 	return &pawlv1.ReleaseSpec{
 		ConfigId: config, MediaType: "application/json", ValidatorDigest: validator,
 		Content: []byte(fmt.Sprintf(`{"upstreams":[{"host":"a","weight":%d},{"host":"b","weight":%d}]}`, weight, 100-weight)),
 		Stages:  []*pawlv1.Stage{stage}, HealthWindow: durationpb.New(0), Deadline: durationpb.New(24 * time.Hour),
+		MinCoverage: &noGate,
 	}
 }
 
