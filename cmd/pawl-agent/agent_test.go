@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -247,24 +248,32 @@ func TestUsageErrors(t *testing.T) {
 	}
 }
 
-// TestAFailingExecReportsTheReleaseUnhealthy: the file is written, the
-// reload command fails, and the instance reports the release unhealthy
-// with the command's output.
-func TestAFailingExecReportsTheReleaseUnhealthy(t *testing.T) {
+// startWatchingRecords starts a server with the routing validator uploaded
+// (its digest) and a watch of /_pawl/, for the tests that follow what the
+// server records of an agent; all end with the test, or after a minute.
+func startWatchingRecords(t *testing.T) (*testserver.Server, context.Context, *http.Client, string, *connect.ServerStreamForClient[pawlv1.WatchResponse]) {
+	t.Helper()
 	srv := testserver.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	t.Cleanup(cancel)
 	client := testserver.HTTPClient(t)
 	up, err := pawlv1connect.NewValidatorServiceClient(client, srv.URL).Upload(ctx, connect.NewRequest(&pawlv1.UploadRequest{Wasm: wasmbuild.Build(t, "routing")}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	kv := pawlv1connect.NewKVServiceClient(client, srv.URL)
-	acks, err := kv.Watch(ctx, connect.NewRequest(&pawlv1.WatchRequest{Prefix: "/_pawl/"}))
+	records, err := pawlv1connect.NewKVServiceClient(client, srv.URL).Watch(ctx, connect.NewRequest(&pawlv1.WatchRequest{Prefix: "/_pawl/"}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer acks.Close()
+	t.Cleanup(func() { _ = records.Close() })
+	return srv, ctx, client, up.Msg.GetValidator().GetDigest(), records
+}
+
+// TestAFailingExecReportsTheReleaseUnhealthy: the file is written, the
+// reload command fails, and the instance reports the release unhealthy
+// with the command's output.
+func TestAFailingExecReportsTheReleaseUnhealthy(t *testing.T) {
+	srv, ctx, client, digest, acks := startWatchingRecords(t)
 	dir := t.TempDir()
 	lines := runAgent(t, "--server", srv.URL, "--identity", "agent-1", "--dir", dir, "--exec", "echo reload refused; exit 3")
 	for registered := false; !registered; { // the release must freeze the agent into its membership
@@ -277,7 +286,7 @@ func TestAFailingExecReportsTheReleaseUnhealthy(t *testing.T) {
 	}
 	rs := pawlv1connect.NewReleaseServiceClient(client, srv.URL)
 	if _, err := rs.CreateRelease(ctx, connect.NewRequest(&pawlv1.CreateReleaseRequest{Spec: &pawlv1.ReleaseSpec{
-		ConfigId: "routing", MediaType: "application/json", ValidatorDigest: up.Msg.GetValidator().GetDigest(), Content: bigRouting(1),
+		ConfigId: "routing", MediaType: "application/json", ValidatorDigest: digest, Content: bigRouting(1),
 		Stages:   []*pawlv1.Stage{{Name: "all", Policy: &pawlv1.AckPolicy{Kind: pawlv1.AckPolicyKind_ACK_POLICY_KIND_ALL}}},
 		Deadline: durationpb.New(time.Hour),
 	}})); err != nil {
@@ -309,20 +318,7 @@ func TestAFailingExecReportsTheReleaseUnhealthy(t *testing.T) {
 // stop, it reports the release unhealthy at once, and the rollout stops
 // with the command's output as the reason.
 func TestAHealthCommandThatFailsAfterTheWindowStopsTheRollout(t *testing.T) {
-	srv := testserver.Start(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	client := testserver.HTTPClient(t)
-	up, err := pawlv1connect.NewValidatorServiceClient(client, srv.URL).Upload(ctx, connect.NewRequest(&pawlv1.UploadRequest{Wasm: wasmbuild.Build(t, "routing")}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	kv := pawlv1connect.NewKVServiceClient(client, srv.URL)
-	records, err := kv.Watch(ctx, connect.NewRequest(&pawlv1.WatchRequest{Prefix: "/_pawl/"}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer records.Close()
+	srv, ctx, client, digest, records := startWatchingRecords(t)
 	// next waits for the next record the server writes.
 	next := func() []*pawlv1.Event {
 		if !records.Receive() {
@@ -340,7 +336,7 @@ func TestAHealthCommandThatFailsAfterTheWindowStopsTheRollout(t *testing.T) {
 	}
 	rs := pawlv1connect.NewReleaseServiceClient(client, srv.URL)
 	if _, err := rs.CreateRelease(ctx, connect.NewRequest(&pawlv1.CreateReleaseRequest{Spec: &pawlv1.ReleaseSpec{
-		ConfigId: "routing", MediaType: "application/json", ValidatorDigest: up.Msg.GetValidator().GetDigest(), Content: bigRouting(1),
+		ConfigId: "routing", MediaType: "application/json", ValidatorDigest: digest, Content: bigRouting(1),
 		Stages:       []*pawlv1.Stage{{Name: "all", Policy: &pawlv1.AckPolicy{Kind: pawlv1.AckPolicyKind_ACK_POLICY_KIND_ALL}}},
 		HealthWindow: durationpb.New(100 * time.Millisecond), Deadline: durationpb.New(time.Hour),
 	}})); err != nil {

@@ -267,20 +267,7 @@ func TestShadowBudgetsRetireAndAppliedFromTheCLI(t *testing.T) {
 	is := pawlv1connect.NewInstanceServiceClient(client, srv.URL, connect.WithGRPC())
 	rs := pawlv1connect.NewRolloutServiceClient(client, srv.URL, connect.WithGRPC())
 	ctx := context.Background()
-	epochs := map[string]int64{}
-	for _, id := range []string{"pay-a", "pay-b", "pay-c"} {
-		resp, err := is.Register(ctx, connect.NewRequest(&pawlv1.RegisterRequest{Instance: &pawlv1.Instance{
-			WorkloadIdentity: id, BootId: "b1", Zone: "zone-" + id[4:], TrafficWeight: 1,
-		}}))
-		if err != nil {
-			t.Fatal(err)
-		}
-		epochs[id] = resp.Msg.GetRecord().GetMembershipEpoch()
-	}
-	wasm := wasmbuild.Build(t, "routing")
-	digest := host.Digest(wasm)
-	expect(t, srv, digest+"\n", "validator", "upload", writeFile(t, "routing.wasm", wasm))
-	f := writeFile(t, "r.json", []byte(`{"upstreams":[{"host":"a","weight":100}]}`))
+	epochs, digest, f := registerAndUpload(t, srv, is, "pay-a", "pay-b", "pay-c")
 	// pay-a only validates in shadow, and on a first release runs nothing it
 	// could report: half the members are enough coverage.
 	if code, out, errOut := pawl(t, srv, "", "release", "create", "routing", "--file", f, "--validator", digest, "--health-window", "0s",
@@ -371,18 +358,7 @@ func TestCoverageGateFromTheCLI(t *testing.T) {
 	is := pawlv1connect.NewInstanceServiceClient(client, srv.URL)
 	rs := pawlv1connect.NewRolloutServiceClient(client, srv.URL)
 	ctx := context.Background()
-	epochs := map[string]int64{}
-	for _, id := range []string{"pay-a", "pay-b"} {
-		resp, err := is.Register(ctx, connect.NewRequest(&pawlv1.RegisterRequest{Instance: &pawlv1.Instance{WorkloadIdentity: id, BootId: "b1", Zone: "zone-" + id[4:], TrafficWeight: 1}}))
-		if err != nil {
-			t.Fatal(err)
-		}
-		epochs[id] = resp.Msg.GetRecord().GetMembershipEpoch()
-	}
-	wasm := wasmbuild.Build(t, "routing")
-	digest := host.Digest(wasm)
-	expect(t, srv, digest+"\n", "validator", "upload", writeFile(t, "routing.wasm", wasm))
-	f := writeFile(t, "r.json", []byte(`{"upstreams":[{"host":"a","weight":100}]}`))
+	epochs, digest, f := registerAndUpload(t, srv, is, "pay-a", "pay-b")
 	if code, _, errOut := pawl(t, srv, "", "release", "create", "routing", "--file", f, "--validator", digest, "--min-coverage", "1.5", "--stage", "a@zone=zone-a:all"); code != 1 ||
 		!strings.Contains(errOut, "invalid_argument") || !strings.Contains(errOut, "min coverage 1.5 must be in [0, 1]") {
 		t.Fatalf("release create with min coverage 1.5 = %d, %q", code, errOut)
@@ -429,4 +405,26 @@ func TestCoverageGateFromTheCLI(t *testing.T) {
 	if code, out, errOut := pawl(t, srv, "", "promote", "routing", "1"); code != 0 {
 		t.Fatalf("promote once every member reported = %d, %q, %q", code, out, errOut)
 	}
+}
+
+// registerAndUpload registers each instance (boot b1, in the zone its
+// name ends in: pay-a in zone-a), uploads the routing validator with the
+// CLI, and writes a config it accepts. It returns the instances' epochs,
+// the validator's digest and the config file.
+func registerAndUpload(t *testing.T, srv *testserver.Server, is pawlv1connect.InstanceServiceClient, ids ...string) (map[string]int64, string, string) {
+	t.Helper()
+	epochs := map[string]int64{}
+	for _, id := range ids {
+		resp, err := is.Register(context.Background(), connect.NewRequest(&pawlv1.RegisterRequest{Instance: &pawlv1.Instance{
+			WorkloadIdentity: id, BootId: "b1", Zone: "zone-" + id[4:], TrafficWeight: 1,
+		}}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		epochs[id] = resp.Msg.GetRecord().GetMembershipEpoch()
+	}
+	wasm := wasmbuild.Build(t, "routing")
+	digest := host.Digest(wasm)
+	expect(t, srv, digest+"\n", "validator", "upload", writeFile(t, "routing.wasm", wasm))
+	return epochs, digest, writeFile(t, "r.json", []byte(`{"upstreams":[{"host":"a","weight":100}]}`))
 }
