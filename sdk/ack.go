@@ -189,18 +189,6 @@ func earlyResendPause(a *pawlv1.Ack) time.Duration {
 	return min(max(a.GetHeld().AsDuration()/4, 100*time.Millisecond), 5*time.Second)
 }
 
-// sleepCtx waits for d, or until ctx ends (false).
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
-
 // ranApply is an apply whose APPLIED the server took: what a later STALE
 // of its generation reports.
 type ranApply struct {

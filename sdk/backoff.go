@@ -24,7 +24,12 @@ func (b *backoff) wait(ctx context.Context) bool {
 		ceiling = b.max
 	}
 	b.attempt++
-	t := time.NewTimer(rand.N(ceiling) + 1)
+	return sleepCtx(ctx, rand.N(ceiling)+1)
+}
+
+// sleepCtx waits for d, or returns false when ctx ends first.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:
