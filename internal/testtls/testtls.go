@@ -13,6 +13,8 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"io"
+	"log"
 	"math/big"
 	"net"
 	"net/http"
@@ -163,6 +165,7 @@ func (p *PKI) Serve(t testing.TB, h http.Handler) string {
 	t.Helper()
 	ts := httptest.NewUnstartedServer(h)
 	ts.EnableHTTP2 = true
+	ts.Config.ErrorLog = log.New(io.Discard, "", 0) // the refused handshakes tests cause on purpose
 	ts.TLS = &tls.Config{Certificates: []tls.Certificate{p.server}, ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: p.pool}
 	ts.StartTLS()
 	t.Cleanup(ts.Close)
