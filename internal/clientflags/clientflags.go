@@ -58,6 +58,9 @@ type value struct {
 
 func (v *value) String() string { return v.v }
 
+// Type names the value's type in cobra's help.
+func (v *value) Type() string { return "string" }
+
 func (v *value) Set(s string) error {
 	v.v, v.set = s, true
 	return nil
