@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/pawlcfg/pawl/internal/testtls"
 	"github.com/pawlcfg/pawl/sdk"
@@ -185,9 +186,12 @@ func requests(rec *testtls.Recorder) []testtls.Request {
 }
 
 // waitRequest waits until rec saw a call to a procedure ending in
-// procedure with this Authorization header and client certificate.
+// procedure with this Authorization header and client certificate, or
+// fails the test after 30 seconds.
 func waitRequest(t *testing.T, ctx context.Context, rec *testtls.Recorder, procedure, authorization, clientID string) {
 	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
 	for {
 		_, next := rec.Requests()
 		if seen(rec, procedure, authorization, clientID) {
