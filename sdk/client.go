@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/pawlcfg/pawl/gen/pawl/v1/pawlv1connect"
+	"github.com/pawlcfg/pawl/sdk/credentials"
 )
 
 // Client is one instance's connection to Pawl: it registers, follows the
@@ -102,6 +103,21 @@ func New(ctx context.Context, serverURL string, opts ...Option) (*Client, error)
 	if err != nil {
 		return nil, err
 	}
+	token, err := cfg.tokenSource()
+	if err != nil {
+		return nil, err
+	}
+	if token != nil {
+		for _, u := range urls {
+			if err := credentials.RefuseClearText(u.String()); err != nil {
+				return nil, fmt.Errorf("sdk: %w", err)
+			}
+		}
+	}
+	tlsConfig, err := cfg.tlsFiles.Config(cfg.tlsConfig)
+	if err != nil {
+		return nil, fmt.Errorf("sdk: %w", err)
+	}
 	c := &Client{
 		cfg: cfg, url: urls[0].String(), bootID: newBootID(),
 		tracer:   cfg.tracerProvider.Tracer("github.com/pawlcfg/pawl/sdk"),
@@ -113,23 +129,31 @@ func New(ctx context.Context, serverURL string, opts ...Option) (*Client, error)
 	c.current.Store(&empty)
 	c.http = cfg.httpClient
 	if c.http == nil {
-		c.http, c.ownsHTTP = defaultHTTPClient(cfg.tlsConfig), true
+		c.http, c.ownsHTTP = defaultHTTPClient(tlsConfig), true
+	}
+	// The bearer transport goes under the server list's, so that it sees,
+	// and checks, the server each request really goes to.
+	next := c.http.Transport
+	if next == nil {
+		next = http.DefaultTransport
+	}
+	if token != nil {
+		next = credentials.Bearer(next, token)
 	}
 	if len(urls) > 1 {
-		next := c.http.Transport
-		if next == nil {
-			next = http.DefaultTransport
-		}
 		c.servers = &servers{urls: urls, base: urls[0].Path, next: next}
+		next = c.servers
+	}
+	if next != c.http.Transport {
 		wrapped := *c.http
-		wrapped.Transport = c.servers
+		wrapped.Transport = next
 		c.http = &wrapped
 	}
 	otelInterceptor, err := otelconnect.NewInterceptor(otelconnect.WithTracerProvider(cfg.tracerProvider), otelconnect.WithoutMetrics())
 	if err != nil {
 		return nil, fmt.Errorf("sdk: tracing interceptor: %w", err)
 	}
-	clientOpts := []connect.ClientOption{connect.WithInterceptors(otelInterceptor, bearer(cfg.token))}
+	clientOpts := []connect.ClientOption{connect.WithInterceptors(otelInterceptor)}
 	if c.servers != nil {
 		clientOpts = append(clientOpts, connect.WithInterceptors(c.servers.interceptor()))
 	}
@@ -358,35 +382,6 @@ func defaultHTTPClient(tlsConfig *tls.Config) *http.Client {
 		ForceAttemptHTTP2: true,
 	}
 	return &http.Client{Transport: tr}
-}
-
-// bearer adds "Authorization: Bearer token" to every call, when token is
-// set.
-func bearer(token string) connect.Interceptor { return bearerInterceptor(token) }
-
-type bearerInterceptor string
-
-func (b bearerInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
-	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-		if b != "" && req.Spec().IsClient {
-			req.Header().Set("Authorization", "Bearer "+string(b))
-		}
-		return next(ctx, req)
-	}
-}
-
-func (b bearerInterceptor) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
-	return func(ctx context.Context, spec connect.Spec) connect.StreamingClientConn {
-		conn := next(ctx, spec)
-		if b != "" {
-			conn.RequestHeader().Set("Authorization", "Bearer "+string(b))
-		}
-		return conn
-	}
-}
-
-func (b bearerInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
-	return next
 }
 
 var errClosed = errors.New("sdk: the client is closed")

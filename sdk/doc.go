@@ -48,7 +48,12 @@
 // starts while the server is down starts from its last known good state,
 // verified by digest.
 //
+// Credentials (WithAuthToken, WithAuthTokenFile, WithCAFile,
+// WithClientCertificate) go with every call; package credentials holds
+// them, and refuses to send a token in clear text to a server beyond
+// loopback.
+//
 // The package imports no server code: its dependencies are the generated
-// API (gen), validators/host, sdk/canonical and sdk/appversion, connect,
+// API (gen), validators/host, sdk/canonical, sdk/appversion and sdk/credentials, connect,
 // and OpenTelemetry's API.
 package sdk

@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/pawlcfg/pawl/sdk/credentials"
 	"github.com/pawlcfg/pawl/validators/host"
 )
 
@@ -38,6 +40,8 @@ type config struct {
 	httpClient     *http.Client
 	tlsConfig      *tls.Config
 	token          string
+	tokenFile      string
+	tlsFiles       credentials.TLSFiles
 	cacheDir       string
 	compiledDir    string
 	validatorLimit time.Duration
@@ -114,6 +118,15 @@ func (c *config) validate() error {
 	if c.httpClient != nil && c.tlsConfig != nil {
 		errs = append(errs, errors.New("WithTLSConfig and WithHTTPClient: configure TLS in the HTTP client you pass"))
 	}
+	if c.httpClient != nil && c.tlsFiles != (credentials.TLSFiles{}) {
+		errs = append(errs, errors.New("WithCAFile or WithClientCertificate, and WithHTTPClient: configure TLS in the HTTP client you pass"))
+	}
+	if c.token != "" && c.tokenFile != "" {
+		errs = append(errs, errors.New("WithAuthToken and WithAuthTokenFile: give the token one way"))
+	}
+	if (c.tlsFiles.Cert == "") != (c.tlsFiles.Key == "") {
+		errs = append(errs, fmt.Errorf("WithClientCertificate(%q, %q): give both the certificate and the key file", c.tlsFiles.Cert, c.tlsFiles.Key))
+	}
 	if c.tracerProvider == nil {
 		errs = append(errs, errors.New("WithTracerProvider(nil): pass a provider, or leave the option out for none"))
 	}
@@ -187,8 +200,32 @@ func WithHTTPClient(client *http.Client) Option { return func(c *config) { c.htt
 func WithTLSConfig(cfg *tls.Config) Option { return func(c *config) { c.tlsConfig = cfg } }
 
 // WithAuthToken sends token as a bearer token (Authorization header) on
-// every call.
+// every call. A token never travels in clear text beyond this machine: New
+// fails, before any connection, when a server URL is http:// and its host
+// is not loopback (127.0.0.0/8, ::1 or "localhost").
 func WithAuthToken(token string) Option { return func(c *config) { c.token = token } }
+
+// WithAuthTokenFile sends the token in the file at path (surrounding white
+// space removed) as a bearer token on every call, as WithAuthToken does.
+// The file is read again when it changes, so a rotated token (a mounted
+// secret replaced) is used from the next call on without a restart; while
+// it cannot be read, or is empty, the last token read is sent and a
+// warning logged. New fails when the file cannot be read at all.
+func WithAuthTokenFile(path string) Option { return func(c *config) { c.tokenFile = path } }
+
+// WithCAFile trusts the CA certificates in the PEM file at path, instead
+// of the system's roots, to sign the server's certificate (https URLs).
+func WithCAFile(path string) Option { return func(c *config) { c.tlsFiles.CA = path } }
+
+// WithClientCertificate presents the certificate (PEM, with its chain) and
+// private key in these files for mutual TLS; pawld takes the certificate's
+// SPIFFE ID (URI SAN), or else its subject, as the caller's principal. The
+// files are read again at a new connection when they changed, so a rotated
+// certificate is used without a restart. It combines with WithTLSConfig
+// when that sets no client certificate of its own.
+func WithClientCertificate(certFile, keyFile string) Option {
+	return func(c *config) { c.tlsFiles.Cert, c.tlsFiles.Key = certFile, keyFile }
+}
 
 // WithGRPC speaks the gRPC protocol instead of Connect (both work with
 // pawld; gRPC needs HTTP/2).
@@ -262,4 +299,47 @@ func WithRetainGenerations(n int) Option { return func(c *config) { c.retain = n
 // WithBackoff bounds the wait between reconnects and retries.
 func WithBackoff(min, max time.Duration) Option {
 	return func(c *config) { c.backoffMin, c.backoffMax = min, max }
+}
+
+// tokenSource returns where the bearer token comes from, or nil for no
+// token. A token file is read now.
+func (c *config) tokenSource() (credentials.TokenSource, error) {
+	switch {
+	case c.tokenFile != "":
+		f, err := credentials.NewTokenFile(c.tokenFile)
+		if err != nil {
+			return nil, fmt.Errorf("sdk: WithAuthTokenFile(%q): %w", c.tokenFile, err)
+		}
+		return &loggedToken{src: f, log: c.log, path: c.tokenFile}, nil
+	case c.token != "":
+		return credentials.StaticToken(c.token), nil
+	}
+	return nil, nil
+}
+
+// loggedToken logs a token file that cannot be read, once per distinct
+// error, while its last token is still sent.
+type loggedToken struct {
+	src  credentials.TokenSource
+	log  *slog.Logger
+	path string
+
+	mu   sync.Mutex
+	last string // the last error logged
+}
+
+func (l *loggedToken) Token() (string, error) {
+	token, err := l.src.Token()
+	msg := ""
+	if err != nil {
+		msg = err.Error()
+	}
+	l.mu.Lock()
+	changed := msg != l.last
+	l.last = msg
+	l.mu.Unlock()
+	if changed && err != nil {
+		l.log.Warn("pawl: the token file cannot be read; the last token read is sent", "file", l.path, "err", err)
+	}
+	return token, err
 }

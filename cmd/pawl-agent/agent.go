@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/pawlcfg/pawl/internal/atomicfile"
+	"github.com/pawlcfg/pawl/internal/clientflags"
 	"github.com/pawlcfg/pawl/sdk"
 	"github.com/pawlcfg/pawl/validators/host"
 )
@@ -25,8 +26,9 @@ type options struct {
 	weight                                             float64
 	labels                                             map[string]string
 	configs                                            []string
-	dir, prefix, execCmd, healthCmd, cacheDir, token   string
+	dir, prefix, execCmd, healthCmd, cacheDir          string
 	validatorCache                                     string
+	creds                                              clientflags.Credentials
 	noAssignments                                      bool
 	execTimeout, validatorTimeout, healthInterval      time.Duration
 }
@@ -88,8 +90,12 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.validatorTimeout, "validator-timeout", host.DefaultTimeout, "how long one local validation may run before the release is rejected")
 	fs.StringVar(&o.cacheDir, "cache-dir", "", "the last known good state (default DIR/.pawl-cache)")
 	fs.StringVar(&o.validatorCache, "validator-cache", "", "compiled validator modules, which agents on one host may share (default CACHE-DIR/compiled)")
-	fs.StringVar(&o.token, "token", os.Getenv("PAWL_TOKEN"), "a bearer token for the server (env PAWL_TOKEN)")
+	creds := clientflags.Register(fs)
 	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	var err error
+	if o.creds, err = creds.Resolve(os.Getenv); err != nil {
 		return o, err
 	}
 	switch {
@@ -127,7 +133,9 @@ func (a *agent) run(ctx context.Context) error {
 		return err
 	}
 	opts := []sdk.Option{
-		sdk.WithCacheDir(a.o.cacheDir), sdk.WithLogger(a.log), sdk.WithAuthToken(a.o.token),
+		sdk.WithCacheDir(a.o.cacheDir), sdk.WithLogger(a.log),
+		sdk.WithAuthToken(a.o.creds.Token), sdk.WithAuthTokenFile(a.o.creds.TokenFile), sdk.WithCAFile(a.o.creds.TLS.CA),
+		sdk.WithClientCertificate(a.o.creds.TLS.Cert, a.o.creds.TLS.Key),
 		sdk.WithValidatorTimeout(a.o.validatorTimeout), sdk.WithHealthInterval(a.o.healthInterval),
 		sdk.WithApplier(a.writeConfig), sdk.WithHealthCheck(a.health),
 	}

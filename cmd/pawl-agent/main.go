@@ -13,6 +13,11 @@
 //	    --exec 'systemctl reload myapp'
 //	pawl-agent --server http://127.0.0.1:7070 --no-assignments --prefix /flags/ --dir /etc/myapp
 //
+// It takes the CLI's credentials: --token or --token-file (read again when
+// it changes), --ca, --cert and --key, or $PAWL_TOKEN, $PAWL_TOKEN_FILE,
+// $PAWL_CA, $PAWL_CERT and $PAWL_KEY; a token is never sent in clear text
+// to a server beyond loopback.
+//
 // It prints one line per file it writes or removes, and exits on SIGINT or
 // SIGTERM.
 package main

@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -20,6 +22,8 @@ import (
 
 	pawlv1 "github.com/pawlcfg/pawl/gen/pawl/v1"
 	"github.com/pawlcfg/pawl/gen/pawl/v1/pawlv1connect"
+	"github.com/pawlcfg/pawl/internal/clientflags"
+	"github.com/pawlcfg/pawl/sdk/credentials"
 )
 
 // DefaultServer is the server pawl talks to without --server or PAWL_SERVER.
@@ -46,6 +50,9 @@ func isUsage(err error) bool {
 // globals are the flags every command shares.
 type globals struct {
 	server   string
+	creds    *clientflags.Flags
+	token    credentials.TokenSource // nil: send none
+	tls      *tls.Config             // nil: the defaults
 	output   string
 	protocol string
 	timeout  time.Duration
@@ -76,7 +83,10 @@ func newRootCommand(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
 			if g.timeout <= 0 {
 				return usageError{fmt.Errorf("--timeout %s: must be positive", g.timeout)}
 			}
-			return nil
+			if cmd.Annotations[offline] != "" {
+				return nil
+			}
+			return g.loadCredentials()
 		},
 	}
 	root.SetOut(stdout)
@@ -90,10 +100,39 @@ func newRootCommand(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
 	root.PersistentFlags().StringVarP(&g.output, "output", "o", "text", "output format: text or json")
 	root.PersistentFlags().StringVar(&g.protocol, "protocol", "connect", "wire protocol: connect, grpc or grpc-web")
 	root.PersistentFlags().DurationVar(&g.timeout, "timeout", defaultTimeout(), "how long one call to the server may take; watch has none (env PAWL_TIMEOUT)")
+	creds := flag.NewFlagSet("pawl", flag.ContinueOnError)
+	g.creds = clientflags.Register(creds)
+	root.PersistentFlags().AddGoFlagSet(creds)
 	root.AddCommand(putCommand(g), getCommand(g), delCommand(g), txnCommand(g), lsCommand(g), watchCommand(g),
 		validatorCommand(g), validateCommand(g), releaseCommand(g), instancesCommand(g),
-		promoteCommand(g), rollbackCommand(g), promotionCommand(g), rolloutCommand(g))
+		promoteCommand(g), rollbackCommand(g), promotionCommand(g), rolloutCommand(g), tokenCommand(g))
 	return root
+}
+
+// offline is the annotation of commands that call no server, and so read
+// no credentials.
+const offline = "offline"
+
+// loadCredentials reads the credentials the flags and the environment
+// name, and refuses a token that would travel in clear text beyond
+// loopback.
+func (g *globals) loadCredentials() error {
+	creds, err := g.creds.Resolve(os.Getenv)
+	if err != nil {
+		return usageError{err}
+	}
+	if g.token, err = creds.TokenSource(); err != nil {
+		return err
+	}
+	if g.token != nil {
+		if err := credentials.RefuseClearText(strings.TrimSuffix(g.server, "/")); err != nil {
+			return usageError{err}
+		}
+	}
+	if g.tls, err = creds.TLS.Config(nil); err != nil {
+		return err
+	}
+	return nil
 }
 
 // kv returns a KVService client for the chosen server and protocol.
@@ -115,7 +154,11 @@ func (g *globals) transport() (*http.Client, []connect.ClientOption) {
 		protocols.SetHTTP2(true)
 		protocols.SetUnencryptedHTTP2(true)
 	}
-	client := &http.Client{Transport: &http.Transport{Protocols: &protocols, ForceAttemptHTTP2: true}}
+	var tr http.RoundTripper = &http.Transport{Protocols: &protocols, ForceAttemptHTTP2: true, TLSClientConfig: g.tls}
+	if g.token != nil {
+		tr = credentials.Bearer(tr, g.token)
+	}
+	client := &http.Client{Transport: tr}
 	opts := []connect.ClientOption{connect.WithInterceptors(deadlines{server: g.server, timeout: g.timeout, stderr: g.stderr, mu: &g.stderrMu})}
 	switch g.protocol {
 	case "grpc":

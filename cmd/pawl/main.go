@@ -9,6 +9,12 @@
 // The server is --server, or $PAWL_SERVER, or http://127.0.0.1:7070. Every
 // command takes -o json for machine-readable output, and exits non-zero with
 // the server's message when a call fails.
+//
+// Every call carries the credentials of --token or --token-file, --ca,
+// --cert and --key (or $PAWL_TOKEN, $PAWL_TOKEN_FILE, $PAWL_CA, $PAWL_CERT,
+// $PAWL_KEY); a token is never sent in clear text to a server beyond
+// loopback. `pawl token create --principal NAME` prints a new token once,
+// and the entry of pawld's auth file that holds its hash.
 package main
 
 import (
