@@ -155,7 +155,9 @@ func TestConformance(t *testing.T) {
 						return r.Outcome == auditchain.OutcomeOK && r.Subject.ConfigID == "c1"
 					}},
 					{audit.Query{Since: time.Date(2026, 1, 1, 0, 0, 10, 0, time.UTC), Until: time.Date(2026, 1, 1, 0, 0, 19, 0, time.UTC)},
-						func(r auditchain.Record) bool { return r.Time >= "2026-01-01T00:00:10Z" && r.Time <= "2026-01-01T00:00:19Z" }},
+						func(r auditchain.Record) bool {
+							return r.Time >= "2026-01-01T00:00:10Z" && r.Time <= "2026-01-01T00:00:19Z"
+						}},
 				} {
 					var want []int64
 					for _, s := range all {
