@@ -148,7 +148,7 @@ func TestEveryMutationAndRefusalIsAudited(t *testing.T) {
 		pawlv1connect.RolloutServicePromoteProcedure: 2, pawlv1connect.RolloutServiceRollbackProcedure: 1,
 		pawlv1connect.RolloutServiceStopRolloutProcedure: 1, pawlv1connect.ReleaseServiceRetireMemberProcedure: 1,
 		pawlv1connect.ReleaseServiceRevokeReleaseProcedure: 1,
-		pawlv1connect.KVServiceGetProcedure: 0, pawlv1connect.InstanceServiceHeartbeatProcedure: 0, pawlv1connect.InstanceServiceListInstancesProcedure: 0,
+		pawlv1connect.KVServiceGetProcedure:                0, pawlv1connect.InstanceServiceHeartbeatProcedure: 0, pawlv1connect.InstanceServiceListInstancesProcedure: 0,
 	}
 	for proc, n := range want {
 		ids := cl.ids[proc]

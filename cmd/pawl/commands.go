@@ -92,7 +92,7 @@ func newRootCommand(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
 	root.PersistentFlags().DurationVar(&g.timeout, "timeout", defaultTimeout(), "how long one call to the server may take; watch has none (env PAWL_TIMEOUT)")
 	root.AddCommand(putCommand(g), getCommand(g), delCommand(g), txnCommand(g), lsCommand(g), watchCommand(g),
 		validatorCommand(g), validateCommand(g), releaseCommand(g), instancesCommand(g),
-		promoteCommand(g), rollbackCommand(g), promotionCommand(g), rolloutCommand(g))
+		promoteCommand(g), rollbackCommand(g), promotionCommand(g), rolloutCommand(g), auditCommand(g))
 	return root
 }
 
