@@ -79,19 +79,19 @@ func readAll(t *testing.T, l audit.Log) []auditchain.Stored {
 	var c audit.Cursor
 	var chain auditchain.Chain
 	for {
-		page, next, err := l.Read(context.Background(), c, 7)
+		page, err := l.Read(context.Background(), c, 7)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if len(page) == 0 {
 			return all
 		}
-		for _, s := range page {
-			if err := chain.Next(s); err != nil {
+		for _, e := range page {
+			if err := chain.Next(e.Stored); err != nil {
 				t.Fatal(err)
 			}
+			all, c = append(all, e.Stored), e.Next
 		}
-		all, c = append(all, page...), next
 	}
 }
 
@@ -192,7 +192,7 @@ func TestConformance(t *testing.T) {
 				if e.name == "file" {
 					bad = audit.Cursor{Position: 1, Offset: 3} // inside the first line
 				}
-				if _, _, err := l.Read(ctx, bad, 10); !errors.Is(err, audit.ErrCursor) {
+				if _, err := l.Read(ctx, bad, 10); !errors.Is(err, audit.ErrCursor) {
 					t.Errorf("read from %+v: %v, want ErrCursor", bad, err)
 				}
 				if _, err := audit.DecodeCursor("not a cursor"); !errors.Is(err, audit.ErrCursor) {

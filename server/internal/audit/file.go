@@ -188,34 +188,34 @@ func (l *File) commit(_ context.Context, batch []*pending) error {
 }
 
 // Read implements Log.
-func (l *File) Read(ctx context.Context, after Cursor, limit int) ([]auditchain.Stored, Cursor, error) {
+func (l *File) Read(ctx context.Context, after Cursor, limit int) ([]Entry, error) {
 	size := l.size.Load()
 	if after.Offset > size || after.Position < 0 || (after.Offset == 0) != (after.Position == 0) {
-		return nil, after, ErrCursor
+		return nil, ErrCursor
 	}
 	if after.Offset > 0 {
 		var b [1]byte
 		if _, err := l.f.ReadAt(b[:], after.Offset-1); err != nil || b[0] != '\n' {
-			return nil, after, ErrCursor
+			return nil, ErrCursor
 		}
 	}
 	br := bufio.NewReaderSize(io.NewSectionReader(l.f, after.Offset, size-after.Offset), 64<<10)
-	var out []auditchain.Stored
+	var out []Entry
 	for len(out) < limit {
 		if err := ctx.Err(); err != nil {
-			return nil, after, err
+			return nil, err
 		}
 		b, err := br.ReadBytes('\n')
 		if errors.Is(err, io.EOF) {
 			break // the durable size ends with a newline: nothing is torn
 		}
 		if err != nil {
-			return nil, after, fmt.Errorf("audit: read %s: %w", l.path, err)
+			return nil, fmt.Errorf("audit: read %s: %w", l.path, err)
 		}
 		after = Cursor{Position: after.Position + 1, Offset: after.Offset + int64(len(b))}
-		out = append(out, auditchain.ParseLine(after.Position, b[:len(b)-1]))
+		out = append(out, Entry{Stored: auditchain.ParseLine(after.Position, b[:len(b)-1]), Next: after})
 	}
-	return out, after, nil
+	return out, nil
 }
 
 // Close implements Log.

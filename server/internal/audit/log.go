@@ -19,9 +19,8 @@ type Log interface {
 	// record may or may not have been written.
 	Append(ctx context.Context, r auditchain.Record) (auditchain.Record, error)
 	// Read returns up to limit records after the cursor, in log order,
-	// as stored (unchecked), and the cursor after the last one returned
-	// (the same cursor when there were none).
-	Read(ctx context.Context, after Cursor, limit int) ([]auditchain.Stored, Cursor, error)
+	// as stored (unchecked), each with the cursor after it.
+	Read(ctx context.Context, after Cursor, limit int) ([]Entry, error)
 	// Close stops the log's writer and releases its file or keys; appends
 	// after it fail with ErrClosed.
 	Close() error
@@ -34,6 +33,12 @@ var (
 	// this log.
 	ErrCursor = errors.New("audit: malformed cursor")
 )
+
+// Entry is a record as Read returns it, with the cursor just after it.
+type Entry struct {
+	auditchain.Stored
+	Next Cursor
+}
 
 // Cursor is a place in a log: after the record at Position (0: before the
 // first), at byte Offset of a file log (0 for Redis).

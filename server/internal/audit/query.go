@@ -45,23 +45,24 @@ const readChunk = 512
 // edit.
 func List(ctx context.Context, log Log, q Query) (records []auditchain.Stored, next Cursor, done bool, err error) {
 	next = q.After
-	for scanned := 0; scanned < maxScan && len(records) < q.Limit; {
-		// No chunk reads past the record that could fill the page, so the
-		// cursor after the chunk is the cursor after the page.
-		chunk, after, err := log.Read(ctx, next, min(readChunk, maxScan-scanned, q.Limit-len(records)))
+	for scanned := 0; scanned < maxScan; {
+		chunk, err := log.Read(ctx, next, min(readChunk, maxScan-scanned))
 		if err != nil {
 			return nil, q.After, false, err
 		}
 		if len(chunk) == 0 {
 			return records, next, true, nil
 		}
-		for _, s := range chunk {
-			if q.matches(s) {
-				records = append(records, s)
+		for _, e := range chunk {
+			next = e.Next
+			if q.matches(e.Stored) {
+				records = append(records, e.Stored)
+				if len(records) == q.Limit {
+					return records, next, false, nil
+				}
 			}
 		}
 		scanned += len(chunk)
-		next = after
 	}
 	return records, next, false, nil
 }

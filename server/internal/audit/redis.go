@@ -142,19 +142,20 @@ func (l *Redis) commit(ctx context.Context, batch []*pending) error {
 }
 
 // Read implements Log.
-func (l *Redis) Read(ctx context.Context, after Cursor, limit int) ([]auditchain.Stored, Cursor, error) {
+func (l *Redis) Read(ctx context.Context, after Cursor, limit int) ([]Entry, error) {
 	if after.Position < 0 || after.Offset != 0 || limit <= 0 {
-		return nil, after, ErrCursor
+		return nil, ErrCursor
 	}
 	vals, err := l.rdb.LRange(ctx, l.list, after.Position, after.Position+int64(limit)-1).Result()
 	if err != nil {
-		return nil, after, fmt.Errorf("audit: read the log in Redis: %w", err)
+		return nil, fmt.Errorf("audit: read the log in Redis: %w", err)
 	}
-	out := make([]auditchain.Stored, len(vals))
+	out := make([]Entry, len(vals))
 	for i, v := range vals {
-		out[i] = auditchain.ParseLine(after.Position+int64(i)+1, []byte(v))
+		pos := after.Position + int64(i) + 1
+		out[i] = Entry{Stored: auditchain.ParseLine(pos, []byte(v)), Next: Cursor{Position: pos}}
 	}
-	return out, Cursor{Position: after.Position + int64(len(vals))}, nil
+	return out, nil
 }
 
 // Close implements Log. It leaves the Redis client open.
