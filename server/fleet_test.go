@@ -29,9 +29,10 @@ import (
 // moves past it instead of waiting.
 const healthWindow = time.Minute
 
-// Fleet settings. The change log keeps few revisions and the watch ring few
-// events, so that a stream held back for a while really falls behind a
-// compaction.
+// Fleet settings. The change log keeps few revisions (of any kind: the
+// fleet's ACKs are most of them, and they count only toward the log's
+// bound) and the watch ring few events, so that a stream held back for a
+// while really falls behind a compaction.
 const (
 	fleetRetainRevisions = 1000
 	fleetRingEvents      = 256
@@ -224,7 +225,7 @@ func newFleet(t *testing.T, ctx context.Context, size int) *fleet {
 	srv := testserver.Start(t, server.WithClock(clock.Now), server.WithRolloutCheckInterval(10*time.Millisecond),
 		// Leases outlast the simulated minutes: these instances do not heartbeat.
 		server.WithInstanceLease(24*time.Hour),
-		server.WithRetention(fleetRetainRevisions, 0), server.WithWatchRing(fleetRingEvents),
+		server.WithRetention(fleetRetainRevisions, 0), server.WithLogRetention(fleetRetainRevisions), server.WithWatchRing(fleetRingEvents),
 		server.WithLogger(slog.New(slog.NewTextHandler(logs, nil))),
 		server.WithStoreWrapper(func(st store.Store) store.Store { hook.Store = st; return hook }))
 	client := testserver.HTTPClient(t)

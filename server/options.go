@@ -26,6 +26,7 @@ type config struct {
 	maxTxnBytes      int
 	retainRevisions  int64
 	retainFor        time.Duration
+	retainLog        int64
 	progressInterval time.Duration
 	watchRingEvents  int
 	shutdownTimeout  time.Duration
@@ -79,6 +80,9 @@ const (
 	DefaultRetainRevisions = retention.DefaultRevisions
 	// DefaultRetainFor is how long the change log keeps a revision.
 	DefaultRetainFor = retention.DefaultAge
+	// DefaultRetainLogRevisions is how many revisions of any kind, instances'
+	// reports included, the change log keeps at most.
+	DefaultRetainLogRevisions = retention.DefaultLogRevisions
 	// DefaultRedisPrefix is the key prefix of the store in Redis unless
 	// told otherwise.
 	DefaultRedisPrefix = "pawl"
@@ -102,6 +106,7 @@ func defaultConfig() config {
 		maxTxnBytes:      DefaultMaxTxnBytes,
 		retainRevisions:  DefaultRetainRevisions,
 		retainFor:        DefaultRetainFor,
+		retainLog:        DefaultRetainLogRevisions,
 		progressInterval: DefaultProgressInterval,
 		watchRingEvents:  4096,
 		// Long enough for in-flight writes to commit, short enough that an
@@ -136,6 +141,8 @@ func (c config) validate() error {
 		return fmt.Errorf("server: WithTxnLimits(%d, %d): both must be positive", c.maxTxnOps, c.maxTxnBytes)
 	case c.retainRevisions < 0:
 		return fmt.Errorf("server: WithRetention(%d, _): must be 0 (no limit) or positive", c.retainRevisions)
+	case c.retainLog < 0:
+		return fmt.Errorf("server: WithLogRetention(%d): must be 0 (no limit) or positive", c.retainLog)
 	case c.retainFor < 0:
 		return fmt.Errorf("server: WithRetention(_, %s): must be 0 (no limit) or positive", c.retainFor)
 	case c.progressInterval <= 0:
@@ -197,9 +204,17 @@ func WithMaxValueBytes(n int) Option { return func(c *config) { c.maxValueBytes 
 
 // WithRetention sets how much of the change log is kept: at most revisions
 // revisions and none older than age (0 disables either limit). Watchers and
-// reads at older revisions are told the revision was compacted.
+// reads at older revisions are told the revision was compacted. The
+// revisions that only record instances' reports (ACKs, applied records,
+// evidence) do not count toward revisions; WithLogRetention bounds them.
 func WithRetention(revisions int64, age time.Duration) Option {
 	return func(c *config) { c.retainRevisions, c.retainFor = revisions, age }
+}
+
+// WithLogRetention sets how many revisions of any kind, instances' reports
+// included, the change log keeps at most (default 1,000,000; 0: no limit).
+func WithLogRetention(revisions int64) Option {
+	return func(c *config) { c.retainLog = revisions }
 }
 
 // WithProgressInterval sets how often idle watch streams get a progress

@@ -26,6 +26,7 @@ import (
 	"github.com/pawlcfg/pawl/server/internal/api"
 	"github.com/pawlcfg/pawl/server/internal/audit"
 	"github.com/pawlcfg/pawl/server/internal/instance"
+	"github.com/pawlcfg/pawl/server/internal/records"
 	"github.com/pawlcfg/pawl/server/internal/release"
 	"github.com/pawlcfg/pawl/server/internal/retention"
 	"github.com/pawlcfg/pawl/server/internal/rollout"
@@ -219,8 +220,7 @@ func (s *Server) startBackground(rollouts *rollout.Rollouts) {
 	go func() {
 		defer s.background.Done()
 		singleton.Run(ctx, s.store, "compactor", s.holder, s.cfg.workLease, s.cfg.log, func(ctx context.Context) {
-			retention.NewCompactor(s.store, retention.Policy{Revisions: s.cfg.retainRevisions, Age: s.cfg.retainFor},
-				retention.WithLogger(s.cfg.log)).Run(ctx)
+			retention.NewCompactor(s.store, s.retention(), retention.WithLogger(s.cfg.log)).Run(ctx)
 		})
 	}()
 	go func() {
@@ -246,7 +246,13 @@ func (s *Server) startBackground(rollouts *rollout.Rollouts) {
 // revision: for tools and tests that need the policy applied at a known
 // moment.
 func (s *Server) ApplyRetention(ctx context.Context) (int64, error) {
-	return retention.Apply(ctx, s.store, retention.Policy{Revisions: s.cfg.retainRevisions, Age: s.cfg.retainFor}, time.Now())
+	return retention.Apply(ctx, s.store, s.retention(), time.Now())
+}
+
+// retention is the change log's retention policy.
+func (s *Server) retention() retention.Policy {
+	return retention.Policy{Revisions: s.cfg.retainRevisions, Age: s.cfg.retainFor,
+		Uncounted: records.ReportPrefixes, LogRevisions: s.cfg.retainLog}
 }
 
 // Handler serves every Pawl API over Connect, gRPC and gRPC-Web. It needs an

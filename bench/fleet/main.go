@@ -45,6 +45,7 @@ import (
 
 type options struct {
 	instances, configs, conns, workers, promotions, statusCalls int
+	retainRevisions                                             int64
 	idle, lease                                                 time.Duration
 	pawld, pprof                                                string
 	rpcHeartbeats                                               bool
@@ -62,6 +63,7 @@ func main() {
 	flag.DurationVar(&o.lease, "lease", 30*time.Second, "instance lease; instances heartbeat every third of it")
 	flag.StringVar(&o.pawld, "pawld", "", "pawld binary (default: built from ./cmd/pawld)")
 	flag.StringVar(&o.pprof, "pprof", "", "have pawld serve its profiles on this address (pawld --pprof)")
+	flag.Int64Var(&o.retainRevisions, "retain-revisions", 0, "pawld --retain-revisions (0: pawld's default); the report says whether the ACKs compacted away the history a watcher resumes from")
 	flag.BoolVar(&o.rpcHeartbeats, "rpc-heartbeats", false, "keep leases with Heartbeat calls every lease/3 instead of with the assignment streams (boot_id)")
 	flag.Parse()
 	if err := run(context.Background(), o); err != nil {
@@ -77,6 +79,9 @@ func run(ctx context.Context, o options) error {
 	}
 	defer os.RemoveAll(dir)
 	args := []string{"--instance-lease", o.lease.String()}
+	if o.retainRevisions > 0 {
+		args = append(args, "--retain-revisions", strconv.FormatInt(o.retainRevisions, 10))
+	}
 	if o.pprof != "" {
 		args = append(args, "--pprof", o.pprof)
 	}
@@ -137,10 +142,21 @@ func run(ctx context.Context, o options) error {
 	report.Add("Promote to every stream holding it: p99 over streams, per promotion", benchkit.Durations(p99s))
 	report.Add("Promote to every stream holding it: slowest stream, per promotion", benchkit.Durations(maxes))
 
+	kv := pawlv1connect.NewKVServiceClient(b.unary, srv.URL)
+	mark, err := putMarker(ctx, kv)
+	if err != nil {
+		return err
+	}
 	acks, took, cpu, err := b.ingest(ctx, validator)
 	if err != nil {
 		return err
 	}
+	taken, kept, err := resumable(ctx, kv, mark)
+	if err != nil {
+		return err
+	}
+	report.Add("revisions the ingest release and its ACKs took", strconv.FormatInt(taken, 10))
+	report.Add("a watch from before the ACKs can still resume", kept)
 	report.Add("ACKs ingested (APPLIED, then HEALTHY_ACKED, of every instance)", strconv.Itoa(acks))
 	report.Add("ACKs per second", fmt.Sprintf("%.0f", float64(acks)/took.Seconds()))
 	report.Add("pawld CPU per ACK", (cpu / time.Duration(acks)).Round(time.Microsecond).String())
@@ -585,4 +601,38 @@ func (b *bench) idle(context.Context) (float64, int64, error) {
 	}
 	rss, err := benchkit.RSS(b.srv.Pid())
 	return (cpu1 - cpu0).Seconds() / took.Seconds(), rss, err
+}
+
+// marker is the key whose revisions bracket the ACKs.
+const marker = "/bench/marker"
+
+func putMarker(ctx context.Context, kv pawlv1connect.KVServiceClient) (int64, error) {
+	resp, err := kv.Put(ctx, connect.NewRequest(&pawlv1.PutRequest{Key: marker, Value: []byte("x")}))
+	if err != nil {
+		return 0, fmt.Errorf("put %s: %w", marker, err)
+	}
+	return resp.Msg.GetRevision(), nil
+}
+
+// resumable reports how many revisions followed the marker put at mark,
+// and whether the change log still holds mark a few seconds later (the
+// compactor runs on its own as the log grows): what a watcher of the key
+// space that was at mark before the ACKs would find.
+func resumable(ctx context.Context, kv pawlv1connect.KVServiceClient, mark int64) (int64, string, error) {
+	now, err := putMarker(ctx, kv)
+	if err != nil {
+		return 0, "", err
+	}
+	start := time.Now()
+	for time.Since(start) < 5*time.Second {
+		_, err := kv.Get(ctx, connect.NewRequest(&pawlv1.GetRequest{Key: marker, Revision: mark}))
+		if connect.CodeOf(err) == connect.CodeFailedPrecondition {
+			return now - mark - 1, fmt.Sprintf("no: compacted (%v)", err), nil
+		}
+		if err != nil {
+			return 0, "", fmt.Errorf("get %s at %d: %w", marker, mark, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return now - mark - 1, "yes (5 s after the last ACK)", nil
 }

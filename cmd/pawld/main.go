@@ -51,6 +51,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	maxTxnOps := fs.Int("max-txn-ops", server.DefaultMaxTxnOps, "most changes one transaction may make")
 	maxTxnBytes := fs.Int("max-txn-bytes", server.DefaultMaxTxnBytes, "most bytes of keys and values one transaction may carry")
 	retainRevs := fs.Int64("retain-revisions", server.DefaultRetainRevisions, "revisions kept in the change log (0: no count limit)")
+	retainLog := fs.Int64("retain-log-revisions", server.DefaultRetainLogRevisions, "revisions of any kind, instances' ACKs included, kept in the change log at most (0: no limit); ACKs do not count toward --retain-revisions")
 	retainFor := fs.Duration("retain-for", server.DefaultRetainFor, "age after which change-log revisions are compacted (0: no age limit)")
 	progress := fs.Duration("progress-interval", server.DefaultProgressInterval, "how often idle watch streams get a progress notification")
 	maxValidator := fs.Int("max-validator-bytes", server.DefaultMaxValidatorBytes, "largest validator module an upload accepts, in bytes")
@@ -82,6 +83,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		server.WithMaxValueBytes(*maxValue),
 		server.WithTxnLimits(*maxTxnOps, *maxTxnBytes),
 		server.WithRetention(*retainRevs, *retainFor),
+		server.WithLogRetention(*retainLog),
 		server.WithProgressInterval(*progress),
 		server.WithMaxValidatorBytes(*maxValidator),
 		server.WithValidatorTimeout(*validatorTimeout),

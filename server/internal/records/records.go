@@ -52,6 +52,12 @@ const (
 	EvidencePrefix = store.SystemPrefix + "evidence/"
 )
 
+// ReportPrefixes hold the records a fleet's reports write in bulk (ACKs,
+// applied records, evidence): the rollout views follow them live, and no
+// watcher or assignment stream resumes from them, so they do not count
+// toward the change log's retention.
+var ReportPrefixes = []string{AcksPrefix, AppliedPrefix, EvidencePrefix}
+
 func gen(g int64) string { return fmt.Sprintf("%020d", g) }
 
 func config(c, rest string) string { return ConfigsPrefix + c + "/" + rest }
