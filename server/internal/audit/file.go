@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"sync/atomic"
 
+	"github.com/pawlcfg/pawl/internal/atomicfile"
 	"github.com/pawlcfg/pawl/sdk/auditchain"
 )
 
@@ -77,7 +78,7 @@ func OpenFile(path string, opts ...Option) (*File, error) {
 	l := &File{path: path, f: f}
 	if errors.Is(statErr, os.ErrNotExist) {
 		// The new file's name must survive a crash as well as its lines.
-		if err := syncDir(filepath.Dir(path)); err != nil {
+		if err := atomicfile.SyncDir(filepath.Dir(path)); err != nil {
 			_ = f.Close()
 			return nil, err
 		}
@@ -223,18 +224,6 @@ func (l *File) Close() error {
 	l.w.stop()
 	if err := l.f.Close(); err != nil && !errors.Is(err, os.ErrClosed) {
 		return fmt.Errorf("audit: close %s: %w", l.path, err)
-	}
-	return nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("audit: open directory %s: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("audit: sync directory %s: %w", dir, err)
 	}
 	return nil
 }
