@@ -31,6 +31,7 @@
 //	server/internal/watch      the watch hub
 //	server/internal/api        the Connect edge: a handler per service, the error-to-code mapper, interceptors
 //	server/internal/records    the layout of /_pawl/ and its codec
+//	server/internal/audit      the hash-chained audit log of every mutation and refusal: a file beside the embedded store, or keys of its own in Redis
 //	server/internal/pagetoken  the tokens that continue paginated listings
 //	server/internal/validator  stored validators: upload checks, loading, runs
 //	server/internal/instance   the instance registry: leases, boots, membership epochs

@@ -3,3 +3,4 @@ package server
 // WithStoreWrapper wraps the server's store, so that a test can inject a
 // fault between what a request reads and what it writes.
 var WithStoreWrapper = withStoreWrapper
+var WithAuditWrapper = withAuditWrapper

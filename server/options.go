@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pawlcfg/pawl/server/internal/audit"
 	"github.com/pawlcfg/pawl/server/internal/retention"
 	"github.com/pawlcfg/pawl/server/internal/store"
 	"github.com/pawlcfg/pawl/server/internal/store/redisstore"
@@ -42,6 +43,9 @@ type config struct {
 	// wrapStore, set only by tests (export_test.go), wraps the opened store
 	// to inject faults between what a request reads and what it writes.
 	wrapStore func(store.Store) store.Store
+	// wrapAudit, set only by tests, wraps the audit log to make its
+	// appends fail.
+	wrapAudit func(audit.Log) audit.Log
 }
 
 const (
@@ -267,4 +271,10 @@ func WithClock(now func() time.Time) Option { return func(c *config) { c.now = n
 // reach it through export_test.go.
 func withStoreWrapper(wrap func(store.Store) store.Store) Option {
 	return func(c *config) { c.wrapStore = wrap }
+}
+
+// withAuditWrapper wraps the audit log; tests reach it through
+// export_test.go.
+func withAuditWrapper(wrap func(audit.Log) audit.Log) Option {
+	return func(c *config) { c.wrapAudit = wrap }
 }

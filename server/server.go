@@ -19,10 +19,12 @@ import (
 	"connectrpc.com/connect"
 	"connectrpc.com/grpchealth"
 	"connectrpc.com/grpcreflect"
+	"github.com/redis/go-redis/v9"
 	"golang.org/x/net/http2"
 
 	"github.com/pawlcfg/pawl/gen/pawl/v1/pawlv1connect"
 	"github.com/pawlcfg/pawl/server/internal/api"
+	"github.com/pawlcfg/pawl/server/internal/audit"
 	"github.com/pawlcfg/pawl/server/internal/instance"
 	"github.com/pawlcfg/pawl/server/internal/records"
 	"github.com/pawlcfg/pawl/server/internal/release"
@@ -50,6 +52,9 @@ type Server struct {
 	handler http.Handler
 
 	registry *instance.Registry
+	// audit is the audit log: a file beside the embedded store, or keys
+	// of their own in the Redis store.
+	audit audit.Log
 	// closeClient closes the Redis client of a shared store (a no-op for
 	// the embedded one), after the store.
 	closeClient func()
@@ -86,6 +91,7 @@ const compressMinBytes = 4 << 10
 var services = []string{
 	pawlv1connect.KVServiceName, pawlv1connect.ValidatorServiceName,
 	pawlv1connect.ReleaseServiceName, pawlv1connect.InstanceServiceName, pawlv1connect.RolloutServiceName,
+	pawlv1connect.AuditServiceName,
 }
 
 // New opens the store in the data directory and starts the watch hub.
@@ -97,7 +103,7 @@ func New(ctx context.Context, opts ...Option) (*Server, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	st, closeClient, err := openStore(ctx, cfg)
+	st, rdb, closeClient, err := openStore(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -113,6 +119,14 @@ func New(ctx context.Context, opts ...Option) (*Server, error) {
 		return nil, fmt.Errorf("server: %w", err)
 	}
 	undo = append(undo, closeClient, func() { _ = st.Close() })
+	auditLog, err := openAudit(ctx, cfg, rdb)
+	if err != nil {
+		return fail(err)
+	}
+	if cfg.wrapAudit != nil {
+		auditLog = cfg.wrapAudit(auditLog)
+	}
+	undo = append(undo, func() { _ = auditLog.Close() })
 	hub, err := watch.New(ctx, st, watch.WithProgressInterval(cfg.progressInterval), watch.WithRingEvents(cfg.watchRingEvents))
 	if err != nil {
 		return fail(err)
@@ -136,7 +150,7 @@ func New(ctx context.Context, opts ...Option) (*Server, error) {
 	if err != nil {
 		return fail(err)
 	}
-	s := &Server{cfg: cfg, store: st, closeClient: closeClient, hub: hub, wasm: rt, registry: registry, health: grpchealth.NewStaticChecker(services...), holder: newHolderID(),
+	s := &Server{cfg: cfg, store: st, audit: auditLog, closeClient: closeClient, hub: hub, wasm: rt, registry: registry, health: grpchealth.NewStaticChecker(services...), holder: newHolderID(),
 		gzip: sharedgzip.NewCache(64, 64<<20)}
 	if n, ok := st.(store.StaleNotifier); ok {
 		s.stopStale = n.NotifyStale(s.feedStale)
@@ -161,7 +175,9 @@ func (s *Server) routes() http.Handler {
 		// fan-out profile. Larger messages (big configs, batches) still
 		// compress when the client accepts it.
 		connect.WithCompressMinBytes(compressMinBytes),
-		connect.WithInterceptors(api.LogInterceptor(s.cfg.log)),
+		// Until authentication names principals, the caller's Pawl-Actor
+		// header (or address) is the principal of its audit records.
+		connect.WithInterceptors(api.LogInterceptor(s.cfg.log), api.AuditInterceptor(s.audit, api.HeaderActor, s.cfg.now, s.cfg.log)),
 	}
 	// What many clients receive alike (a change fanned out to watch
 	// streams, a release or a validator module downloaded by a fleet) is
@@ -183,6 +199,7 @@ func (s *Server) routes() http.Handler {
 	mux.Handle(pawlv1connect.NewReleaseServiceHandler(api.NewReleases(releases, rollouts, s.cfg.log), shared...))
 	mux.Handle(pawlv1connect.NewInstanceServiceHandler(api.NewInstances(registry, rollouts, s.hub, s.cfg.log), shared...))
 	mux.Handle(pawlv1connect.NewRolloutServiceHandler(api.NewRollouts(rollouts, releases, s.cfg.log), opts...))
+	mux.Handle(pawlv1connect.NewAuditServiceHandler(api.NewAudit(s.audit, s.cfg.log), opts...))
 	mux.Handle(grpchealth.NewHandler(s.health))
 	reflector := grpcreflect.NewStaticReflector(append([]string{grpchealth.HealthV1ServiceName}, services...)...)
 	mux.Handle(grpcreflect.NewHandlerV1(reflector))
@@ -315,7 +332,7 @@ func (s *Server) Close() error {
 		}
 		s.hub.Close()
 		s.vals.Close(context.Background())
-		s.closeErr = errors.Join(s.wasm.Close(context.Background()), s.store.Close())
+		s.closeErr = errors.Join(s.audit.Close(), s.wasm.Close(context.Background()), s.store.Close())
 		s.closeClient()
 	})
 	return s.closeErr
@@ -341,29 +358,46 @@ func (s *Server) WatchStats() WatchStats {
 
 // openStore opens the store the configuration names: Redis at its URL, or
 // the embedded store in the data directory. closeClient closes what the
-// store does not own (the Redis client).
-func openStore(ctx context.Context, cfg config) (st store.Store, closeClient func(), err error) {
+// store does not own (the Redis client, rdb, nil for the embedded store).
+func openStore(ctx context.Context, cfg config) (st store.Store, rdb redis.UniversalClient, closeClient func(), err error) {
 	if cfg.storeURL == "" {
 		bolt, err := boltstore.Open(ctx, cfg.dataDir)
 		if err != nil {
-			return nil, nil, fmt.Errorf("server: %w", err)
+			return nil, nil, nil, fmt.Errorf("server: %w", err)
 		}
 		if n := bolt.Recovered(); n > 0 {
 			cfg.log.Info("recovered changes from the write-ahead log", "changes", n, "revision", bolt.Revision())
 		}
-		return bolt, func() {}, nil
+		return bolt, nil, func() {}, nil
 	}
 	redisstore.SetLogger(cfg.log)
-	rdb, err := redisstore.NewClient(cfg.storeURL)
+	rdb, err = redisstore.NewClient(cfg.storeURL)
 	if err != nil {
-		return nil, nil, fmt.Errorf("server: %w", err)
+		return nil, nil, nil, fmt.Errorf("server: %w", err)
 	}
 	rs, err := redisstore.Open(ctx, rdb, cfg.redisPrefix, cfg.redisOpts...)
 	if err != nil {
 		_ = rdb.Close()
-		return nil, nil, fmt.Errorf("server: open the store at %s: %w", cfg.storeURL, err)
+		return nil, nil, nil, fmt.Errorf("server: open the store at %s: %w", cfg.storeURL, err)
 	}
-	return rs, func() { _ = rdb.Close() }, nil
+	return rs, rdb, func() { _ = rdb.Close() }, nil
+}
+
+// openAudit opens the audit log beside the store: the file audit.log in
+// the data directory of the embedded store, or the Redis store's own audit
+// keys (rdb is its client).
+func openAudit(ctx context.Context, cfg config, rdb redis.UniversalClient) (audit.Log, error) {
+	if rdb != nil {
+		return audit.OpenRedis(ctx, rdb, cfg.redisPrefix)
+	}
+	l, err := audit.OpenFile(filepath.Join(cfg.dataDir, audit.FileName))
+	if err != nil {
+		return nil, err
+	}
+	if n := l.Truncated(); n > 0 {
+		cfg.log.Warn("cut the torn last line of the audit log (a crash in the middle of a write; it was never acknowledged)", "bytes", n)
+	}
+	return l, nil
 }
 
 // newHolderID names this server process in leases: its host, its process

@@ -44,11 +44,11 @@ func Write(path string, data []byte, perm os.FileMode) error {
 		_ = os.Remove(name)
 		return fmt.Errorf("atomicfile: rename over %s: %w", path, err)
 	}
-	return syncDir(dir)
+	return SyncDir(dir)
 }
 
-// syncDir makes a rename in dir durable.
-func syncDir(dir string) error {
+// SyncDir makes a new name in dir (a rename, a file created) durable.
+func SyncDir(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {
 		return fmt.Errorf("atomicfile: open %s: %w", dir, err)

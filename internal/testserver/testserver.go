@@ -34,6 +34,9 @@ type Server struct {
 	DataDir string
 	// Server is the server itself, for its counters.
 	Server *server.Server
+	// RedisPrefix is the prefix of its store in the shared test Redis,
+	// with PAWL_TEST_STORE=redis ("" on the embedded store).
+	RedisPrefix string
 
 	stop func()
 }
@@ -64,8 +67,11 @@ func StartAt(t testing.TB, dir, addr string, opts ...server.Option) *Server {
 	// the 1 s default. The tests of the limit itself set their own.
 	base := []server.Option{server.WithDataDir(dir), server.WithLogger(quiet), server.WithValidatorCacheDir(wasmbuild.CacheDir(t)),
 		server.WithValidatorTimeout(TestValidatorTimeout)}
+	prefix := ""
 	if os.Getenv("PAWL_TEST_STORE") == "redis" {
-		base = append(base, redisStore(t, dir)...)
+		var opts []server.Option
+		opts, prefix = redisStore(t, dir)
+		base = append(base, opts...)
 	}
 	srv, err := server.New(ctx, append(base, opts...)...)
 	if err != nil {
@@ -80,7 +86,7 @@ func StartAt(t testing.TB, dir, addr string, opts ...server.Option) *Server {
 	}
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ctx, ln) }()
-	s := &Server{URL: "http://" + ln.Addr().String(), Addr: ln.Addr().String(), DataDir: dir, Server: srv}
+	s := &Server{URL: "http://" + ln.Addr().String(), Addr: ln.Addr().String(), DataDir: dir, Server: srv, RedisPrefix: prefix}
 	var stopped bool
 	s.stop = func() {
 		if stopped {
@@ -118,8 +124,8 @@ var (
 
 // redisStore returns the options of a server keeping its data in the
 // shared test Redis under the prefix of dir, deleted when the test that
-// first used dir ends.
-func redisStore(t testing.TB, dir string) []server.Option {
+// first used dir ends, and the prefix.
+func redisStore(t testing.TB, dir string) ([]server.Option, string) {
 	prefixMu.Lock()
 	prefix, ok := prefixes[dir]
 	if !ok {
@@ -131,7 +137,7 @@ func redisStore(t testing.TB, dir string) []server.Option {
 		rdb, _ := redistest.Shared(t) // its own prefix goes unused
 		t.Cleanup(func() { redistest.DeletePrefix(t, rdb, prefix) })
 	}
-	return []server.Option{server.WithStore("redis://" + redistest.Addr() + "/0"), server.WithRedisPrefix(prefix)}
+	return []server.Option{server.WithStore("redis://" + redistest.Addr() + "/0"), server.WithRedisPrefix(prefix)}, prefix
 }
 
 // Stop stops the server now (Cleanup then does nothing), for restart tests.

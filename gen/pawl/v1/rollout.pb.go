@@ -1400,7 +1400,12 @@ type Receipt struct {
 	MembershipGeneration int64 `protobuf:"varint,11,opt,name=membership_generation,json=membershipGeneration,proto3" json:"membership_generation,omitempty"`
 	// The retirements that promotion relied on, in the order they made the
 	// membership's generations.
-	Retirements   []*Retirement `protobuf:"bytes,12,rep,name=retirements,proto3" json:"retirements,omitempty"`
+	Retirements []*Retirement `protobuf:"bytes,12,rep,name=retirements,proto3" json:"retirements,omitempty"`
+	// The request ID of the call that moved it: the request_id of its
+	// record in the audit log (AuditService).
+	RequestId string `protobuf:"bytes,13,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// The principal the server authenticated for that call.
+	Principal     string `protobuf:"bytes,14,opt,name=principal,proto3" json:"principal,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1517,6 +1522,20 @@ func (x *Receipt) GetRetirements() []*Retirement {
 		return x.Retirements
 	}
 	return nil
+}
+
+func (x *Receipt) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *Receipt) GetPrincipal() string {
+	if x != nil {
+		return x.Principal
+	}
+	return ""
 }
 
 // PromoteRequest asks to promote a release.
@@ -2386,7 +2405,7 @@ const file_pawl_v1_rollout_proto_rawDesc = "" +
 	"generation\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x03R\x05epoch\x12\x1f\n" +
 	"\vreceipt_key\x18\x03 \x01(\tR\n" +
-	"receiptKey\"\xcf\x03\n" +
+	"receiptKey\"\x8c\x04\n" +
 	"\aReceipt\x12\x1b\n" +
 	"\tconfig_id\x18\x01 \x01(\tR\bconfigId\x12'\n" +
 	"\x0ffrom_generation\x18\x02 \x01(\x03R\x0efromGeneration\x12#\n" +
@@ -2400,7 +2419,10 @@ const file_pawl_v1_rollout_proto_rawDesc = "" +
 	"\brevision\x18\n" +
 	" \x01(\x03R\brevision\x123\n" +
 	"\x15membership_generation\x18\v \x01(\x03R\x14membershipGeneration\x125\n" +
-	"\vretirements\x18\f \x03(\v2\x13.pawl.v1.RetirementR\vretirements\"\xce\x01\n" +
+	"\vretirements\x18\f \x03(\v2\x13.pawl.v1.RetirementR\vretirements\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\r \x01(\tR\trequestId\x12\x1c\n" +
+	"\tprincipal\x18\x0e \x01(\tR\tprincipal\"\xce\x01\n" +
 	"\x0ePromoteRequest\x12\x1b\n" +
 	"\tconfig_id\x18\x01 \x01(\tR\bconfigId\x12\x1e\n" +
 	"\n" +

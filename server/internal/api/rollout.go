@@ -13,6 +13,7 @@ import (
 
 	pawlv1 "github.com/pawlcfg/pawl/gen/pawl/v1"
 	"github.com/pawlcfg/pawl/gen/pawl/v1/pawlv1connect"
+	"github.com/pawlcfg/pawl/server/internal/audit"
 	"github.com/pawlcfg/pawl/server/internal/pagetoken"
 	"github.com/pawlcfg/pawl/server/internal/quorum"
 	"github.com/pawlcfg/pawl/server/internal/release"
@@ -133,9 +134,11 @@ func (h *Rollouts) StopRollout(ctx context.Context, req *connect.Request[pawlv1.
 // Promote implements pawl.v1.RolloutService.Promote.
 func (h *Rollouts) Promote(ctx context.Context, req *connect.Request[pawlv1.PromoteRequest]) (*connect.Response[pawlv1.PromoteResponse], error) {
 	m := req.Msg
+	call, _ := audit.CallFrom(ctx)
 	rc, err := h.rollouts.Promote(ctx, rollout.Move{
 		ConfigID: m.GetConfigId(), To: m.GetGeneration(), ExpectedGeneration: m.GetExpectedGeneration(),
 		ExpectedEpoch: m.GetExpectedEpoch(), IdempotencyKey: m.GetIdempotencyKey(), Actor: actor(req),
+		RequestID: call.RequestID, Principal: call.Principal,
 	})
 	if err != nil {
 		return nil, Error(h.log, req.Spec(), err)
@@ -147,9 +150,11 @@ func (h *Rollouts) Promote(ctx context.Context, req *connect.Request[pawlv1.Prom
 // Rollback implements pawl.v1.RolloutService.Rollback.
 func (h *Rollouts) Rollback(ctx context.Context, req *connect.Request[pawlv1.RollbackRequest]) (*connect.Response[pawlv1.RollbackResponse], error) {
 	m := req.Msg
+	call, _ := audit.CallFrom(ctx)
 	rc, err := h.rollouts.Rollback(ctx, rollout.Move{
 		ConfigID: m.GetConfigId(), ExpectedGeneration: m.GetExpectedGeneration(), ExpectedEpoch: m.GetExpectedEpoch(),
 		IdempotencyKey: m.GetIdempotencyKey(), Actor: actor(req),
+		RequestID: call.RequestID, Principal: call.Principal,
 	})
 	if err != nil {
 		return nil, Error(h.log, req.Spec(), err)
@@ -261,6 +266,7 @@ func toProtoReceipt(rc rollout.Receipt) *pawlv1.Receipt {
 	out := &pawlv1.Receipt{
 		ConfigId: rc.ConfigID, FromGeneration: rc.From, ToGeneration: rc.To, Epoch: rc.Epoch, Rollback: rc.Rollback,
 		Actor: rc.Actor, Time: timestamppb.New(rc.Time), IdempotencyKey: rc.IdempotencyKey, Revision: rc.Revision,
+		RequestId: rc.RequestID, Principal: rc.Principal,
 	}
 	for i, ev := range rc.Evidence {
 		out.Evidence = append(out.Evidence, toProtoStage(nameAt(rc.StageNames, i), ev))

@@ -26,6 +26,9 @@ type Move struct {
 	ExpectedGeneration, ExpectedEpoch int64
 	IdempotencyKey                    string
 	Actor                             string
+	// RequestID and Principal name the call, for the receipt: its audit
+	// record's request ID and the authenticated principal.
+	RequestID, Principal string
 }
 
 // Promote moves the pointer to m.To if it is still where the caller saw
@@ -369,6 +372,7 @@ func derefReceipt(rc *Receipt) Receipt {
 // committed, and is an *UnknownError.
 func (r *Rollouts) write(ctx context.Context, m Move, ptr Pointer, keyRev int64, compares []store.Compare, unchanged []store.Unchanged, rc Receipt) (Receipt, error) {
 	rc.Actor, rc.Time, rc.IdempotencyKey = m.Actor, r.now().UTC(), m.IdempotencyKey
+	rc.RequestID, rc.Principal = m.RequestID, m.Principal
 	receiptKey := records.Receipt(m.ConfigID, m.IdempotencyKey)
 	rb, err := records.Encode(rc)
 	if err != nil {

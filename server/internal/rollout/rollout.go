@@ -175,6 +175,11 @@ type Receipt struct {
 	// made it, in order: what the promotion relied on.
 	MembershipGeneration int64        `json:"membership_generation,omitempty"`
 	Retirements          []Retirement `json:"retirements,omitempty"`
+	// RequestID is the ID of the call that moved the pointer, which its
+	// audit record carries; Principal is who the server authenticated for
+	// it.
+	RequestID string `json:"request_id,omitempty"`
+	Principal string `json:"principal,omitempty"`
 	// Revision is the store revision of the receipt.
 	Revision int64 `json:"-"`
 }
