@@ -266,6 +266,12 @@ func startWatchingRecords(t *testing.T) (*testserver.Server, context.Context, *h
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = records.Close() })
+	// The watch follows writes only once the server has started it: a
+	// record the agent writes before that (its registration, under load)
+	// would never arrive.
+	if !records.Receive() || records.Msg().GetStarted() == nil {
+		t.Fatalf("the records watch did not start: %v, %v", records.Msg(), records.Err())
+	}
 	return srv, ctx, client, up.Msg.GetValidator().GetDigest(), records
 }
 
