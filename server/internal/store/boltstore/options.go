@@ -13,6 +13,7 @@ type options struct {
 	segmentSize int64
 	applyDelay  time.Duration
 	clock       func() time.Time
+	fs          walFS
 }
 
 func defaultOptions() options {
@@ -25,6 +26,7 @@ func defaultOptions() options {
 		// read waits for them: few syncs of bbolt, reads not held up.
 		applyDelay: 10 * time.Millisecond,
 		clock:      time.Now,
+		fs:         osFS{},
 	}
 }
 
@@ -44,3 +46,7 @@ func withClock(now func() time.Time) Option { return func(o *options) { o.clock 
 // withSegmentSize sets the size of the log's segments, for tests that
 // fill several.
 func withSegmentSize(n int64) Option { return func(o *options) { o.segmentSize = n } }
+
+// withFS replaces the file system the write-ahead log uses, for tests that
+// simulate a power cut.
+func withFS(fsys walFS) Option { return func(o *options) { o.fs = fsys } }
