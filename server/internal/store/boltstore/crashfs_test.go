@@ -11,6 +11,21 @@ import (
 	"sync"
 )
 
+// cutPolicy says what a power cut does with the changes not synced.
+type cutPolicy int
+
+const (
+	// loseAll loses every change not synced: the strictest disk.
+	loseAll cutPolicy = iota
+	// keepSome keeps, loses or tears each at random.
+	keepSome
+	// keepNewest keeps only the newest change of each file and of the
+	// directory: a disk that wrote them out of order.
+	keepNewest
+)
+
+func (p cutPolicy) String() string { return [...]string{"lose all", "keep some", "keep the newest"}[p] }
+
 // errPowerCut is what every file operation returns after a simulated
 // power cut.
 var errPowerCut = errors.New("crashfs: the power was cut")
@@ -23,8 +38,7 @@ var errPowerCut = errors.New("crashfs: the power was cut")
 // of which the cut may lose. A write not yet synced is lost, kept or
 // torn (some of its 512-byte sectors written, the others not); a
 // creation, rename or removal not yet synced by a sync of its directory
-// is lost or kept, in order. With keep 0 the cut loses everything not
-// synced: the strictest disk. The cut happens at the cutAt-th operation
+// is lost or kept, in order; the policy decides which. The cut happens at the cutAt-th operation
 // that changes something (a write, allocation, sync, creation, rename,
 // removal or directory sync): a write there is torn, a sync there never
 // happens, and every later operation fails.
@@ -38,7 +52,7 @@ type crashFS struct {
 	ops          int
 	cutAt        int // 0: never
 	cut          bool
-	keep         float64
+	policy       cutPolicy
 	rng          *rand.Rand
 	after        *crashFS // what the disk holds after the cut
 	trace        []string // the operations counted, described
@@ -67,12 +81,12 @@ type dirOp struct {
 	ino  *inode
 }
 
-func newCrashFS(cutAt int, keep float64, seed uint64) *crashFS {
+func newCrashFS(cutAt int, policy cutPolicy, seed uint64) *crashFS {
 	return &crashFS{
 		names:        map[string]*inode{},
 		durableNames: map[string]*inode{},
 		cutAt:        cutAt,
-		keep:         keep,
+		policy:       policy,
 		rng:          rand.New(rand.NewPCG(seed, 1)),
 	}
 }
@@ -88,10 +102,10 @@ func (c *crashFS) powerCut() *crashFS {
 
 // restart returns a copy of c as its disk holds it after the cut, that
 // cuts the power again at its cutAt-th operation.
-func (c *crashFS) restart(cutAt int, keep float64, seed uint64) *crashFS {
+func (c *crashFS) restart(cutAt int, policy cutPolicy, seed uint64) *crashFS {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	r := newCrashFS(cutAt, keep, seed)
+	r := newCrashFS(cutAt, policy, seed)
 	for path, ino := range c.names {
 		d := append([]byte(nil), ino.data...)
 		r.names[path] = &inode{data: d, durable: append([]byte(nil), d...)}
@@ -124,13 +138,13 @@ func (c *crashFS) opLocked(what string, tear func()) error {
 
 // imageLocked computes what the disk holds after a cut now.
 func (c *crashFS) imageLocked() *crashFS {
-	img := newCrashFS(0, 0, 0)
+	img := newCrashFS(0, loseAll, 0)
 	names := make(map[string]*inode, len(c.durableNames))
 	for p, ino := range c.durableNames {
 		names[p] = ino
 	}
-	for _, op := range c.dirOps {
-		if c.rng.Float64() >= c.keep {
+	for i, op := range c.dirOps {
+		if !c.keepLocked(i, len(c.dirOps)) {
 			continue
 		}
 		switch {
@@ -168,15 +182,15 @@ func (c *crashFS) imageLocked() *crashFS {
 // then each change since, kept, lost or (a write) torn by sectors.
 func (c *crashFS) fileAfterCutLocked(ino *inode) []byte {
 	d := append([]byte(nil), ino.durable...)
-	for _, op := range ino.pending {
+	for i, op := range ino.pending {
 		if op.resize {
-			if c.rng.Float64() < c.keep {
+			if c.keepLocked(i, len(ino.pending)) {
 				d = resize(d, op.size)
 			}
 			continue
 		}
 		for s := op.off &^ (sectorSize - 1); s < op.off+int64(len(op.data)); s += sectorSize {
-			if c.rng.Float64() >= c.keep {
+			if !c.keepLocked(i, len(ino.pending)) {
 				continue
 			}
 			from, to := max(s, op.off), min(s+sectorSize, op.off+int64(len(op.data)))
@@ -187,6 +201,18 @@ func (c *crashFS) fileAfterCutLocked(ino *inode) []byte {
 		}
 	}
 	return d
+}
+
+// keepLocked says whether a cut keeps the i-th of n changes not synced
+// (of a file, or of the directory), or a sector of it.
+func (c *crashFS) keepLocked(i, n int) bool {
+	switch c.policy {
+	case keepSome:
+		return c.rng.IntN(2) == 0
+	case keepNewest:
+		return i == n-1
+	}
+	return false
 }
 
 func resize(b []byte, size int64) []byte {

@@ -14,6 +14,7 @@ type options struct {
 	applyDelay  time.Duration
 	clock       func() time.Time
 	fs          walFS
+	noBoltSync  bool
 }
 
 func defaultOptions() options {
@@ -50,3 +51,8 @@ func withSegmentSize(n int64) Option { return func(o *options) { o.segmentSize =
 // withFS replaces the file system the write-ahead log uses, for tests that
 // simulate a power cut.
 func withFS(fsys walFS) Option { return func(o *options) { o.fs = fsys } }
+
+// withoutBoltSync stops bbolt from syncing its file, for the power-cut
+// tests: their cuts are of the log's simulated disk, and bbolt's file,
+// on the real one, keeps whatever it was given.
+func withoutBoltSync() Option { return func(o *options) { o.noBoltSync = true } }

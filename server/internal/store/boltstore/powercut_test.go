@@ -2,9 +2,12 @@ package boltstore
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"testing"
@@ -15,7 +18,7 @@ import (
 // cutSegmentSize is the segment size of the power-cut tests: small, so
 // that a short load fills several segments, through spares and through
 // segments allocated on the spot, and bbolt lets them go.
-const cutSegmentSize = 4 << 10
+const cutSegmentSize = 2 << 10
 
 // cutLoad is what a load wrote, as its answers told it.
 type cutLoad struct {
@@ -28,12 +31,22 @@ type cutLoad struct {
 	unknownRevs int64
 }
 
+// newCutLoad is a load that has written nothing yet, on a store that held
+// before.
+func newCutLoad(before map[int64]store.Event) *cutLoad {
+	l := &cutLoad{acked: map[int64]store.Event{}, maxAcked: int64(len(before))}
+	maps.Copy(l.acked, before)
+	return l
+}
+
 // runCutLoad writes into s until a write fails (the power cut): puts,
 // overwrites, deletes, compare-and-swaps that succeed and that fail, and
 // transactions, with a read now and then, which makes the applier write
 // into bbolt and let segments go.
-func runCutLoad(ctx context.Context, s *Store, writes int) *cutLoad {
-	l := &cutLoad{acked: map[int64]store.Event{}}
+// before holds the changes the store held when the load began, by
+// revision.
+func runCutLoad(ctx context.Context, s *Store, writes int, before map[int64]store.Event) *cutLoad {
+	l := newCutLoad(before)
 	live := map[string]int64{} // key -> mod revision
 	value := func(i int) []byte { return []byte(fmt.Sprintf("value %d %0*d", i, 40+i%90, i)) }
 	for i := range writes {
@@ -170,15 +183,54 @@ func opsOf(c *crashFS) int {
 
 // TestAPowerCutLosesNoAcknowledgedWrite cuts the power at every operation
 // of the log during a load (every write, sync, creation, rename and
-// removal), on a disk that loses whatever was not synced, and again on one
-// that keeps, loses or tears each unsynced change at random; then, after
-// each cut, at every operation of the recovery itself. After every cut the
-// store opens and holds every write that was answered, at its revision,
-// and gives no revision out twice. Removing any of the log's syncs of
-// records or of directories makes it fail.
+// removal), on a disk that loses whatever was not synced, on one that
+// keeps, loses or tears each unsynced change at random, and on one that
+// keeps only the newest; then, after some of the cuts, at every operation
+// of the recovery itself. After every cut the store opens and holds every
+// write that was answered, at its revision, and gives no revision out
+// twice. Removing a sync of a record, of a new segment's header, or of the
+// directory after a segment's creation or rename makes it fail.
 func TestAPowerCutLosesNoAcknowledgedWrite(t *testing.T) {
+	cutEverywhere(t, newCrashFS(0, loseAll, 0), nil, 60)
+}
+
+// TestAPowerCutDuringTheUpgradeLosesNothing is the same from a log of the
+// previous format whose last record a crash tore: the first open replays
+// it, cuts the torn record off and goes on in a segment of this format.
+// Removing the sync of that cut makes it fail.
+func TestAPowerCutDuringTheUpgradeLosesNothing(t *testing.T) {
+	disk := newCrashFS(0, loseAll, 0)
+	before := map[int64]store.Event{}
+	var seg []byte
+	for rev := int64(1); rev <= 5; rev++ {
+		ev := store.Event{Type: store.EventPut, KV: store.KeyValue{Key: fmt.Sprintf("old/%d", rev), Value: []byte("old"), CreateRevision: rev, ModRevision: rev, Version: 1}}
+		before[rev] = ev
+		seg = append(seg, legacyRecord([]store.Event{ev})...)
+	}
+	torn := legacyRecord([]store.Event{{Type: store.EventPut, KV: store.KeyValue{Key: "old/6", ModRevision: 6}}})
+	seg = append(seg, torn[:len(torn)-4]...)
+	ino := &inode{data: resize(seg, cutSegmentSize)}
+	ino.durable = ino.data
+	disk.names["0000000000000007.wal"] = ino
+	disk.durableNames["0000000000000007.wal"] = ino
+	cutEverywhere(t, disk, before, 30)
+}
+
+// legacyRecord is a record of the previous format: the payload's length
+// and CRC-32C, then the payload.
+func legacyRecord(events []store.Event) []byte {
+	rec := encodeWALRecord(nil, events)
+	payload := rec[recordHeaderSize : recordHeaderSize+int(binary.LittleEndian.Uint32(rec))]
+	b := binary.LittleEndian.AppendUint32(nil, uint32(len(payload)))
+	b = binary.LittleEndian.AppendUint32(b, crc32.Checksum(payload, walCRC))
+	return append(b, payload...)
+}
+
+// cutEverywhere runs a load of writes on a store whose log starts as disk
+// holds it (with the changes before in it), and cuts the power at every
+// operation of the load and, after every third cut, of the recovery.
+func cutEverywhere(t *testing.T, disk *crashFS, before map[int64]store.Event, writes int) {
 	ctx := context.Background()
-	const writes = 100
 	root := t.TempDir()
 	run := 0
 	newDir := func() string {
@@ -190,16 +242,16 @@ func TestAPowerCutLosesNoAcknowledgedWrite(t *testing.T) {
 		return dir
 	}
 	openOn := func(dir string, fsys *crashFS) (*Store, error) {
-		return Open(ctx, dir, withFS(fsys), withSegmentSize(cutSegmentSize))
+		return Open(ctx, dir, withFS(fsys), withSegmentSize(cutSegmentSize), withoutBoltSync())
 	}
 
 	// A load without a cut says how many operations there are to cut at.
-	free := newCrashFS(0, 0, 0)
+	free := disk.restart(0, loseAll, 0)
 	s, err := openOn(newDir(), free)
 	if err != nil {
 		t.Fatal(err)
 	}
-	runCutLoad(ctx, s, writes)
+	runCutLoad(ctx, s, writes, before)
 	total := opsOf(free)
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
@@ -210,30 +262,30 @@ func TestAPowerCutLosesNoAcknowledgedWrite(t *testing.T) {
 
 	cuts, recoveryCuts := 0, 0
 	for cutAt := 1; cutAt <= total; cutAt++ {
-		for _, keep := range []float64{0, 0.5} {
-			what := fmt.Sprintf("cut at operation %d of %d (keep %.1f)", cutAt, total, keep)
+		for _, policy := range []cutPolicy{loseAll, keepSome, keepNewest} {
+			what := fmt.Sprintf("cut at operation %d of %d (%v)", cutAt, total, policy)
 			dir := newDir()
-			fsys := newCrashFS(cutAt, keep, uint64(cutAt))
-			load := &cutLoad{acked: map[int64]store.Event{}}
+			fsys := disk.restart(cutAt, policy, uint64(cutAt))
+			load := newCutLoad(before)
 			s, err := openOn(dir, fsys)
 			switch {
 			case err == nil:
-				load = runCutLoad(ctx, s, writes)
+				load = runCutLoad(ctx, s, writes, before)
 				_ = s.Close()
-			case !errors.Is(err, errPowerCut): // a cut while a new store starts is fine
+			case !errors.Is(err, errPowerCut): // a cut while the store opens is fine
 				t.Fatalf("%s: open: %v", what, err)
 			}
-			disk := fsys.powerCut()
-			if disk == nil {
+			cutDisk := fsys.powerCut()
+			if cutDisk == nil {
 				continue // the load ended before this operation
 			}
 			cuts++
+			what = fmt.Sprintf("%s, the last operations %q", what, fsys.trace[max(0, len(fsys.trace)-6):])
 			db := filepath.Join(root, fmt.Sprintf("%d.db", run))
 			copyFile(t, filepath.Join(dir, FileName), db)
 
 			// A restart after the cut, counting the recovery's operations.
-			after := disk.restart(0, 0, 0)
-			disk.trace = fsys.trace[max(0, len(fsys.trace)-8):]
+			after := cutDisk.restart(0, loseAll, 0)
 			s, err = openOn(dir, after)
 			if err != nil {
 				t.Fatalf("%s: the restart: %v", what, err)
@@ -245,32 +297,32 @@ func TestAPowerCutLosesNoAcknowledgedWrite(t *testing.T) {
 			}
 
 			// A second cut during the recovery, at each of its
-			// operations, then a restart from what that left. (The
-			// strict disk only, and every third cut, to keep the test
-			// short: the recovery is the same for neighbouring cuts.)
-			if keep != 0 || cutAt%3 != 0 {
+			// operations, then a restart from what that left. (After
+			// every third cut only, to keep the test short: the
+			// recovery is the same for neighbouring cuts.)
+			if cutAt%3 != 0 {
 				continue
 			}
 			for rcut := 1; rcut <= recovery; rcut++ {
 				what := fmt.Sprintf("%s, then at operation %d of %d of the recovery", what, rcut, recovery)
 				dir := newDir()
 				copyFile(t, db, filepath.Join(dir, FileName))
-				fsys := disk.restart(rcut, 0, uint64(rcut))
+				fsys := cutDisk.restart(rcut, policy, uint64(rcut))
 				if s, err := openOn(dir, fsys); err == nil {
 					_ = s.Close()
 				} else if !errors.Is(err, errPowerCut) {
 					t.Fatalf("%s: open: %v", what, err)
 				}
-				disk2 := fsys.powerCut()
-				if disk2 == nil {
+				cutAgain := fsys.powerCut()
+				if cutAgain == nil {
 					t.Fatalf("%s: no cut", what)
 				}
 				recoveryCuts++
-				s, err := openOn(dir, disk2.restart(0, 0, 0))
+				s, err := openOn(dir, cutAgain.restart(0, loseAll, 0))
 				if err != nil {
-					t.Fatalf("%s: the restart: %v", what, err)
+					t.Fatalf("%s %q: the restart: %v", what, fsys.trace, err)
 				}
-				load.check(t, s, fmt.Sprintf("%s %q %q", what, fsys.trace, disk.trace))
+				load.check(t, s, fmt.Sprintf("%s %q", what, fsys.trace))
 				if err := s.Close(); err != nil {
 					t.Fatal(err)
 				}

@@ -293,7 +293,7 @@ func scanSegment(name string, data []byte, legacy bool, prev int64, replay func(
 		if to >= from {
 			stake = fmt.Sprintf("revisions %d to %d", from, to)
 		}
-		return fmt.Errorf("boltstore: log segment %s is damaged at offset %d: %s; %s were acknowledged and are at stake (restore the data directory from a backup): %w",
+		return fmt.Errorf("boltstore: log segment %s is damaged at offset %d: %s; %s, acknowledged or not, are at stake (restore the data directory from a backup): %w",
 			name, off, what, stake, errCorrupt)
 	}
 	deliver := func(off int, payload []byte, count int) error {
