@@ -1,6 +1,7 @@
 package boltstore
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -115,5 +116,97 @@ func TestDamageAnywhereIsRecoveredOrRefused(t *testing.T) {
 	t.Logf("%d revisions in 2 segments; %d flips: %v", written, runs, outcomes)
 	if outcomes[segmentName(2)+" recovered"] == 0 || outcomes[segmentName(2)+" refused"] == 0 {
 		t.Fatal("the newest segment's damage was never recovered from, or never refused: the test is not seeing both")
+	}
+}
+
+// TestALostRecordHeaderIsRefused: a record header that reads as zeros (a
+// sector the disk lost) looks like the end of the log; when whole records
+// follow it, or the rest of its sector holds data, it is damage, refused.
+// The records are a few to a sector; the header alone is zeroed, then
+// the header and the rest of its sector.
+func TestALostRecordHeaderIsRefused(t *testing.T) {
+	disk := newCrashFS(0, loseAll, 0)
+	w, err := openWAL(disk, WALDir, 64<<10, func([]store.Event) error { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	var offs []int64
+	for rev := int64(1); rev <= 5; rev++ {
+		offs = append(offs, w.curOff)
+		ev := store.Event{Type: store.EventPut, KV: store.KeyValue{Key: fmt.Sprintf("k%d", rev), Value: bytes.Repeat([]byte("v"), 200), CreateRevision: rev, ModRevision: rev, Version: 1}}
+		if err := w.append([]store.Event{ev}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.close(); err != nil {
+		t.Fatal(err)
+	}
+	for i, off := range offs {
+		for _, lost := range []int64{recordHeaderSize, (off+sectorSize)&^(sectorSize-1) - off} {
+			if lost != recordHeaderSize && i == len(offs)-1 {
+				// The newest record's sector lost from its header on is what
+				// a torn write leaves: nothing tells them apart.
+				continue
+			}
+			t.Run(fmt.Sprintf("record %d, %d bytes", i+1, lost), func(t *testing.T) {
+				d := disk.restart(0, loseAll, 0)
+				clear(d.names[segmentName(1)].data[off : off+lost])
+				s, err := Open(context.Background(), t.TempDir(), withFS(d), withoutBoltSync())
+				if err == nil {
+					s.Close()
+					t.Fatal("Open took a lost record header for the end of the log")
+				}
+				if want := fmt.Sprintf("damaged at offset %d", off); !errors.Is(err, errCorrupt) || !strings.Contains(err.Error(), want) {
+					t.Fatalf("Open: %v; want %q", err, want)
+				}
+			})
+		}
+	}
+}
+
+// TestATornSegmentFollowedByEmptyOnesOpens: the previous release, after a
+// torn tail, created the next segment and then deleted the torn one; a
+// crash between the two (or a delete that never reached the disk) left a
+// torn segment followed by an empty one, which it then refused to open
+// forever. It opens: the torn record is cut, the empty segments go.
+func TestATornSegmentFollowedByEmptyOnesOpens(t *testing.T) {
+	disk := newCrashFS(0, loseAll, 0)
+	put := func(rev int64) store.Event {
+		return store.Event{Type: store.EventPut, KV: store.KeyValue{Key: fmt.Sprintf("k%d", rev), Value: []byte("v"), CreateRevision: rev, ModRevision: rev, Version: 1}}
+	}
+	seg := append(legacyRecord([]store.Event{put(1)}), legacyRecord([]store.Event{put(2)})...)
+	torn := legacyRecord([]store.Event{put(3)})
+	seg = append(seg, torn[:len(torn)-2]...)
+	for name, data := range map[string][]byte{
+		"0000000000000004.wal": resize(seg, 4096),
+		"0000000000000005.wal": make([]byte, 4096), // created, not written
+		"0000000000000006.log": nil,                // created, not allocated
+	} {
+		ino := &inode{data: data, durable: data}
+		disk.names[name], disk.durableNames[name] = ino, ino
+	}
+	ctx := context.Background()
+	dir := t.TempDir()
+	s, err := Open(ctx, dir, withFS(disk), withSegmentSize(4096), withoutBoltSync())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := s.Put(ctx, store.Put{Key: "next"}); err != nil || res.Revision != 3 {
+		t.Fatalf("the next put: %+v, %v", res, err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	names, _ := disk.ReadDir(WALDir)
+	if len(names) != 1 || names[0] != segmentName(7) {
+		t.Fatalf("the log holds %q; want only the new segment", names)
+	}
+	s, err = Open(ctx, dir, withFS(disk.restart(0, loseAll, 0)), withSegmentSize(4096), withoutBoltSync())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if st, err := s.Status(ctx); err != nil || st.Revision != 3 {
+		t.Fatalf("after the second open: %+v, %v", st, err)
 	}
 }

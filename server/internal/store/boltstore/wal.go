@@ -363,6 +363,12 @@ func scanSegment(name string, data []byte, legacy bool, prev int64, replay func(
 		return nil, damaged(off, "the record there fails its checksum and whole records follow it", sc.last+1, to)
 	}
 	switch st {
+	case recordEnd:
+		// A header of zeros, and something after it: a torn write left it
+		// only if the header's whole sector was never written.
+		if sectorEnd := (off + sectorSize) &^ (sectorSize - 1); !isZero(data[off:min(sectorEnd, len(data))]) {
+			return nil, damaged(off, "a record header is zeros and the rest of its sector is not (a torn write leaves a sector whole or as it was)", sc.last+1, -1)
+		}
 	case recordBadHeader:
 		return nil, damaged(off, "a record header fails its checksum (a torn write leaves a header whole or zeros)", sc.last+1, -1)
 	case recordBadBody:

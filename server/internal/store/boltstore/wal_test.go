@@ -107,8 +107,9 @@ func TestATornRecordEndsTheLog(t *testing.T) {
 			clear(rec[s-off : s-off+sectorSize])
 			return rec
 		}},
-		{"the header never written", func(rec []byte, off int64) []byte {
-			clear(rec[:recordHeaderSize])
+		{"the first sector never written", func(rec []byte, off int64) []byte {
+			s := (off + sectorSize) &^ (sectorSize - 1)
+			clear(rec[:s-off])
 			return rec
 		}},
 		{"only the first sector written", func(rec []byte, off int64) []byte {
