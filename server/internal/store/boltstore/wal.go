@@ -337,7 +337,7 @@ func scanSegment(name string, data []byte, legacy bool, prev int64, replay func(
 
 	if len(data) < segmentHeaderSize || !bytes.Equal(data[:segmentHeaderSize], segmentHeader[:]) {
 		// The header was synced before any record was written.
-		_, to := wholeRecordsAfter(data, segmentHeaderSize)
+		_, to := wholeRecordsAfter(data[:lastNonZero(data)+1], segmentHeaderSize)
 		return nil, damaged(0, "the segment header is not this format's", prev+1, to)
 	}
 	off := segmentHeaderSize
@@ -359,7 +359,9 @@ func scanSegment(name string, data []byte, legacy bool, prev int64, replay func(
 	if z < 0 {
 		return sc, nil // the end: zeros
 	}
-	if from, to := wholeRecordsAfter(data, off+recordAlign); from != 0 {
+	// A whole record ends in its trailer, not zeros: none starts past the
+	// last byte that is not zero.
+	if from, to := wholeRecordsAfter(data[:off+z+1], off+recordAlign); from != 0 {
 		return nil, damaged(off, "the record there fails its checksum and whole records follow it", sc.last+1, to)
 	}
 	switch st {
@@ -458,14 +460,24 @@ func hasZeroSector(data []byte, from, to int) bool {
 
 func isZero(b []byte) bool { return lastNonZero(b) < 0 }
 
+// lastNonZero returns the offset of the last byte of b that is not zero,
+// or -1. It compares whole chunks first: a segment is mostly zeros.
 func lastNonZero(b []byte) int {
-	for i := len(b) - 1; i >= 0; i-- {
-		if b[i] != 0 {
-			return i
+	for end := len(b); end > 0; {
+		start := max(0, end-len(zeroChunk))
+		if !bytes.Equal(b[start:end], zeroChunk[:end-start]) {
+			for i := end - 1; i >= start; i-- {
+				if b[i] != 0 {
+					return i
+				}
+			}
 		}
+		end = start
 	}
 	return -1
 }
+
+var zeroChunk [64 << 10]byte
 
 // cutTornTail zeroes what a crash left of a torn record at the end of
 // segment sc and syncs it: the segment then ends where its last whole
