@@ -223,30 +223,88 @@ func TestRestartKeepsEveryAcknowledgedWrite(t *testing.T) {
 }
 
 // TestSIGKILLUnderLoadLosesNoAcknowledgedWrite kills pawld with SIGKILL
-// while eight writers put without pause, again and again: after each
-// restart every answered put is there, with its value, at the revision its
-// answer named, and the revisions run without a gap. At least one kill
-// must catch changes in the write-ahead log that the database did not
-// have yet, or the test did not reach the recovery it is about.
+// while eight writers put, overwrite with compare-and-swap, delete with
+// compare-and-swap, commit transactions (two puts and a delete) and send
+// compare-and-swaps that must fail, without pause, again and again; a
+// watcher follows every change and resumes after each restart from the
+// revision after the last one it received. After each restart every
+// answered change is in the change log at the revision its answer named,
+// and nothing else is except the writes the kill caught unanswered; the
+// watcher has received every revision exactly once, in order, the
+// answered ones as answered; the keys match the change log; no revision
+// is ever handed out twice. At least one kill must catch changes in the
+// write-ahead log that the database did not have yet, or the test did
+// not reach the recovery it is about.
 func TestSIGKILLUnderLoadLosesNoAcknowledgedWrite(t *testing.T) {
 	dir := t.TempDir()
 	ctx := context.Background()
-	type put struct {
+	type change struct {
+		del   bool
+		key   string
 		value string
-		rev   int64
 	}
-	acked := map[string]put{}
+	var (
+		mu       sync.Mutex
+		acked    = map[int64]change{} // every answered change, by revision
+		unknown  = map[string]bool{}  // keys of the writes a kill left unanswered
+		seen     = map[int64]change{} // what the watcher received
+		lastSeen int64
+		progress = make(chan struct{}, 1)
+	)
+	answer := func(rev int64, c change) {
+		mu.Lock()
+		defer mu.Unlock()
+		if prev, ok := acked[rev]; ok {
+			t.Errorf("revision %d was handed out twice: %+v, then %+v", rev, prev, c)
+		}
+		acked[rev] = c
+	}
+	// watch follows /crash/ from the revision after the last one received
+	// until the stream ends (the kill).
+	watch := func(wctx context.Context, kv pawlv1connect.KVServiceClient) {
+		mu.Lock()
+		from := lastSeen + 1
+		mu.Unlock()
+		stream, err := kv.Watch(wctx, connect.NewRequest(&pawlv1.WatchRequest{Prefix: "/crash/", StartRevision: from}))
+		if err != nil {
+			return
+		}
+		defer stream.Close()
+		for stream.Receive() {
+			msg := stream.Msg()
+			if msg.GetStale() != nil || msg.GetCompacted() != nil {
+				t.Errorf("the watch from %d: %v", from, msg)
+				return
+			}
+			mu.Lock()
+			for _, ev := range msg.GetEvents().GetEvents() {
+				rev := ev.GetKv().GetModRevision()
+				if rev != lastSeen+1 {
+					t.Errorf("the watcher received revision %d after %d", rev, lastSeen)
+				}
+				seen[rev] = change{del: ev.GetType() == pawlv1.EventType_EVENT_TYPE_DELETE, key: ev.GetKv().GetKey(), value: string(ev.GetKv().GetValue())}
+				lastSeen = rev
+			}
+			mu.Unlock()
+			select {
+			case progress <- struct{}{}:
+			default:
+			}
+		}
+	}
 	recovered := 0
-	check := func(kv pawlv1connect.KVServiceClient) {
+	// check waits for the watcher to reach the head revision and checks
+	// the change log, the watcher and the keys against the answers.
+	check := func(kv pawlv1connect.KVServiceClient) int64 {
 		t.Helper()
 		got := map[string]*pawlv1.KeyValue{}
-		var rev int64
+		var head int64
 		for token := ""; ; {
-			resp, err := kv.List(ctx, connect.NewRequest(&pawlv1.ListRequest{Prefix: "/crash/", Revision: rev, PageSize: 1000, PageToken: token}))
+			resp, err := kv.List(ctx, connect.NewRequest(&pawlv1.ListRequest{Prefix: "/crash/", Revision: head, PageSize: 1000, PageToken: token}))
 			if err != nil {
 				t.Fatal(err)
 			}
-			rev = resp.Msg.GetRevision()
+			head = resp.Msg.GetRevision()
 			for _, e := range resp.Msg.GetKvs() {
 				got[e.GetKey()] = e
 			}
@@ -254,18 +312,55 @@ func TestSIGKILLUnderLoadLosesNoAcknowledgedWrite(t *testing.T) {
 				break
 			}
 		}
-		for key, want := range acked {
-			e := got[key]
-			if e == nil || string(e.GetValue()) != want.value || e.GetModRevision() != want.rev {
-				t.Fatalf("%s was answered at revision %d; after the restart: %v", key, want.rev, e)
+		timeout := time.After(30 * time.Second)
+		for {
+			mu.Lock()
+			caught := lastSeen >= head
+			mu.Unlock()
+			if caught {
+				break
+			}
+			select {
+			case <-progress:
+			case <-timeout:
+				t.Fatalf("the watcher did not reach revision %d", head)
 			}
 		}
-		// Every revision up to the head is one key's put: no gap, no repeat
-		// (the keys are all different, and nothing else is written).
-		if int64(len(got)) != rev {
-			t.Fatalf("%d keys at revision %d", len(got), rev)
+		mu.Lock()
+		defer mu.Unlock()
+		want := map[string]change{}
+		for rev := int64(1); rev <= head; rev++ {
+			c, ok := seen[rev]
+			if !ok {
+				t.Fatalf("the watcher never received revision %d", rev)
+			}
+			if a, ok := acked[rev]; ok && a != c {
+				t.Fatalf("revision %d was answered as %+v; the watcher received %+v", rev, a, c)
+			} else if !ok && !unknown[c.key] {
+				t.Fatalf("revision %d (%+v) was never written", rev, c)
+			}
+			if c.del {
+				delete(want, c.key)
+			} else {
+				want[c.key] = change{key: c.key, value: c.value}
+			}
 		}
+		for rev := range acked {
+			if rev > head {
+				t.Fatalf("revision %d was answered; after the restart the store is at %d", rev, head)
+			}
+		}
+		if len(got) != len(want) {
+			t.Fatalf("%d keys at revision %d; the change log makes %d", len(got), head, len(want))
+		}
+		for key, w := range want {
+			if e := got[key]; e == nil || string(e.GetValue()) != w.value {
+				t.Fatalf("%s = %v at revision %d; the change log makes it %q", key, e, head, w.value)
+			}
+		}
+		return head
 	}
+	var head int64
 	for cycle := 0; cycle < 12 && (cycle < 3 || recovered == 0); cycle++ {
 		p := startPawld(t, dir)
 		for _, line := range p.seen {
@@ -274,24 +369,83 @@ func TestSIGKILLUnderLoadLosesNoAcknowledgedWrite(t *testing.T) {
 			}
 		}
 		kv := p.client(t)
-		check(kv)
 		wctx, cancel := context.WithCancel(ctx)
+		watched := make(chan struct{})
+		go func() { defer close(watched); watch(wctx, kv) }()
+		head = check(kv)
 		var wg sync.WaitGroup
-		var mu sync.Mutex
 		answered := make(chan struct{}, 1<<16)
 		for w := range 8 {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				for i := 0; wctx.Err() == nil; i++ {
-					key, value := fmt.Sprintf("/crash/%d/%d/%d", cycle, w, i), fmt.Sprintf("v%d", i)
-					resp, err := kv.Put(wctx, connect.NewRequest(&pawlv1.PutRequest{Key: key, Value: []byte(value)}))
-					if err != nil {
-						return // the kill, or the end: its outcome is unknown
-					}
+				type owned struct {
+					key string
+					rev int64
+				}
+				var keys []owned // this writer's keys that exist, as answered
+				lost := func(ks ...string) {
 					mu.Lock()
-					acked[key] = put{value: value, rev: resp.Msg.GetRevision()}
+					for _, k := range ks {
+						unknown[k] = true
+					}
 					mu.Unlock()
+				}
+				for i := 0; wctx.Err() == nil; i++ {
+					base, value := fmt.Sprintf("/crash/%d/%d/%d", cycle, w, i), fmt.Sprintf("v%d", i)
+					switch {
+					case i%5 == 4 && len(keys) > 0: // a transaction: two puts and a delete
+						victim := keys[0]
+						resp, err := kv.Txn(wctx, connect.NewRequest(&pawlv1.TxnRequest{Ops: []*pawlv1.TxnOp{
+							{Key: base + "a", Value: []byte(value)}, {Key: base + "b", Value: []byte(value)}, {Key: victim.key, Delete: true},
+						}}))
+						if err != nil {
+							lost(base+"a", base+"b", victim.key)
+							return // the kill, or the end: its outcome is unknown
+						}
+						rev := resp.Msg.GetRevision()
+						answer(rev-2, change{key: base + "a", value: value})
+						answer(rev-1, change{key: base + "b", value: value})
+						answer(rev, change{del: true, key: victim.key})
+						keys = append(keys[1:], owned{base + "a", rev - 2}, owned{base + "b", rev - 1})
+					case i%7 == 6 && len(keys) > 0: // compare-and-swap
+						o := &keys[len(keys)-1]
+						resp, err := kv.Put(wctx, connect.NewRequest(&pawlv1.PutRequest{Key: o.key, Value: []byte(value), ExpectedModRevision: &o.rev}))
+						if err != nil {
+							lost(o.key)
+							return
+						}
+						o.rev = resp.Msg.GetRevision()
+						answer(o.rev, change{key: o.key, value: value})
+					case i%11 == 10 && len(keys) > 0: // a compare-and-swap that must fail
+						o := keys[len(keys)-1]
+						wrong := o.rev + 1000
+						_, err := kv.Put(wctx, connect.NewRequest(&pawlv1.PutRequest{Key: o.key, Value: []byte("never"), ExpectedModRevision: &wrong}))
+						if connect.CodeOf(err) != connect.CodeFailedPrecondition {
+							if err == nil {
+								t.Errorf("a put of %s expecting revision %d succeeded", o.key, wrong)
+							}
+							lost(o.key)
+							return
+						}
+					case i%13 == 12 && len(keys) > 0: // a delete with compare-and-swap
+						o := keys[len(keys)-1]
+						resp, err := kv.Delete(wctx, connect.NewRequest(&pawlv1.DeleteRequest{Key: o.key, ExpectedModRevision: &o.rev}))
+						if err != nil {
+							lost(o.key)
+							return
+						}
+						answer(resp.Msg.GetRevision(), change{del: true, key: o.key})
+						keys = keys[:len(keys)-1]
+					default:
+						resp, err := kv.Put(wctx, connect.NewRequest(&pawlv1.PutRequest{Key: base, Value: []byte(value)}))
+						if err != nil {
+							lost(base)
+							return
+						}
+						answer(resp.Msg.GetRevision(), change{key: base, value: value})
+						keys = append(keys, owned{base, resp.Msg.GetRevision()})
+					}
 					select {
 					case answered <- struct{}{}:
 					default:
@@ -308,14 +462,25 @@ func TestSIGKILLUnderLoadLosesNoAcknowledgedWrite(t *testing.T) {
 		_ = p.drain()
 		cancel()
 		wg.Wait()
+		<-watched
 	}
 	if recovered == 0 {
 		t.Fatal("no kill caught a change the database did not have yet: the recovery from the write-ahead log never ran")
 	}
 	p := startPawld(t, dir)
-	check(p.client(t))
+	kv := p.client(t)
+	wctx, cancel := context.WithCancel(ctx)
+	watched := make(chan struct{})
+	go func() { defer close(watched); watch(wctx, kv) }()
+	head = check(kv)
+	resp, err := kv.Put(ctx, connect.NewRequest(&pawlv1.PutRequest{Key: "/crash/after"}))
+	if err != nil || resp.Msg.GetRevision() != head+1 {
+		t.Fatalf("the first put after the last restart: revision %d, %v; want %d", resp.Msg.GetRevision(), err, head+1)
+	}
+	cancel()
+	<-watched
 	p.stop(t)
-	t.Logf("%d answered puts survived the kills; %d changes came back from the write-ahead log", len(acked), recovered)
+	t.Logf("%d answered changes survived the kills, each received once by the watcher; %d changes came back from the write-ahead log", len(acked), recovered)
 }
 
 func TestBadFlagsFail(t *testing.T) {

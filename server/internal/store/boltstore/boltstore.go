@@ -89,7 +89,7 @@ func Open(ctx context.Context, dir string, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("boltstore: create data directory: %w", err)
 	}
 	path := filepath.Join(dir, FileName)
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second, NoFreelistSync: true, FreelistType: bolt.FreelistMapType})
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second, NoFreelistSync: true, FreelistType: bolt.FreelistMapType, NoSync: o.noBoltSync})
 	if err != nil {
 		if errors.Is(err, bolt.ErrTimeout) {
 			return nil, fmt.Errorf("boltstore: %s is locked by another process (is another pawld using this data directory?)", path)
@@ -108,7 +108,7 @@ func Open(ctx context.Context, dir string, opts ...Option) (*Store, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("boltstore: initialise %s: %w", path, err)
 	}
-	log, rev, recovered, err := recoverLog(db, filepath.Join(dir, WALDir), o.segmentSize)
+	log, rev, recovered, err := recoverLog(db, o.fs, filepath.Join(dir, WALDir), o.segmentSize)
 	if err != nil {
 		_ = db.Close()
 		return nil, err
@@ -146,12 +146,12 @@ const applyQueueGroups = 256
 // changes it holds that bbolt does not (those a crash caught between the
 // log and bbolt), then lets the log go of them. It returns the log and the
 // store's revision and how many changes it wrote into bbolt.
-func recoverLog(db *bolt.DB, dir string, segmentSize int64) (log *wal, rev int64, recovered int, err error) {
+func recoverLog(db *bolt.DB, fsys walFS, dir string, segmentSize int64) (log *wal, rev int64, recovered int, err error) {
 	if err := db.View(func(tx *bolt.Tx) error { rev = readStatus(tx).Revision; return nil }); err != nil {
 		return nil, 0, 0, fmt.Errorf("boltstore: read the revision: %w", err)
 	}
 	var replay []store.Event
-	log, err = openWAL(dir, segmentSize, func(events []store.Event) error {
+	log, err = openWAL(fsys, dir, segmentSize, func(events []store.Event) error {
 		for _, ev := range events {
 			switch next := rev + int64(len(replay)) + 1; {
 			case ev.Revision() < next:

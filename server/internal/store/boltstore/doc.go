@@ -36,12 +36,25 @@
 // before it. A log segment is deleted once bbolt holds all its changes.
 //
 // On Open, the changes the log holds and bbolt does not (a crash between
-// the two) are written into bbolt before anything else. A record cut
-// short or failing its checksum ends the newest segment: its writers were
-// never answered. Damage anywhere else is reported, not skipped. A failed
-// write or sync of the log, or a failed bbolt transaction, stops the
-// store: every later write and read gets the error, and a restart
-// recovers from the log.
+// the two) are written into bbolt before anything else. Each record has
+// a checksum of its header (its length) and one of its payload, and is
+// aligned so that its header lies in one disk sector. A record that a
+// crash tore (a header of zeros in an unwritten sector, a sector of it
+// never written, or running past the end of the file) ends the newest
+// segment holding records: its writers were never answered, and its bytes
+// are zeroed in place and synced, so that appends go on after the last
+// whole record; empty segments after it are deleted. Damage a crash
+// cannot explain (a record written whole that fails its checksums, a bad
+// header, whole records after a bad one, a torn record before the newest
+// segment) is refused with an error naming the segment, the offset and
+// the revisions at stake. Every step of the recovery is safe to repeat
+// after a crash in it. Segments of the previous format (*.wal) are read,
+// never appended to. A failed write or sync of the log, or a failed bbolt
+// transaction, stops the store: every later write and read gets the
+// error, and a restart recovers from the log.
+//
+// The log's file operations go through walFS, which tests replace with a
+// file system that loses what was not synced at a simulated power cut.
 //
 // # Compaction
 //

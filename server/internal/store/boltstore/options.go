@@ -13,6 +13,8 @@ type options struct {
 	segmentSize int64
 	applyDelay  time.Duration
 	clock       func() time.Time
+	fs          walFS
+	noBoltSync  bool
 }
 
 func defaultOptions() options {
@@ -25,6 +27,7 @@ func defaultOptions() options {
 		// read waits for them: few syncs of bbolt, reads not held up.
 		applyDelay: 10 * time.Millisecond,
 		clock:      time.Now,
+		fs:         osFS{},
 	}
 }
 
@@ -44,3 +47,12 @@ func withClock(now func() time.Time) Option { return func(o *options) { o.clock 
 // withSegmentSize sets the size of the log's segments, for tests that
 // fill several.
 func withSegmentSize(n int64) Option { return func(o *options) { o.segmentSize = n } }
+
+// withFS replaces the file system the write-ahead log uses, for tests that
+// simulate a power cut.
+func withFS(fsys walFS) Option { return func(o *options) { o.fs = fsys } }
+
+// withoutBoltSync stops bbolt from syncing its file, for the power-cut
+// tests: their cuts are of the log's simulated disk, and bbolt's file,
+// on the real one, keeps whatever it was given.
+func withoutBoltSync() Option { return func(o *options) { o.noBoltSync = true } }

@@ -1,6 +1,7 @@
 package boltstore
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -29,7 +30,7 @@ func logAhead(t *testing.T, dir string) *wal {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	w, err := openWAL(filepath.Join(dir, WALDir), defaultSegmentSize, func([]store.Event) error { return nil })
+	w, err := openWAL(osFS{}, filepath.Join(dir, WALDir), defaultSegmentSize, func([]store.Event) error { return nil })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,33 +90,50 @@ func TestALogAheadOfTheDatabaseIsReplayed(t *testing.T) {
 }
 
 // TestATornRecordEndsTheLog: a crash in the middle of an append leaves a
-// record that is cut short or fails its checksum. Its writer was never
-// answered; the records before it are recovered, and the log goes on.
+// record some of whose disk sectors were never written (zeros), or whose
+// header was not, or that runs past the end of the file. Its writer was
+// never answered; the records before it are recovered, and the log goes
+// on after them.
 func TestATornRecordEndsTheLog(t *testing.T) {
+	big := func() []byte {
+		return encodeWALRecord(nil, []store.Event{{Type: store.EventPut, KV: store.KeyValue{Key: "x", Value: bytes.Repeat([]byte("v"), 3*sectorSize), ModRevision: 6}}})
+	}
 	for _, c := range []struct {
 		name   string
-		damage func() []byte
+		damage func(rec []byte, off int64) []byte
 	}{
-		{"cut short", func() []byte {
-			rec := encodeWALRecord(nil, []store.Event{{Type: store.EventPut, KV: store.KeyValue{Key: "x", ModRevision: 6}}})
-			return rec[:len(rec)-3]
-		}},
-		{"bad checksum", func() []byte {
-			rec := encodeWALRecord(nil, []store.Event{{Type: store.EventPut, KV: store.KeyValue{Key: "x", ModRevision: 6}}})
-			rec[len(rec)-1] ^= 0xff
+		{"a sector never written", func(rec []byte, off int64) []byte {
+			s := (off + sectorSize) &^ (sectorSize - 1) // the record's second sector
+			clear(rec[s-off : s-off+sectorSize])
 			return rec
+		}},
+		{"the first sector never written", func(rec []byte, off int64) []byte {
+			s := (off + sectorSize) &^ (sectorSize - 1)
+			clear(rec[:s-off])
+			return rec
+		}},
+		{"only the first sector written", func(rec []byte, off int64) []byte {
+			s := (off + sectorSize) &^ (sectorSize - 1)
+			return rec[:s-off]
 		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()
 			w := logAhead(t, dir)
-			if _, err := w.cur.WriteAt(c.damage(), w.curOff); err != nil {
+			if _, err := w.cur.WriteAt(c.damage(big(), w.curOff), w.curOff); err != nil {
 				t.Fatal(err)
 			}
 			if err := w.close(); err != nil {
 				t.Fatal(err)
 			}
-			checkRecovered(t, dir)
+			if err := checkRecovered(t, dir).Close(); err != nil {
+				t.Fatal(err)
+			}
+			// The torn bytes were cut, not left for the next open.
+			s := open(t, dir)
+			if st, err := s.Status(context.Background()); err != nil || st.Revision != 6 {
+				t.Fatalf("status after the second open: %+v, %v", st, err)
+			}
 		})
 	}
 }
@@ -141,11 +159,11 @@ func TestDamageBeforeTheLastSegmentIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	var b [1]byte
-	if _, err := f.ReadAt(b[:], walHeaderSize+2); err != nil {
+	if _, err := f.ReadAt(b[:], segmentHeaderSize+recordHeaderSize+2); err != nil {
 		t.Fatal(err)
 	}
 	b[0] ^= 0xff
-	if _, err := f.WriteAt(b[:], walHeaderSize+2); err != nil {
+	if _, err := f.WriteAt(b[:], segmentHeaderSize+recordHeaderSize+2); err != nil {
 		t.Fatal(err)
 	}
 	f.Close()
@@ -184,7 +202,7 @@ func TestSegmentsFillAndAreLetGo(t *testing.T) {
 	}
 	segments := 0
 	for _, e := range entries {
-		if filepath.Ext(e.Name()) == walSuffix {
+		if filepath.Ext(e.Name()) == segmentSuffix {
 			segments++
 		}
 	}
