@@ -69,6 +69,8 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	downstream := fs.String("downstream", "", "a downstream service to call with the request's pin")
 	config := fs.String("config", "greeting", "the config to read")
 	cacheDir := fs.String("cache-dir", "", "the SDK's last-known-good cache")
+	validatorTimeout := fs.Duration("validator-timeout", time.Second, "time limit of one local validation, the module's start included")
+	validatorCache := fs.String("validator-cache", "", "compiled validator modules, which processes on one host may share (default CACHE-DIR/compiled)")
 	traces := fs.Bool("trace", true, "trace each apply step and print its spans (their trace IDs are in the ACKs)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -80,6 +82,10 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	opts := []sdk.Option{sdk.WithWorkloadIdentity(*identity), sdk.WithZone(*zone), sdk.WithLogger(log)}
 	if *cacheDir != "" {
 		opts = append(opts, sdk.WithCacheDir(*cacheDir))
+	}
+	opts = append(opts, sdk.WithValidatorTimeout(*validatorTimeout))
+	if *validatorCache != "" {
+		opts = append(opts, sdk.WithCompiledCacheDir(*validatorCache))
 	}
 	if *traces {
 		tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(printSpans{stdout}))
