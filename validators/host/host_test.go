@@ -271,7 +271,10 @@ func TestCompilationCacheIsReusedAcrossRestarts(t *testing.T) {
 	wasm := wasmbuild.Build(t, "jsonschema")
 	ctx := context.Background()
 	start := func() time.Duration {
-		r, err := host.New(ctx, host.WithCacheDir(dir))
+		// Loading runs the module's start (the Go runtime's), which the
+		// default second bounds; under -race on a loaded machine it can take
+		// longer, and the limit is tested elsewhere.
+		r, err := host.New(ctx, host.WithCacheDir(dir), host.WithTimeout(30*time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}
