@@ -122,7 +122,7 @@ func (h *Rollouts) GetRolloutStatus(ctx context.Context, req *connect.Request[pa
 // StopRollout implements pawl.v1.RolloutService.StopRollout.
 func (h *Rollouts) StopRollout(ctx context.Context, req *connect.Request[pawlv1.StopRolloutRequest]) (*connect.Response[pawlv1.StopRolloutResponse], error) {
 	m := req.Msg
-	stop, err := h.rollouts.StopRollout(ctx, m.GetConfigId(), m.GetGeneration(), m.GetReason(), actor(req))
+	stop, err := h.rollouts.StopRollout(ctx, m.GetConfigId(), m.GetGeneration(), m.GetReason(), actor(ctx, req))
 	if err != nil {
 		return nil, Error(h.log, req.Spec(), err)
 	}
@@ -135,7 +135,7 @@ func (h *Rollouts) Promote(ctx context.Context, req *connect.Request[pawlv1.Prom
 	m := req.Msg
 	rc, err := h.rollouts.Promote(ctx, rollout.Move{
 		ConfigID: m.GetConfigId(), To: m.GetGeneration(), ExpectedGeneration: m.GetExpectedGeneration(),
-		ExpectedEpoch: m.GetExpectedEpoch(), IdempotencyKey: m.GetIdempotencyKey(), Actor: actor(req),
+		ExpectedEpoch: m.GetExpectedEpoch(), IdempotencyKey: m.GetIdempotencyKey(), Actor: actor(ctx, req),
 	})
 	if err != nil {
 		return nil, Error(h.log, req.Spec(), err)
@@ -149,7 +149,7 @@ func (h *Rollouts) Rollback(ctx context.Context, req *connect.Request[pawlv1.Rol
 	m := req.Msg
 	rc, err := h.rollouts.Rollback(ctx, rollout.Move{
 		ConfigID: m.GetConfigId(), ExpectedGeneration: m.GetExpectedGeneration(), ExpectedEpoch: m.GetExpectedEpoch(),
-		IdempotencyKey: m.GetIdempotencyKey(), Actor: actor(req),
+		IdempotencyKey: m.GetIdempotencyKey(), Actor: actor(ctx, req),
 	})
 	if err != nil {
 		return nil, Error(h.log, req.Spec(), err)

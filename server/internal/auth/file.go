@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -172,7 +173,7 @@ var stripLines = regexp.MustCompile(`line \d+: `)
 var (
 	hashPattern      = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
 	principalPattern = regexp.MustCompile(`^[\x21-\x7e][\x20-\x7e]{0,254}$`)
-	prefixPattern    = regexp.MustCompile(`^/[^\x00]{0,1023}$`)
+	prefixPattern    = regexp.MustCompile(`^/[^\x00]*$`)
 	configPattern    = regexp.MustCompile(`^(\*|[a-z0-9][a-z0-9._-]{0,127}\*?)$`)
 	identityPattern  = regexp.MustCompile(`^(\*|[A-Za-z0-9][A-Za-z0-9._:@/-]{0,254}\*?)$`)
 )
@@ -191,7 +192,7 @@ func checkToken(t tokenYAML) (TokenEntry, error) {
 	if !hashPattern.MatchString(t.Hash) {
 		return TokenEntry{}, fmt.Errorf("hash must be sha256: and 64 lowercase hex digits (what pawl token create prints), not %q", t.Hash)
 	}
-	entry := TokenEntry{Principal: t.Principal, }
+	entry := TokenEntry{Principal: t.Principal}
 	entry.Hash, _ = hex.DecodeString(strings.TrimPrefix(t.Hash, "sha256:"))
 	if t.Expires != "" {
 		at, err := time.Parse(time.RFC3339, t.Expires)
@@ -260,7 +261,7 @@ func checkGrant(g Grant) error {
 			return fmt.Errorf("the role needs %s (use [\"*\"] or [\"/\"] for all)", want)
 		}
 		for _, v := range s.values {
-			if !s.pattern.MatchString(v) {
+			if !s.pattern.MatchString(v) || len(v) > 1024 || !utf8.ValidString(v) {
 				return fmt.Errorf("%s: %q is not %s", s.name, v, s.what)
 			}
 		}
