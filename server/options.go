@@ -3,8 +3,8 @@ package server
 import (
 	"crypto/x509"
 	"fmt"
-	"os"
 	"log/slog"
+	"os"
 	"strings"
 	"time"
 

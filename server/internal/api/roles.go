@@ -61,11 +61,11 @@ type Permit struct {
 // this table; a test checks that the two agree.
 var RoleTable = map[string][]Permit{
 	pawlv1connect.KVServicePutProcedure:    {{auth.Writer, Key}},
-	pawlv1connect.KVServiceGetProcedure:    {{auth.Reader, Key}},
+	pawlv1connect.KVServiceGetProcedure:    {{auth.Reader, Key}, {auth.Writer, Key}},
 	pawlv1connect.KVServiceDeleteProcedure: {{auth.Writer, Key}},
 	pawlv1connect.KVServiceTxnProcedure:    {{auth.Writer, TxnKeys}},
-	pawlv1connect.KVServiceListProcedure:   {{auth.Reader, Prefix}},
-	pawlv1connect.KVServiceWatchProcedure:  {{auth.Reader, Prefix}},
+	pawlv1connect.KVServiceListProcedure:   {{auth.Reader, Prefix}, {auth.Writer, Prefix}},
+	pawlv1connect.KVServiceWatchProcedure:  {{auth.Reader, Prefix}, {auth.Writer, Prefix}},
 
 	pawlv1connect.ValidatorServiceUploadProcedure:         {{auth.ValidatorPublisher, Everywhere}},
 	pawlv1connect.ValidatorServiceGetValidatorProcedure:   {{auth.ValidatorPublisher, Everywhere}, {auth.Releaser, Everywhere}},
