@@ -167,8 +167,8 @@ func (c clients) register(id, boot string) (*pawlv1.InstanceRecord, error) {
 func routingSpec(config, digest string, weight int) *pawlv1.ReleaseSpec {
 	return &pawlv1.ReleaseSpec{
 		ConfigId: config, MediaType: "application/json", ValidatorDigest: digest,
-		Content: []byte(fmt.Sprintf(`{"upstreams":[{"host":"a","weight":%d},{"host":"b","weight":%d}]}`, weight, 100-weight)),
-		Stages:  []*pawlv1.Stage{{Name: "all", Policy: &pawlv1.AckPolicy{Kind: pawlv1.AckPolicyKind_ACK_POLICY_KIND_ALL}}},
+		Content:  []byte(fmt.Sprintf(`{"upstreams":[{"host":"a","weight":%d},{"host":"b","weight":%d}]}`, weight, 100-weight)),
+		Stages:   []*pawlv1.Stage{{Name: "all", Policy: &pawlv1.AckPolicy{Kind: pawlv1.AckPolicyKind_ACK_POLICY_KIND_ALL}}},
 		Deadline: durationpb.New(time.Hour),
 	}
 }

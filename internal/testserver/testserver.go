@@ -189,9 +189,17 @@ func WriteAuthFile(t testing.TB, yaml string) string {
 // BearerClient is HTTPClient sending token as a bearer token on every
 // request.
 func BearerClient(t testing.TB, token string) *http.Client {
-	client := HTTPClient(t)
-	client.Transport = bearer{token: token, next: client.Transport}
-	return client
+	return WithBearer(HTTPClient(t), token)
+}
+
+// WithBearer returns a copy of client that sends token as a bearer token
+// on every request.
+func WithBearer(client *http.Client, token string) *http.Client {
+	next := client.Transport
+	if next == nil {
+		next = http.DefaultTransport
+	}
+	return &http.Client{Transport: bearer{token: token, next: next}}
 }
 
 type bearer struct {
