@@ -29,7 +29,8 @@
 //	server/internal/retention  the change log's retention policy and the compactor
 //	server/internal/singleton  work that runs on one replica at a time, under a fenced lease
 //	server/internal/watch      the watch hub
-//	server/internal/api        the Connect edge: a handler per service, the error-to-code mapper, interceptors
+//	server/internal/api        the Connect edge: a handler per service, the error-to-code mapper, interceptors, the role table
+//	server/internal/auth       the auth file: principals of bearer tokens and client certificates, and their grants
 //	server/internal/records    the layout of /_pawl/ and its codec
 //	server/internal/pagetoken  the tokens that continue paginated listings
 //	server/internal/validator  stored validators: upload checks, loading, runs

@@ -2,7 +2,8 @@
 // proto/pawl/v1 (kv.go, validator.go, release.go, instance.go, rollout.go),
 // the one place where domain errors become Connect codes (errors.go), and
 // the interceptors that wrap unary and streaming calls alike
-// (interceptors.go). Handlers convert between wire and domain types and
+// (interceptors.go; authz.go authenticates and authorizes every call by
+// the role table of roles.go). Handlers convert between wire and domain types and
 // call the domain packages (store, watch, validator, instance, release,
 // rollout); those never see a wire type.
 package api
