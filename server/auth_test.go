@@ -17,6 +17,7 @@ import (
 
 	pawlv1 "github.com/pawlcfg/pawl/gen/pawl/v1"
 	"github.com/pawlcfg/pawl/gen/pawl/v1/pawlv1connect"
+	"github.com/pawlcfg/pawl/internal/testclock"
 	"github.com/pawlcfg/pawl/internal/testserver"
 	"github.com/pawlcfg/pawl/internal/wasmbuild"
 	"github.com/pawlcfg/pawl/server"
@@ -383,6 +384,8 @@ func wantCode(t *testing.T, what string, err error, code connect.Code, parts ...
 func TestUnauthenticatedAndPermissionDenied(t *testing.T) {
 	f := &authFixture{t: t, ctx: context.Background(), tokens: map[string]string{}, hashes: map[string]string{}}
 	body := f.authYAML("writer", "reader")
+	root, rootHash := testserver.NewToken(t)
+	body += fmt.Sprintf("  - principal: root-reader\n    hash: %s\n    grants: [{role: reader, prefixes: [\"/\"]}]\n", rootHash)
 	expired, expiredHash := testserver.NewToken(t)
 	body += fmt.Sprintf("  - principal: old\n    hash: %s\n    expires: 2020-01-01T00:00:00Z\n    grants:\n      - role: admin\n", expiredHash)
 	f.path = testserver.WriteAuthFile(t, body)
@@ -429,6 +432,8 @@ func TestUnauthenticatedAndPermissionDenied(t *testing.T) {
 		t.Errorf("refusals differ for a key that exists and one that does not: %q, %q", e1, e2)
 	}
 	wantCode(t, "system records", get("/_pawl/configs/x"), connect.CodePermissionDenied, "role admin", "/_pawl/")
+	_, err = kvAs(root).Get(f.ctx, connect.NewRequest(&pawlv1.GetRequest{Key: "/_pawl/configs/x"}))
+	wantCode(t, "system records for a reader of /", err, connect.CodePermissionDenied, "role admin", "/_pawl/")
 	// Nothing changed.
 	resp, err := reader.List(f.ctx, connect.NewRequest(&pawlv1.ListRequest{Prefix: "/app/"}))
 	if err != nil {
@@ -575,7 +580,8 @@ func TestInstanceCredentialSpeaksOnlyForItself(t *testing.T) {
 // credentials: then only the instance registered with one is a member,
 // and it alone decides.
 func TestRequireInstanceCredential(t *testing.T) {
-	f := newAuthFixture(t)
+	clock := testclock.New(time.Now())
+	f := newAuthFixture(t, server.WithClock(clock.Now))
 	digest, _, _ := f.setup() // app-1, registered by the instance credential
 	admin := f.as("admin")
 	const fakes = 500
@@ -629,6 +635,19 @@ func TestRequireInstanceCredential(t *testing.T) {
 	st, err := admin.ro.GetRolloutStatus(f.ctx, connect.NewRequest(&pawlv1.GetRolloutStatusRequest{ConfigId: "app", Generation: strict.GetGeneration()}))
 	if err != nil || st.Msg.GetStages()[0].GetOutcome() != "passed" {
 		t.Errorf("the stage after app-1's ACK: %v, %v", st.Msg.GetStages(), err)
+	}
+	// Once app-1's lease ran out, an admin registers it again: the member's
+	// reports from that registration do not count.
+	clock.Advance(server.DefaultInstanceLease + time.Second)
+	again, err := admin.register("app-1", "b9")
+	if err != nil || again.GetInstanceCredential() || again.GetRegisteredBy() != "admin" {
+		t.Fatalf("the admin's registration of app-1: %v, %v", again, err)
+	}
+	resp, err = admin.ro.Ack(f.ctx, connect.NewRequest(&pawlv1.AckRequest{Ack: &pawlv1.Ack{ConfigId: "app", Generation: strict.GetGeneration(),
+		WorkloadIdentity: "app-1", BootId: "b9", MembershipEpoch: again.GetMembershipEpoch(), ContentDigest: strict.GetContentDigest(), ValidatorDigest: digest,
+		ApplySequence: 1, State: pawlv1.InstanceState_INSTANCE_STATE_REJECTED, Reason: "planted"}}))
+	if err != nil || resp.Msg.GetAck().GetCounted() || !strings.Contains(resp.Msg.GetAck().GetNotCountedReason(), "instance credential") {
+		t.Errorf("an ACK from the admin's registration: %v, %v", resp, err)
 	}
 }
 
