@@ -156,6 +156,8 @@ func checkExposure(log *slog.Logger, addr net.Addr, listen string, authenticated
 		log.Info("no --auth-file: every caller is principal anonymous and may do everything; listening on loopback only")
 	case !authenticated:
 		log.Warn("no --auth-file, and --insecure: every caller that can reach the port may do everything", "addr", addr.String())
+	default:
+		log.Info("every call needs a credential of the auth file; SIGHUP reads it again")
 	}
 	if !tls && !loopback {
 		log.Warn("serving without TLS beyond loopback: bearer tokens, config values, release contents, validator modules and ACKs travel in clear text; give --tls-cert and --tls-key",

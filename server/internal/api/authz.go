@@ -66,6 +66,9 @@ func (a *authInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc
 			return err
 		}
 		ctx = auth.NewContext(ctx, p)
+		if p.IsAdmin() {
+			return next(ctx, conn) // nothing to check or narrow
+		}
 		return next(ctx, &authConn{StreamingHandlerConn: conn, ctx: ctx, a: a, p: p})
 	}
 }
@@ -75,9 +78,9 @@ func (a *authInterceptor) WrapStreamingClient(next connect.StreamingClientFunc) 
 	return next
 }
 
-// authConn authorizes a stream on its request message (every stream of
-// Pawl's is a server stream: one request, then responses) and narrows what
-// it sends.
+// authConn authorizes a non-admin's stream on its request message (every
+// stream of Pawl's is a server stream: one request, then responses) and
+// narrows what it sends.
 type authConn struct {
 	connect.StreamingHandlerConn
 	ctx     context.Context
@@ -98,9 +101,7 @@ func (c *authConn) Receive(msg any) error {
 }
 
 func (c *authConn) Send(msg any) error {
-	if !c.p.IsAdmin() {
-		narrow(c.p, msg)
-	}
+	narrow(c.p, msg)
 	return c.StreamingHandlerConn.Send(msg)
 }
 
@@ -115,9 +116,6 @@ func (a *authInterceptor) authenticate(ctx context.Context, authorization, onBeh
 		p.OnBehalfOf = onBehalfOf
 		return p, nil
 	}
-	if len(onBehalfOf) > maxActorBytes || !utf8.ValidString(onBehalfOf) || strings.IndexFunc(onBehalfOf, unicode.IsControl) >= 0 {
-		return auth.Principal{}, InvalidArgument("the %s header must be at most %d bytes of printable UTF-8", ActorHeader, maxActorBytes)
-	}
 	var p auth.Principal
 	var err error
 	switch scheme, token, _ := strings.Cut(authorization, " "); {
@@ -131,7 +129,10 @@ func (a *authInterceptor) authenticate(ctx context.Context, authorization, onBeh
 		err = fmt.Errorf("%w: the call carries no credential: send a bearer token (Authorization: Bearer pawl_...) or a client certificate", auth.ErrUnauthenticated)
 	}
 	if err != nil {
-		return auth.Principal{}, connect.NewError(connect.CodeUnauthenticated, errors.New(strings.TrimPrefix(err.Error(), "auth: ")))
+		return auth.Principal{}, connect.NewError(connect.CodeUnauthenticated, errors.New(strings.TrimPrefix(err.Error(), auth.ErrUnauthenticated.Error()+": ")))
+	}
+	if len(onBehalfOf) > maxActorBytes || !utf8.ValidString(onBehalfOf) || strings.IndexFunc(onBehalfOf, unicode.IsControl) >= 0 {
+		return auth.Principal{}, InvalidArgument("the %s header must be at most %d bytes of printable UTF-8", ActorHeader, maxActorBytes)
 	}
 	p.OnBehalfOf = onBehalfOf
 	return p, nil
