@@ -199,18 +199,21 @@ func (s *Server) routes() http.Handler {
 	reflector := grpcreflect.NewStaticReflector(append([]string{grpchealth.HealthV1ServiceName}, services...)...)
 	mux.Handle(grpcreflect.NewHandlerV1(reflector))
 	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
-	return withPeerCertificates(mux)
+	return withAuthContext(mux)
 }
 
-// withPeerCertificates puts the client certificate chains that the TLS
-// handshake verified on each request's context, where the auth
-// interceptor finds them.
-func withPeerCertificates(next http.Handler) http.Handler {
+// withAuthContext puts on each request's context the client certificate
+// chains that the TLS handshake verified, where the auth interceptor finds
+// them, and a slot where it records the principal, where interceptors
+// wrapped around it (an audit of refused calls) find it
+// (auth.PrincipalFrom).
+func withAuthContext(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx := auth.WithSlot(r.Context())
 		if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 {
-			r = r.WithContext(auth.WithPeerCertificates(r.Context(), r.TLS.VerifiedChains))
+			ctx = auth.WithPeerCertificates(ctx, r.TLS.VerifiedChains)
 		}
-		next.ServeHTTP(w, r)
+		next.ServeHTTP(w, r.WithContext(ctx))
 	})
 }
 

@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"slices"
 	"strings"
+	"sync"
 )
 
 // Role is what a grant allows.
@@ -211,15 +212,49 @@ func Match(pattern, name string) bool {
 
 type principalKey struct{}
 
-// NewContext returns ctx carrying the principal.
+// NewContext returns ctx carrying the principal, and records it in the
+// slot ctx carries, if any (WithSlot).
 func NewContext(ctx context.Context, p Principal) context.Context {
+	if s, ok := ctx.Value(slotKey{}).(*slot); ok {
+		s.mu.Lock()
+		s.p, s.set = p, true
+		s.mu.Unlock()
+	}
 	return context.WithValue(ctx, principalKey{}, p)
 }
 
-// PrincipalFrom returns the principal the context carries.
+// PrincipalFrom returns the principal the context carries: the one
+// NewContext put on it, else the one recorded in its slot, so that code
+// wrapped around the authentication (a log of refused calls) learns who
+// was refused.
 func PrincipalFrom(ctx context.Context) (Principal, bool) {
-	p, ok := ctx.Value(principalKey{}).(Principal)
-	return p, ok
+	if p, ok := ctx.Value(principalKey{}).(Principal); ok {
+		return p, true
+	}
+	if s, ok := ctx.Value(slotKey{}).(*slot); ok {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.p, s.set
+	}
+	return Principal{}, false
+}
+
+type slotKey struct{}
+
+// slot is where a call's principal is recorded for code that holds the
+// context from before the authentication.
+type slot struct {
+	mu  sync.Mutex
+	p   Principal
+	set bool
+}
+
+// WithSlot returns ctx with an empty slot for the principal that
+// NewContext later records: PrincipalFrom on the returned context (or one
+// derived from it) then finds the principal even outside the call that
+// authenticated it.
+func WithSlot(ctx context.Context) context.Context {
+	return context.WithValue(ctx, slotKey{}, &slot{})
 }
 
 type certsKey struct{}

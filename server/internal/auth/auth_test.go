@@ -1,6 +1,7 @@
 package auth_test
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -112,5 +113,20 @@ func TestGrants(t *testing.T) {
 	}
 	if got := (auth.Principal{Name: "ci", OnBehalfOf: "alice"}).Actor(); got != "ci (on behalf of alice)" {
 		t.Errorf("Actor: %q", got)
+	}
+}
+
+// TestSlotCarriesThePrincipalOutward: code that holds the context from
+// before the authentication finds the principal in its slot.
+func TestSlotCarriesThePrincipalOutward(t *testing.T) {
+	outer := auth.WithSlot(context.Background())
+	if _, ok := auth.PrincipalFrom(outer); ok {
+		t.Fatal("a principal before authentication")
+	}
+	inner := auth.NewContext(outer, auth.Principal{Name: "ci", OnBehalfOf: "alice"})
+	for _, ctx := range []context.Context{inner, outer} {
+		if p, ok := auth.PrincipalFrom(ctx); !ok || p.Name != "ci" || p.OnBehalfOf != "alice" {
+			t.Errorf("PrincipalFrom: %+v, %v", p, ok)
+		}
 	}
 }
