@@ -352,6 +352,7 @@ func (c *Client) download(ctx context.Context, a *pawlv1.Assignment) (fetched, e
 		err := c.retry(ctx, "download release", func(ctx context.Context) error {
 			resp, err := c.releases.GetRelease(ctx, connect.NewRequest(&pawlv1.GetReleaseRequest{
 				ConfigId: a.GetConfigId(), Generation: a.GetGeneration(), OmitMembership: true,
+				WorkloadIdentity: c.cfg.instance.WorkloadIdentity, // an instance credential downloads only what this identity is assigned
 			}))
 			if err != nil {
 				return err
@@ -399,7 +400,7 @@ const maxModuleSize = 256 << 20
 
 // downloadModule streams one validator module.
 func (c *Client) downloadModule(ctx context.Context, digest string) ([]byte, error) {
-	stream, err := c.validators.Download(ctx, connect.NewRequest(&pawlv1.DownloadRequest{Digest: digest}))
+	stream, err := c.validators.Download(ctx, connect.NewRequest(&pawlv1.DownloadRequest{Digest: digest, WorkloadIdentity: c.cfg.instance.WorkloadIdentity}))
 	if err != nil {
 		return nil, err
 	}

@@ -24,6 +24,7 @@ func TestImportsGoOneWay(t *testing.T) {
 		{"server/internal/validator", []string{mod + "server/internal/api", mod + "gen", "connectrpc.com/"}},
 		{"server/internal/release", []string{mod + "server/internal/api", mod + "server/internal/rollout", mod + "gen", "connectrpc.com/"}},
 		{"server/internal/rollout", []string{mod + "server/internal/api", mod + "gen", "connectrpc.com/"}},
+		{"server/internal/auth", []string{mod + "server/internal/", mod + "gen", "connectrpc.com/"}},
 		{"server", []string{mod + "cmd/"}},
 	}
 	for _, r := range rules {

@@ -57,18 +57,26 @@ type sim struct {
 // loopback with real gRPC clients; each instance follows its own
 // assignment stream.
 type fleet struct {
-	t         *testing.T
-	ctx       context.Context
-	srv       *testserver.Server
-	clock     *testclock.Clock
-	logs      *syncBuffer
-	hook      *commitHook
-	client    *http.Client
-	instances pawlv1connect.InstanceServiceClient
-	releases  pawlv1connect.ReleaseServiceClient
-	rollouts  pawlv1connect.RolloutServiceClient
-	kv        pawlv1connect.KVServiceClient
-	validator string
+	t      *testing.T
+	ctx    context.Context
+	srv    *testserver.Server
+	clock  *testclock.Clock
+	logs   *syncBuffer
+	hook   *commitHook
+	client *http.Client
+	// agent is the instances' client: with auth, the client of an
+	// instance token for pay-*; agents and acks are its services.
+	agent  *http.Client
+	agents pawlv1connect.InstanceServiceClient
+	acks   pawlv1connect.RolloutServiceClient
+	token  string // the instance token; "" without auth
+	// adminToken is the operator's token, with auth.
+	adminToken string
+	instances  pawlv1connect.InstanceServiceClient
+	releases   pawlv1connect.ReleaseServiceClient
+	rollouts   pawlv1connect.RolloutServiceClient
+	kv         pawlv1connect.KVServiceClient
+	validator  string
 
 	mu      sync.Mutex
 	changed chan struct{} // a followed assignment changed
@@ -218,24 +226,40 @@ func (f *fleet) froze(rel *pawlv1.Release) {
 
 // newFleet starts a server on a clock the test moves, registers size
 // instances in three zones, and has each follow its assignment stream.
-func newFleet(t *testing.T, ctx context.Context, size int) *fleet {
+// With auth, the server has an auth file: the test operates as an admin,
+// and the instances speak with an instance token for pay-* and racer-*.
+func newFleet(t *testing.T, ctx context.Context, size int, withAuth bool) *fleet {
 	clock := testclock.New(time.Now())
 	logs := &syncBuffer{}
 	hook := &commitHook{}
-	srv := testserver.Start(t, server.WithClock(clock.Now), server.WithRolloutCheckInterval(10*time.Millisecond),
+	opts := []server.Option{server.WithClock(clock.Now), server.WithRolloutCheckInterval(10 * time.Millisecond),
 		// Leases outlast the simulated minutes: these instances do not heartbeat.
-		server.WithInstanceLease(24*time.Hour),
+		server.WithInstanceLease(24 * time.Hour),
 		server.WithRetention(fleetRetainRevisions, 0), server.WithLogRetention(fleetRetainRevisions), server.WithWatchRing(fleetRingEvents),
 		server.WithLogger(slog.New(slog.NewTextHandler(logs, nil))),
-		server.WithStoreWrapper(func(st store.Store) store.Store { hook.Store = st; return hook }))
-	client := testserver.HTTPClient(t)
+		server.WithStoreWrapper(func(st store.Store) store.Store { hook.Store = st; return hook })}
+	client, agent := testserver.HTTPClient(t), testserver.HTTPClient(t)
+	var token, admin string
+	if withAuth {
+		var adminHash string
+		admin, adminHash = testserver.NewToken(t)
+		var hash string
+		token, hash = testserver.NewToken(t)
+		opts = append(opts, server.WithAuthFile(testserver.WriteAuthFile(t, fmt.Sprintf(
+			"tokens:\n  - principal: operator\n    hash: %s\n    grants: [{role: admin}]\n"+
+				"  - principal: pay-fleet\n    hash: %s\n    grants: [{role: instance, identities: [\"pay-*\", \"racer-*\"]}]\n", adminHash, hash))))
+		client, agent = testserver.WithBearer(client, admin), testserver.WithBearer(agent, token)
+	}
+	srv := testserver.Start(t, opts...)
 	f := &fleet{
-		t: t, ctx: ctx, srv: srv, clock: clock, logs: logs, hook: hook, client: client,
+		t: t, ctx: ctx, srv: srv, clock: clock, logs: logs, hook: hook, client: client, agent: agent, token: token, adminToken: admin,
+		agents:    pawlv1connect.NewInstanceServiceClient(agent, srv.URL, connect.WithGRPC()),
+		acks:      pawlv1connect.NewRolloutServiceClient(agent, srv.URL, connect.WithGRPC()),
 		instances: pawlv1connect.NewInstanceServiceClient(client, srv.URL, connect.WithGRPC()),
 		releases:  pawlv1connect.NewReleaseServiceClient(client, srv.URL, connect.WithGRPC()),
 		rollouts:  pawlv1connect.NewRolloutServiceClient(client, srv.URL, connect.WithGRPC()),
 		kv:        pawlv1connect.NewKVServiceClient(client, srv.URL, connect.WithGRPC()),
-		validator: upload(t, newValidators(t, srv), "routing"),
+		validator: upload(t, pawlv1connect.NewValidatorServiceClient(client, srv.URL, connect.WithGRPC()), "routing"),
 		changed:   make(chan struct{}, 1),
 		sims:      map[string]*sim{},
 		sent:      map[int64]int{}, counted: map[int64]int{},
@@ -252,12 +276,28 @@ func newFleet(t *testing.T, ctx context.Context, size int) *fleet {
 	return f
 }
 
+// asAgent is client speaking as the instances (with their token, if any).
+func (f *fleet) asAgent(client *http.Client) *http.Client {
+	if f.token == "" {
+		return client
+	}
+	return testserver.WithBearer(client, f.token)
+}
+
+// asOperator is client speaking as the test's operator.
+func (f *fleet) asOperator(client *http.Client) *http.Client {
+	if f.token == "" {
+		return client
+	}
+	return testserver.WithBearer(client, f.adminToken)
+}
+
 func (f *fleet) register(id string) error {
 	f.mu.Lock()
 	s := f.sims[id]
 	boot, zone := s.boot, s.zone
 	f.mu.Unlock()
-	resp, err := f.instances.Register(f.ctx, connect.NewRequest(&pawlv1.RegisterRequest{Instance: &pawlv1.Instance{
+	resp, err := f.agents.Register(f.ctx, connect.NewRequest(&pawlv1.RegisterRequest{Instance: &pawlv1.Instance{
 		WorkloadIdentity: id, BootId: boot, Zone: zone, Role: "worker", TrafficWeight: 1, AppVersion: "2.1.0",
 	}}))
 	if err != nil {
@@ -476,7 +516,7 @@ func (f *fleet) ack(rel *pawlv1.Release, id string, state pawlv1.InstanceState, 
 	f.mu.Lock()
 	must, why := f.expect(rel, a)
 	f.mu.Unlock()
-	resp, err := f.rollouts.Ack(f.ctx, connect.NewRequest(&pawlv1.AckRequest{Ack: a}))
+	resp, err := f.acks.Ack(f.ctx, connect.NewRequest(&pawlv1.AckRequest{Ack: a}))
 	if err != nil {
 		return nil, err
 	}
@@ -747,9 +787,15 @@ func cohortSize(fraction float64, members int) int {
 // compacted. Each ends as the rollout promises: no promotion counts a
 // wrong digest, a stale boot or an identity twice, no pointer move has a
 // zone below its quorum, and the audit trail holds exactly what was sent.
-func TestSimulatedFleetFaults(t *testing.T) {
+func TestSimulatedFleetFaults(t *testing.T) { simulatedFleetFaults(t, false) }
+
+// TestSimulatedFleetFaultsWithAuth is TestSimulatedFleetFaults on a server
+// with an auth file, the instances speaking with an instance token.
+func TestSimulatedFleetFaultsWithAuth(t *testing.T) { simulatedFleetFaults(t, true) }
+
+func simulatedFleetFaults(t *testing.T, withAuth bool) {
 	ctx, cancel := context.WithCancel(context.Background())
-	f := newFleet(t, ctx, 300)
+	f := newFleet(t, ctx, 300, withAuth)
 	defer func() {
 		cancel()
 		f.follows.Wait()
@@ -766,11 +812,11 @@ func TestSimulatedFleetFaults(t *testing.T) {
 	for _, id := range all {
 		switch id {
 		case delayed:
-			delayedStream = f.follow(id, testserver.HTTPClient(t), "http://"+holder.Addr)
+			delayedStream = f.follow(id, f.asAgent(testserver.HTTPClient(t)), "http://"+holder.Addr)
 		case missed:
-			missedStream = f.follow(id, f.client, f.srv.URL)
+			missedStream = f.follow(id, f.agent, f.srv.URL)
 		default:
-			f.follow(id, f.client, f.srv.URL)
+			f.follow(id, f.agent, f.srv.URL)
 		}
 	}
 	f.await("every instance's first (empty) assignment set", func() bool {
@@ -793,7 +839,7 @@ func TestSimulatedFleetFaults(t *testing.T) {
 		tr := &http.Transport{Protocols: &p, HTTP2: &http.HTTP2Config{MaxReceiveBufferPerStream: 64}}
 		t.Cleanup(tr.CloseIdleConnections)
 		var err error
-		held, err = pawlv1connect.NewInstanceServiceClient(&http.Client{Transport: tr}, f.srv.URL, connect.WithGRPC()).WatchAssignments(ctx,
+		held, err = pawlv1connect.NewInstanceServiceClient(f.asAgent(&http.Client{Transport: tr}), f.srv.URL, connect.WithGRPC()).WatchAssignments(ctx,
 			connect.NewRequest(&pawlv1.WatchAssignmentsRequest{WorkloadIdentity: "pay-299"}))
 		if err != nil || !held.Receive() {
 			t.Fatalf("held stream: %v, %v", err, held.Err())
@@ -857,7 +903,7 @@ func TestSimulatedFleetFaults(t *testing.T) {
 		} else {
 			lateRacers = append(lateRacers, id)
 		}
-		f.follow(id, f.client, f.srv.URL)
+		f.follow(id, f.agent, f.srv.URL)
 	}
 	for _, id := range all {
 		if !members[id] {
@@ -1024,7 +1070,7 @@ func TestSimulatedFleetFaults(t *testing.T) {
 	// on the way back. The client learns the outcome by its key, and a
 	// retry with the key is the same promotion.
 	loser := faultproxy.NewLoser(t, f.srv.URL)
-	lossy := pawlv1connect.NewRolloutServiceClient(testserver.HTTP1Client(t), loser.URL)
+	lossy := pawlv1connect.NewRolloutServiceClient(f.asOperator(testserver.HTTP1Client(t)), loser.URL)
 	loser.LoseNext("/Promote", 1)
 	if _, err := f.promote(lossy, 2, 1, 0, "p2"); err == nil || loser.Lost("/Promote") != 1 {
 		t.Fatalf("promote with its answer lost = %v (%d lost)", err, loser.Lost("/Promote"))
@@ -1040,7 +1086,7 @@ func TestSimulatedFleetFaults(t *testing.T) {
 	}
 
 	// pay-000 comes back: the first set it gets is the current one.
-	f.follow(missed, f.client, f.srv.URL)
+	f.follow(missed, f.agent, f.srv.URL)
 	f.awaitAssigned([]string{missed}, 2, 0, 1)
 	f.apply(rel2, []string{missed})
 
@@ -1079,7 +1125,7 @@ func TestSimulatedFleetFaults(t *testing.T) {
 	// held stream and reconnects directly, getting generation 1 at epoch 1.
 	// Then the proxy delivers what it held: older messages, which the
 	// instance refuses. It never goes back to generation 2.
-	f.follow(delayed, f.client, f.srv.URL)
+	f.follow(delayed, f.agent, f.srv.URL)
 	f.awaitAssigned([]string{delayed}, 1, 1, 1)
 	f.mu.Lock()
 	refusedBefore := f.sims[delayed].refused

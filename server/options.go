@@ -1,8 +1,10 @@
 package server
 
 import (
+	"crypto/x509"
 	"fmt"
 	"log/slog"
+	"os"
 	"strings"
 	"time"
 
@@ -32,6 +34,9 @@ type config struct {
 	shutdownTimeout  time.Duration
 	maxStreams       uint32
 	tlsCert, tlsKey  string
+	tlsClientCA      string
+	clientCAs        *x509.CertPool
+	authFile         string
 	maxWasmBytes     int
 	wasmCacheDir     string
 	validatorTimeout time.Duration
@@ -161,6 +166,26 @@ func (c config) validate() error {
 		return fmt.Errorf("server: WithClock(nil): give a clock")
 	case (c.tlsCert == "") != (c.tlsKey == ""):
 		return fmt.Errorf("server: WithTLS: give both a certificate and a key")
+	case c.tlsClientCA != "" && c.tlsCert == "":
+		return fmt.Errorf("server: WithTLSClientCA(%q): client certificates need TLS; give WithTLS too", c.tlsClientCA)
+	case c.tlsClientCA != "" && c.authFile == "":
+		return fmt.Errorf("server: WithTLSClientCA(%q): the principals of client certificates and their grants are in the auth file; give WithAuthFile too", c.tlsClientCA)
+	}
+	return nil
+}
+
+// loadClientCAs reads the client CA file, if one was given.
+func (c *config) loadClientCAs() error {
+	if c.tlsClientCA == "" {
+		return nil
+	}
+	pem, err := os.ReadFile(c.tlsClientCA)
+	if err != nil {
+		return fmt.Errorf("server: WithTLSClientCA: %w", err)
+	}
+	c.clientCAs = x509.NewCertPool()
+	if !c.clientCAs.AppendCertsFromPEM(pem) {
+		return fmt.Errorf("server: WithTLSClientCA(%q): the file holds no PEM certificate", c.tlsClientCA)
 	}
 	return nil
 }
@@ -233,6 +258,20 @@ func WithShutdownTimeout(d time.Duration) Option { return func(c *config) { c.sh
 func WithTLS(certFile, keyFile string) Option {
 	return func(c *config) { c.tlsCert, c.tlsKey = certFile, keyFile }
 }
+
+// WithAuthFile makes the server authenticate every call with the bearer
+// tokens and certificate principals of the auth file at path (see
+// docs/AUTH.md), and authorize it by their grants, denying by default.
+// Server.ReloadAuth reads the file again. Without it the server is open:
+// every caller is "anonymous" and may do everything.
+func WithAuthFile(path string) Option { return func(c *config) { c.authFile = path } }
+
+// WithTLSClientCA makes Serve ask clients for a certificate and verify one
+// that is presented against the PEM CA certificates in the file; the
+// certificate's URI SAN (a SPIFFE ID), else its subject, is its principal
+// in the auth file's certificates section. It needs WithTLS and
+// WithAuthFile.
+func WithTLSClientCA(file string) Option { return func(c *config) { c.tlsClientCA = file } }
 
 // WithLogger sets the structured logger (default slog.Default()).
 func WithLogger(log *slog.Logger) Option { return func(c *config) { c.log = log } }

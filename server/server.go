@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -25,6 +26,7 @@ import (
 	"github.com/pawlcfg/pawl/gen/pawl/v1/pawlv1connect"
 	"github.com/pawlcfg/pawl/server/internal/api"
 	"github.com/pawlcfg/pawl/server/internal/audit"
+	"github.com/pawlcfg/pawl/server/internal/auth"
 	"github.com/pawlcfg/pawl/server/internal/instance"
 	"github.com/pawlcfg/pawl/server/internal/records"
 	"github.com/pawlcfg/pawl/server/internal/release"
@@ -55,6 +57,8 @@ type Server struct {
 	// audit is the audit log: a file beside the embedded store, or keys
 	// of their own in the Redis store.
 	audit audit.Log
+	// authn reads the auth file; nil without one (open).
+	authn *auth.Authenticator
 	// closeClient closes the Redis client of a shared store (a no-op for
 	// the embedded one), after the store.
 	closeClient func()
@@ -101,6 +105,9 @@ func New(ctx context.Context, opts ...Option) (*Server, error) {
 		opt(&cfg)
 	}
 	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if err := cfg.loadClientCAs(); err != nil {
 		return nil, err
 	}
 	st, rdb, closeClient, err := openStore(ctx, cfg)
@@ -150,7 +157,13 @@ func New(ctx context.Context, opts ...Option) (*Server, error) {
 	if err != nil {
 		return fail(err)
 	}
-	s := &Server{cfg: cfg, store: st, audit: auditLog, closeClient: closeClient, hub: hub, wasm: rt, registry: registry, health: grpchealth.NewStaticChecker(services...), holder: newHolderID(),
+	var authn *auth.Authenticator
+	if cfg.authFile != "" {
+		if authn, err = auth.NewAuthenticator(cfg.authFile, cfg.now); err != nil {
+			return fail(err)
+		}
+	}
+	s := &Server{cfg: cfg, store: st, audit: auditLog, closeClient: closeClient, hub: hub, wasm: rt, registry: registry, authn: authn, health: grpchealth.NewStaticChecker(services...), holder: newHolderID(),
 		gzip: sharedgzip.NewCache(64, 64<<20)}
 	if n, ok := st.(store.StaleNotifier); ok {
 		s.stopStale = n.NotifyStale(s.feedStale)
@@ -168,6 +181,9 @@ func (s *Server) routes() http.Handler {
 	// A transaction's envelope carries a few bytes per op besides its
 	// keys and values.
 	kvReadMax := max(s.cfg.maxValueBytes, s.cfg.maxTxnBytes) + 16*s.cfg.maxTxnOps + 64<<10
+	registry := s.registry
+	releases := release.New(s.store, s.vals.Run, registry.Members, release.WithClock(s.cfg.now))
+	rollouts := rollout.New(s.store, releases, registry, rollout.WithClock(s.cfg.now), rollout.WithLogger(s.cfg.log))
 	opts := []connect.HandlerOption{
 		connect.WithReadMaxBytes(readMax),
 		// Compressing small messages costs more CPU than it saves bytes: with
@@ -175,9 +191,11 @@ func (s *Server) routes() http.Handler {
 		// fan-out profile. Larger messages (big configs, batches) still
 		// compress when the client accepts it.
 		connect.WithCompressMinBytes(compressMinBytes),
-		// Until authentication names principals, the caller's Pawl-Actor
-		// header (or address) is the principal of its audit records.
-		connect.WithInterceptors(api.LogInterceptor(s.cfg.log), api.AuditInterceptor(s.audit, api.HeaderActor, s.cfg.now, s.cfg.log)),
+		// The audit interceptor wraps the auth interceptor, so that it
+		// records refusals too, with the principal the auth interceptor
+		// found (or the caller's address when none was).
+		connect.WithInterceptors(api.LogInterceptor(s.cfg.log), api.AuditInterceptor(s.audit, api.Caller(s.authn != nil), s.cfg.now, s.cfg.log),
+			api.AuthInterceptor(s.authn, registry, rollouts, s.cfg.log)),
 	}
 	// What many clients receive alike (a change fanned out to watch
 	// streams, a release or a validator module downloaded by a fleet) is
@@ -192,9 +210,6 @@ func (s *Server) routes() http.Handler {
 	mux.Handle(pawlv1connect.KVServiceWatchProcedure, watchHandler) // the exact path wins over the service's
 	validatorOpts := append(slices.Clone(shared), connect.WithReadMaxBytes(s.cfg.maxWasmBytes+64<<10))
 	mux.Handle(pawlv1connect.NewValidatorServiceHandler(api.NewValidators(s.vals, s.cfg.maxValueBytes, s.cfg.log), validatorOpts...))
-	registry := s.registry
-	releases := release.New(s.store, s.vals.Run, registry.Members, release.WithClock(s.cfg.now))
-	rollouts := rollout.New(s.store, releases, registry, rollout.WithClock(s.cfg.now), rollout.WithLogger(s.cfg.log))
 	s.startBackground(rollouts)
 	mux.Handle(pawlv1connect.NewReleaseServiceHandler(api.NewReleases(releases, rollouts, s.cfg.log), shared...))
 	mux.Handle(pawlv1connect.NewInstanceServiceHandler(api.NewInstances(registry, rollouts, s.hub, s.cfg.log), shared...))
@@ -204,8 +219,45 @@ func (s *Server) routes() http.Handler {
 	reflector := grpcreflect.NewStaticReflector(append([]string{grpchealth.HealthV1ServiceName}, services...)...)
 	mux.Handle(grpcreflect.NewHandlerV1(reflector))
 	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
-	return mux
+	return withAuthContext(mux)
 }
+
+// withAuthContext puts on each request's context the client certificate
+// chains that the TLS handshake verified, where the auth interceptor finds
+// them, and a slot where it records the principal, where interceptors
+// wrapped around it (an audit of refused calls) find it
+// (auth.PrincipalFrom).
+func withAuthContext(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx := auth.WithSlot(r.Context())
+		if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 {
+			ctx = auth.WithPeerCertificates(ctx, r.TLS.VerifiedChains)
+		}
+		next.ServeHTTP(w, r.WithContext(ctx))
+	})
+}
+
+// ReloadAuth reads the auth file again and uses it for every call from
+// now on; open streams keep the principal they started with. A file that
+// cannot be read or is malformed leaves the one in use in place and is
+// logged with the reason, which the error also says. Without an auth file
+// it does nothing.
+func (s *Server) ReloadAuth() error {
+	if s.authn == nil {
+		return nil
+	}
+	if err := s.authn.Reload(); err != nil {
+		s.cfg.log.Error("auth file not reloaded; the previous one stays in use", "file", s.authn.Path(), "error", err)
+		return fmt.Errorf("server: reload auth: %w", err)
+	}
+	tokens, certs := s.authn.Counts()
+	s.cfg.log.Info("auth file reloaded", "file", s.authn.Path(), "tokens", tokens, "certificates", certs)
+	return nil
+}
+
+// Authenticated reports whether the server authenticates its callers (it
+// was given an auth file); without one every caller may do everything.
+func (s *Server) Authenticated() bool { return s.authn != nil }
 
 // startBackground runs the server's own goroutines: the compactor, the
 // rollout views, the rollout supervisor (it settles rollouts and stops
@@ -288,6 +340,13 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		return http2.NewRandomWriteScheduler()
 	}}); err != nil {
 		return fmt.Errorf("server: configure HTTP/2: %w", err)
+	}
+	if s.cfg.clientCAs != nil {
+		// A client may present a certificate (its principal is then the
+		// certificate's) or not (and send a bearer token): one that it
+		// presents must verify against the client CA, or the handshake
+		// fails.
+		srv.TLSConfig = &tls.Config{ClientCAs: s.cfg.clientCAs, ClientAuth: tls.VerifyClientCertIfGiven, MinVersion: tls.VersionTLS12}
 	}
 	errc := make(chan error, 1)
 	go func() {

@@ -5,6 +5,12 @@
 //
 // It serves Connect, gRPC and gRPC-Web on one port, with gRPC health
 // checking and reflection, and stops gracefully on SIGINT or SIGTERM.
+//
+// Without --auth-file it is open: every caller may do everything, so it
+// listens only on loopback unless --insecure says otherwise. With
+// --auth-file every call needs a bearer token or a client certificate
+// (--tls-client-ca) that the file grants it; SIGHUP reads the file again
+// (docs/AUTH.md).
 package main
 
 import (
@@ -61,6 +67,9 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	validatorCache := fs.String("validator-cache", "", "compilation cache of validators (default: wasm-cache in the data directory)")
 	tlsCert := fs.String("tls-cert", "", "PEM certificate file; with --tls-key, serve TLS")
 	tlsKey := fs.String("tls-key", "", "PEM private key file for --tls-cert")
+	tlsClientCA := fs.String("tls-client-ca", "", "PEM CA certificates that client certificates must chain to; a verified certificate's URI SAN (SPIFFE ID), else its subject, is its principal in the auth file's certificates section (needs --tls-cert and --auth-file)")
+	authFile := fs.String("auth-file", "", "YAML file of bearer token hashes and certificate principals with their grants (docs/AUTH.md); read again on SIGHUP. Without it every caller may do everything, and pawld listens only on loopback")
+	insecure := fs.Bool("insecure", false, "without --auth-file, listen beyond loopback all the same: anyone who can reach the port may do everything")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	pprofAddr := fs.String("pprof", "", "serve Go's profiles (net/http/pprof) on this address, e.g. 127.0.0.1:6060; off by default")
@@ -91,6 +100,8 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		server.WithValidatorMemoryLimit(*validatorMemory),
 		server.WithInstanceLease(*instanceLease),
 		server.WithTLS(*tlsCert, *tlsKey),
+		server.WithTLSClientCA(*tlsClientCA),
+		server.WithAuthFile(*authFile),
 		server.WithLogger(log),
 	)
 	if err != nil {
@@ -108,6 +119,12 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", *listen, err)
 	}
+	defer ln.Close()
+	if err := checkExposure(log, ln.Addr(), *listen, *authFile != "", *tlsCert != "", *insecure); err != nil {
+		return err
+	}
+	stopReload := reloadOnHangup(srv, log)
+	defer stopReload()
 	scheme := "http"
 	if *tlsCert != "" {
 		scheme = "https"
@@ -125,6 +142,60 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	log.Info("pawld stopped")
 	return nil
+}
+
+// checkExposure refuses to serve an open server (no auth file) beyond
+// loopback without --insecure, says at start who may call, and warns when
+// what reaches beyond loopback travels in clear text.
+func checkExposure(log *slog.Logger, addr net.Addr, listen string, authenticated, tls, insecure bool) error {
+	tcp, _ := addr.(*net.TCPAddr)
+	loopback := tcp != nil && tcp.IP.IsLoopback()
+	switch {
+	case !authenticated && !loopback && !insecure:
+		return fmt.Errorf("--listen %s reaches beyond loopback, and without --auth-file anyone who can reach it may read, write, release and promote anything; "+
+			"give --auth-file (docs/AUTH.md), or --insecure to serve it open all the same", listen)
+	case !authenticated && loopback:
+		log.Info("no --auth-file: every caller is principal anonymous and may do everything; listening on loopback only")
+	case !authenticated:
+		log.Warn("no --auth-file, and --insecure: every caller that can reach the port may do everything", "addr", addr.String())
+	default:
+		log.Info("every call needs a credential of the auth file; SIGHUP reads it again")
+	}
+	if !tls && !loopback {
+		log.Warn("serving without TLS beyond loopback: bearer tokens, config values, release contents, validator modules and ACKs travel in clear text; give --tls-cert and --tls-key",
+			"addr", addr.String())
+	}
+	return nil
+}
+
+// reloadOnHangup reads the auth file again on every SIGHUP, until the
+// returned function stops it; a bad file is logged and the one in use
+// stays.
+func reloadOnHangup(srv *server.Server, log *slog.Logger) (stop func()) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		for {
+			select {
+			case <-done:
+				return
+			case <-hup:
+				if !srv.Authenticated() {
+					log.Info("SIGHUP: there is no --auth-file to read again")
+					continue
+				}
+				_ = srv.ReloadAuth() // it logs the outcome
+			}
+		}
+	}()
+	return func() {
+		signal.Stop(hup)
+		close(done)
+		<-finished
+	}
 }
 
 func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {

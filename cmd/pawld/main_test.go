@@ -51,7 +51,14 @@ type pawld struct {
 // "pawld listening" log line.
 func startPawld(t testing.TB, dataDir string) *pawld {
 	t.Helper()
-	cmd := exec.Command(pawldBinary, "--listen", "127.0.0.1:0", "--data", dataDir, "--log-format", "json")
+	return startPawldWith(t, "--listen", "127.0.0.1:0", "--data", dataDir)
+}
+
+// startPawldWith runs the real binary with args and waits for its
+// "pawld listening" log line.
+func startPawldWith(t testing.TB, args ...string) *pawld {
+	t.Helper()
+	cmd := exec.Command(pawldBinary, append(args, "--log-format", "json")...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -10,11 +10,16 @@ package testserver
 
 import (
 	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -161,4 +166,55 @@ func HTTP1Client(t testing.TB) *http.Client {
 	tr := &http.Transport{Protocols: &p}
 	t.Cleanup(tr.CloseIdleConnections)
 	return &http.Client{Transport: tr}
+}
+
+// NewToken returns a new bearer token in Pawl's format ("pawl_" and the
+// base64url of 32 random bytes) and the hash an auth file stores for it.
+func NewToken(t testing.TB) (token, hash string) {
+	t.Helper()
+	var b [32]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		t.Fatal(err)
+	}
+	token = "pawl_" + base64.RawURLEncoding.EncodeToString(b[:])
+	sum := sha256.Sum256([]byte(token))
+	return token, "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// WriteAuthFile writes an auth file (YAML) in a temporary directory and
+// returns its path, for server.WithAuthFile.
+func WriteAuthFile(t testing.TB, yaml string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "auth.yaml")
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// BearerClient is HTTPClient sending token as a bearer token on every
+// request.
+func BearerClient(t testing.TB, token string) *http.Client {
+	return WithBearer(HTTPClient(t), token)
+}
+
+// WithBearer returns a copy of client that sends token as a bearer token
+// on every request.
+func WithBearer(client *http.Client, token string) *http.Client {
+	next := client.Transport
+	if next == nil {
+		next = http.DefaultTransport
+	}
+	return &http.Client{Transport: bearer{token: token, next: next}}
+}
+
+type bearer struct {
+	token string
+	next  http.RoundTripper
+}
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return b.next.RoundTrip(r)
 }

@@ -139,8 +139,17 @@ type InstanceRecord struct {
 	// registered. Heartbeats keep it; registering again gives a new one. ACKs
 	// carry it, and one from an older registration does not count.
 	MembershipEpoch int64 `protobuf:"varint,5,opt,name=membership_epoch,json=membershipEpoch,proto3" json:"membership_epoch,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The principal that made the registration (with an auth file; the
+	// anonymous principal of a server without one).
+	RegisteredBy string `protobuf:"bytes,6,opt,name=registered_by,json=registeredBy,proto3" json:"registered_by,omitempty"`
+	// How that principal was authenticated: token, mtls or open.
+	AuthMethod string `protobuf:"bytes,7,opt,name=auth_method,json=authMethod,proto3" json:"auth_method,omitempty"`
+	// Whether the registration was made with an instance credential: a
+	// principal whose instance grant names the identity. A release that
+	// requires one counts only such registrations.
+	InstanceCredential bool `protobuf:"varint,8,opt,name=instance_credential,json=instanceCredential,proto3" json:"instance_credential,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *InstanceRecord) Reset() {
@@ -206,6 +215,27 @@ func (x *InstanceRecord) GetMembershipEpoch() int64 {
 		return x.MembershipEpoch
 	}
 	return 0
+}
+
+func (x *InstanceRecord) GetRegisteredBy() string {
+	if x != nil {
+		return x.RegisteredBy
+	}
+	return ""
+}
+
+func (x *InstanceRecord) GetAuthMethod() string {
+	if x != nil {
+		return x.AuthMethod
+	}
+	return ""
+}
+
+func (x *InstanceRecord) GetInstanceCredential() bool {
+	if x != nil {
+		return x.InstanceCredential
+	}
+	return false
 }
 
 // RegisterRequest registers an instance.
@@ -771,13 +801,17 @@ const file_pawl_v1_instance_proto_rawDesc = "" +
 	"\x06labels\x18\a \x03(\v2\x1d.pawl.v1.Instance.LabelsEntryR\x06labels\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x85\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xfc\x02\n" +
 	"\x0eInstanceRecord\x12-\n" +
 	"\binstance\x18\x01 \x01(\v2\x11.pawl.v1.InstanceR\binstance\x12D\n" +
 	"\x10lease_expires_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x0eleaseExpiresAt\x12\x12\n" +
 	"\x04live\x18\x03 \x01(\bR\x04live\x12?\n" +
 	"\rregistered_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\fregisteredAt\x12)\n" +
-	"\x10membership_epoch\x18\x05 \x01(\x03R\x0fmembershipEpoch\"@\n" +
+	"\x10membership_epoch\x18\x05 \x01(\x03R\x0fmembershipEpoch\x12#\n" +
+	"\rregistered_by\x18\x06 \x01(\tR\fregisteredBy\x12\x1f\n" +
+	"\vauth_method\x18\a \x01(\tR\n" +
+	"authMethod\x12/\n" +
+	"\x13instance_credential\x18\b \x01(\bR\x12instanceCredential\"@\n" +
 	"\x0fRegisterRequest\x12-\n" +
 	"\binstance\x18\x01 \x01(\v2\x11.pawl.v1.InstanceR\binstance\"\x8d\x01\n" +
 	"\x10RegisterResponse\x12/\n" +

@@ -498,9 +498,15 @@ type ReleaseSpec struct {
 	// The share of the unretired frozen members, in [0, 1], that must have
 	// reported what they run (an applied generation and digest from their
 	// current registration) before Promote. Unset: 1, every member.
-	MinCoverage   *float64 `protobuf:"fixed64,13,opt,name=min_coverage,json=minCoverage,proto3,oneof" json:"min_coverage,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	MinCoverage *float64 `protobuf:"fixed64,13,opt,name=min_coverage,json=minCoverage,proto3,oneof" json:"min_coverage,omitempty"`
+	// Freeze, assign the release to as a member, and count only instances
+	// whose registration was made with an instance credential (a principal
+	// whose instance grant names the identity): registrations made with
+	// another credential, or on a server without an auth file, neither join
+	// the membership nor count.
+	RequireInstanceCredential bool `protobuf:"varint,14,opt,name=require_instance_credential,json=requireInstanceCredential,proto3" json:"require_instance_credential,omitempty"`
+	unknownFields             protoimpl.UnknownFields
+	sizeCache                 protoimpl.SizeCache
 }
 
 func (x *ReleaseSpec) Reset() {
@@ -624,6 +630,13 @@ func (x *ReleaseSpec) GetMinCoverage() float64 {
 	return 0
 }
 
+func (x *ReleaseSpec) GetRequireInstanceCredential() bool {
+	if x != nil {
+		return x.RequireInstanceCredential
+	}
+	return false
+}
+
 // Release is an immutable generation of a config.
 type Release struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -641,7 +654,9 @@ type Release struct {
 	State ReleaseState `protobuf:"varint,6,opt,name=state,proto3,enum=pawl.v1.ReleaseState" json:"state,omitempty"`
 	// When it was created.
 	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
-	// Who created it (the Pawl-Actor header, else the peer address).
+	// Who created it: the authenticated principal, with "(on behalf of X)"
+	// when its Pawl-Actor header said X (without an auth file: the header,
+	// else the peer address).
 	CreatedBy string `protobuf:"bytes,8,opt,name=created_by,json=createdBy,proto3" json:"created_by,omitempty"`
 	// The store revision of the record.
 	Revision int64 `protobuf:"varint,9,opt,name=revision,proto3" json:"revision,omitempty"`
@@ -931,8 +946,12 @@ type GetReleaseRequest struct {
 	// (member_count stays): what an instance that downloads the content
 	// needs, at any fleet size.
 	OmitMembership bool `protobuf:"varint,3,opt,name=omit_membership,json=omitMembership,proto3" json:"omit_membership,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The instance that downloads the release, when the caller has an
+	// instance credential: the server checks that it is assigned the
+	// release. Optional when the credential names exactly one identity.
+	WorkloadIdentity string `protobuf:"bytes,4,opt,name=workload_identity,json=workloadIdentity,proto3" json:"workload_identity,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *GetReleaseRequest) Reset() {
@@ -984,6 +1003,13 @@ func (x *GetReleaseRequest) GetOmitMembership() bool {
 		return x.OmitMembership
 	}
 	return false
+}
+
+func (x *GetReleaseRequest) GetWorkloadIdentity() string {
+	if x != nil {
+		return x.WorkloadIdentity
+	}
+	return ""
 }
 
 // GetReleaseResponse carries the release.
@@ -1633,7 +1659,7 @@ const file_pawl_v1_release_proto_rawDesc = "" +
 	"appVersion\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe4\x05\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa4\x06\n" +
 	"\vReleaseSpec\x12\x1b\n" +
 	"\tconfig_id\x18\x01 \x01(\tR\bconfigId\x12\x18\n" +
 	"\acontent\x18\x02 \x01(\fR\acontent\x12\x1d\n" +
@@ -1650,7 +1676,8 @@ const file_pawl_v1_release_proto_rawDesc = "" +
 	" \x03(\v2\x0e.pawl.v1.StageR\x06stages\x12>\n" +
 	"\rhealth_window\x18\v \x01(\v2\x19.google.protobuf.DurationR\fhealthWindow\x125\n" +
 	"\bdeadline\x18\f \x01(\v2\x19.google.protobuf.DurationR\bdeadline\x12&\n" +
-	"\fmin_coverage\x18\r \x01(\x01H\x00R\vminCoverage\x88\x01\x01\x1a;\n" +
+	"\fmin_coverage\x18\r \x01(\x01H\x00R\vminCoverage\x88\x01\x01\x12>\n" +
+	"\x1brequire_instance_credential\x18\x0e \x01(\bR\x19requireInstanceCredential\x1a;\n" +
 	"\rSelectorEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a?\n" +
@@ -1688,13 +1715,14 @@ const file_pawl_v1_release_proto_rawDesc = "" +
 	"\x14CreateReleaseRequest\x12(\n" +
 	"\x04spec\x18\x01 \x01(\v2\x14.pawl.v1.ReleaseSpecR\x04spec\"C\n" +
 	"\x15CreateReleaseResponse\x12*\n" +
-	"\arelease\x18\x01 \x01(\v2\x10.pawl.v1.ReleaseR\arelease\"y\n" +
+	"\arelease\x18\x01 \x01(\v2\x10.pawl.v1.ReleaseR\arelease\"\xa6\x01\n" +
 	"\x11GetReleaseRequest\x12\x1b\n" +
 	"\tconfig_id\x18\x01 \x01(\tR\bconfigId\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x02 \x01(\x03R\n" +
 	"generation\x12'\n" +
-	"\x0fomit_membership\x18\x03 \x01(\bR\x0eomitMembership\"@\n" +
+	"\x0fomit_membership\x18\x03 \x01(\bR\x0eomitMembership\x12+\n" +
+	"\x11workload_identity\x18\x04 \x01(\tR\x10workloadIdentity\"@\n" +
 	"\x12GetReleaseResponse\x12*\n" +
 	"\arelease\x18\x01 \x01(\v2\x10.pawl.v1.ReleaseR\arelease\"\xc6\x01\n" +
 	"\x13ListReleasesRequest\x12\x1b\n" +

@@ -88,8 +88,9 @@ type ValidatorInfo struct {
 	SizeBytes int64 `protobuf:"varint,4,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
 	// When it was first uploaded.
 	UploadedAt *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=uploaded_at,json=uploadedAt,proto3" json:"uploaded_at,omitempty"`
-	// Who first uploaded it (the Pawl-Actor request header, else the peer
-	// address).
+	// Who first uploaded it: the authenticated principal, with "(on
+	// behalf of X)" when its Pawl-Actor header said X (without an auth file:
+	// the header, else the peer address).
 	Uploader      string `protobuf:"bytes,6,opt,name=uploader,proto3" json:"uploader,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -483,9 +484,14 @@ func (x *ListValidatorsResponse) GetNextPageToken() string {
 type DownloadRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The digest.
-	Digest        string `protobuf:"bytes,1,opt,name=digest,proto3" json:"digest,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Digest string `protobuf:"bytes,1,opt,name=digest,proto3" json:"digest,omitempty"`
+	// The instance that downloads the module, when the caller has an
+	// instance credential: the server checks that one of its assignments
+	// names the validator. Optional when the credential names exactly one
+	// identity.
+	WorkloadIdentity string `protobuf:"bytes,2,opt,name=workload_identity,json=workloadIdentity,proto3" json:"workload_identity,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *DownloadRequest) Reset() {
@@ -521,6 +527,13 @@ func (*DownloadRequest) Descriptor() ([]byte, []int) {
 func (x *DownloadRequest) GetDigest() string {
 	if x != nil {
 		return x.Digest
+	}
+	return ""
+}
+
+func (x *DownloadRequest) GetWorkloadIdentity() string {
+	if x != nil {
+		return x.WorkloadIdentity
 	}
 	return ""
 }
@@ -855,9 +868,10 @@ const file_pawl_v1_validator_proto_rawDesc = "" +
 	"\n" +
 	"validators\x18\x01 \x03(\v2\x16.pawl.v1.ValidatorInfoR\n" +
 	"validators\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\")\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"V\n" +
 	"\x0fDownloadRequest\x12\x16\n" +
-	"\x06digest\x18\x01 \x01(\tR\x06digest\"j\n" +
+	"\x06digest\x18\x01 \x01(\tR\x06digest\x12+\n" +
+	"\x11workload_identity\x18\x02 \x01(\tR\x10workloadIdentity\"j\n" +
 	"\x10DownloadResponse\x126\n" +
 	"\tvalidator\x18\x01 \x01(\v2\x16.pawl.v1.ValidatorInfoH\x00R\tvalidator\x12\x16\n" +
 	"\x05chunk\x18\x02 \x01(\fH\x00R\x05chunkB\x06\n" +

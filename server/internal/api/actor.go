@@ -5,15 +5,28 @@ import (
 	"net/http"
 
 	"connectrpc.com/connect"
+
+	"github.com/pawlcfg/pawl/server/internal/auth"
 )
 
-// ActorHeader names who is calling; it is recorded as the uploader of a
-// validator, the creator of a release, the actor of a receipt, a stop or a
-// retirement. Without it the peer address is recorded.
+// ActorHeader names whom the caller acts for. With an auth file it is a
+// note beside the authenticated principal, recorded as "principal (on
+// behalf of X)"; without one nobody is authenticated, and it is recorded
+// as it is.
 const ActorHeader = "Pawl-Actor"
 
-// actor is who is calling.
-func actor(req connect.AnyRequest) string { return actorOf(req.Header(), req.Peer()) }
+// actor is who is calling, as records name it (the uploader of a
+// validator, the creator of a release, the actor of a receipt, a stop, a
+// retirement or a revocation): the authenticated principal, with its
+// on-behalf-of note. Without an auth file it is the Pawl-Actor header,
+// else the peer address.
+func actor(ctx context.Context, req connect.AnyRequest) string {
+	p, ok := auth.PrincipalFrom(ctx)
+	if ok && p.Method != auth.MethodOpen {
+		return p.Actor()
+	}
+	return actorOf(req.Header(), req.Peer())
+}
 
 func actorOf(h http.Header, peer connect.Peer) string {
 	if a := h.Get(ActorHeader); a != "" {
@@ -37,4 +50,32 @@ func HeaderActor(ctx context.Context) (principal, onBehalfOf string) {
 		return actorOf(conn.RequestHeader(), conn.Peer()), ""
 	}
 	return "", ""
+}
+
+// Caller returns the PrincipalFunc of the audit log. With authentication
+// (authenticated), it is the principal the auth interceptor found, and a
+// call refused before one was found is recorded as unauthenticated, with
+// the peer's address, never with what its Pawl-Actor header claims.
+// Without, it is HeaderActor.
+func Caller(authenticated bool) PrincipalFunc {
+	if !authenticated {
+		return HeaderActor
+	}
+	return func(ctx context.Context) (principal, onBehalfOf string) {
+		if p, ok := auth.PrincipalFrom(ctx); ok {
+			return p.Name, p.OnBehalfOf
+		}
+		return "unauthenticated " + peerOf(ctx), ""
+	}
+}
+
+// peerOf is the address of the call's peer.
+func peerOf(ctx context.Context) string {
+	if info, ok := connect.CallInfoForHandlerContext(ctx); ok {
+		return info.Peer().Addr
+	}
+	if conn, ok := ctx.Value(streamConnKey{}).(connect.StreamingHandlerConn); ok {
+		return conn.Peer().Addr
+	}
+	return "an unknown peer"
 }

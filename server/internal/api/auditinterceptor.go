@@ -138,6 +138,9 @@ func (a *auditor) record(ctx context.Context, call audit.Call, procedure string,
 	if !mutations[procedure] && !refused {
 		return err
 	}
+	// Authentication ran inside this interceptor, after begin: who the
+	// call was is known now.
+	call.Principal, call.OnBehalfOf = a.principal(ctx)
 	rec := auditchain.Record{
 		Time: auditchain.FormatTime(a.now()), Principal: call.Principal, OnBehalfOf: call.OnBehalfOf, Procedure: procedure,
 		RequestID: call.RequestID, TraceID: call.TraceID, Outcome: auditchain.OutcomeOK, Subject: subjectOf(req, resp),

@@ -108,6 +108,8 @@ func Error(log *slog.Logger, spec connect.Spec, err error) error {
 		return connect.NewError(connect.CodeAborted, err)
 	case errors.Is(err, instance.ErrStaleBoot):
 		return connect.NewError(connect.CodeFailedPrecondition, err)
+	case errors.Is(err, instance.ErrTakeover):
+		return connect.NewError(connect.CodePermissionDenied, err)
 	case errors.Is(err, store.ErrClosed), errors.Is(err, watch.ErrClosed), errors.Is(err, host.ErrClosed):
 		return newError(connect.CodeUnavailable, "the server is shutting down; retry shortly or against another replica")
 	case errors.Is(err, store.ErrUnavailable):

@@ -16,6 +16,7 @@ import (
 
 	pawlv1 "github.com/pawlcfg/pawl/gen/pawl/v1"
 	"github.com/pawlcfg/pawl/gen/pawl/v1/pawlv1connect"
+	"github.com/pawlcfg/pawl/server/internal/auth"
 	"github.com/pawlcfg/pawl/server/internal/instance"
 	"github.com/pawlcfg/pawl/server/internal/records"
 	"github.com/pawlcfg/pawl/server/internal/rollout"
@@ -229,13 +230,24 @@ func assignmentsKey(as []rollout.Assignment) uint64 {
 	return h.Sum64() | 1 // never 0
 }
 
-// Register implements pawl.v1.InstanceService.Register.
+// Register implements pawl.v1.InstanceService.Register. The registration
+// records its principal; with an auth file, an identity whose live
+// registration another principal made is refused (PermissionDenied) and
+// the attempt logged.
 func (h *Instances) Register(ctx context.Context, req *connect.Request[pawlv1.RegisterRequest]) (*connect.Response[pawlv1.RegisterResponse], error) {
 	in := req.Msg.GetInstance()
-	rec, err := h.registry.Register(ctx, instance.Instance{
+	p, ok := auth.PrincipalFrom(ctx)
+	if !ok {
+		p = auth.Open()
+	}
+	by := instance.Registrant{Principal: p.Name, AuthMethod: p.Method, InstanceCredential: p.InstanceCredential(in.GetWorkloadIdentity())}
+	rec, err := h.registry.RegisterAs(ctx, instance.Instance{
 		WorkloadIdentity: in.GetWorkloadIdentity(), BootID: in.GetBootId(), Zone: in.GetZone(), Role: in.GetRole(),
 		TrafficWeight: in.GetTrafficWeight(), AppVersion: in.GetAppVersion(), Labels: in.GetLabels(),
-	})
+	}, by, p.Method != auth.MethodOpen)
+	if errors.Is(err, instance.ErrTakeover) {
+		h.log.Warn("refused an identity takeover", "principal", p.Name, "method", p.Method, "identity", in.GetWorkloadIdentity(), "peer", req.Peer().Addr)
+	}
 	if err != nil {
 		return nil, Error(h.log, req.Spec(), err)
 	}
@@ -277,5 +289,6 @@ func (h *Instances) toProto(rec instance.Record) *pawlv1.InstanceRecord {
 		Live:            rec.Live(h.registry.Now()),
 		RegisteredAt:    timestamppb.New(rec.RegisteredAt),
 		MembershipEpoch: rec.MembershipEpoch,
+		RegisteredBy:    rec.Principal, AuthMethod: rec.AuthMethod, InstanceCredential: rec.InstanceCredential,
 	}
 }

@@ -38,7 +38,7 @@ func (h *Releases) CreateRelease(ctx context.Context, req *connect.Request[pawlv
 	if err != nil {
 		return nil, err
 	}
-	by := actor(req)
+	by := actor(ctx, req)
 	rel, err := h.releases.Create(ctx, spec, by)
 	if err != nil {
 		return nil, Error(h.log, req.Spec(), err)
@@ -121,7 +121,7 @@ func (h *Releases) ListReleases(ctx context.Context, req *connect.Request[pawlv1
 // RetireMember implements pawl.v1.ReleaseService.RetireMember.
 func (h *Releases) RetireMember(ctx context.Context, req *connect.Request[pawlv1.RetireMemberRequest]) (*connect.Response[pawlv1.RetireMemberResponse], error) {
 	m := req.Msg
-	rt, err := h.rollouts.Retire(ctx, m.GetConfigId(), m.GetGeneration(), m.GetWorkloadIdentity(), m.GetReason(), actor(req))
+	rt, err := h.rollouts.Retire(ctx, m.GetConfigId(), m.GetGeneration(), m.GetWorkloadIdentity(), m.GetReason(), actor(ctx, req))
 	if err != nil {
 		return nil, Error(h.log, req.Spec(), err)
 	}
@@ -132,7 +132,7 @@ func (h *Releases) RetireMember(ctx context.Context, req *connect.Request[pawlv1
 // RevokeRelease implements pawl.v1.ReleaseService.RevokeRelease.
 func (h *Releases) RevokeRelease(ctx context.Context, req *connect.Request[pawlv1.RevokeReleaseRequest]) (*connect.Response[pawlv1.RevokeReleaseResponse], error) {
 	m := req.Msg
-	rv, err := h.rollouts.Revoke(ctx, m.GetConfigId(), m.GetGeneration(), m.GetReason(), actor(req))
+	rv, err := h.rollouts.Revoke(ctx, m.GetConfigId(), m.GetGeneration(), m.GetReason(), actor(ctx, req))
 	if err != nil {
 		return nil, Error(h.log, req.Spec(), err)
 	}
@@ -162,7 +162,7 @@ func fromProtoSpec(s *pawlv1.ReleaseSpec) (release.Spec, error) {
 		ConfigID: s.GetConfigId(), Content: s.GetContent(), MediaType: s.GetMediaType(),
 		ValidatorDigest: s.GetValidatorDigest(), ValidatorParams: s.GetValidatorParams(),
 		Selector: s.GetSelector(), Dependencies: s.GetDependencies(), SecretRefs: s.GetSecretRefs(),
-		MinAppVersion: s.GetMinAppVersion(), MinCoverage: s.MinCoverage,
+		MinAppVersion: s.GetMinAppVersion(), MinCoverage: s.MinCoverage, RequireInstanceCredential: s.GetRequireInstanceCredential(),
 		HealthWindow: s.GetHealthWindow().AsDuration(), Deadline: s.GetDeadline().AsDuration(),
 	}
 	for i, st := range s.GetStages() {
@@ -193,6 +193,7 @@ func toProtoRelease(r release.Release, state release.State) *pawlv1.Release {
 		ValidatorDigest: r.ValidatorDigest, ValidatorParams: r.ValidatorParams,
 		Selector: r.Selector, Dependencies: r.Dependencies, SecretRefs: r.SecretRefs, MinAppVersion: r.MinAppVersion,
 		HealthWindow: durationpb.New(r.HealthWindow), Deadline: durationpb.New(r.Deadline), MinCoverage: r.MinCoverage,
+		RequireInstanceCredential: r.RequireInstanceCredential,
 	}
 	for _, st := range r.Stages {
 		var kind pawlv1.AckPolicyKind

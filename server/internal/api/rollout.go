@@ -14,6 +14,7 @@ import (
 	pawlv1 "github.com/pawlcfg/pawl/gen/pawl/v1"
 	"github.com/pawlcfg/pawl/gen/pawl/v1/pawlv1connect"
 	"github.com/pawlcfg/pawl/server/internal/audit"
+	"github.com/pawlcfg/pawl/server/internal/auth"
 	"github.com/pawlcfg/pawl/server/internal/pagetoken"
 	"github.com/pawlcfg/pawl/server/internal/quorum"
 	"github.com/pawlcfg/pawl/server/internal/release"
@@ -123,7 +124,7 @@ func (h *Rollouts) GetRolloutStatus(ctx context.Context, req *connect.Request[pa
 // StopRollout implements pawl.v1.RolloutService.StopRollout.
 func (h *Rollouts) StopRollout(ctx context.Context, req *connect.Request[pawlv1.StopRolloutRequest]) (*connect.Response[pawlv1.StopRolloutResponse], error) {
 	m := req.Msg
-	stop, err := h.rollouts.StopRollout(ctx, m.GetConfigId(), m.GetGeneration(), m.GetReason(), actor(req))
+	stop, err := h.rollouts.StopRollout(ctx, m.GetConfigId(), m.GetGeneration(), m.GetReason(), actor(ctx, req))
 	if err != nil {
 		return nil, Error(h.log, req.Spec(), err)
 	}
@@ -137,8 +138,8 @@ func (h *Rollouts) Promote(ctx context.Context, req *connect.Request[pawlv1.Prom
 	call, _ := audit.CallFrom(ctx)
 	rc, err := h.rollouts.Promote(ctx, rollout.Move{
 		ConfigID: m.GetConfigId(), To: m.GetGeneration(), ExpectedGeneration: m.GetExpectedGeneration(),
-		ExpectedEpoch: m.GetExpectedEpoch(), IdempotencyKey: m.GetIdempotencyKey(), Actor: actor(req),
-		RequestID: call.RequestID, Principal: call.Principal,
+		ExpectedEpoch: m.GetExpectedEpoch(), IdempotencyKey: m.GetIdempotencyKey(), Actor: actor(ctx, req),
+		RequestID: call.RequestID, Principal: principalOf(ctx, call),
 	})
 	if err != nil {
 		return nil, Error(h.log, req.Spec(), err)
@@ -153,8 +154,8 @@ func (h *Rollouts) Rollback(ctx context.Context, req *connect.Request[pawlv1.Rol
 	call, _ := audit.CallFrom(ctx)
 	rc, err := h.rollouts.Rollback(ctx, rollout.Move{
 		ConfigID: m.GetConfigId(), ExpectedGeneration: m.GetExpectedGeneration(), ExpectedEpoch: m.GetExpectedEpoch(),
-		IdempotencyKey: m.GetIdempotencyKey(), Actor: actor(req),
-		RequestID: call.RequestID, Principal: call.Principal,
+		IdempotencyKey: m.GetIdempotencyKey(), Actor: actor(ctx, req),
+		RequestID: call.RequestID, Principal: principalOf(ctx, call),
 	})
 	if err != nil {
 		return nil, Error(h.log, req.Spec(), err)
@@ -317,4 +318,13 @@ func toProtoCoverage(c rollout.Coverage) *pawlv1.Coverage {
 	return &pawlv1.Coverage{Generation: c.Generation, Members: int32(c.Members), Reported: int32(c.Reported),
 		OnRelease: int32(c.OnRelease), Mismatched: int32(c.Mismatched), Summary: c.String(),
 		Required: int32(c.Required), Missing: missing, MissingCount: int32(len(c.Missing))}
+}
+
+// principalOf is the principal a receipt names: the authenticated one, or
+// without authentication the one the audit record names.
+func principalOf(ctx context.Context, call audit.Call) string {
+	if p, ok := auth.PrincipalFrom(ctx); ok && p.Method != auth.MethodOpen {
+		return p.Name
+	}
+	return call.Principal
 }

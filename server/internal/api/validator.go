@@ -37,7 +37,7 @@ func NewValidators(v *validator.Validators, maxValueBytes int, log *slog.Logger)
 
 // Upload implements pawl.v1.ValidatorService.Upload.
 func (h *Validators) Upload(ctx context.Context, req *connect.Request[pawlv1.UploadRequest]) (*connect.Response[pawlv1.UploadResponse], error) {
-	uploader := actor(req)
+	uploader := actor(ctx, req)
 	info, created, err := h.validators.Upload(ctx, req.Msg.GetWasm(), req.Msg.GetName(), uploader)
 	if err != nil {
 		return nil, Error(h.log, req.Spec(), err)

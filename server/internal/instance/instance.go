@@ -59,6 +59,9 @@ var (
 	// ErrStaleBoot means a heartbeat came from an older boot than the one
 	// registered: that process restarted, and its old self does not count.
 	ErrStaleBoot = errors.New("instance: heartbeat from a previous boot")
+	// ErrTakeover means a principal tried to register an identity whose
+	// live registration another principal made.
+	ErrTakeover = errors.New("instance: identity held by another principal")
 )
 
 // Instance is a registered SDK client.
@@ -72,9 +75,19 @@ type Instance struct {
 	Labels           map[string]string `json:"labels,omitempty"`
 }
 
+// Registrant is who made a registration: the authenticated principal, how
+// it was authenticated, and whether it holds an instance credential for
+// the identity.
+type Registrant struct {
+	Principal          string `json:"principal,omitempty"`
+	AuthMethod         string `json:"auth_method,omitempty"`
+	InstanceCredential bool   `json:"instance_credential,omitempty"`
+}
+
 // Record is an instance with its lease.
 type Record struct {
 	Instance
+	Registrant
 	RegisteredAt time.Time `json:"registered_at"`
 	// LeaseExpiresAt comes from the lease (zero: no lease).
 	LeaseExpiresAt time.Time `json:"-"`
@@ -355,6 +368,19 @@ func RegistrationKey(identity string) string { return records.Instance(identity)
 // Register records in (replacing an earlier boot's registration), starts
 // its lease, and gives it a new membership epoch.
 func (r *Registry) Register(ctx context.Context, in Instance) (Record, error) {
+	return r.RegisterAs(ctx, in, Registrant{}, false)
+}
+
+// maxRegisterAttempts bounds the retries of an exclusive registration that
+// raced with another registration of the identity.
+const maxRegisterAttempts = 8
+
+// RegisterAs is Register, recording who registers. With exclusive, a
+// principal other than the one that made the identity's live registration
+// is refused with ErrTakeover (the registration it would replace is
+// compared in the same write, so a race cannot slip one in); once that
+// registration's lease has expired, anyone may register the identity.
+func (r *Registry) RegisterAs(ctx context.Context, in Instance, by Registrant, exclusive bool) (Record, error) {
 	switch {
 	case !identityPattern.MatchString(in.WorkloadIdentity):
 		return Record{}, fmt.Errorf("%w: workload identity %q must be 1-255 of A-Z a-z 0-9 . _ : @ / -", ErrInvalid, in.WorkloadIdentity)
@@ -364,19 +390,61 @@ func (r *Registry) Register(ctx context.Context, in Instance) (Record, error) {
 	if err := checkTrafficWeight(in.TrafficWeight); err != nil {
 		return Record{}, err
 	}
-	rec := Record{Instance: in, RegisteredAt: r.now().UTC()}
+	rec := Record{Instance: in, Registrant: by, RegisteredAt: r.now().UTC()}
 	b, err := records.Encode(rec)
 	if err != nil {
 		return Record{}, err
 	}
-	res, err := r.store.Put(ctx, store.Put{Key: records.Instance(in.WorkloadIdentity), Value: b})
-	if err != nil {
-		return Record{}, fmt.Errorf("instance: store: %w", err)
+	put := store.Put{Key: records.Instance(in.WorkloadIdentity), Value: b}
+	var res store.Result
+	for attempt := 0; ; attempt++ {
+		if exclusive {
+			expect, err := r.checkTakeover(ctx, in.WorkloadIdentity, by.Principal)
+			if err != nil {
+				return Record{}, err
+			}
+			put.ExpectModRevision = &expect
+		}
+		res, err = r.store.Put(ctx, put)
+		if exclusive && errors.Is(err, store.ErrRevisionMismatch) && attempt < maxRegisterAttempts {
+			continue // another registration landed since the check: check again
+		}
+		if err != nil {
+			return Record{}, fmt.Errorf("instance: store: %w", err)
+		}
+		break
 	}
 	rec.MembershipEpoch = res.Revision
 	r.remember(rec)
 	rec.LeaseExpiresAt = r.renew(in.WorkloadIdentity, in.BootID, rec.MembershipEpoch)
 	return rec, nil
+}
+
+// checkTakeover refuses a registration of identity by principal when the
+// identity's live registration was made by another principal, and returns
+// the revision of the registration it checked (0: none), for the write to
+// compare.
+func (r *Registry) checkTakeover(ctx context.Context, identity, principal string) (int64, error) {
+	cur, err := r.Get(ctx, identity)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return 0, nil
+	case err != nil:
+		return 0, err
+	case cur.Principal != principal && cur.Live(r.now()):
+		return 0, fmt.Errorf("%w: %s is registered by another principal, whose lease runs until %s; "+
+			"an identity's live registration can be replaced only by the principal that made it",
+			ErrTakeover, identity, cur.LeaseExpiresAt.UTC().Format(time.RFC3339))
+	}
+	return cur.MembershipEpoch, nil
+}
+
+// Registration is the identity's current registration (without its
+// lease): the one the registry holds, read again from the store when it
+// holds none or one of another boot than boot. It fails with ErrNotFound
+// when the identity never registered.
+func (r *Registry) Registration(ctx context.Context, identity, boot string) (Record, error) {
+	return r.registrationOf(ctx, identity, boot)
 }
 
 // MaxTrafficWeight bounds an instance's traffic weight. A weight is a
@@ -578,7 +646,8 @@ func (r *Registry) Members(ctx context.Context, selector map[string]string) ([]q
 	now := r.now()
 	var out []quorum.Member
 	for _, rec := range recs {
-		m := quorum.Member{ID: rec.WorkloadIdentity, Zone: rec.Zone, Role: rec.Role, Weight: rec.TrafficWeight, Labels: rec.Labels, AppVersion: rec.AppVersion}
+		m := quorum.Member{ID: rec.WorkloadIdentity, Zone: rec.Zone, Role: rec.Role, Weight: rec.TrafficWeight, Labels: rec.Labels, AppVersion: rec.AppVersion,
+			InstanceCredential: rec.InstanceCredential}
 		if !rec.Live(now) || !Matches(m, selector) {
 			continue
 		}

@@ -127,6 +127,10 @@ type Member struct {
 	Labels map[string]string `json:"labels,omitempty"`
 	// AppVersion is the application version it registered with.
 	AppVersion string `json:"app_version,omitempty"`
+	// InstanceCredential says the registration was made with an instance
+	// credential; a release that requires one freezes only such members.
+	// Not stored: the membership is what passed.
+	InstanceCredential bool `json:"-"`
 }
 
 // State is the latest state an instance reported for the release.

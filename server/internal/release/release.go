@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -91,6 +92,9 @@ type Spec struct {
 	// MinCoverage is the share of the unretired frozen members, in [0, 1],
 	// that must have reported what they run before Promote; nil is 1.
 	MinCoverage *float64 `json:"min_coverage,omitempty"`
+	// RequireInstanceCredential freezes, and counts, only instances whose
+	// registration was made with an instance credential.
+	RequireInstanceCredential bool `json:"require_instance_credential,omitempty"`
 }
 
 // RequiredCoverage is the share of members that must have reported what
@@ -260,6 +264,9 @@ func (r *Releases) Create(ctx context.Context, spec Spec, actor string) (Release
 	members, epoch, err := r.members(ctx, spec.Selector)
 	if err != nil {
 		return Release{}, fmt.Errorf("release: freeze membership: %w", err)
+	}
+	if spec.RequireInstanceCredential {
+		members = slices.DeleteFunc(members, func(m quorum.Member) bool { return !m.InstanceCredential })
 	}
 	members, ineligible := eligible(members, spec.MinAppVersion)
 	rel := Release{

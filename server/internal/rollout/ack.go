@@ -237,6 +237,8 @@ func judge(s snapshot, p plan, ack Ack, reg registration, registered bool, prev 
 		return false, fmt.Sprintf("stale boot %s: the instance registered again as boot %s", ack.BootID, reg.boot), ""
 	case reg.epoch != ack.MembershipEpoch:
 		return false, fmt.Sprintf("stale membership epoch %d: the instance's registration is at epoch %d; report with that epoch", ack.MembershipEpoch, reg.epoch), ""
+	case rel.RequireInstanceCredential && !reg.credentialed:
+		return false, "the instance's registration was not made with an instance credential, and the release counts only those", ""
 	case !mayRun(rel, reg.appVersion):
 		return false, fmt.Sprintf("app version below minimum: the instance registered with app version %q, below the release's minimum %s; "+
 			"it is not assigned the release", reg.appVersion, rel.MinAppVersion), ""

@@ -16,11 +16,13 @@ type registration struct {
 	boot       string
 	epoch      int64
 	appVersion string
+	// credentialed: it was made with an instance credential.
+	credentialed bool
 }
 
 // registrationOf is what counts of a registration record.
 func registrationOf(rec instance.Record) registration {
-	return registration{boot: rec.BootID, epoch: rec.MembershipEpoch, appVersion: rec.AppVersion}
+	return registration{boot: rec.BootID, epoch: rec.MembershipEpoch, appVersion: rec.AppVersion, credentialed: rec.InstanceCredential}
 }
 
 // tracked is a release's rollout kept up to date one record at a time:
