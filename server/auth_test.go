@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"maps"
@@ -68,6 +69,7 @@ func docRoles(t *testing.T) map[string][]string {
 	row := regexp.MustCompile("(?m)^\\| `([A-Za-z]+/[A-Za-z]+)` \\| (.*) \\|$")
 	role := regexp.MustCompile("`([a-z-]+)`")
 	for _, m := range row.FindAllStringSubmatch(string(b), -1) {
+		out[m[1]] = []string{} // admin only, unless roles follow
 		for _, r := range role.FindAllStringSubmatch(m[2], -1) {
 			out[m[1]] = append(out[m[1]], r[1])
 		}
@@ -131,8 +133,9 @@ func newAuthFixture(t *testing.T, opts ...server.Option) *authFixture {
 	return f
 }
 
-// clients are a caller's clients of the five services.
+// clients are a caller's clients of the six services.
 type clients struct {
+	au  pawlv1connect.AuditServiceClient
 	kv  pawlv1connect.KVServiceClient
 	vs  pawlv1connect.ValidatorServiceClient
 	rs  pawlv1connect.ReleaseServiceClient
@@ -151,6 +154,7 @@ func (f *authFixture) as(principal string) clients {
 		kv: pawlv1connect.NewKVServiceClient(client, f.srv.URL), vs: pawlv1connect.NewValidatorServiceClient(client, f.srv.URL),
 		rs: pawlv1connect.NewReleaseServiceClient(client, f.srv.URL), is: pawlv1connect.NewInstanceServiceClient(client, f.srv.URL),
 		ro: pawlv1connect.NewRolloutServiceClient(client, f.srv.URL, connect.WithGRPC()), ctx: f.ctx,
+		au: pawlv1connect.NewAuditServiceClient(client, f.srv.URL),
 	}
 }
 
@@ -206,7 +210,7 @@ func firstOf[T any](s *connect.ServerStreamForClient[T], err error) error {
 	return nil
 }
 
-// TestEveryRPCAgainstEveryRole calls every procedure of the five services
+// TestEveryRPCAgainstEveryRole calls every procedure of the six services
 // as every role (and with no token), on requests inside each role's scope,
 // and checks that it is allowed (any outcome but UNAUTHENTICATED and
 // PERMISSION_DENIED) exactly when docs/AUTH.md says so.
@@ -326,6 +330,10 @@ func TestEveryRPCAgainstEveryRole(t *testing.T) {
 		},
 		"RolloutService/ListApplied": func(c clients, _ string) error {
 			_, err := c.ro.ListApplied(c.ctx, connect.NewRequest(&pawlv1.ListAppliedRequest{ConfigId: "app"}))
+			return err
+		},
+		"AuditService/ListAudit": func(c clients, _ string) error {
+			_, err := c.au.ListAudit(c.ctx, connect.NewRequest(&pawlv1.ListAuditRequest{}))
 			return err
 		},
 	}
@@ -671,5 +679,53 @@ func TestActorIsThePrincipal(t *testing.T) {
 	info, err := f.as("admin").vs.GetValidator(f.ctx, connect.NewRequest(&pawlv1.GetValidatorRequest{Digest: digest}))
 	if err != nil || info.Msg.GetValidator().GetUploader() != "admin" {
 		t.Errorf("uploader: %v, %v", info, err)
+	}
+}
+
+// TestAuthenticatedCallsAndRefusalsAreAuditedAsTheirPrincipal: with an
+// auth file, the audit log names the authenticated principal of a write
+// (with its on-behalf-of note apart), the principal a refusal was refused
+// to, and a call without a credential as unauthenticated with its address,
+// never as what its Pawl-Actor header claims; receipts name the principal
+// too.
+func TestAuthenticatedCallsAndRefusalsAreAuditedAsTheirPrincipal(t *testing.T) {
+	f := newAuthFixture(t)
+	put := func(c clients, key, actor string) (string, error) {
+		req := connect.NewRequest(&pawlv1.PutRequest{Key: key, Value: []byte("v")})
+		req.Header().Set("Pawl-Actor", actor)
+		resp, err := c.kv.Put(c.ctx, req)
+		if err != nil {
+			var ce *connect.Error
+			if errors.As(err, &ce) {
+				return ce.Meta().Get("Pawl-Request-Id"), err
+			}
+			return "", err
+		}
+		return resp.Header().Get("Pawl-Request-Id"), nil
+	}
+	written, err := put(f.as("writer"), "/app/k", "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	denied, err := put(f.as("reader"), "/app/k", "alice")
+	wantCode(t, "reader puts", err, connect.CodePermissionDenied)
+	anonymous, err := put(f.as(""), "/app/k", "admin")
+	wantCode(t, "no token", err, connect.CodeUnauthenticated)
+	records := auditRecords(t, f.ctx, f.as("admin").au, 100)
+	for _, c := range []struct {
+		id, principal, onBehalfOf, outcome string
+	}{
+		{written, "writer", "alice", "ok"},
+		{denied, "reader", "alice", "permission_denied"},
+		{anonymous, "unauthenticated 127.0.0.1:", "", "unauthenticated"},
+	} {
+		r, ok := records[c.id]
+		if !ok {
+			t.Errorf("no audit record of request %q", c.id)
+			continue
+		}
+		if !strings.HasPrefix(r.Principal, c.principal) || r.OnBehalfOf != c.onBehalfOf || r.Outcome != c.outcome {
+			t.Errorf("record of %s = principal %q on behalf of %q, outcome %q; want %q, %q, %q", c.id, r.Principal, r.OnBehalfOf, r.Outcome, c.principal, c.onBehalfOf, c.outcome)
+		}
 	}
 }

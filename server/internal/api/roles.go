@@ -92,6 +92,9 @@ var RoleTable = map[string][]Permit{
 	pawlv1connect.RolloutServiceStopRolloutProcedure:      {{auth.Promoter, Config}},
 	pawlv1connect.RolloutServiceGetPointerProcedure:       {{auth.Releaser, Config}, {auth.Promoter, Config}},
 	pawlv1connect.RolloutServiceListAppliedProcedure:      {{auth.Releaser, Config}, {auth.Promoter, Config}},
+
+	// The audit log: an admin's alone.
+	pawlv1connect.AuditServiceListAuditProcedure: nil,
 }
 
 // RoleTableMarkdown renders RoleTable as the Markdown table of
@@ -108,6 +111,9 @@ func RoleTableMarkdown() string {
 				s += " (" + doc + ")"
 			}
 			permits = append(permits, s)
+		}
+		if len(permits) == 0 {
+			permits = []string{"nobody: admin only"}
 		}
 		fmt.Fprintf(&b, "| `%s` | %s |\n", strings.TrimPrefix(proc, "/pawl.v1."), strings.Join(permits, ", or "))
 	}
