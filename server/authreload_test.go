@@ -15,6 +15,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -77,6 +78,16 @@ func TestAuthReloadKeepsLiveStreams(t *testing.T) {
 	}
 	if _, err := f.as("reader2").kv.Get(f.ctx, connect.NewRequest(&pawlv1.GetRequest{Key: "/app/after"})); err != nil {
 		t.Errorf("after a failed reload: %v", err)
+	}
+	// Both reloads, the token change and the refused one, are audited.
+	var outcomes []string
+	for _, r := range auditRecords(t, f.ctx, f.as("admin").au, 100) {
+		if r.Procedure == server.ReloadAuthProcedure && r.Principal == "pawld" {
+			outcomes = append(outcomes, r.Outcome)
+		}
+	}
+	if slices.Sort(outcomes); !slices.Equal(outcomes, []string{"invalid_argument", "ok"}) {
+		t.Errorf("audited reloads: %v; want one that failed and one that did not", outcomes)
 	}
 }
 

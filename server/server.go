@@ -24,6 +24,7 @@ import (
 	"golang.org/x/net/http2"
 
 	"github.com/pawlcfg/pawl/gen/pawl/v1/pawlv1connect"
+	"github.com/pawlcfg/pawl/sdk/auditchain"
 	"github.com/pawlcfg/pawl/server/internal/api"
 	"github.com/pawlcfg/pawl/server/internal/audit"
 	"github.com/pawlcfg/pawl/server/internal/auth"
@@ -248,11 +249,29 @@ func (s *Server) ReloadAuth() error {
 	}
 	if err := s.authn.Reload(); err != nil {
 		s.cfg.log.Error("auth file not reloaded; the previous one stays in use", "file", s.authn.Path(), "error", err)
+		s.auditTokenChange(connect.CodeInvalidArgument.String(), fmt.Sprintf("auth file %s not reloaded; the previous one stays in use: %v", s.authn.Path(), err))
 		return fmt.Errorf("server: reload auth: %w", err)
 	}
 	tokens, certs := s.authn.Counts()
 	s.cfg.log.Info("auth file reloaded", "file", s.authn.Path(), "tokens", tokens, "certificates", certs)
+	s.auditTokenChange(auditchain.OutcomeOK, fmt.Sprintf("auth file %s reloaded: %d tokens, %d certificate principals", s.authn.Path(), tokens, certs))
 	return nil
+}
+
+// ReloadAuthProcedure is what the audit log names a reload of the auth
+// file (pawld on SIGHUP): the change of tokens.
+const ReloadAuthProcedure = "pawld/ReloadAuth"
+
+// auditTokenChange records a reload of the auth file in the audit log; the
+// principal is pawld itself, acting on its operator's signal.
+func (s *Server) auditTokenChange(outcome, message string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	rec := auditchain.Record{Time: auditchain.FormatTime(s.cfg.now()), Principal: "pawld", Procedure: ReloadAuthProcedure,
+		RequestID: audit.NewRequestID(), Outcome: outcome, Message: message}
+	if _, err := s.audit.Append(ctx, rec); err != nil {
+		s.cfg.log.Error("the reload of the auth file went unaudited", "error", err)
+	}
 }
 
 // Authenticated reports whether the server authenticates its callers (it
