@@ -43,6 +43,9 @@ type harness struct {
 	vs     pawlv1connect.ValidatorServiceClient
 	kv     pawlv1connect.KVServiceClient
 	digest string // the routing validator's
+	// adminToken and instanceToken, with PAWL_TEST_AUTH=1, are the
+	// operator's and the SDK clients' credentials.
+	adminToken, instanceToken string
 }
 
 func newHarness(t testing.TB, opts ...server.Option) *harness {
@@ -50,6 +53,17 @@ func newHarness(t testing.TB, opts ...server.Option) *harness {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
 	h := &harness{t: t, ctx: ctx}
+	if os.Getenv("PAWL_TEST_AUTH") == "1" {
+		// The SDK's tests again with authentication on: the operator
+		// clients hold an admin token, every SDK client an instance token.
+		admin, adminHash := testserver.NewToken(t)
+		instance, instanceHash := testserver.NewToken(t)
+		path := testserver.WriteAuthFile(t, "tokens:\n"+
+			"  - principal: operator\n    hash: "+adminHash+"\n    grants: [{role: admin}]\n"+
+			"  - principal: fleet\n    hash: "+instanceHash+"\n    grants: [{role: instance, identities: [\"*\"]}, {role: reader, prefixes: [\"/\"]}]\n")
+		opts = append([]server.Option{server.WithAuthFile(path)}, opts...)
+		h.adminToken, h.instanceToken = admin, instance
+	}
 	h.connect(testserver.Start(t, opts...))
 	h.upload()
 	return h
@@ -64,6 +78,9 @@ func (h *harness) connect(srv *testserver.Server) {
 // connectTo points the operator clients at the server at url.
 func (h *harness) connectTo(url string) {
 	client := testserver.HTTPClient(h.t)
+	if h.adminToken != "" {
+		client = testserver.WithBearer(client, h.adminToken)
+	}
 	h.is = pawlv1connect.NewInstanceServiceClient(client, url)
 	h.rs = pawlv1connect.NewReleaseServiceClient(client, url)
 	h.ro = pawlv1connect.NewRolloutServiceClient(client, url)
@@ -95,6 +112,9 @@ func (h *harness) clientAt(url, id string, opts ...sdk.Option) *sdk.Client {
 		sdk.WithWorkloadIdentity(id), sdk.WithZone("zone-a"), sdk.WithAppVersion("2.0.0"),
 		sdk.WithCompiledCacheDir(wasmbuild.CacheDir(h.t)), sdk.WithBackoff(10*time.Millisecond, 200*time.Millisecond),
 		sdk.WithLogger(quiet()),
+	}
+	if h.instanceToken != "" {
+		base = append(base, sdk.WithAuthToken(h.instanceToken))
 	}
 	c, err := sdk.New(h.ctx, url, append(base, opts...)...)
 	if err != nil {
