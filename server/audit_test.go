@@ -134,6 +134,10 @@ func TestEveryMutationAndRefusalIsAudited(t *testing.T) {
 	}
 	rb, err := c.ro.Rollback(ctx, connect.NewRequest(&pawlv1.RollbackRequest{ConfigId: "routing", ExpectedGeneration: 2, IdempotencyKey: "rb"}))
 	must(rb, err)
+	// A lookup of a key no move used fences it: NOT_FOUND, and recorded.
+	if _, err := c.ro.GetPromotion(ctx, connect.NewRequest(&pawlv1.GetPromotionRequest{ConfigId: "routing", IdempotencyKey: "lost-answer"})); connect.CodeOf(err) != connect.CodeNotFound {
+		t.Fatalf("GetPromotion of an unused key: %v", err)
+	}
 	c.create(40)
 	must(c.ro.StopRollout(ctx, connect.NewRequest(&pawlv1.StopRolloutRequest{ConfigId: "routing", Generation: 3, Reason: "p99 up"})))
 	c.create(30)
@@ -147,8 +151,8 @@ func TestEveryMutationAndRefusalIsAudited(t *testing.T) {
 		pawlv1connect.ReleaseServiceCreateReleaseProcedure: 4, pawlv1connect.RolloutServiceAckProcedure: 4,
 		pawlv1connect.RolloutServicePromoteProcedure: 2, pawlv1connect.RolloutServiceRollbackProcedure: 1,
 		pawlv1connect.RolloutServiceStopRolloutProcedure: 1, pawlv1connect.ReleaseServiceRetireMemberProcedure: 1,
-		pawlv1connect.ReleaseServiceRevokeReleaseProcedure: 1,
-		pawlv1connect.KVServiceGetProcedure:                0, pawlv1connect.InstanceServiceHeartbeatProcedure: 0, pawlv1connect.InstanceServiceListInstancesProcedure: 0,
+		pawlv1connect.ReleaseServiceRevokeReleaseProcedure: 1, pawlv1connect.RolloutServiceGetPromotionProcedure: 1,
+		pawlv1connect.KVServiceGetProcedure: 0, pawlv1connect.InstanceServiceHeartbeatProcedure: 0, pawlv1connect.InstanceServiceListInstancesProcedure: 0,
 	}
 	for proc, n := range want {
 		ids := cl.ids[proc]
@@ -235,11 +239,11 @@ func TestEveryMutationAndRefusalIsAudited(t *testing.T) {
 			{&pawlv1.ListAuditRequest{Outcome: "refused"}, 1},
 			{&pawlv1.ListAuditRequest{Outcome: "permission_denied"}, 1},
 			{&pawlv1.ListAuditRequest{Outcome: "failed"}, 1},
-			{&pawlv1.ListAuditRequest{Principal: "alice"}, 22}, // and the Promote repeated
+			{&pawlv1.ListAuditRequest{Principal: "alice"}, 23}, // and the Promote repeated
 			{&pawlv1.ListAuditRequest{Principal: "bob"}, 0},
 			{&pawlv1.ListAuditRequest{ConfigId: "routing", Outcome: "ok"}, 15},
 			{&pawlv1.ListAuditRequest{Since: timestamppb.New(hour)}, 0},
-			{&pawlv1.ListAuditRequest{Until: timestamppb.New(hour), PageSize: 2}, 22},
+			{&pawlv1.ListAuditRequest{Until: timestamppb.New(hour), PageSize: 2}, 23},
 		} {
 			if got := count(tc.req); got != tc.want {
 				t.Errorf("ListAudit(%v): %d records, want %d", tc.req, got, tc.want)

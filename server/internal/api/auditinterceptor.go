@@ -40,8 +40,11 @@ var mutations = map[string]bool{
 	pawlv1connect.RolloutServicePromoteProcedure:       true,
 	pawlv1connect.RolloutServiceRollbackProcedure:      true,
 	pawlv1connect.RolloutServiceStopRolloutProcedure:   true,
-	pawlv1connect.RolloutServiceAckProcedure:           true,
-	pawlv1connect.InstanceServiceRegisterProcedure:     true,
+	// A lookup that fences its idempotency key for good: no move may use
+	// that key after it.
+	pawlv1connect.RolloutServiceGetPromotionProcedure: true,
+	pawlv1connect.RolloutServiceAckProcedure:          true,
+	pawlv1connect.InstanceServiceRegisterProcedure:    true,
 }
 
 // auditAppendTimeout bounds how long a call waits for its record to be
