@@ -177,8 +177,8 @@ func TestEveryMutationAndRefusalIsAudited(t *testing.T) {
 			t.Errorf("%s: %d records of %d calls, want %d", proc, got, len(ids), n)
 		}
 	}
-	if len(records) != 21 {
-		t.Errorf("%d records in the log, want 21", len(records))
+	if len(records) != 22 {
+		t.Errorf("%d records in the log, want 22", len(records))
 	}
 
 	subject := func(proc string, i int) auditchain.Record { return records[cl.ids[proc][i]] }
@@ -238,7 +238,7 @@ func TestEveryMutationAndRefusalIsAudited(t *testing.T) {
 		}{
 			{&pawlv1.ListAuditRequest{Outcome: "refused"}, 1},
 			{&pawlv1.ListAuditRequest{Outcome: "permission_denied"}, 1},
-			{&pawlv1.ListAuditRequest{Outcome: "failed"}, 1},
+			{&pawlv1.ListAuditRequest{Outcome: "failed"}, 2}, // a malformed Put, the fencing GetPromotion
 			{&pawlv1.ListAuditRequest{Principal: "alice"}, 23}, // and the Promote repeated
 			{&pawlv1.ListAuditRequest{Principal: "bob"}, 0},
 			{&pawlv1.ListAuditRequest{ConfigId: "routing", Outcome: "ok"}, 15},
