@@ -122,6 +122,7 @@ func releaseCommand(g *globals) *cobra.Command {
 	var stages []string
 	var healthWindow, deadline time.Duration
 	var minCoverage float64
+	var requireInstanceCredential bool
 	create := &cobra.Command{
 		Use:   "create CONFIG --file F --validator sha256:... --stage NAME:KIND[=V] ...",
 		Short: "Validate content on the server and store it as the config's next generation",
@@ -137,6 +138,7 @@ func releaseCommand(g *globals) *cobra.Command {
 			spec := &pawlv1.ReleaseSpec{
 				ConfigId: args[0], Content: content, MediaType: mediaType, ValidatorDigest: validator,
 				Selector: selector, HealthWindow: durationpb.New(healthWindow), Deadline: durationpb.New(deadline),
+				RequireInstanceCredential: requireInstanceCredential,
 			}
 			if cmd.Flags().Changed("min-coverage") {
 				spec.MinCoverage = &minCoverage
@@ -176,6 +178,7 @@ func releaseCommand(g *globals) *cobra.Command {
 	create.Flags().DurationVar(&healthWindow, "health-window", time.Minute, "how long an instance must stay healthy before its ACK counts")
 	create.Flags().DurationVar(&deadline, "deadline", time.Hour, "how long the rollout may take")
 	create.Flags().Float64Var(&minCoverage, "min-coverage", 1, "the share of members, 0 to 1, that must have reported what they run before promote")
+	create.Flags().BoolVar(&requireInstanceCredential, "require-instance-credential", false, "freeze and count only instances registered with an instance credential (a token or certificate whose grant names their identity)")
 	create.Flags().StringVar(&actor, "actor", os.Getenv("PAWL_ACTOR"), "who is releasing (env PAWL_ACTOR)")
 
 	ls := &cobra.Command{

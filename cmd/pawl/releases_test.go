@@ -61,6 +61,13 @@ func TestReleaseCreateLsShowAndInstances(t *testing.T) {
 	if code != 0 || !strings.Contains(out, `"generation":"1"`) || !strings.Contains(out, `"workloadIdentity":"pay-1"`) {
 		t.Fatalf("release show = %d, %q", code, out)
 	}
+	// Registered without an instance credential (this server is open),
+	// neither instance may be a member of a release that requires one.
+	code, out, errOut = pawl(t, srv, "", append([]string{"release", "create", "payments.routing", "--file", good, "--validator", digest,
+		"--selector", "env=prod", "--require-instance-credential"}, stages...)...)
+	if code != 0 || !strings.HasPrefix(out, "payments.routing generation 2 ") || !strings.HasSuffix(out, " members=0\n") {
+		t.Fatalf("release create --require-instance-credential = %d, %q, %q; want no members", code, out, errOut)
+	}
 	code, _, errOut = pawl(t, srv, "", "release", "show", "payments.routing", "7")
 	if code != 1 || !strings.Contains(errOut, "not_found") {
 		t.Fatalf("release show of a missing generation = %d, %q", code, errOut)
