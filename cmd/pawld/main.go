@@ -5,6 +5,12 @@
 //
 // It serves Connect, gRPC and gRPC-Web on one port, with gRPC health
 // checking and reflection, and stops gracefully on SIGINT or SIGTERM.
+//
+// `pawld restore FILE --data DIR` creates a data directory from a snapshot
+// that `pawl snapshot save` wrote, and exits:
+//
+//	go run ./cmd/pawld restore backup.db --data ./pawl-data-restored
+//	go run ./cmd/pawld --data ./pawl-data-restored
 package main
 
 import (
@@ -38,6 +44,9 @@ func main() {
 }
 
 func run(ctx context.Context, args []string, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "restore" {
+		return restore(ctx, args[1:], stderr)
+	}
 	fs := flag.NewFlagSet("pawld", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	listen := fs.String("listen", "127.0.0.1:7070", "address to serve Connect, gRPC and gRPC-Web on")
@@ -68,7 +77,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q; pawld takes only flags (see pawld -h)", fs.Args())
+		return fmt.Errorf("unexpected arguments %q; pawld takes only flags, or the command restore (see pawld -h)", fs.Args())
 	}
 	log, err := newLogger(stderr, *logLevel, *logFormat)
 	if err != nil {
@@ -124,6 +133,40 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	log.Info("pawld stopped")
+	return nil
+}
+
+// restore runs `pawld restore FILE --data DIR`: flags may come before or
+// after FILE.
+func restore(ctx context.Context, args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("pawld restore", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: pawld restore FILE --data DIR\n\nCreates the data directory DIR (absent or empty) of the embedded store from a snapshot\nthat pawl snapshot save wrote, after checking its checksum. The store keeps the\nsnapshot's revisions and gets a new incarnation. Then start pawld --data DIR.")
+		fs.PrintDefaults()
+	}
+	data := fs.String("data", server.DefaultDataDir, "data directory to create; it must be absent or empty")
+	var files []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return err
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		files = append(files, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+	if len(files) != 1 {
+		fs.Usage()
+		return fmt.Errorf("restore takes one snapshot file, got %d", len(files))
+	}
+	r, err := server.Restore(ctx, files[0], *data)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "restored %s into %s: revision %d, compact revision %d, new incarnation %s\n",
+		files[0], *data, r.Revision, r.CompactRevision, r.Incarnation)
 	return nil
 }
 
