@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -38,8 +39,11 @@ func (g *globals) snapshotSave(ctx context.Context, path string) error {
 	client, opts := g.transport()
 	mc := pawlv1connect.NewMaintenanceServiceClient(client, strings.TrimSuffix(g.server, "/"), opts...)
 	out, err := snapshotfile.Save(ctx, mc, g.server, path, g.timeout)
+	if errors.Is(err, snapshotfile.ErrIdle) {
+		return fmt.Errorf("snapshot save: %w (--timeout)", err)
+	}
 	if err != nil {
-		return fmt.Errorf("snapshot save: %w (--timeout bounds the server's silences)", err)
+		return fmt.Errorf("snapshot save: %w", err)
 	}
 	if g.output == "json" {
 		b, err := json.Marshal(out)

@@ -20,6 +20,9 @@ import (
 	"github.com/pawlcfg/pawl/gen/pawl/v1/pawlv1connect"
 )
 
+// ErrIdle is the error of Save when the server stayed silent too long.
+var ErrIdle = errors.New("snapshotfile: the server stopped sending")
+
 // Saved describes a snapshot file Save wrote.
 type Saved struct {
 	File            string `json:"file"`
@@ -41,7 +44,7 @@ func Save(ctx context.Context, client pawlv1connect.MaintenanceServiceClient, se
 	defer cancel(nil)
 	// The copy may take long; the server may not stay silent for long.
 	timer := time.AfterFunc(idle, func() {
-		cancel(fmt.Errorf("no message from %s for %s", server, idle))
+		cancel(fmt.Errorf("%w: no message from %s for %s", ErrIdle, server, idle))
 	})
 	defer timer.Stop()
 
