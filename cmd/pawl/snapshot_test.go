@@ -183,14 +183,11 @@ func history(t *testing.T, kv pawlv1connect.KVServiceClient, through int64) stri
 			t.Fatalf("history compacted: %v", m)
 		}
 		for _, ev := range m.GetEvents().GetEvents() {
-			if kv := ev.GetKv(); kv.GetModRevision() <= through {
-				fmt.Fprintf(&b, "%v %s %q %d %d %d\n", ev.GetType(), kv.GetKey(), kv.GetValue(), kv.GetModRevision(), kv.GetCreateRevision(), ev.GetPrevRevision())
-			} else {
+			kv := ev.GetKv()
+			fmt.Fprintf(&b, "%v %s %q %d %d %d\n", ev.GetType(), kv.GetKey(), kv.GetValue(), kv.GetModRevision(), kv.GetCreateRevision(), ev.GetPrevRevision())
+			if kv.GetModRevision() == through { // every revision is one event under "/"
 				return b.String()
 			}
-		}
-		if m.GetProgress().GetRevision() >= through {
-			return b.String()
 		}
 	}
 	t.Fatalf("history: %v", stream.Err())
