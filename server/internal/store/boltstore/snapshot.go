@@ -62,8 +62,9 @@ func (s *Store) Snapshot(ctx context.Context) (*store.Snapshot, error) {
 	h := sha256.New()
 	err = s.view(ctx, func(tx *bolt.Tx) error {
 		snap.Status = readStatus(tx)
-		snap.Size, err = tx.WriteTo(io.MultiWriter(f, h))
-		return err
+		n, werr := tx.WriteTo(io.MultiWriter(f, h))
+		snap.Size = n
+		return werr
 	})
 	if err == nil {
 		_, err = f.Seek(0, io.SeekStart)
