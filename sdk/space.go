@@ -1,6 +1,7 @@
 package sdk
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -41,7 +42,10 @@ type Change struct {
 // current through one watch: only changed keys travel. It survives
 // reconnects (the watch resumes after the last revision it saw) and
 // compaction (it reads a fresh snapshot and reports the difference as
-// changes), so its copy never misses a change. Its methods are safe for
+// changes), so its copy never misses a change. When the store was
+// restored from a backup meanwhile (another incarnation), the server says
+// so and the copy is replaced by a fresh snapshot of the restored store,
+// even at a lower revision than the copy had. Its methods are safe for
 // concurrent use.
 type Space struct {
 	c      *Client
@@ -51,6 +55,12 @@ type Space struct {
 	resyncs atomic.Int64
 	// stale is set while the server says it cannot follow the store.
 	stale atomic.Bool
+	// incarnation is the store's incarnation the last WatchStarted named
+	// ("" until one did, or when the store has none), sent back when the
+	// watch resumes: a store restored from a backup has another, and
+	// answers with a resync instead of going on from a revision of
+	// another history. Only the follow goroutine uses it.
+	incarnation string
 
 	mu       sync.Mutex
 	subs     map[int]func(Change)
@@ -200,7 +210,7 @@ func (s *Space) follow(ctx context.Context) {
 	b := s.c.newBackoff()
 	var lastSave time.Time
 	for ctx.Err() == nil {
-		compacted, err := s.watch(ctx, b, &lastSave)
+		compacted, restored, err := s.watch(ctx, b, &lastSave)
 		if ctx.Err() != nil {
 			return
 		}
@@ -213,7 +223,11 @@ func (s *Space) follow(ctx context.Context) {
 				// Counted first: install wakes those waiting for the
 				// revision, who may read the count next.
 				s.resyncs.Add(1)
-				s.install(st)
+				if restored {
+					s.replace(st)
+				} else {
+					s.install(st)
+				}
 				continue
 			}
 			err = lerr
@@ -229,17 +243,23 @@ func (s *Space) follow(ctx context.Context) {
 }
 
 // watch runs one watch from the copy's revision. It returns the revision
-// to list at when the watch reports a compaction, or the error that ended
-// it.
-func (s *Space) watch(ctx context.Context, b *backoff, lastSave *time.Time) (int64, error) {
-	stream, err := s.c.kv.Watch(ctx, connect.NewRequest(&pawlv1.WatchRequest{Prefix: s.prefix, StartRevision: s.Revision() + 1}))
+// to list at when the watch reports a compaction, with restored set when
+// the reason is that the store is another incarnation, or the error that
+// ended it.
+func (s *Space) watch(ctx context.Context, b *backoff, lastSave *time.Time) (_ int64, restored bool, _ error) {
+	req := &pawlv1.WatchRequest{Prefix: s.prefix, StartRevision: s.Revision() + 1, Incarnation: s.incarnation}
+	stream, err := s.c.kv.Watch(ctx, connect.NewRequest(req))
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	defer stream.Close()
 	for stream.Receive() {
 		b.reset()
 		switch m := stream.Msg(); {
+		case m.GetStarted() != nil:
+			if inc := m.GetStarted().GetIncarnation(); inc != "" {
+				s.incarnation = inc
+			}
 		case m.GetEvents() != nil:
 			s.apply(m.GetEvents().GetEvents())
 			if time.Since(*lastSave) > time.Second {
@@ -249,7 +269,8 @@ func (s *Space) watch(ctx context.Context, b *backoff, lastSave *time.Time) (int
 		case m.GetProgress() != nil:
 			s.advance(m.GetProgress().GetRevision())
 		case m.GetCompacted() != nil:
-			return max(m.GetCompacted().GetSnapshotRevision(), 1), nil
+			c := m.GetCompacted()
+			return max(c.GetSnapshotRevision(), 1), c.GetReason() == pawlv1.WatchResyncReason_WATCH_RESYNC_REASON_INCARNATION_CHANGED, nil
 		case m.GetStale() != nil:
 			// The server cannot follow the store. Alone, it is the only
 			// source: keep the stream, which goes on when it recovers.
@@ -258,16 +279,16 @@ func (s *Space) watch(ctx context.Context, b *backoff, lastSave *time.Time) (int
 			if s.c.servers != nil {
 				from := s.c.Server()
 				s.c.moveOn()
-				return 0, fmt.Errorf("sdk: %s cannot follow the store: %s", from, m.GetStale().GetReason())
+				return 0, false, fmt.Errorf("sdk: %s cannot follow the store: %s", from, m.GetStale().GetReason())
 			}
 			continue
 		}
 		s.stale.Store(false)
 	}
 	if err := stream.Err(); err != nil {
-		return 0, err
+		return 0, false, err
 	}
-	return 0, io.EOF
+	return 0, false, io.EOF
 }
 
 // listSpace reads every key under prefix at revision rev (0: the current
@@ -295,13 +316,30 @@ func (c *Client) listSpace(ctx context.Context, prefix string, rev int64) (*spac
 func (s *Space) install(st *spaceState) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	old := s.state.Load()
-	if st.rev < old.rev {
+	if st.rev < s.state.Load().rev {
 		return
 	}
+	s.installLocked(st)
+}
+
+// replace replaces the copy with st whatever its revision (a snapshot of
+// a restored store, whose revisions are another history's), and reports
+// the difference as changes.
+func (s *Space) replace(st *spaceState) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.installLocked(st)
+}
+
+// installLocked replaces the copy with st and reports the difference as
+// changes. The caller holds mu.
+func (s *Space) installLocked(st *spaceState) {
+	old := s.state.Load()
 	var changes []Change
 	for k, e := range st.entries {
-		if prev, ok := old.entries[k]; !ok || prev.ModRevision != e.ModRevision {
+		// A restored store may reuse a revision with other content: the
+		// value is compared too.
+		if prev, ok := old.entries[k]; !ok || prev.ModRevision != e.ModRevision || !bytes.Equal(prev.Value, e.Value) {
 			changes = append(changes, Change{Key: k, Value: e.Value, Revision: e.ModRevision})
 		}
 	}

@@ -133,9 +133,10 @@ func newAuthFixture(t *testing.T, opts ...server.Option) *authFixture {
 	return f
 }
 
-// clients are a caller's clients of the six services.
+// clients are a caller's clients of the seven services.
 type clients struct {
 	au  pawlv1connect.AuditServiceClient
+	mt  pawlv1connect.MaintenanceServiceClient
 	kv  pawlv1connect.KVServiceClient
 	vs  pawlv1connect.ValidatorServiceClient
 	rs  pawlv1connect.ReleaseServiceClient
@@ -155,6 +156,7 @@ func (f *authFixture) as(principal string) clients {
 		rs: pawlv1connect.NewReleaseServiceClient(client, f.srv.URL), is: pawlv1connect.NewInstanceServiceClient(client, f.srv.URL),
 		ro: pawlv1connect.NewRolloutServiceClient(client, f.srv.URL, connect.WithGRPC()), ctx: f.ctx,
 		au: pawlv1connect.NewAuditServiceClient(client, f.srv.URL),
+		mt: pawlv1connect.NewMaintenanceServiceClient(client, f.srv.URL),
 	}
 }
 
@@ -210,7 +212,7 @@ func firstOf[T any](s *connect.ServerStreamForClient[T], err error) error {
 	return nil
 }
 
-// TestEveryRPCAgainstEveryRole calls every procedure of the six services
+// TestEveryRPCAgainstEveryRole calls every procedure of the seven services
 // as every role (and with no token), on requests inside each role's scope,
 // and checks that it is allowed (any outcome but UNAUTHENTICATED and
 // PERMISSION_DENIED) exactly when docs/AUTH.md says so.
@@ -331,6 +333,9 @@ func TestEveryRPCAgainstEveryRole(t *testing.T) {
 		"RolloutService/ListApplied": func(c clients, _ string) error {
 			_, err := c.ro.ListApplied(c.ctx, connect.NewRequest(&pawlv1.ListAppliedRequest{ConfigId: "app"}))
 			return err
+		},
+		"MaintenanceService/Snapshot": func(c clients, _ string) error {
+			return firstOf(c.mt.Snapshot(c.ctx, connect.NewRequest(&pawlv1.SnapshotRequest{})))
 		},
 		"AuditService/ListAudit": func(c clients, _ string) error {
 			_, err := c.au.ListAudit(c.ctx, connect.NewRequest(&pawlv1.ListAuditRequest{}))

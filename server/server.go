@@ -96,7 +96,7 @@ const compressMinBytes = 4 << 10
 var services = []string{
 	pawlv1connect.KVServiceName, pawlv1connect.ValidatorServiceName,
 	pawlv1connect.ReleaseServiceName, pawlv1connect.InstanceServiceName, pawlv1connect.RolloutServiceName,
-	pawlv1connect.AuditServiceName,
+	pawlv1connect.AuditServiceName, pawlv1connect.MaintenanceServiceName,
 }
 
 // New opens the store in the data directory and starts the watch hub.
@@ -216,6 +216,7 @@ func (s *Server) routes() http.Handler {
 	mux.Handle(pawlv1connect.NewInstanceServiceHandler(api.NewInstances(registry, rollouts, s.hub, s.cfg.log), shared...))
 	mux.Handle(pawlv1connect.NewRolloutServiceHandler(api.NewRollouts(rollouts, releases, s.cfg.log), opts...))
 	mux.Handle(pawlv1connect.NewAuditServiceHandler(api.NewAudit(s.audit, s.cfg.log), opts...))
+	mux.Handle(pawlv1connect.NewMaintenanceServiceHandler(api.NewMaintenance(s.store, s.cfg.log), opts...))
 	mux.Handle(grpchealth.NewHandler(s.health))
 	reflector := grpcreflect.NewStaticReflector(append([]string{grpchealth.HealthV1ServiceName}, services...)...)
 	mux.Handle(grpcreflect.NewHandlerV1(reflector))

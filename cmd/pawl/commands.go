@@ -105,7 +105,7 @@ func newRootCommand(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
 	root.PersistentFlags().AddGoFlagSet(creds)
 	root.AddCommand(putCommand(g), getCommand(g), delCommand(g), txnCommand(g), lsCommand(g), watchCommand(g),
 		validatorCommand(g), validateCommand(g), releaseCommand(g), instancesCommand(g),
-		promoteCommand(g), rollbackCommand(g), promotionCommand(g), rolloutCommand(g), tokenCommand(g), auditCommand(g))
+		promoteCommand(g), rollbackCommand(g), promotionCommand(g), rolloutCommand(g), tokenCommand(g), auditCommand(g), snapshotCommand(g))
 	return root
 }
 

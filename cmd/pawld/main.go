@@ -11,6 +11,12 @@
 // --auth-file every call needs a bearer token or a client certificate
 // (--tls-client-ca) that the file grants it; SIGHUP reads the file again
 // (docs/AUTH.md).
+//
+// `pawld restore FILE --data DIR` creates a data directory from a snapshot
+// that `pawl snapshot save` wrote, and exits:
+//
+//	go run ./cmd/pawld restore backup.db --data ./pawl-data-restored
+//	go run ./cmd/pawld --data ./pawl-data-restored
 package main
 
 import (
@@ -44,6 +50,9 @@ func main() {
 }
 
 func run(ctx context.Context, args []string, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "restore" {
+		return restore(ctx, args[1:], stderr)
+	}
 	fs := flag.NewFlagSet("pawld", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	listen := fs.String("listen", "127.0.0.1:7070", "address to serve Connect, gRPC and gRPC-Web on")
@@ -77,7 +86,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q; pawld takes only flags (see pawld -h)", fs.Args())
+		return fmt.Errorf("unexpected arguments %q; pawld takes only flags, or the command restore (see pawld -h)", fs.Args())
 	}
 	log, err := newLogger(stderr, *logLevel, *logFormat)
 	if err != nil {
@@ -196,6 +205,40 @@ func reloadOnHangup(srv *server.Server, log *slog.Logger) (stop func()) {
 		close(done)
 		<-finished
 	}
+}
+
+// restore runs `pawld restore FILE --data DIR`: flags may come before or
+// after FILE.
+func restore(ctx context.Context, args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("pawld restore", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: pawld restore FILE --data DIR\n\nCreates the data directory DIR (absent or empty) of the embedded store from a snapshot\nthat pawl snapshot save wrote, after checking its checksum. The store keeps the\nsnapshot's revisions and gets a new incarnation. Then start pawld --data DIR.")
+		fs.PrintDefaults()
+	}
+	data := fs.String("data", server.DefaultDataDir, "data directory to create; it must be absent or empty")
+	var files []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return err
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		files = append(files, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+	if len(files) != 1 {
+		fs.Usage()
+		return fmt.Errorf("restore takes one snapshot file, got %d", len(files))
+	}
+	r, err := server.Restore(ctx, files[0], *data)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "restored %s into %s: revision %d, compact revision %d, new incarnation %s\n",
+		files[0], *data, r.Revision, r.CompactRevision, r.Incarnation)
+	return nil
 }
 
 func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {

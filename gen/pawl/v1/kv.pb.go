@@ -74,6 +74,61 @@ func (EventType) EnumDescriptor() ([]byte, []int) {
 	return file_pawl_v1_kv_proto_rawDescGZIP(), []int{0}
 }
 
+// WatchResyncReason says why a watch ended with WatchCompacted.
+type WatchResyncReason int32
+
+const (
+	// Not said: a server from before the reason was added (compacted).
+	WatchResyncReason_WATCH_RESYNC_REASON_UNSPECIFIED WatchResyncReason = 0
+	// The revisions the watcher needed were compacted.
+	WatchResyncReason_WATCH_RESYNC_REASON_COMPACTED WatchResyncReason = 1
+	// The store is another incarnation than the one in
+	// WatchRequest.incarnation: it was restored from a backup, and its
+	// revisions may repeat numbers the client saw with other changes.
+	WatchResyncReason_WATCH_RESYNC_REASON_INCARNATION_CHANGED WatchResyncReason = 2
+)
+
+// Enum value maps for WatchResyncReason.
+var (
+	WatchResyncReason_name = map[int32]string{
+		0: "WATCH_RESYNC_REASON_UNSPECIFIED",
+		1: "WATCH_RESYNC_REASON_COMPACTED",
+		2: "WATCH_RESYNC_REASON_INCARNATION_CHANGED",
+	}
+	WatchResyncReason_value = map[string]int32{
+		"WATCH_RESYNC_REASON_UNSPECIFIED":         0,
+		"WATCH_RESYNC_REASON_COMPACTED":           1,
+		"WATCH_RESYNC_REASON_INCARNATION_CHANGED": 2,
+	}
+)
+
+func (x WatchResyncReason) Enum() *WatchResyncReason {
+	p := new(WatchResyncReason)
+	*p = x
+	return p
+}
+
+func (x WatchResyncReason) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (WatchResyncReason) Descriptor() protoreflect.EnumDescriptor {
+	return file_pawl_v1_kv_proto_enumTypes[1].Descriptor()
+}
+
+func (WatchResyncReason) Type() protoreflect.EnumType {
+	return &file_pawl_v1_kv_proto_enumTypes[1]
+}
+
+func (x WatchResyncReason) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use WatchResyncReason.Descriptor instead.
+func (WatchResyncReason) EnumDescriptor() ([]byte, []int) {
+	return file_pawl_v1_kv_proto_rawDescGZIP(), []int{1}
+}
+
 // KeyValue is one key with its value and revisions.
 type KeyValue struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -873,6 +928,14 @@ type WatchRequest struct {
 	// change after the revision reported in WatchStarted. To resume after the
 	// last revision R a client saw, pass R + 1.
 	StartRevision int64 `protobuf:"varint,2,opt,name=start_revision,json=startRevision,proto3" json:"start_revision,omitempty"`
+	// The store incarnation the client last saw in a WatchStarted, when it
+	// resumes; empty when it has seen none. When the store's incarnation
+	// differs (it was restored from a backup, so its revisions are not the
+	// history the client followed), the stream answers WatchStarted, then
+	// WatchCompacted with reason WATCH_RESYNC_REASON_INCARNATION_CHANGED:
+	// list at snapshot_revision and watch on from there. Empty on either
+	// side means unknown, and is not checked.
+	Incarnation   string `protobuf:"bytes,3,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -919,6 +982,13 @@ func (x *WatchRequest) GetStartRevision() int64 {
 		return x.StartRevision
 	}
 	return 0
+}
+
+func (x *WatchRequest) GetIncarnation() string {
+	if x != nil {
+		return x.Incarnation
+	}
+	return ""
 }
 
 // WatchResponse is one message of a watch stream.
@@ -1067,7 +1137,11 @@ type WatchStarted struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Every change with a revision greater than this one will be delivered
 	// (for start_revision > 0 this is start_revision - 1).
-	Revision      int64 `protobuf:"varint,1,opt,name=revision,proto3" json:"revision,omitempty"`
+	Revision int64 `protobuf:"varint,1,opt,name=revision,proto3" json:"revision,omitempty"`
+	// The store's incarnation: an ID made when the store was created and
+	// made anew when it is restored from a backup. Send it back in
+	// WatchRequest.incarnation when resuming. Empty when the store has none.
+	Incarnation   string `protobuf:"bytes,2,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1107,6 +1181,13 @@ func (x *WatchStarted) GetRevision() int64 {
 		return x.Revision
 	}
 	return 0
+}
+
+func (x *WatchStarted) GetIncarnation() string {
+	if x != nil {
+		return x.Incarnation
+	}
+	return ""
 }
 
 // WatchEvents carries changes in revision order.
@@ -1332,8 +1413,12 @@ type WatchCompacted struct {
 	// A revision the client can List at to take a snapshot; then watch from
 	// snapshot_revision + 1.
 	SnapshotRevision int64 `protobuf:"varint,2,opt,name=snapshot_revision,json=snapshotRevision,proto3" json:"snapshot_revision,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Why the client must take a snapshot: the revisions it needs were
+	// compacted, or the store is another incarnation than the one it
+	// followed. UNSPECIFIED (from older servers) means compacted.
+	Reason        WatchResyncReason `protobuf:"varint,3,opt,name=reason,proto3,enum=pawl.v1.WatchResyncReason" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *WatchCompacted) Reset() {
@@ -1378,6 +1463,13 @@ func (x *WatchCompacted) GetSnapshotRevision() int64 {
 		return x.SnapshotRevision
 	}
 	return 0
+}
+
+func (x *WatchCompacted) GetReason() WatchResyncReason {
+	if x != nil {
+		return x.Reason
+	}
+	return WatchResyncReason_WATCH_RESYNC_REASON_UNSPECIFIED
 }
 
 var File_pawl_v1_kv_proto protoreflect.FileDescriptor
@@ -1437,19 +1529,21 @@ const file_pawl_v1_kv_proto_rawDesc = "" +
 	"\fListResponse\x12#\n" +
 	"\x03kvs\x18\x01 \x03(\v2\x11.pawl.v1.KeyValueR\x03kvs\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x03R\brevision\x12&\n" +
-	"\x0fnext_page_token\x18\x03 \x01(\tR\rnextPageToken\"M\n" +
+	"\x0fnext_page_token\x18\x03 \x01(\tR\rnextPageToken\"o\n" +
 	"\fWatchRequest\x12\x16\n" +
 	"\x06prefix\x18\x01 \x01(\tR\x06prefix\x12%\n" +
-	"\x0estart_revision\x18\x02 \x01(\x03R\rstartRevision\"\x96\x02\n" +
+	"\x0estart_revision\x18\x02 \x01(\x03R\rstartRevision\x12 \n" +
+	"\vincarnation\x18\x03 \x01(\tR\vincarnation\"\x96\x02\n" +
 	"\rWatchResponse\x121\n" +
 	"\astarted\x18\x01 \x01(\v2\x15.pawl.v1.WatchStartedH\x00R\astarted\x12.\n" +
 	"\x06events\x18\x02 \x01(\v2\x14.pawl.v1.WatchEventsH\x00R\x06events\x124\n" +
 	"\bprogress\x18\x03 \x01(\v2\x16.pawl.v1.WatchProgressH\x00R\bprogress\x127\n" +
 	"\tcompacted\x18\x04 \x01(\v2\x17.pawl.v1.WatchCompactedH\x00R\tcompacted\x12+\n" +
 	"\x05stale\x18\x05 \x01(\v2\x13.pawl.v1.WatchStaleH\x00R\x05staleB\x06\n" +
-	"\x04kind\"*\n" +
+	"\x04kind\"L\n" +
 	"\fWatchStarted\x12\x1a\n" +
-	"\brevision\x18\x01 \x01(\x03R\brevision\"5\n" +
+	"\brevision\x18\x01 \x01(\x03R\brevision\x12 \n" +
+	"\vincarnation\x18\x02 \x01(\tR\vincarnation\"5\n" +
 	"\vWatchEvents\x12&\n" +
 	"\x06events\x18\x01 \x03(\v2\x0e.pawl.v1.EventR\x06events\"w\n" +
 	"\x05Event\x12&\n" +
@@ -1461,14 +1555,19 @@ const file_pawl_v1_kv_proto_rawDesc = "" +
 	"\n" +
 	"WatchStale\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x03R\brevision\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\tR\x06reason\"h\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"\x9c\x01\n" +
 	"\x0eWatchCompacted\x12)\n" +
 	"\x10compact_revision\x18\x01 \x01(\x03R\x0fcompactRevision\x12+\n" +
-	"\x11snapshot_revision\x18\x02 \x01(\x03R\x10snapshotRevision*R\n" +
+	"\x11snapshot_revision\x18\x02 \x01(\x03R\x10snapshotRevision\x122\n" +
+	"\x06reason\x18\x03 \x01(\x0e2\x1a.pawl.v1.WatchResyncReasonR\x06reason*R\n" +
 	"\tEventType\x12\x1a\n" +
 	"\x16EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eEVENT_TYPE_PUT\x10\x01\x12\x15\n" +
-	"\x11EVENT_TYPE_DELETE\x10\x022\xe0\x02\n" +
+	"\x11EVENT_TYPE_DELETE\x10\x02*\x88\x01\n" +
+	"\x11WatchResyncReason\x12#\n" +
+	"\x1fWATCH_RESYNC_REASON_UNSPECIFIED\x10\x00\x12!\n" +
+	"\x1dWATCH_RESYNC_REASON_COMPACTED\x10\x01\x12+\n" +
+	"'WATCH_RESYNC_REASON_INCARNATION_CHANGED\x10\x022\xe0\x02\n" +
 	"\tKVService\x122\n" +
 	"\x03Put\x12\x13.pawl.v1.PutRequest\x1a\x14.pawl.v1.PutResponse\"\x00\x125\n" +
 	"\x03Get\x12\x13.pawl.v1.GetRequest\x1a\x14.pawl.v1.GetResponse\"\x03\x90\x02\x01\x12;\n" +
@@ -1489,64 +1588,66 @@ func file_pawl_v1_kv_proto_rawDescGZIP() []byte {
 	return file_pawl_v1_kv_proto_rawDescData
 }
 
-var file_pawl_v1_kv_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_pawl_v1_kv_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
 var file_pawl_v1_kv_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_pawl_v1_kv_proto_goTypes = []any{
 	(EventType)(0),         // 0: pawl.v1.EventType
-	(*KeyValue)(nil),       // 1: pawl.v1.KeyValue
-	(*PutRequest)(nil),     // 2: pawl.v1.PutRequest
-	(*PutResponse)(nil),    // 3: pawl.v1.PutResponse
-	(*TxnRequest)(nil),     // 4: pawl.v1.TxnRequest
-	(*TxnCompare)(nil),     // 5: pawl.v1.TxnCompare
-	(*TxnOp)(nil),          // 6: pawl.v1.TxnOp
-	(*TxnResponse)(nil),    // 7: pawl.v1.TxnResponse
-	(*GetRequest)(nil),     // 8: pawl.v1.GetRequest
-	(*GetResponse)(nil),    // 9: pawl.v1.GetResponse
-	(*DeleteRequest)(nil),  // 10: pawl.v1.DeleteRequest
-	(*DeleteResponse)(nil), // 11: pawl.v1.DeleteResponse
-	(*ListRequest)(nil),    // 12: pawl.v1.ListRequest
-	(*ListResponse)(nil),   // 13: pawl.v1.ListResponse
-	(*WatchRequest)(nil),   // 14: pawl.v1.WatchRequest
-	(*WatchResponse)(nil),  // 15: pawl.v1.WatchResponse
-	(*WatchStarted)(nil),   // 16: pawl.v1.WatchStarted
-	(*WatchEvents)(nil),    // 17: pawl.v1.WatchEvents
-	(*Event)(nil),          // 18: pawl.v1.Event
-	(*WatchProgress)(nil),  // 19: pawl.v1.WatchProgress
-	(*WatchStale)(nil),     // 20: pawl.v1.WatchStale
-	(*WatchCompacted)(nil), // 21: pawl.v1.WatchCompacted
+	(WatchResyncReason)(0), // 1: pawl.v1.WatchResyncReason
+	(*KeyValue)(nil),       // 2: pawl.v1.KeyValue
+	(*PutRequest)(nil),     // 3: pawl.v1.PutRequest
+	(*PutResponse)(nil),    // 4: pawl.v1.PutResponse
+	(*TxnRequest)(nil),     // 5: pawl.v1.TxnRequest
+	(*TxnCompare)(nil),     // 6: pawl.v1.TxnCompare
+	(*TxnOp)(nil),          // 7: pawl.v1.TxnOp
+	(*TxnResponse)(nil),    // 8: pawl.v1.TxnResponse
+	(*GetRequest)(nil),     // 9: pawl.v1.GetRequest
+	(*GetResponse)(nil),    // 10: pawl.v1.GetResponse
+	(*DeleteRequest)(nil),  // 11: pawl.v1.DeleteRequest
+	(*DeleteResponse)(nil), // 12: pawl.v1.DeleteResponse
+	(*ListRequest)(nil),    // 13: pawl.v1.ListRequest
+	(*ListResponse)(nil),   // 14: pawl.v1.ListResponse
+	(*WatchRequest)(nil),   // 15: pawl.v1.WatchRequest
+	(*WatchResponse)(nil),  // 16: pawl.v1.WatchResponse
+	(*WatchStarted)(nil),   // 17: pawl.v1.WatchStarted
+	(*WatchEvents)(nil),    // 18: pawl.v1.WatchEvents
+	(*Event)(nil),          // 19: pawl.v1.Event
+	(*WatchProgress)(nil),  // 20: pawl.v1.WatchProgress
+	(*WatchStale)(nil),     // 21: pawl.v1.WatchStale
+	(*WatchCompacted)(nil), // 22: pawl.v1.WatchCompacted
 }
 var file_pawl_v1_kv_proto_depIdxs = []int32{
-	1,  // 0: pawl.v1.PutResponse.prev_kv:type_name -> pawl.v1.KeyValue
-	5,  // 1: pawl.v1.TxnRequest.compares:type_name -> pawl.v1.TxnCompare
-	6,  // 2: pawl.v1.TxnRequest.ops:type_name -> pawl.v1.TxnOp
-	1,  // 3: pawl.v1.GetResponse.kv:type_name -> pawl.v1.KeyValue
-	1,  // 4: pawl.v1.DeleteResponse.prev_kv:type_name -> pawl.v1.KeyValue
-	1,  // 5: pawl.v1.ListResponse.kvs:type_name -> pawl.v1.KeyValue
-	16, // 6: pawl.v1.WatchResponse.started:type_name -> pawl.v1.WatchStarted
-	17, // 7: pawl.v1.WatchResponse.events:type_name -> pawl.v1.WatchEvents
-	19, // 8: pawl.v1.WatchResponse.progress:type_name -> pawl.v1.WatchProgress
-	21, // 9: pawl.v1.WatchResponse.compacted:type_name -> pawl.v1.WatchCompacted
-	20, // 10: pawl.v1.WatchResponse.stale:type_name -> pawl.v1.WatchStale
-	18, // 11: pawl.v1.WatchEvents.events:type_name -> pawl.v1.Event
+	2,  // 0: pawl.v1.PutResponse.prev_kv:type_name -> pawl.v1.KeyValue
+	6,  // 1: pawl.v1.TxnRequest.compares:type_name -> pawl.v1.TxnCompare
+	7,  // 2: pawl.v1.TxnRequest.ops:type_name -> pawl.v1.TxnOp
+	2,  // 3: pawl.v1.GetResponse.kv:type_name -> pawl.v1.KeyValue
+	2,  // 4: pawl.v1.DeleteResponse.prev_kv:type_name -> pawl.v1.KeyValue
+	2,  // 5: pawl.v1.ListResponse.kvs:type_name -> pawl.v1.KeyValue
+	17, // 6: pawl.v1.WatchResponse.started:type_name -> pawl.v1.WatchStarted
+	18, // 7: pawl.v1.WatchResponse.events:type_name -> pawl.v1.WatchEvents
+	20, // 8: pawl.v1.WatchResponse.progress:type_name -> pawl.v1.WatchProgress
+	22, // 9: pawl.v1.WatchResponse.compacted:type_name -> pawl.v1.WatchCompacted
+	21, // 10: pawl.v1.WatchResponse.stale:type_name -> pawl.v1.WatchStale
+	19, // 11: pawl.v1.WatchEvents.events:type_name -> pawl.v1.Event
 	0,  // 12: pawl.v1.Event.type:type_name -> pawl.v1.EventType
-	1,  // 13: pawl.v1.Event.kv:type_name -> pawl.v1.KeyValue
-	2,  // 14: pawl.v1.KVService.Put:input_type -> pawl.v1.PutRequest
-	8,  // 15: pawl.v1.KVService.Get:input_type -> pawl.v1.GetRequest
-	10, // 16: pawl.v1.KVService.Delete:input_type -> pawl.v1.DeleteRequest
-	4,  // 17: pawl.v1.KVService.Txn:input_type -> pawl.v1.TxnRequest
-	12, // 18: pawl.v1.KVService.List:input_type -> pawl.v1.ListRequest
-	14, // 19: pawl.v1.KVService.Watch:input_type -> pawl.v1.WatchRequest
-	3,  // 20: pawl.v1.KVService.Put:output_type -> pawl.v1.PutResponse
-	9,  // 21: pawl.v1.KVService.Get:output_type -> pawl.v1.GetResponse
-	11, // 22: pawl.v1.KVService.Delete:output_type -> pawl.v1.DeleteResponse
-	7,  // 23: pawl.v1.KVService.Txn:output_type -> pawl.v1.TxnResponse
-	13, // 24: pawl.v1.KVService.List:output_type -> pawl.v1.ListResponse
-	15, // 25: pawl.v1.KVService.Watch:output_type -> pawl.v1.WatchResponse
-	20, // [20:26] is the sub-list for method output_type
-	14, // [14:20] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	2,  // 13: pawl.v1.Event.kv:type_name -> pawl.v1.KeyValue
+	1,  // 14: pawl.v1.WatchCompacted.reason:type_name -> pawl.v1.WatchResyncReason
+	3,  // 15: pawl.v1.KVService.Put:input_type -> pawl.v1.PutRequest
+	9,  // 16: pawl.v1.KVService.Get:input_type -> pawl.v1.GetRequest
+	11, // 17: pawl.v1.KVService.Delete:input_type -> pawl.v1.DeleteRequest
+	5,  // 18: pawl.v1.KVService.Txn:input_type -> pawl.v1.TxnRequest
+	13, // 19: pawl.v1.KVService.List:input_type -> pawl.v1.ListRequest
+	15, // 20: pawl.v1.KVService.Watch:input_type -> pawl.v1.WatchRequest
+	4,  // 21: pawl.v1.KVService.Put:output_type -> pawl.v1.PutResponse
+	10, // 22: pawl.v1.KVService.Get:output_type -> pawl.v1.GetResponse
+	12, // 23: pawl.v1.KVService.Delete:output_type -> pawl.v1.DeleteResponse
+	8,  // 24: pawl.v1.KVService.Txn:output_type -> pawl.v1.TxnResponse
+	14, // 25: pawl.v1.KVService.List:output_type -> pawl.v1.ListResponse
+	16, // 26: pawl.v1.KVService.Watch:output_type -> pawl.v1.WatchResponse
+	21, // [21:27] is the sub-list for method output_type
+	15, // [15:21] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_pawl_v1_kv_proto_init() }
@@ -1568,7 +1669,7 @@ func file_pawl_v1_kv_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pawl_v1_kv_proto_rawDesc), len(file_pawl_v1_kv_proto_rawDesc)),
-			NumEnums:      1,
+			NumEnums:      2,
 			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   1,

@@ -28,7 +28,8 @@ type PrincipalFunc func(ctx context.Context) (principal, onBehalfOf string)
 
 // mutations are the procedures every call of which is recorded; any other
 // is recorded only when it is refused. Heartbeat is left out: it only
-// extends a lease, many times a minute per instance.
+// extends a lease, many times a minute per instance. Snapshot, a read, is
+// in: it copies the whole store out.
 var mutations = map[string]bool{
 	pawlv1connect.KVServicePutProcedure:                true,
 	pawlv1connect.KVServiceDeleteProcedure:             true,
@@ -45,6 +46,7 @@ var mutations = map[string]bool{
 	pawlv1connect.RolloutServiceGetPromotionProcedure: true,
 	pawlv1connect.RolloutServiceAckProcedure:          true,
 	pawlv1connect.InstanceServiceRegisterProcedure:    true,
+	pawlv1connect.MaintenanceServiceSnapshotProcedure: true,
 }
 
 // auditAppendTimeout bounds how long a call waits for its record to be

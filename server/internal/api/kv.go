@@ -207,6 +207,15 @@ func (s *KV) Watch(ctx context.Context, req *connect.Request[pawlv1.WatchRequest
 	if err := checkRevision("start_revision", m.GetStartRevision()); err != nil {
 		return err
 	}
+	st, err := s.store.Status(ctx)
+	if err != nil {
+		return Error(s.log, req.Spec(), err)
+	}
+	if seen := m.GetIncarnation(); seen != "" && st.Incarnation != "" && seen != st.Incarnation {
+		// Another history (a restored backup): the client's revisions
+		// name other changes here, or none yet. It lists and starts over.
+		return sendIncarnationChanged(stream, st)
+	}
 	w, err := s.hub.Watch(ctx, m.GetPrefix(), m.GetStartRevision())
 	var compacted *store.CompactedError
 	if errors.As(err, &compacted) {
@@ -216,7 +225,8 @@ func (s *KV) Watch(ctx context.Context, req *connect.Request[pawlv1.WatchRequest
 		return Error(s.log, req.Spec(), err)
 	}
 	defer w.Close()
-	if err := stream.Send(&pawlv1.WatchResponse{Kind: &pawlv1.WatchResponse_Started{Started: &pawlv1.WatchStarted{Revision: w.StartedAt()}}}); err != nil {
+	started := &pawlv1.WatchStarted{Revision: w.StartedAt(), Incarnation: st.Incarnation}
+	if err := stream.Send(&pawlv1.WatchResponse{Kind: &pawlv1.WatchResponse_Started{Started: started}}); err != nil {
 		return err
 	}
 	for {
@@ -240,6 +250,23 @@ func sendCompacted(stream *connect.ServerStream[pawlv1.WatchResponse], c *store.
 	return stream.Send(&pawlv1.WatchResponse{Kind: &pawlv1.WatchResponse_Compacted{Compacted: &pawlv1.WatchCompacted{
 		CompactRevision:  c.CompactRevision,
 		SnapshotRevision: c.Revision,
+		Reason:           pawlv1.WatchResyncReason_WATCH_RESYNC_REASON_COMPACTED,
+	}}})
+}
+
+// sendIncarnationChanged tells a watcher that resumed with another
+// incarnation than the store's to take a snapshot at the store's current
+// revision: WatchStarted with the incarnation to resume with, then
+// WatchCompacted with the reason.
+func sendIncarnationChanged(stream *connect.ServerStream[pawlv1.WatchResponse], st store.Status) error {
+	started := &pawlv1.WatchStarted{Revision: st.Revision, Incarnation: st.Incarnation}
+	if err := stream.Send(&pawlv1.WatchResponse{Kind: &pawlv1.WatchResponse_Started{Started: started}}); err != nil {
+		return err
+	}
+	return stream.Send(&pawlv1.WatchResponse{Kind: &pawlv1.WatchResponse_Compacted{Compacted: &pawlv1.WatchCompacted{
+		CompactRevision:  st.CompactRevision,
+		SnapshotRevision: st.Revision,
+		Reason:           pawlv1.WatchResyncReason_WATCH_RESYNC_REASON_INCARNATION_CHANGED,
 	}}})
 }
 

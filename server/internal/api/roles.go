@@ -93,8 +93,9 @@ var RoleTable = map[string][]Permit{
 	pawlv1connect.RolloutServiceGetPointerProcedure:       {{auth.Releaser, Config}, {auth.Promoter, Config}},
 	pawlv1connect.RolloutServiceListAppliedProcedure:      {{auth.Releaser, Config}, {auth.Promoter, Config}},
 
-	// The audit log: an admin's alone.
-	pawlv1connect.AuditServiceListAuditProcedure: nil,
+	// The audit log, and a copy of the whole store: an admin's alone.
+	pawlv1connect.AuditServiceListAuditProcedure:      nil,
+	pawlv1connect.MaintenanceServiceSnapshotProcedure: nil,
 }
 
 // RoleTableMarkdown renders RoleTable as the Markdown table of

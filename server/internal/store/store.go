@@ -71,6 +71,12 @@ type Status struct {
 	// Reads at revisions from CompactRevision on, and change-log reads from
 	// CompactRevision+1 on, succeed.
 	CompactRevision int64
+	// Incarnation names this store's history: made when the store is
+	// created, made anew when it is restored from a backup, so that a
+	// watcher resuming with a revision of another history learns that
+	// its revisions mean nothing here. Empty when the engine has none
+	// (unknown: never compared).
+	Incarnation string
 }
 
 // Put asks for one write.
@@ -284,6 +290,34 @@ type StaleNotifier interface {
 	// NotifyStale registers fn and returns its unregistration. fn is
 	// called from the feed's goroutine and must not block.
 	NotifyStale(fn func(err error)) (stop func())
+}
+
+// Snapshotter is implemented by engines that can copy themselves whole
+// while they serve: the embedded engine.
+type Snapshotter interface {
+	// Snapshot writes a consistent copy of the whole store, as of one
+	// revision, to a file it returns open for reading; the caller closes
+	// it, which removes the file.
+	Snapshot(ctx context.Context) (*Snapshot, error)
+}
+
+// Snapshot is a consistent copy of a store, as a file to read.
+type Snapshot struct {
+	// File is the copy, open for reading at its start. Close removes it.
+	File SnapshotFile
+	// Status is the copy's revisions and incarnation.
+	Status Status
+	// Size is the copy's length in bytes.
+	Size int64
+	// SHA256 is the sha256 of the copy's bytes.
+	SHA256 [32]byte
+}
+
+// SnapshotFile is the file of a Snapshot.
+type SnapshotFile interface {
+	Read(p []byte) (int, error)
+	// Close closes and removes the file.
+	Close() error
 }
 
 // Fence is a lease and the token its holder got: writes made under it

@@ -26,8 +26,9 @@ var (
 	bucketLog  = []byte("log")
 	bucketIdx  = []byte("idx")
 
-	metaRev     = []byte("rev")
-	metaCompact = []byte("compact")
+	metaRev         = []byte("rev")
+	metaCompact     = []byte("compact")
+	metaIncarnation = []byte("incarnation")
 )
 
 // Store is the bbolt engine. Create one with Open; it is safe for concurrent
@@ -36,6 +37,9 @@ type Store struct {
 	db   *bolt.DB
 	log  *wal
 	opts options
+	dir  string
+	// incarnation names the store's history (store.Status); set at Open.
+	incarnation string
 
 	requests chan *request
 	ctx      context.Context // cancelled by Close: the writer exits, then the applier
@@ -96,17 +100,24 @@ func Open(ctx context.Context, dir string, opts ...Option) (*Store, error) {
 		}
 		return nil, fmt.Errorf("boltstore: open %s: %w", path, err)
 	}
+	var incarnation string
 	err = db.Update(func(tx *bolt.Tx) error {
 		for _, name := range [][]byte{bucketMeta, bucketKV, bucketLog, bucketIdx} {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return err
 			}
 		}
-		return nil
+		var err error
+		incarnation, err = ensureIncarnation(tx)
+		return err
 	})
 	if err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("boltstore: initialise %s: %w", path, err)
+	}
+	if err := removeSnapshotFiles(dir); err != nil {
+		_ = db.Close()
+		return nil, err
 	}
 	log, rev, recovered, err := recoverLog(db, o.fs, filepath.Join(dir, WALDir), o.segmentSize)
 	if err != nil {
@@ -120,6 +131,8 @@ func Open(ctx context.Context, dir string, opts ...Option) (*Store, error) {
 		db:          db,
 		log:         log,
 		opts:        o,
+		dir:         dir,
+		incarnation: incarnation,
 		requests:    make(chan *request, o.maxBatch),
 		done:        make(chan struct{}),
 		subs:        make(map[int]store.CommitFunc),
@@ -278,6 +291,7 @@ func (s *Store) Status(ctx context.Context) (store.Status, error) {
 		st = readStatus(tx)
 		return nil
 	})
+	st.Incarnation = s.incarnation
 	return st, err
 }
 

@@ -6,7 +6,8 @@
 //
 // The bbolt file has four buckets:
 //
-//	meta  "rev" and "compact": the current and compact revisions
+//	meta  "rev" and "compact": the current and compact revisions;
+//	      "incarnation": the store's ID, made at creation, new on Restore
 //	kv    key -> current record (create revision, mod revision, version, value)
 //	log   big-endian revision -> event (type, key, value, revisions, time)
 //	idx   key, NUL, big-endian revision -> nothing: every revision of each key
@@ -55,6 +56,14 @@
 //
 // The log's file operations go through walFS, which tests replace with a
 // file system that loses what was not synced at a simulated power cut.
+//
+// # Snapshots
+//
+// Snapshot copies bbolt's file in one read transaction, once bbolt holds
+// every change the log held when it was called: a consistent copy as of
+// that transaction's revision, needing no log. Restore turns such a copy,
+// checked against its sha256, into a data directory with a new
+// incarnation.
 //
 // # Compaction
 //
