@@ -238,7 +238,7 @@ func TestEveryMutationAndRefusalIsAudited(t *testing.T) {
 		}{
 			{&pawlv1.ListAuditRequest{Outcome: "refused"}, 1},
 			{&pawlv1.ListAuditRequest{Outcome: "permission_denied"}, 1},
-			{&pawlv1.ListAuditRequest{Outcome: "failed"}, 2}, // one more: the fencing GetPromotion (NOT_FOUND)
+			{&pawlv1.ListAuditRequest{Outcome: "failed"}, 2},   // one more: the fencing GetPromotion (NOT_FOUND)
 			{&pawlv1.ListAuditRequest{Principal: "alice"}, 23}, // and the Promote repeated
 			{&pawlv1.ListAuditRequest{Principal: "bob"}, 0},
 			{&pawlv1.ListAuditRequest{ConfigId: "routing", Outcome: "ok"}, 15},
