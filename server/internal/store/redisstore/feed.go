@@ -68,8 +68,17 @@ func (f *feed) subscribe(ctx context.Context) error {
 func (f *feed) add(fn store.CommitFunc) func() { return register(f, f.subs, fn) }
 
 // addStale registers fn to learn when the feed stops following the store
-// (with the reason) and when it follows again (with nil).
-func (f *feed) addStale(fn func(error)) func() { return register(f, f.stales, fn) }
+// (with the reason) and when it follows again (with nil). Registered
+// while the feed is stale, fn hears the reason at once.
+func (f *feed) addStale(fn func(error)) func() {
+	stop := register(f, f.stales, fn)
+	f.deliverMu.Lock()
+	defer f.deliverMu.Unlock()
+	if err := f.staleErr(); err != nil {
+		fn(err)
+	}
+	return stop
+}
 
 // register puts fn in m, one of the feed's maps of callbacks, under
 // deliverMu, and returns its removal.
@@ -176,7 +185,7 @@ func (f *feed) catchUp(ctx context.Context) {
 	from := f.delivered + 1
 	f.mu.Unlock()
 	for {
-		ch, err := f.s.Changes(ctx, from, "", feedBatch)
+		ch, err := f.s.feedChanges(ctx, from, feedBatch)
 		var compacted *store.CompactedError
 		switch {
 		case errors.As(err, &compacted):
@@ -189,6 +198,7 @@ func (f *feed) catchUp(ctx context.Context) {
 			}
 			return
 		}
+		f.s.saw(ch.Through)
 		f.advance(ch.Events, ch.Through)
 		from = ch.Through + 1
 		if len(ch.Events) < feedBatch {

@@ -14,6 +14,9 @@ type options struct {
 	dropHook    func(revision int64) bool
 	replicaAcks int
 	replicaWait time.Duration
+	name        string
+	// acceptRollback accepts a recorded rollback at Open.
+	acceptRollback bool
 }
 
 const (
@@ -66,3 +69,15 @@ func WithNoticeFilter(drop func(revision int64) bool) Option {
 func WithReplicaAcks(n int, wait time.Duration) Option {
 	return func(o *options) { o.replicaAcks, o.replicaWait = n, wait }
 }
+
+// WithName names this replica in what it records in Redis (the fault it
+// finds); default a random name.
+func WithName(name string) Option { return func(o *options) { o.name = name } }
+
+// WithAcceptRollback makes Open accept a rollback that a replica found
+// (Redis went back in time, or holds another data set; see
+// store.ErrRolledBack): the store continues from what Redis holds, its
+// revision counter jumps past the highest revision any replica reported
+// handing out, and every watcher is told to take a snapshot. Store.Accepted
+// says what was accepted. Without a recorded fault it does nothing.
+func WithAcceptRollback() Option { return func(o *options) { o.acceptRollback = true } }
