@@ -113,7 +113,7 @@ func (f *feed) poke() {
 // await returns once revision rev was delivered to the local subscribers,
 // or a read of the log that started after await was called failed (the
 // write is committed; the subscribers will get it when Redis answers
-// again), or ctx ends, or the store closes.
+// again), or a read found that Redis went back in time, or ctx ends, or the store closes.
 func (f *feed) await(ctx context.Context, rev int64) {
 	f.mu.Lock()
 	failures := f.failures
@@ -121,7 +121,7 @@ func (f *feed) await(ctx context.Context, rev int64) {
 	f.poke()
 	for {
 		f.mu.Lock()
-		done := f.delivered >= rev || f.failures > failures+1
+		done := f.delivered >= rev || f.failures > failures+1 || (f.failures > failures && errors.Is(f.stale, store.ErrRolledBack))
 		progress := f.progress
 		f.mu.Unlock()
 		if done {
@@ -235,18 +235,21 @@ func (f *feed) advance(events []store.Event, through int64) {
 	f.deliverMu.Unlock()
 }
 
-// fail records a failed read.
+// fail records a failed read, and tells the NotifyStale callbacks when
+// the feed was following (or only unreachable, and err is a rollback).
 func (f *feed) fail(err error) {
 	f.deliverMu.Lock()
 	defer f.deliverMu.Unlock()
 	f.mu.Lock()
-	wasStale := f.stale != nil
+	// A feed stale because Redis was unreachable that finds, once Redis
+	// answers, that it went back in time says so too.
+	tell := f.stale == nil || (errors.Is(err, store.ErrRolledBack) && !errors.Is(f.stale, store.ErrRolledBack))
 	f.stale = err
 	f.failures++
 	close(f.progress)
 	f.progress = make(chan struct{})
 	f.mu.Unlock()
-	if !wasStale {
+	if tell {
 		for _, fn := range f.stales {
 			fn(err)
 		}
