@@ -15,6 +15,7 @@ type options struct {
 	replicaAcks int
 	replicaWait time.Duration
 	name        string
+	waitAOF     bool
 	// acceptRollback accepts a recorded rollback at Open.
 	acceptRollback bool
 }
@@ -38,6 +39,8 @@ func (o options) validate() error {
 		return fmt.Errorf("redisstore: WithHeadCheck(%s): must be positive", o.headCheck)
 	case o.recordAge <= 0:
 		return fmt.Errorf("redisstore: WithRecordAge(%s): must be positive", o.recordAge)
+	case o.waitAOF && o.replicaWait <= 0:
+		return fmt.Errorf("redisstore: WithWaitAOF(%s): want a positive wait", o.replicaWait)
 	case o.replicaAcks < 0 || (o.replicaAcks > 0 && o.replicaWait <= 0):
 		return fmt.Errorf("redisstore: WithReplicaAcks(%d, %s): want 0, or a count and a positive wait", o.replicaAcks, o.replicaWait)
 	}
@@ -81,3 +84,20 @@ func WithName(name string) Option { return func(o *options) { o.name = name } }
 // handing out, and every watcher is told to take a snapshot. Store.Accepted
 // says what was accepted. Without a recorded fault it does nothing.
 func WithAcceptRollback() Option { return func(o *options) { o.acceptRollback = true } }
+
+// WithWaitAOF makes every mutation wait, after Redis ran it, until Redis
+// fsynced it to its own append-only file (Redis WAITAOF, 7.2 or later;
+// with WithReplicaAcks, also until that many replicas fsynced it), for at
+// most wait (which, given both, WithReplicaAcks's wait replaces): under
+// appendfsync everysec, a write is then acknowledged only once a crash
+// of the Redis host can no longer lose it. Open fails when Redis has no
+// WAITAOF or appendonly is off; a write that is not fsynced in time fails
+// with store.ErrUnavailable (committed in memory, and a crash may lose it).
+func WithWaitAOF(wait time.Duration) Option {
+	return func(o *options) {
+		o.waitAOF = true
+		if o.replicaWait == 0 {
+			o.replicaWait = wait
+		}
+	}
+}

@@ -85,6 +85,11 @@ func Open(ctx context.Context, rdb redis.UniversalClient, prefix string, opts ..
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		return nil, fmt.Errorf("redisstore: %w", s.wrap(ctx, err))
 	}
+	if o.waitAOF {
+		if err := s.checkWaitAOF(ctx); err != nil {
+			return nil, err
+		}
+	}
 	rev, fault, err := s.openIncarnation(ctx)
 	if err != nil {
 		return nil, err
@@ -247,24 +252,41 @@ func (s *Store) mutate(ctx context.Context, single bool, compares []store.Compar
 	return store.Result{}, fmt.Errorf("redisstore: unexpected answer %v", res)
 }
 
-// runMutation runs mutateScript and, with WithReplicaAcks, Redis WAIT
-// after it on the same connection (WAIT counts the replicas that have
-// what its own connection wrote), failing with store.ErrUnavailable when
-// too few confirm.
+// runMutation runs mutateScript and, with WithReplicaAcks or
+// WithWaitAOF, Redis WAIT (or WAITAOF) after it in the same pipeline, on
+// the connection that wrote (WAIT counts the replicas that have what its
+// own connection wrote; on a Cluster, the connection to the primary of
+// the store's slot), failing with store.ErrUnavailable when too few
+// confirm.
 func (s *Store) runMutation(ctx context.Context, keys []string, args []any) ([]any, error) {
-	if s.opts.replicaAcks == 0 {
+	if s.opts.replicaAcks == 0 && !s.opts.waitAOF {
 		res, err := mutateScript.Run(ctx, s.rdb, keys, args...).Slice()
 		return res, s.wrap(ctx, err)
 	}
+	var node redis.Cmdable = s.rdb
+	if cc, ok := s.rdb.(*redis.ClusterClient); ok {
+		// A keyless WAIT in a cluster pipeline goes to any node: send both
+		// to the primary of the store's slot.
+		primary, err := cc.MasterForKey(ctx, s.k.rev)
+		if err != nil {
+			return nil, s.wrap(ctx, err)
+		}
+		node = primary
+	}
 	for attempt := 0; ; attempt++ {
-		pipe := s.rdb.Pipeline()
+		pipe := node.Pipeline()
 		run := pipe.EvalSha(ctx, mutateScript.Hash(), keys, args...)
-		wait := pipe.Do(ctx, "WAIT", s.opts.replicaAcks, s.opts.replicaWait.Milliseconds())
+		var wait *redis.Cmd
+		if s.opts.waitAOF {
+			wait = pipe.Do(ctx, "WAITAOF", 1, s.opts.replicaAcks, s.opts.replicaWait.Milliseconds())
+		} else {
+			wait = pipe.Do(ctx, "WAIT", s.opts.replicaAcks, s.opts.replicaWait.Milliseconds())
+		}
 		_, _ = pipe.Exec(ctx)
 		res, err := run.Slice()
 		if err != nil && attempt == 0 && strings.HasPrefix(err.Error(), "NOSCRIPT") {
 			// A new primary (after a failover) has not seen the script.
-			if err := mutateScript.Load(ctx, s.rdb).Err(); err != nil {
+			if err := mutateScript.Load(ctx, node).Err(); err != nil {
 				return nil, s.wrap(ctx, err)
 			}
 			continue
@@ -275,16 +297,40 @@ func (s *Store) runMutation(ctx context.Context, keys []string, args []any) ([]a
 		if reply(res).str(0) != "OK" {
 			return res, nil // refused: nothing was written
 		}
-		n, err := wait.Int64()
+		local, replicas, err := waitCounts(wait)
 		if err != nil {
-			return nil, fmt.Errorf("%w: the write is committed on the primary, but waiting for replicas failed: %v", store.ErrUnavailable, err)
+			return nil, fmt.Errorf("%w: the write is committed on the primary, but waiting for its fsync or replicas failed: %v", store.ErrUnavailable, err)
 		}
-		if int(n) < s.opts.replicaAcks {
+		if s.opts.waitAOF && local < 1 {
+			return nil, fmt.Errorf("%w: Redis did not fsync the write to its append-only file within %s (it is committed in memory, and a crash may lose it)",
+				store.ErrUnavailable, s.opts.replicaWait)
+		}
+		if replicas < int64(s.opts.replicaAcks) {
 			return nil, fmt.Errorf("%w: %d of %d replicas confirmed the write within %s (it is committed on the primary, and a failover may lose it)",
-				store.ErrUnavailable, n, s.opts.replicaAcks, s.opts.replicaWait)
+				store.ErrUnavailable, replicas, s.opts.replicaAcks, s.opts.replicaWait)
 		}
 		return res, nil
 	}
+}
+
+// waitCounts reads WAIT's answer (replicas) or WAITAOF's (local fsyncs,
+// replicas).
+func waitCounts(cmd *redis.Cmd) (local, replicas int64, err error) {
+	v, err := cmd.Result()
+	if err != nil {
+		return 0, 0, err
+	}
+	switch v := v.(type) {
+	case int64:
+		return 0, v, nil
+	case []any:
+		if len(v) == 2 {
+			l, _ := v[0].(int64)
+			r, _ := v[1].(int64)
+			return l, r, nil
+		}
+	}
+	return 0, 0, fmt.Errorf("unexpected answer %v", v)
 }
 
 // Put implements store.Store.
