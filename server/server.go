@@ -23,8 +23,8 @@ import (
 	"golang.org/x/net/http2"
 
 	"github.com/pawlcfg/pawl/gen/pawl/v1/pawlv1connect"
-	"github.com/pawlcfg/pawl/server/internal/api"
 	"github.com/pawlcfg/pawl/sdk/auditchain"
+	"github.com/pawlcfg/pawl/server/internal/api"
 	"github.com/pawlcfg/pawl/server/internal/audit"
 	"github.com/pawlcfg/pawl/server/internal/instance"
 	"github.com/pawlcfg/pawl/server/internal/records"
