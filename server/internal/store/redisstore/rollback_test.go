@@ -115,6 +115,12 @@ func TestRedisGoingBackInTimeIsNoticed(t *testing.T) {
 			defer wg.Done()
 			for i := 0; ctx.Err() == nil; i++ {
 				key := fmt.Sprintf("/lost/%d/%d", w, i)
+				var sentAfterRestart bool
+				select {
+				case <-restarted:
+					sentAfterRestart = true
+				default:
+				}
 				res, err := s.Put(ctx, store.Put{Key: key, Value: []byte("v")})
 				mu.Lock()
 				switch {
@@ -123,10 +129,8 @@ func TestRedisGoingBackInTimeIsNoticed(t *testing.T) {
 						t.Errorf("revision %d handed out twice: %s and %s", res.Revision, prev, key)
 					}
 					acked[res.Revision] = key
-					select {
-					case <-restarted:
+					if sentAfterRestart {
 						afterRestart++
-					default:
 					}
 				case errors.Is(err, store.ErrRolledBack):
 					refused++
