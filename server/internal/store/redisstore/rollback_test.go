@@ -147,17 +147,7 @@ func TestRedisGoingBackInTimeIsNoticed(t *testing.T) {
 	}
 	waitFor := func(what string, cond func() bool) {
 		t.Helper()
-		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-			mu.Lock()
-			ok := cond()
-			mu.Unlock()
-			if ok {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s never happened", what)
-			}
-		}
+		waitUnder(t, &mu, what, cond, func() string { return "" })
 	}
 	waitFor("300 writes after the snapshot", func() bool { return len(acked) >= 300 })
 	srv.Kill(t)
@@ -257,4 +247,23 @@ func TestAnotherDataSetIsNoticed(t *testing.T) {
 		t.Fatalf("a write through the older replica: %v; want a rollback naming incarnation %s and another", err, before)
 	}
 	t.Log(err)
+}
+
+// waitUnder polls cond under mu until it holds, for at most a minute: the
+// writers' counters have no event to await. On a timeout it fails the
+// test with what never happened and what stop (which ends the writers)
+// says.
+func waitUnder(t *testing.T, mu *sync.Mutex, what string, cond func() bool, stop func() string) {
+	t.Helper()
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		mu.Lock()
+		ok := cond()
+		mu.Unlock()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never happened %s", what, stop())
+		}
+	}
 }
