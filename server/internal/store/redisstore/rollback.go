@@ -72,7 +72,7 @@ func safeName(name string) string {
 
 // openIncarnation gives the data set its incarnation if it has none,
 // adopts it, and returns the head revision and the fault recorded, if any.
-func (s *Store) openIncarnation(ctx context.Context) (int64, error, error) {
+func (s *Store) openIncarnation(ctx context.Context) (int64, *store.RolledBackError, error) {
 	raw, err := openScript.Run(ctx, s.rdb, []string{s.k.rev, s.k.compact, s.k.incarnation, s.k.fault}, newID()).Slice()
 	if err != nil {
 		return 0, nil, s.wrap(ctx, err)
@@ -89,7 +89,7 @@ func (s *Store) openIncarnation(ctx context.Context) (int64, error, error) {
 
 // rolledBack turns a script's fault {head, highest, expected, found} into
 // the error.
-func (s *Store) rolledBack(fault []any) error {
+func (s *Store) rolledBack(fault []any) *store.RolledBackError {
 	r := reply(fault)
 	return &store.RolledBackError{Head: r.num(0), Delivered: r.num(1), Incarnation: r.str(2), Found: r.str(3), Remedy: remedy}
 }
