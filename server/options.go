@@ -213,6 +213,27 @@ func WithRedisReplicaAcks(n int, wait time.Duration) Option {
 	return func(c *config) { c.redisOpts = append(c.redisOpts, redisstore.WithReplicaAcks(n, wait)) }
 }
 
+// WithRedisAcceptRollback accepts, at start, a rollback of the Redis store
+// that a replica found (Redis restarted from an older snapshot, lost the
+// tail of its append-only file, failed over without the last writes, or
+// holds another data set): writes are refused until one replica starts
+// with it. The store then continues from what Redis holds, its revision
+// counter past every revision a replica reported handing out, and every
+// watcher takes a snapshot. It is logged and audited. Without a recorded
+// rollback it does nothing.
+func WithRedisAcceptRollback() Option {
+	return func(c *config) { c.redisOpts = append(c.redisOpts, redisstore.WithAcceptRollback()) }
+}
+
+// WithRedisWaitAOF makes every write to a Redis store wait, for at most
+// wait, until Redis fsynced it to its append-only file (WAITAOF, Redis 7.2
+// or later; with WithRedisReplicaAcks, on that many replicas too): under
+// appendfsync everysec, a crash of the Redis host can then not lose it.
+// New fails when Redis has no WAITAOF or keeps no append-only file.
+func WithRedisWaitAOF(wait time.Duration) Option {
+	return func(c *config) { c.redisOpts = append(c.redisOpts, redisstore.WithWaitAOF(wait)) }
+}
+
 // WithWorkLease sets how long a replica's lease on work that must happen
 // once lasts (default DefaultWorkLease); it is renewed every third of it.
 func WithWorkLease(d time.Duration) Option { return func(c *config) { c.workLease = d } }

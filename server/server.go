@@ -115,6 +115,10 @@ func New(ctx context.Context, opts ...Option) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	var accepted *redisstore.Acceptance
+	if rs, ok := st.(*redisstore.Store); ok {
+		accepted = rs.Accepted()
+	}
 	if cfg.wrapStore != nil {
 		st = cfg.wrapStore(st)
 	}
@@ -135,6 +139,11 @@ func New(ctx context.Context, opts ...Option) (*Server, error) {
 		auditLog = cfg.wrapAudit(auditLog)
 	}
 	undo = append(undo, func() { _ = auditLog.Close() })
+	if accepted != nil {
+		if err := recordAcceptance(ctx, cfg, auditLog, accepted); err != nil {
+			return fail(err)
+		}
+	}
 	hub, err := watch.New(ctx, st, watch.WithProgressInterval(cfg.progressInterval), watch.WithRingEvents(cfg.watchRingEvents))
 	if err != nil {
 		return fail(err)
@@ -459,6 +468,11 @@ func openStore(ctx context.Context, cfg config) (st store.Store, rdb redis.Unive
 		_ = rdb.Close()
 		return nil, nil, nil, fmt.Errorf("server: open the store at %s: %w", cfg.storeURL, err)
 	}
+	if d := rs.Durability(ctx); d.Known {
+		cfg.log.Info("redis durability: "+d.Promise, "appendonly", d.AppendOnly, "appendfsync", d.AppendFsync, "save", d.Save)
+	} else {
+		cfg.log.Warn("redis durability: " + d.Promise)
+	}
 	return rs, rdb, func() { _ = rdb.Close() }, nil
 }
 
@@ -506,4 +520,27 @@ func (s *Server) feedStale(err error) {
 	for _, name := range services {
 		s.health.SetStatus(name, status)
 	}
+}
+
+// recordAcceptance logs and audits the rollback of the Redis store that
+// WithRedisAcceptRollback accepted.
+func recordAcceptance(ctx context.Context, cfg config, l audit.Log, a *redisstore.Acceptance) error {
+	msg := fmt.Sprintf("accepted a rollback of the Redis store: Redis held revision %d while revision %d had been handed out "+
+		"(incarnation %s, found %q); the store continues from what Redis holds, at revision %d, and every watcher takes a snapshot",
+		a.Head, a.Highest, a.Incarnation, a.Found, a.ContinuedAt)
+	cfg.log.Warn(msg, "head", a.Head, "highest", a.Highest, "continued_at", a.ContinuedAt)
+	host, _ := os.Hostname()
+	_, err := l.Append(ctx, auditchain.Record{
+		Time:      cfg.now().UTC().Format(time.RFC3339Nano),
+		Principal: "operator@" + host,
+		Procedure: "pawld --redis-accept-rollback",
+		RequestID: newHolderID(),
+		Outcome:   auditchain.OutcomeOK,
+		Message:   msg,
+		Subject:   auditchain.Subject{Key: redisstore.MarkerKey},
+	})
+	if err != nil {
+		return fmt.Errorf("audit the accepted rollback: %w", err)
+	}
+	return nil
 }

@@ -61,6 +61,8 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	redisPrefix := fs.String("redis-prefix", server.DefaultRedisPrefix, "prefix of the store's keys in Redis")
 	replicaAcks := fs.Int("redis-replica-acks", 0, "with --store, acknowledge a write only once this many Redis replicas have it (WAIT), so that a failover cannot lose it")
 	replicaWait := fs.Duration("redis-replica-wait", time.Second, "how long a write waits for --redis-replica-acks before it fails with UNAVAILABLE")
+	acceptRollback := fs.Bool("redis-accept-rollback", false, "with --store, accept that Redis went back in time (a replica found it, and writes are refused until then): continue from what Redis holds, past every revision handed out, and make every watcher take a snapshot; logged and audited")
+	waitAOF := fs.Bool("redis-wait-aof", false, "with --store, acknowledge a write only once Redis fsynced it to its append-only file (WAITAOF, Redis 7.2+), waiting at most --redis-replica-wait")
 	workLease := fs.Duration("work-lease", server.DefaultWorkLease, "with --store, how long a replica's lease on the rollout supervisor and compaction lasts; another replica takes over within it when the holder dies")
 	maxValue := fs.Int("max-value-bytes", server.DefaultMaxValueBytes, "largest value a put accepts, in bytes")
 	maxTxnOps := fs.Int("max-txn-ops", server.DefaultMaxTxnOps, "most changes one transaction may make")
@@ -92,7 +94,14 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	srv, err := server.New(ctx,
+	var redisOpts []server.Option
+	if *acceptRollback {
+		redisOpts = append(redisOpts, server.WithRedisAcceptRollback())
+	}
+	if *waitAOF {
+		redisOpts = append(redisOpts, server.WithRedisWaitAOF(*replicaWait))
+	}
+	srv, err := server.New(ctx, append([]server.Option{
 		server.WithDataDir(*data),
 		server.WithStore(*storeURL),
 		server.WithRedisPrefix(*redisPrefix),
@@ -112,7 +121,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		server.WithTLSClientCA(*tlsClientCA),
 		server.WithAuthFile(*authFile),
 		server.WithLogger(log),
-	)
+	}, redisOpts...)...)
 	if err != nil {
 		return err
 	}

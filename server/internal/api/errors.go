@@ -112,6 +112,11 @@ func Error(log *slog.Logger, spec connect.Spec, err error) error {
 		return connect.NewError(connect.CodePermissionDenied, err)
 	case errors.Is(err, store.ErrClosed), errors.Is(err, watch.ErrClosed), errors.Is(err, host.ErrClosed):
 		return newError(connect.CodeUnavailable, "the server is shutting down; retry shortly or against another replica")
+	case errors.Is(err, store.ErrRolledBack):
+		// FailedPrecondition, not Unavailable: retrying does not help until
+		// an operator accepts what the store holds.
+		log.Error("the store went back in time; writes are refused", "procedure", spec.Procedure, "error", err)
+		return connect.NewError(connect.CodeFailedPrecondition, err)
 	case errors.Is(err, store.ErrUnavailable):
 		log.Warn("store unavailable", "procedure", spec.Procedure, "error", err)
 		return newError(connect.CodeUnavailable, "the server cannot reach its store (%v); retry shortly or against another replica; "+

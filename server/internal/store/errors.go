@@ -124,3 +124,45 @@ func (e *ChangedError) Error() string {
 
 // Is reports whether target is ErrRevisionMismatch.
 func (e *ChangedError) Is(target error) bool { return target == ErrRevisionMismatch }
+
+// ErrRolledBack means a shared engine's backend went back in time: it
+// holds fewer revisions than this server already handed out (it was
+// restarted from an older snapshot, lost the tail of its append-only
+// file, or failed over to a replica that lacked the last writes), or it
+// is another data set altogether. Writes are refused until an operator
+// accepts what the backend holds, so that no revision is given out twice.
+var ErrRolledBack = errors.New("store: the backend went back in time")
+
+// RolledBackError says how the backend went back in time. It matches
+// ErrRolledBack.
+type RolledBackError struct {
+	// Head is the backend's revision when the fault was found.
+	Head int64
+	// Delivered is the highest revision a server handed out before.
+	Delivered int64
+	// Incarnation is the identity of the data set the server knew, and
+	// Found the one the backend holds ("" when it holds none); they
+	// differ when the data set was replaced.
+	Incarnation, Found string
+	// Remedy says what an operator does about it.
+	Remedy string
+}
+
+func (e *RolledBackError) Error() string {
+	msg := fmt.Sprintf("store: the backend went back in time: its head is revision %d, but revision %d was already handed out", e.Head, e.Delivered)
+	if e.Found != e.Incarnation {
+		found := e.Found
+		if found == "" {
+			found = "none"
+		}
+		msg = fmt.Sprintf("store: the backend holds another data set (incarnation %s, not %s; head revision %d, revision %d already handed out)",
+			found, e.Incarnation, e.Head, e.Delivered)
+	}
+	if e.Remedy != "" {
+		msg += "; " + e.Remedy
+	}
+	return msg
+}
+
+// Is reports whether target is ErrRolledBack.
+func (e *RolledBackError) Is(target error) bool { return target == ErrRolledBack }

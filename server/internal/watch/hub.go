@@ -225,8 +225,9 @@ func (h *Hub) Close() {
 }
 
 // SetStale tells the hub why its feed cannot follow the store (err), or
-// that it follows again (nil): every watcher is told once, and reports no
-// progress while the hub is stale. A store that implements
+// that it follows again (nil): every watcher is told once (and again when
+// the reason changes, as when an unreachable Redis turns out to have gone
+// back in time), and reports no progress while the hub is stale. A store that implements
 // store.StaleNotifier calls it on its own.
 func (h *Hub) SetStale(err error) {
 	reason := ""
@@ -234,8 +235,7 @@ func (h *Hub) SetStale(err error) {
 		reason = err.Error()
 	}
 	h.mu.Lock()
-	if (h.stale == "") == (reason == "") {
-		h.stale = reason
+	if h.stale == reason {
 		h.mu.Unlock()
 		return
 	}

@@ -470,3 +470,29 @@ func TestProgressRequestsRacingTheirAnswersAreNeverLost(t *testing.T) {
 		}
 	}
 }
+
+// TestStaleReasonChangeIsTold: a watcher told it is stale because the
+// store is unreachable is told again when the reason changes (the store
+// turned out to have gone back in time), and once more when it follows.
+func TestStaleReasonChangeIsTold(t *testing.T) {
+	_, hub := newHub(t, nil)
+	w := watchFrom(t, hub, "/", 0)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, reason := range []string{"unreachable", "went back in time", ""} {
+		var err error
+		if reason != "" {
+			err = errors.New(reason)
+		}
+		hub.SetStale(err)
+		for {
+			b, err := w.Next(ctx)
+			if err != nil {
+				t.Fatalf("waiting to be told %q: %v", reason, err)
+			}
+			if b.Stale == reason && (reason != "" || len(b.Events) == 0) {
+				break
+			}
+		}
+	}
+}

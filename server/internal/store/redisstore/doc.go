@@ -15,6 +15,8 @@
 //	idx                 sorted set of key, NUL, zero-padded revision: every
 //	                    retained revision of each key (historic reads)
 //	notices             the pub/sub channel of new revisions
+//	incarnation         the data set's identity, "id:revision it began at"
+//	rollback            hash: a fault found (Redis went back in time), until accepted
 //	lease:NAME          hash: holder, expiry and token of a lease
 //	blob:KIND:{meta,data,ids}         validator modules and other blobs
 //	rec:KIND:{values,ids,expiry}      records (instance leases), with expiry
@@ -32,14 +34,29 @@
 // # Durability
 //
 // A mutation is acknowledged once Redis ran its script, so it is as
-// durable as the Redis server's persistence: with appendonly yes and
-// appendfsync always, nothing acknowledged is lost when Redis crashes;
-// with the default appendfsync everysec, a crash of the Redis host can
-// lose the last second; without persistence, a restart of Redis loses
-// everything. With replicas, a failover can lose what the primary had not
-// yet replicated (Redis replication is asynchronous), unless every write
-// waits for replicas (WithReplicaAcks: Redis WAIT on the connection that
-// wrote).
+// durable as the Redis server's persistence (Durability says what it
+// promises): with appendonly yes and appendfsync always, nothing
+// acknowledged is lost when Redis crashes; with the default appendfsync
+// everysec, a crash of the Redis host can lose about the last two seconds
+// (WithWaitAOF closes it, on Redis 7.2 or later); without persistence, a
+// restart of Redis loses everything. With replicas, a failover can lose
+// what the primary had not yet replicated (Redis replication is
+// asynchronous), unless every write waits for replicas (WithReplicaAcks:
+// Redis WAIT in the write's pipeline, on the primary of the store's slot).
+//
+// # Going back in time
+//
+// When Redis loses acknowledged writes, the store notices: the data set
+// has an incarnation, and each Store remembers the highest revision it
+// handed out; every mutation and every read of the feed checks, in its
+// script, that the head is not below it and the incarnation is the one
+// known. Otherwise the fault is recorded in Redis, and until an operator
+// accepts it (WithAcceptRollback) every mutation through any replica
+// fails with a *store.RolledBackError and the feeds are stale. Accepting
+// moves the revision counter and the compact revision one past the
+// highest revision any replica reported, gives the data set a new
+// incarnation, and puts MarkerKey: every feed skips the compacted
+// stretch, and every watcher that resumes is told to take a snapshot.
 //
 // # Feed
 //

@@ -197,19 +197,11 @@ func TestAFailoverLosesNoAcknowledgedWrite(t *testing.T) {
 	}
 	waitFor := func(what string, cond func() bool) {
 		t.Helper()
-		for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-			mu.Lock()
-			ok := cond()
-			mu.Unlock()
-			if ok {
-				return
-			}
-			if time.Now().After(deadline) {
-				cancel()
-				wg.Wait()
-				t.Fatalf("%s never happened (%d acknowledged, %d failed)", what, len(acks), failed)
-			}
-		}
+		waitUnder(t, &mu, what, cond, func() string {
+			cancel()
+			wg.Wait()
+			return fmt.Sprintf("(%d acknowledged, %d failed)", len(acks), failed)
+		})
 	}
 	waitFor("200 acknowledged writes", func() bool { return len(acks) >= 200 })
 	primary.Kill(t)

@@ -68,8 +68,17 @@ func (f *feed) subscribe(ctx context.Context) error {
 func (f *feed) add(fn store.CommitFunc) func() { return register(f, f.subs, fn) }
 
 // addStale registers fn to learn when the feed stops following the store
-// (with the reason) and when it follows again (with nil).
-func (f *feed) addStale(fn func(error)) func() { return register(f, f.stales, fn) }
+// (with the reason) and when it follows again (with nil). Registered
+// while the feed is stale, fn hears the reason at once.
+func (f *feed) addStale(fn func(error)) func() {
+	stop := register(f, f.stales, fn)
+	f.deliverMu.Lock()
+	defer f.deliverMu.Unlock()
+	if err := f.staleErr(); err != nil {
+		fn(err)
+	}
+	return stop
+}
 
 // register puts fn in m, one of the feed's maps of callbacks, under
 // deliverMu, and returns its removal.
@@ -104,7 +113,7 @@ func (f *feed) poke() {
 // await returns once revision rev was delivered to the local subscribers,
 // or a read of the log that started after await was called failed (the
 // write is committed; the subscribers will get it when Redis answers
-// again), or ctx ends, or the store closes.
+// again), or a read found that Redis went back in time, or ctx ends, or the store closes.
 func (f *feed) await(ctx context.Context, rev int64) {
 	f.mu.Lock()
 	failures := f.failures
@@ -112,7 +121,7 @@ func (f *feed) await(ctx context.Context, rev int64) {
 	f.poke()
 	for {
 		f.mu.Lock()
-		done := f.delivered >= rev || f.failures > failures+1
+		done := f.delivered >= rev || f.failures > failures+1 || (f.failures > failures && errors.Is(f.stale, store.ErrRolledBack))
 		progress := f.progress
 		f.mu.Unlock()
 		if done {
@@ -176,7 +185,7 @@ func (f *feed) catchUp(ctx context.Context) {
 	from := f.delivered + 1
 	f.mu.Unlock()
 	for {
-		ch, err := f.s.Changes(ctx, from, "", feedBatch)
+		ch, err := f.s.feedChanges(ctx, from, feedBatch)
 		var compacted *store.CompactedError
 		switch {
 		case errors.As(err, &compacted):
@@ -189,6 +198,7 @@ func (f *feed) catchUp(ctx context.Context) {
 			}
 			return
 		}
+		f.s.saw(ch.Through)
 		f.advance(ch.Events, ch.Through)
 		from = ch.Through + 1
 		if len(ch.Events) < feedBatch {
@@ -225,18 +235,21 @@ func (f *feed) advance(events []store.Event, through int64) {
 	f.deliverMu.Unlock()
 }
 
-// fail records a failed read.
+// fail records a failed read, and tells the NotifyStale callbacks when
+// the feed was following (or only unreachable, and err is a rollback).
 func (f *feed) fail(err error) {
 	f.deliverMu.Lock()
 	defer f.deliverMu.Unlock()
 	f.mu.Lock()
-	wasStale := f.stale != nil
+	// A feed stale because Redis was unreachable that finds, once Redis
+	// answers, that it went back in time says so too.
+	tell := f.stale == nil || (errors.Is(err, store.ErrRolledBack) && !errors.Is(f.stale, store.ErrRolledBack))
 	f.stale = err
 	f.failures++
 	close(f.progress)
 	f.progress = make(chan struct{})
 	f.mu.Unlock()
-	if !wasStale {
+	if tell {
 		for _, fn := range f.stales {
 			fn(err)
 		}

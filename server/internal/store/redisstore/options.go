@@ -14,6 +14,10 @@ type options struct {
 	dropHook    func(revision int64) bool
 	replicaAcks int
 	replicaWait time.Duration
+	name        string
+	waitAOF     bool
+	// acceptRollback accepts a recorded rollback at Open.
+	acceptRollback bool
 }
 
 const (
@@ -35,6 +39,8 @@ func (o options) validate() error {
 		return fmt.Errorf("redisstore: WithHeadCheck(%s): must be positive", o.headCheck)
 	case o.recordAge <= 0:
 		return fmt.Errorf("redisstore: WithRecordAge(%s): must be positive", o.recordAge)
+	case o.waitAOF && o.replicaWait <= 0:
+		return fmt.Errorf("redisstore: WithWaitAOF(%s): want a positive wait", o.replicaWait)
 	case o.replicaAcks < 0 || (o.replicaAcks > 0 && o.replicaWait <= 0):
 		return fmt.Errorf("redisstore: WithReplicaAcks(%d, %s): want 0, or a count and a positive wait", o.replicaAcks, o.replicaWait)
 	}
@@ -65,4 +71,33 @@ func WithNoticeFilter(drop func(revision int64) bool) Option {
 // for none: Redis replication is asynchronous.
 func WithReplicaAcks(n int, wait time.Duration) Option {
 	return func(o *options) { o.replicaAcks, o.replicaWait = n, wait }
+}
+
+// WithName names this replica in what it records in Redis (the fault it
+// finds); default a random name.
+func WithName(name string) Option { return func(o *options) { o.name = name } }
+
+// WithAcceptRollback makes Open accept a rollback that a replica found
+// (Redis went back in time, or holds another data set; see
+// store.ErrRolledBack): the store continues from what Redis holds, its
+// revision counter jumps past the highest revision any replica reported
+// handing out, and every watcher is told to take a snapshot. Store.Accepted
+// says what was accepted. Without a recorded fault it does nothing.
+func WithAcceptRollback() Option { return func(o *options) { o.acceptRollback = true } }
+
+// WithWaitAOF makes every mutation wait, after Redis ran it, until Redis
+// fsynced it to its own append-only file (Redis WAITAOF, 7.2 or later;
+// with WithReplicaAcks, also until that many replicas fsynced it), for at
+// most wait (which, given both, WithReplicaAcks's wait replaces): under
+// appendfsync everysec, a write is then acknowledged only once a crash
+// of the Redis host can no longer lose it. Open fails when Redis has no
+// WAITAOF or appendonly is off; a write that is not fsynced in time fails
+// with store.ErrUnavailable (committed in memory, and a crash may lose it).
+func WithWaitAOF(wait time.Duration) Option {
+	return func(o *options) {
+		o.waitAOF = true
+		if o.replicaWait == 0 {
+			o.replicaWait = wait
+		}
+	}
 }

@@ -25,6 +25,17 @@ type Store struct {
 	opts   options
 	feed   *feed
 
+	// who names this replica in the fault it records.
+	who string
+	// high is the highest revision this replica handed out (delivered
+	// to subscribers, acknowledged to a writer, or read at): Redis at a
+	// lower head has gone back in time.
+	high atomic.Int64
+	// incarnation is the identity of the data set this replica follows.
+	incarnation atomic.Pointer[string]
+	// accepted is what WithAcceptRollback accepted at Open, or nil.
+	accepted *Acceptance
+
 	ctx    context.Context // ends at Close
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -43,6 +54,7 @@ var (
 // takes every write), because its revision counter is store-wide.
 type keyNames struct {
 	rev, compact, kv, keys, idx, log, channel string
+	incarnation, fault                        string
 }
 
 // Open returns the store kept in Redis under prefix (many stores can share
@@ -64,16 +76,37 @@ func Open(ctx context.Context, rdb redis.UniversalClient, prefix string, opts ..
 	}
 	s := &Store{rdb: rdb, prefix: prefix, opts: o}
 	tag := "{" + prefix + "}:"
-	s.k = keyNames{rev: tag + "rev", compact: tag + "compact", kv: tag + "kv", keys: tag + "keys", idx: tag + "idx", log: tag + "log", channel: tag + "notices"}
+	s.k = keyNames{rev: tag + "rev", compact: tag + "compact", kv: tag + "kv", keys: tag + "keys", idx: tag + "idx", log: tag + "log", channel: tag + "notices",
+		incarnation: tag + "incarnation", fault: tag + "rollback"}
+	s.who = o.name
+	if s.who == "" {
+		s.who = newID()
+	}
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		return nil, fmt.Errorf("redisstore: %w", s.wrap(ctx, err))
 	}
-	st, err := s.Status(ctx)
+	if o.waitAOF {
+		if err := s.checkWaitAOF(ctx); err != nil {
+			return nil, err
+		}
+	}
+	rev, fault, err := s.openIncarnation(ctx)
 	if err != nil {
 		return nil, err
 	}
+	if fault != nil && o.acceptRollback {
+		if s.accepted, err = s.accept(ctx); err != nil {
+			return nil, err
+		}
+		if rev, fault, err = s.openIncarnation(ctx); err != nil {
+			return nil, err
+		}
+	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
-	s.feed = newFeed(s, st.Revision)
+	s.feed = newFeed(s, rev)
+	if fault != nil {
+		s.feed.fail(fault) // stale from the start, until an operator accepts the fault
+	}
 	if err := s.feed.subscribe(ctx); err != nil {
 		s.cancel()
 		return nil, err
@@ -164,7 +197,7 @@ func (s *Store) mutate(ctx context.Context, single bool, compares []store.Compar
 	if single {
 		mode = "single"
 	}
-	args := []any{s.k.channel, token, mode, len(compares)}
+	args := []any{s.k.channel, token, mode, s.high.Load(), *s.incarnation.Load(), s.who, len(compares)}
 	for _, c := range compares {
 		args = append(args, c.Key, c.ModRevision)
 	}
@@ -183,7 +216,7 @@ func (s *Store) mutate(ctx context.Context, single bool, compares []store.Compar
 		}
 		args = append(args, kind, o.key, o.value, has, expect)
 	}
-	keys := []string{s.k.rev, s.k.compact, s.k.kv, s.k.keys, s.k.idx, s.k.log, leaseKey}
+	keys := []string{s.k.rev, s.k.compact, s.k.kv, s.k.keys, s.k.idx, s.k.log, leaseKey, s.k.incarnation, s.k.fault}
 	raw, err := s.runMutation(ctx, keys, args)
 	if err != nil {
 		return store.Result{}, err
@@ -192,6 +225,7 @@ func (s *Store) mutate(ctx context.Context, single bool, compares []store.Compar
 	switch res.str(0) {
 	case "OK":
 		rev := res.num(1)
+		s.saw(rev)
 		result := store.Result{Revision: rev}
 		if single {
 			if prev := res.str(2); prev != "" {
@@ -212,28 +246,47 @@ func (s *Store) mutate(ctx context.Context, single bool, compares []store.Compar
 		return store.Result{}, &store.NotFoundError{Key: res.str(1), Revision: res.num(2)}
 	case "FENCED":
 		return store.Result{}, store.ErrFenced
+	case "ROLLEDBACK":
+		return store.Result{}, s.rolledBack(res[1:])
 	}
 	return store.Result{}, fmt.Errorf("redisstore: unexpected answer %v", res)
 }
 
-// runMutation runs mutateScript and, with WithReplicaAcks, Redis WAIT
-// after it on the same connection (WAIT counts the replicas that have
-// what its own connection wrote), failing with store.ErrUnavailable when
-// too few confirm.
+// runMutation runs mutateScript and, with WithReplicaAcks or
+// WithWaitAOF, Redis WAIT (or WAITAOF) after it in the same pipeline, on
+// the connection that wrote (WAIT counts the replicas that have what its
+// own connection wrote; on a Cluster, the connection to the primary of
+// the store's slot), failing with store.ErrUnavailable when too few
+// confirm.
 func (s *Store) runMutation(ctx context.Context, keys []string, args []any) ([]any, error) {
-	if s.opts.replicaAcks == 0 {
+	if s.opts.replicaAcks == 0 && !s.opts.waitAOF {
 		res, err := mutateScript.Run(ctx, s.rdb, keys, args...).Slice()
 		return res, s.wrap(ctx, err)
 	}
+	var node redis.Cmdable = s.rdb
+	if cc, ok := s.rdb.(*redis.ClusterClient); ok {
+		// A keyless WAIT in a cluster pipeline goes to any node: send both
+		// to the primary of the store's slot.
+		primary, err := cc.MasterForKey(ctx, s.k.rev)
+		if err != nil {
+			return nil, s.wrap(ctx, err)
+		}
+		node = primary
+	}
 	for attempt := 0; ; attempt++ {
-		pipe := s.rdb.Pipeline()
+		pipe := node.Pipeline()
 		run := pipe.EvalSha(ctx, mutateScript.Hash(), keys, args...)
-		wait := pipe.Do(ctx, "WAIT", s.opts.replicaAcks, s.opts.replicaWait.Milliseconds())
+		var wait *redis.Cmd
+		if s.opts.waitAOF {
+			wait = pipe.Do(ctx, "WAITAOF", 1, s.opts.replicaAcks, s.opts.replicaWait.Milliseconds())
+		} else {
+			wait = pipe.Do(ctx, "WAIT", s.opts.replicaAcks, s.opts.replicaWait.Milliseconds())
+		}
 		_, _ = pipe.Exec(ctx)
 		res, err := run.Slice()
 		if err != nil && attempt == 0 && strings.HasPrefix(err.Error(), "NOSCRIPT") {
 			// A new primary (after a failover) has not seen the script.
-			if err := mutateScript.Load(ctx, s.rdb).Err(); err != nil {
+			if err := mutateScript.Load(ctx, node).Err(); err != nil {
 				return nil, s.wrap(ctx, err)
 			}
 			continue
@@ -244,16 +297,40 @@ func (s *Store) runMutation(ctx context.Context, keys []string, args []any) ([]a
 		if reply(res).str(0) != "OK" {
 			return res, nil // refused: nothing was written
 		}
-		n, err := wait.Int64()
+		local, replicas, err := waitCounts(wait)
 		if err != nil {
-			return nil, fmt.Errorf("%w: the write is committed on the primary, but waiting for replicas failed: %v", store.ErrUnavailable, err)
+			return nil, fmt.Errorf("%w: the write is committed on the primary, but waiting for its fsync or replicas failed: %v", store.ErrUnavailable, err)
 		}
-		if int(n) < s.opts.replicaAcks {
+		if s.opts.waitAOF && local < 1 {
+			return nil, fmt.Errorf("%w: Redis did not fsync the write to its append-only file within %s (it is committed in memory, and a crash may lose it)",
+				store.ErrUnavailable, s.opts.replicaWait)
+		}
+		if replicas < int64(s.opts.replicaAcks) {
 			return nil, fmt.Errorf("%w: %d of %d replicas confirmed the write within %s (it is committed on the primary, and a failover may lose it)",
-				store.ErrUnavailable, n, s.opts.replicaAcks, s.opts.replicaWait)
+				store.ErrUnavailable, replicas, s.opts.replicaAcks, s.opts.replicaWait)
 		}
 		return res, nil
 	}
+}
+
+// waitCounts reads WAIT's answer (replicas) or WAITAOF's (local fsyncs,
+// replicas).
+func waitCounts(cmd *redis.Cmd) (local, replicas int64, err error) {
+	v, err := cmd.Result()
+	if err != nil {
+		return 0, 0, err
+	}
+	switch v := v.(type) {
+	case int64:
+		return 0, v, nil
+	case []any:
+		if len(v) == 2 {
+			l, _ := v[0].(int64)
+			r, _ := v[1].(int64)
+			return l, r, nil
+		}
+	}
+	return 0, 0, fmt.Errorf("unexpected answer %v", v)
 }
 
 // Put implements store.Store.
@@ -322,6 +399,7 @@ func (s *Store) Status(ctx context.Context) (store.Status, error) {
 	}
 	rev, _ := strconv.ParseInt(res[0], 10, 64)
 	compact, _ := strconv.ParseInt(res[1], 10, 64)
+	s.saw(rev)
 	return store.Status{Revision: rev, CompactRevision: compact}, nil
 }
 
@@ -339,6 +417,7 @@ func (s *Store) Get(ctx context.Context, key string, revision int64) (store.KeyV
 		return store.KeyValue{}, 0, refusal(res)
 	}
 	at := res.num(1)
+	s.saw(at)
 	switch res.str(2) {
 	case "R":
 		kv, err := decodeRecord(key, []byte(res.str(3)))
@@ -365,6 +444,7 @@ func (s *Store) List(ctx context.Context, prefix string, revision int64, after s
 		return store.Page{}, refusal(res)
 	}
 	page := store.Page{Revision: res.num(1), More: res.str(2) == "1"}
+	s.saw(page.Revision)
 	kind := res.str(3)
 	for i := 4; i+1 < len(res); i += 2 {
 		key, val := res.str(i), res.str(i+1)
@@ -398,6 +478,11 @@ func (s *Store) Changes(ctx context.Context, from int64, prefix string, limit in
 	if err != nil {
 		return store.Changes{}, s.wrap(ctx, err)
 	}
+	return parseChanges(res)
+}
+
+// parseChanges reads changesScript's answer.
+func parseChanges(res []any) (store.Changes, error) {
 	if reply(res).str(0) != "OK" {
 		return store.Changes{}, refusal(res)
 	}

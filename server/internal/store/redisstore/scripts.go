@@ -27,6 +27,32 @@ local function event_time(v)
   local ms = string.match(string.sub(v, 1, nl - 1), '^%a,%d+,%d+,%d+,%d+,(%d+),%d+$')
   return tonumber(ms)
 end
+-- rolled_back checks that the store did not go back in time for a
+-- replica that handed out revisions up to hw and knows the data set by
+-- the incarnation expected: it returns nil when the replica may go on, or
+-- the fault {head, highest handed out, expected, found}, which it records
+-- in the fault hash (so that every replica refuses writes until an
+-- operator accepts it). A changed incarnation is no fault when it began
+-- (an acceptance) at or above hw: nothing this replica handed out can
+-- come again.
+local function rolled_back(inc_key, fault_key, rev, hw, expected, who, now)
+  local found = redis.call('GET', inc_key) or ''
+  local f = redis.call('HMGET', fault_key, 'head', 'highest', 'expected', 'found')
+  if f[1] then
+    if hw > tonumber(f[2]) then
+      redis.call('HSET', fault_key, 'highest', s(hw))
+      f[2] = s(hw)
+    end
+    return f
+  end
+  local ok = rev >= hw
+  if ok and found ~= expected then
+    ok = tonumber(string.match(found, ':(%d+)$') or '0') >= hw
+  end
+  if ok then return nil end
+  redis.call('HSET', fault_key, 'head', s(rev), 'highest', s(hw), 'expected', expected, 'found', found, 'by', who, 'at', s(now))
+  return {s(rev), s(hw), expected, found}
+end
 local function fenced(lease, token, now)
   if token == '' then return false end
   local cur = redis.call('HMGET', lease, 'token', 'expires')
@@ -39,21 +65,25 @@ end
 // expectation hold; it appends each change to the log and publishes the
 // new revision.
 //
-//	KEYS: rev, compact, kv, keys, idx, log, fence lease
+//	KEYS: rev, compact, kv, keys, idx, log, fence lease, incarnation, fault
 //	ARGV: channel, fence token ("" for none), mode ("single" or "txn"),
-//	      ncompares, (key, expected mod revision)...,
+//	      highest revision the replica handed out, incarnation it knows,
+//	      replica name, ncompares, (key, expected mod revision)...,
 //	      nunchanged, (prefix, since)...,
 //	      nops, (P|D, key, value, has expectation 1|0, expected)...
 //
 // It returns {"OK", revision, previous record or false} or a refusal:
 // {"MISMATCH", key, expected, actual}, {"CHANGED", prefix, since, key,
-// revision}, {"NOTFOUND", key, revision}, {"FENCED"}.
+// revision}, {"NOTFOUND", key, revision}, {"FENCED"}, {"ROLLEDBACK",
+// head, highest, expected, found} (see rolled_back).
 var mutateScript = redis.NewScript(prelude + `
 local now = now_ms()
 if fenced(KEYS[7], ARGV[2], now) then return {'FENCED'} end
 local rev = tonumber(redis.call('GET', KEYS[1]) or '0')
+local fault = rolled_back(KEYS[8], KEYS[9], rev, tonumber(ARGV[4]), ARGV[5], ARGV[6], now)
+if fault then return {'ROLLEDBACK', fault[1], fault[2], fault[3], fault[4]} end
 local compact = tonumber(redis.call('GET', KEYS[2]) or '0')
-local i = 4
+local i = 7
 local nc = tonumber(ARGV[i]); i = i + 1
 for c = 1, nc do
   local key, expect = ARGV[i], tonumber(ARGV[i + 1]); i = i + 2
@@ -225,6 +255,41 @@ end
 return out
 `)
 
+// changesFn is the body of changesScript as a Lua function, which
+// feedScript shares.
+const changesFn = `
+local function changes(rev_key, compact_key, log_key, from, prefix, limit)
+  local cur = tonumber(redis.call('GET', rev_key) or '0')
+  local compact = tonumber(redis.call('GET', compact_key) or '0')
+  if from <= compact then return {'COMPACTED', s(from), s(compact), s(cur)} end
+  local to = math.min(cur, from + limit - 1)
+  -- Never stop inside a transaction: read on to its last change.
+  while to >= from and to < cur do
+    local last = redis.call('HGET', log_key, s(to))
+    if not last then break end
+    local c = string.sub(last, 1, 1)
+    if c ~= 'p' and c ~= 'd' then break end
+    to = to + 1
+  end
+  local out = {'OK', s(math.max(to, from - 1))}
+  if to < from then return out end
+  local revs = {}
+  for r = from, to do revs[#revs + 1] = s(r) end
+  local evs = redis.call('HMGET', log_key, unpack(revs))
+  for j = 1, #evs do
+    local ev = evs[j]
+    if not ev then return redis.error_reply('redisstore: revision ' .. revs[j] .. ' is missing from the log') end
+    if prefix == '' then
+      out[#out + 1] = ev
+    else
+      local _, key = event_key(ev)
+      if string.sub(key, 1, #prefix) == prefix then out[#out + 1] = ev end
+    end
+  end
+  return out
+end
+`
+
 // changesScript reads the log from a revision, at most limit revisions,
 // returning the events under a prefix.
 //
@@ -233,36 +298,83 @@ return out
 //
 // It returns {"OK", through, event...} or {"COMPACTED", from, compact,
 // current}.
-var changesScript = redis.NewScript(prelude + `
-local cur = tonumber(redis.call('GET', KEYS[1]) or '0')
-local compact = tonumber(redis.call('GET', KEYS[2]) or '0')
-local from, prefix, limit = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
-if from <= compact then return {'COMPACTED', s(from), s(compact), s(cur)} end
-local to = math.min(cur, from + limit - 1)
--- Never stop inside a transaction: read on to its last change.
-while to >= from and to < cur do
-  local last = redis.call('HGET', KEYS[3], s(to))
-  if not last then break end
-  local c = string.sub(last, 1, 1)
-  if c ~= 'p' and c ~= 'd' then break end
-  to = to + 1
-end
-local out = {'OK', s(math.max(to, from - 1))}
-if to < from then return out end
-local revs = {}
-for r = from, to do revs[#revs + 1] = s(r) end
-local evs = redis.call('HMGET', KEYS[3], unpack(revs))
-for j = 1, #evs do
-  local ev = evs[j]
-  if not ev then return redis.error_reply('redisstore: revision ' .. revs[j] .. ' is missing from the log') end
-  if prefix == '' then
-    out[#out + 1] = ev
-  else
-    local _, key = event_key(ev)
-    if string.sub(key, 1, #prefix) == prefix then out[#out + 1] = ev end
-  end
-end
+var changesScript = redis.NewScript(prelude + changesFn + `
+return changes(KEYS[1], KEYS[2], KEYS[3], tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]))
+`)
+
+// feedScript is the feed's read of the log: first the check that the
+// store did not go back in time for this replica (rolled_back), then
+// changesScript's read.
+//
+//	KEYS: rev, compact, log, incarnation, fault
+//	ARGV: from, prefix, limit, highest revision handed out, incarnation
+//	      known, replica name
+//
+// It returns {"ROLLEDBACK", head, highest, expected, found}, or the
+// incarnation found followed by changesScript's answer.
+var feedScript = redis.NewScript(prelude + changesFn + `
+local rev = tonumber(redis.call('GET', KEYS[1]) or '0')
+local fault = rolled_back(KEYS[4], KEYS[5], rev, tonumber(ARGV[4]), ARGV[5], ARGV[6], now_ms())
+if fault then return {'ROLLEDBACK', fault[1], fault[2], fault[3], fault[4]} end
+local out = changes(KEYS[1], KEYS[2], KEYS[3], tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]))
+table.insert(out, 1, redis.call('GET', KEYS[4]) or '')
 return out
+`)
+
+// openScript gives a data set its incarnation, once (an identity of the
+// data set and the revision it began at, "id:revision"), and reads what a
+// replica needs to start.
+//
+//	KEYS: rev, compact, incarnation, fault
+//	ARGV: a new incarnation id
+//
+// It returns {revision, compact, incarnation, fault head or false,
+// highest, expected, found}.
+var openScript = redis.NewScript(prelude + `
+local rev = redis.call('GET', KEYS[1]) or '0'
+redis.call('SET', KEYS[3], ARGV[1] .. ':' .. rev, 'NX')
+local f = redis.call('HMGET', KEYS[4], 'head', 'highest', 'expected', 'found')
+return {rev, redis.call('GET', KEYS[2]) or '0', redis.call('GET', KEYS[3]), f[1], f[2], f[3], f[4]}
+`)
+
+// acceptScript accepts a recorded fault: the store continues from what
+// Redis holds, its revision counter and compact revision jump to one past
+// the highest revision any replica reported handing out (J), so that no
+// revision is handed out twice and every watcher is told to take a
+// snapshot, the data set gets a new incarnation that begins at J, and a
+// put of the marker key at J+1 records the acceptance in the change log
+// (its value is the record). The log up to the old head must have been
+// compacted before.
+//
+//	KEYS: rev, compact, incarnation, fault, kv, keys, idx, log, channel
+//	ARGV: new incarnation id, marker key, replica name
+//
+// It returns {"NONE"} when no fault is recorded, or {"OK", old head,
+// highest, J, expected, found}.
+var acceptScript = redis.NewScript(prelude + `
+local f = redis.call('HMGET', KEYS[4], 'head', 'highest', 'expected', 'found')
+if not f[1] then return {'NONE'} end
+local head = tonumber(redis.call('GET', KEYS[1]) or '0')
+local j = math.max(head, tonumber(f[2])) + 1
+local now = now_ms()
+redis.call('SET', KEYS[2], s(j))
+redis.call('SET', KEYS[3], ARGV[1] .. ':' .. s(j))
+redis.call('DEL', KEYS[4])
+local rev = j + 1
+local key = ARGV[2]
+local value = '{"acceptedAt":' .. s(now) .. ',"head":' .. s(head) .. ',"highest":' .. f[2] .. ',"continuedAt":' .. s(j) ..
+  ',"incarnation":"' .. f[3] .. '","found":"' .. f[4] .. '","by":"' .. ARGV[3] .. '"}'
+local cur = redis.call('HGET', KEYS[5], key)
+local create, prevmod, ver = rev, 0, 0
+if cur then create, prevmod, ver = parse_record(cur) end
+ver = ver + 1
+redis.call('HSET', KEYS[5], key, s(create) .. ',' .. s(rev) .. ',' .. s(ver) .. '\n' .. value)
+redis.call('ZADD', KEYS[6], 0, key)
+redis.call('HSET', KEYS[8], s(rev), 'P,' .. s(create) .. ',' .. s(rev) .. ',' .. s(ver) .. ',' .. s(prevmod) .. ',' .. s(now) .. ',' .. s(#key) .. '\n' .. key .. value)
+redis.call('ZADD', KEYS[7], 0, key .. '\0' .. pad(rev))
+redis.call('SET', KEYS[1], s(rev))
+redis.call('PUBLISH', KEYS[9], s(rev))
+return {'OK', s(head), f[2], s(j), f[3], f[4]}
 `)
 
 // compactScript drops log entries up to a revision, at most max of them:
