@@ -400,7 +400,7 @@ func (s *Store) Status(ctx context.Context) (store.Status, error) {
 	rev, _ := strconv.ParseInt(res[0], 10, 64)
 	compact, _ := strconv.ParseInt(res[1], 10, 64)
 	s.saw(rev)
-	return store.Status{Revision: rev, CompactRevision: compact}, nil
+	return store.Status{Revision: rev, CompactRevision: compact, Incarnation: s.Incarnation()}, nil
 }
 
 // Get implements store.Store.

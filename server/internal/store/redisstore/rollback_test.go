@@ -79,6 +79,10 @@ func TestRedisGoingBackInTimeIsNoticed(t *testing.T) {
 	bg := context.Background()
 	a := open(t, newClient(t, srv.Addr), "back", WithHeadCheck(50*time.Millisecond), WithName("replica-a"))
 	b := open(t, newClient(t, srv.Addr), "back", WithHeadCheck(50*time.Millisecond), WithName("replica-b"))
+	firstStatus, err := a.Status(bg)
+	if err != nil || firstStatus.Incarnation == "" {
+		t.Fatalf("Status = %+v, %v; want the data set's incarnation", firstStatus, err)
+	}
 	staleB := watchStale(t, b)
 	var subMu sync.Mutex
 	var delivered []int64 // every revision b's subscribers got
@@ -186,6 +190,11 @@ func TestRedisGoingBackInTimeIsNoticed(t *testing.T) {
 		t.Fatalf("accepted %+v; want head %d, highest at least %d, continued one past it", acc, snap.Revision, highest)
 	}
 	staleB.await(t, "following again", func(err error) bool { return err == nil })
+	// Watchers that resume with the incarnation they knew are told to
+	// resynchronise: Status names the new one.
+	if st, err := d.Status(bg); err != nil || st.Incarnation == firstStatus.Incarnation || st.Incarnation == "" {
+		t.Fatalf("Status after the acceptance = %+v, %v; want an incarnation other than %q", st, err, firstStatus.Incarnation)
+	}
 	for _, s := range []*Store{a, b, c, d} {
 		res, err := s.Put(bg, store.Put{Key: "/after", Value: []byte("v")})
 		if err != nil {
