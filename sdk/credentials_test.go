@@ -217,7 +217,8 @@ func waitRequest(t *testing.T, ctx context.Context, rec *testtls.Recorder, proce
 }
 
 // skipUnderAuth skips a test that gives its clients credentials of its
-// own, when the harness runs with authentication on (PAWL_TEST_AUTH=1).
+// own, or starts servers of its own, when the harness runs with
+// authentication on (PAWL_TEST_AUTH=1).
 func skipUnderAuth(t *testing.T) {
 	if os.Getenv("PAWL_TEST_AUTH") == "1" {
 		t.Skip("gives its clients credentials of its own; the harness's are for the other tests")

@@ -27,6 +27,7 @@ func TestWatchersOfARestoredStoreAreToldToResynchronise(t *testing.T) {
 	if testserver.Engine() == "redis" {
 		t.Skip("the embedded store's backups; Redis is backed up by Redis")
 	}
+	skipUnderAuth(t) // it starts the restored server itself, open
 	h := newHarness(t)
 	put := func(kv pawlv1connect.KVServiceClient, key, value string) int64 {
 		t.Helper()
