@@ -43,13 +43,22 @@ type streamConnKey struct{}
 // HeaderActor is a PrincipalFunc for a server without authentication: the
 // principal is the call's Pawl-Actor header, or else the peer's address.
 func HeaderActor(ctx context.Context) (principal, onBehalfOf string) {
-	if info, ok := connect.CallInfoForHandlerContext(ctx); ok {
-		return actorOf(info.RequestHeader(), info.Peer()), ""
-	}
-	if conn, ok := ctx.Value(streamConnKey{}).(connect.StreamingHandlerConn); ok {
-		return actorOf(conn.RequestHeader(), conn.Peer()), ""
+	if header, peer, ok := callOf(ctx); ok {
+		return actorOf(header, peer), ""
 	}
 	return "", ""
+}
+
+// callOf is the request header and peer of the call ctx belongs to, unary
+// or streaming.
+func callOf(ctx context.Context) (http.Header, connect.Peer, bool) {
+	if info, ok := connect.CallInfoForHandlerContext(ctx); ok {
+		return info.RequestHeader(), info.Peer(), true
+	}
+	if conn, ok := ctx.Value(streamConnKey{}).(connect.StreamingHandlerConn); ok {
+		return conn.RequestHeader(), conn.Peer(), true
+	}
+	return nil, connect.Peer{}, false
 }
 
 // Caller returns the PrincipalFunc of the audit log. With authentication
@@ -71,11 +80,8 @@ func Caller(authenticated bool) PrincipalFunc {
 
 // peerOf is the address of the call's peer.
 func peerOf(ctx context.Context) string {
-	if info, ok := connect.CallInfoForHandlerContext(ctx); ok {
-		return info.Peer().Addr
-	}
-	if conn, ok := ctx.Value(streamConnKey{}).(connect.StreamingHandlerConn); ok {
-		return conn.Peer().Addr
+	if _, peer, ok := callOf(ctx); ok {
+		return peer.Addr
 	}
 	return "an unknown peer"
 }
