@@ -142,6 +142,16 @@ func byRevision(events []store.Event) func(yield func([]store.Event) bool) {
 	}
 }
 
+// logFloor is what the log's bound alone compacts to: the compact
+// revision, or LogRevisions below the head if that is later. Counting
+// starts there, since nothing below it is kept.
+func (p Policy) logFloor(status store.Status) int64 {
+	if p.LogRevisions > 0 {
+		return max(status.CompactRevision, status.Revision-p.LogRevisions)
+	}
+	return status.CompactRevision
+}
+
 // Target is the revision the policy compacts to at now, or the store's
 // compact revision when nothing is due. With Uncounted prefixes it reads
 // the retained log (at most LogRevisions of it) to count.
@@ -153,11 +163,7 @@ func Target(ctx context.Context, st store.Store, p Policy, now time.Time) (int64
 	var c *counted
 	if p.Revisions > 0 && len(p.Uncounted) > 0 {
 		c = newCounted(p.Revisions)
-		from := status.CompactRevision
-		if p.LogRevisions > 0 {
-			from = max(from, status.Revision-p.LogRevisions)
-		}
-		if err := scan(ctx, st, p, c, from, status.Revision); err != nil {
+		if err := scan(ctx, st, p, c, p.logFloor(status), status.Revision); err != nil {
 			return 0, err
 		}
 	}
@@ -171,10 +177,7 @@ func Target(ctx context.Context, st store.Store, p Policy, now time.Time) (int64
 // target combines the policy's limits; countedTarget, when the policy has
 // Uncounted prefixes, gives the target of the count of revisions.
 func (p Policy) target(ctx context.Context, st store.Store, status store.Status, countedTarget func() (int64, bool), now time.Time) (int64, error) {
-	target := status.CompactRevision
-	if p.LogRevisions > 0 {
-		target = max(target, status.Revision-p.LogRevisions)
-	}
+	target := p.logFloor(status)
 	if p.Revisions > 0 {
 		if countedTarget == nil {
 			target = max(target, status.Revision-p.Revisions)
@@ -358,10 +361,7 @@ func (f *follower) seed(ctx context.Context, st store.Store) error {
 	if err != nil {
 		return err
 	}
-	from := status.CompactRevision
-	if f.p.LogRevisions > 0 {
-		from = max(from, status.Revision-f.p.LogRevisions)
-	}
+	from := f.p.logFloor(status)
 	// Only seed touches the count until seeded is set; follow queues.
 	if err := scan(ctx, st, f.p, f.counted, from, status.Revision); err != nil {
 		f.counted.reset() // counted from scratch on the next try
