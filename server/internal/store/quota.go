@@ -13,12 +13,14 @@ import (
 // the quota; deletions and compaction are never refused, since they are
 // how a user gets back under it.
 //
-// A write refused for the quota raises the NOSPACE alarm. While it is
-// raised, every write that adds bytes is refused, except those that may
-// use the reserve; it clears by itself once deletions and compaction take
-// the size under the low-water mark (nine tenths of the quota), so that
-// one freed byte does not let writes in only for the next to raise it
-// again.
+// A write refused for the quota when the store holds nine tenths of it
+// or more (the low-water mark), and a size at or over the quota, raise
+// the NOSPACE alarm. While it is raised, every write that adds bytes is
+// refused, except those that may use the reserve; it clears by itself
+// once deletions and compaction take the size under the low-water mark,
+// so that one freed byte does not let writes in only for the next to
+// raise it again. (A large write refused under the low-water mark is
+// refused alone: smaller ones still fit, and no alarm is raised.)
 type Quota struct {
 	// Bytes is the quota; 0 means none.
 	Bytes int64
@@ -38,6 +40,9 @@ func (q Quota) On() bool { return q.Bytes > 0 }
 // LowWater is the size under which a raised alarm clears: nine tenths
 // of the quota.
 func (q Quota) LowWater() int64 { return q.Bytes - q.Bytes/10 }
+
+// Raises says whether a write refused at a size of used raises the alarm.
+func (q Quota) Raises(used int64) bool { return used >= q.LowWater() }
 
 // MayUseReserve says whether every put of t may use the reserve.
 func (q Quota) MayUseReserve(puts []Put) bool {

@@ -23,7 +23,7 @@ func (s *Store) PutBlob(ctx context.Context, kind string, b store.Blob) (bool, e
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
-	cost := store.BlobCost(b)
+	cost := pageFactor * store.BlobCost(b)
 	if err := s.usage.admit(cost, false); err != nil {
 		return false, err
 	}

@@ -146,8 +146,9 @@ func Open(ctx context.Context, dir string, opts ...Option) (*Store, error) {
 		failed:      make(chan struct{}),
 		recovered:   recovered,
 	}
-	s.usage.quota, s.usage.now = o.quota, o.clock
-	s.measure() // a store still over its quota raises the alarm again
+	s.usage.quota, s.usage.now, s.usage.pageSize = o.quota, o.clock, int64(db.Info().PageSize)
+	s.measure()
+	s.usage.opened()
 	s.committed.Store(rev)
 	s.applied.Store(rev)
 	s.wg.Add(2)

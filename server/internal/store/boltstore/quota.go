@@ -17,13 +17,17 @@ import (
 // high-water mark, less the free and pending pages of its freelist:
 // what deletions and compaction free, bbolt reuses, so the size falls
 // with them although the file never shrinks), plus what the write-ahead
-// log holds that bbolt does not yet, counted at store.PutCost per change.
+// log holds that bbolt does not yet, counted at pageFactor times
+// store.PutCost per change.
 // The log's segments themselves are not counted: they are allocated
 // ahead (64 MiB each, at most two besides those bbolt has not caught up
 // with) and deleted once bbolt holds their changes.
 type usage struct {
 	quota store.Quota
 	now   func() time.Time
+	// pageSize is bbolt's, read at Open: db.Info reads the mapping, which
+	// a concurrent write may replace.
+	pageSize int64
 
 	// inUse is bbolt's pages in use, as the last measure found.
 	inUse atomic.Int64
@@ -46,13 +50,24 @@ func (u *usage) admit(cost int64, reserved bool) error {
 	used := u.used()
 	u.settleLocked(used)
 	if err := u.quota.Admit(used, cost, u.alarm != nil, reserved); err != nil {
-		if u.alarm == nil {
+		if u.alarm == nil && u.quota.Raises(used) {
 			u.alarm = &store.Alarm{Kind: store.AlarmNoSpace, Since: u.now(), Used: used}
 		}
 		return err
 	}
 	u.unapplied.Add(cost)
 	return nil
+}
+
+// opened raises the alarm of a store opened at or over the low-water
+// mark: the alarm is kept in memory, and a restart must not clear one
+// that deletions and compaction did not.
+func (u *usage) opened() {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if used := u.used(); u.quota.On() && u.quota.Raises(used) {
+		u.alarm = &store.Alarm{Kind: store.AlarmNoSpace, Since: u.now(), Used: used}
+	}
 }
 
 // measured records bbolt's pages in use, then settles the alarm.
@@ -77,8 +92,16 @@ func (u *usage) settleLocked(used int64) {
 	}
 }
 
+// pageFactor is how much more than store.PutCost a write takes of
+// bbolt's pages: bbolt splits a full page into halves (its fill percent,
+// 50%), so keys written in order leave pages half full, and a value near
+// a page's size takes two pages. A write is admitted, and counted until
+// bbolt holds it, at this many times its cost, so that the size measured
+// once bbolt holds it is rarely more than what was admitted.
+const pageFactor = 2
+
 // eventCost is what a decided change counts until bbolt holds it.
-func eventCost(ev store.Event) int64 { return store.PutCost(ev.KV.Key, ev.KV.Value) }
+func eventCost(ev store.Event) int64 { return pageFactor * store.PutCost(ev.KV.Key, ev.KV.Value) }
 
 func eventsCost(evs []store.Event) int64 {
 	var n int64
@@ -93,9 +116,9 @@ func eventsCost(evs []store.Event) int64 {
 func requestCost(q store.Quota, r *request) (int64, bool) {
 	switch {
 	case r.put != nil:
-		return store.PutCost(r.put.Key, r.put.Value), q.MayUseReserve([]store.Put{*r.put})
+		return pageFactor * store.PutCost(r.put.Key, r.put.Value), q.MayUseReserve([]store.Put{*r.put})
 	case r.txn != nil:
-		return store.TxnCost(r.txn.Puts), q.MayUseReserve(r.txn.Puts)
+		return pageFactor * store.TxnCost(r.txn.Puts), q.MayUseReserve(r.txn.Puts)
 	}
 	return 0, false
 }
@@ -108,7 +131,7 @@ func (s *Store) measure() {
 		return
 	}
 	st := s.db.Stats()
-	free := int64(st.FreePageN+st.PendingPageN) * int64(s.db.Info().PageSize)
+	free := int64(st.FreePageN+st.PendingPageN) * s.usage.pageSize
 	s.usage.measured(size - free)
 }
 

@@ -24,7 +24,7 @@ func (s *Store) PutRecords(ctx context.Context, kind string, recs []store.Record
 		return nil
 	}
 	// Records are instance leases: they may use the quota's reserve.
-	cost := store.RecordsCost(recs)
+	cost := pageFactor * store.RecordsCost(recs)
 	if err := s.usage.admit(cost, true); err != nil {
 		return err
 	}
