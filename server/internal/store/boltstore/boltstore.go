@@ -147,8 +147,7 @@ func Open(ctx context.Context, dir string, opts ...Option) (*Store, error) {
 		recovered:   recovered,
 	}
 	s.usage.quota, s.usage.now, s.usage.pageSize = o.quota, o.clock, int64(db.Info().PageSize)
-	s.measure()
-	s.usage.opened()
+	s.measure() // a store over its quota raises the alarm again
 	s.committed.Store(rev)
 	s.applied.Store(rev)
 	s.wg.Add(2)

@@ -59,17 +59,6 @@ func (u *usage) admit(cost int64, reserved bool) error {
 	return nil
 }
 
-// opened raises the alarm of a store opened at or over the low-water
-// mark: the alarm is kept in memory, and a restart must not clear one
-// that deletions and compaction did not.
-func (u *usage) opened() {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	if used := u.used(); u.quota.On() && u.quota.Raises(used) {
-		u.alarm = &store.Alarm{Kind: store.AlarmNoSpace, Since: u.now(), Used: used}
-	}
-}
-
 // measured records bbolt's pages in use, then settles the alarm.
 func (u *usage) measured(inUse int64) {
 	u.mu.Lock()

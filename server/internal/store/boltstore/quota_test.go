@@ -15,7 +15,7 @@ func TestQuota(t *testing.T) {
 		Open: func(t *testing.T, q store.Quota) store.Store {
 			return open(t, t.TempDir(), WithQuota(q))
 		},
-		Slack: 64 << 10,
+		Slack: 16 << 10,
 		Reopen: func(t *testing.T, s store.Store, q store.Quota) store.Store {
 			dir := s.(*Store).dir
 			if err := s.Close(); err != nil {

@@ -180,11 +180,19 @@ func testQuotaFill(t *testing.T, s store.Store, slack int64) {
 	if _, err := s.Txn(ctx, store.Txn{Deletes: rest}); err != nil {
 		t.Fatalf("a transaction of deletions under the alarm: %v", err)
 	}
+	if _, _, err := s.Get(ctx, "/fill/000001", 0); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("Get after the deletes: %v", err) // and bbolt holds them
+	}
+	deleted := usage(t, s).Used
 	if err := s.Compact(ctx, revision(t, s)); err != nil {
 		t.Fatalf("Compact under the alarm: %v", err)
 	}
 	u = usage(t, s)
-	t.Logf("after deletions and compaction: %d bytes of a %d-byte quota", u.Used, u.Quota)
+	t.Logf("after deletions: %d bytes; and compaction: %d bytes of a %d-byte quota", deleted, u.Used, u.Quota)
+	// Compaction frees the history: at least every value the log held.
+	if freed := deleted - u.Used; freed < int64(n*(2<<10)) {
+		t.Fatalf("compaction freed %d bytes of the history of %d values of %d bytes", freed, n, 2<<10)
+	}
 	if low := (store.Quota{Bytes: u.Quota}).LowWater(); u.Alarm != nil || u.Used >= low {
 		t.Fatalf("after deleting everything and compacting: %+v; want the alarm cleared, under nine tenths of the quota", u)
 	}
