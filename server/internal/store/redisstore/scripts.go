@@ -81,7 +81,7 @@ end
 -- quota_add counts delta bytes (negative: freed) and settles the alarm:
 -- raised at or over the quota, cleared under the low-water mark.
 local function quota_add(bytes_key, alarm_key, quota, delta, now)
-  local used = redis.call('INCRBY', bytes_key, delta)
+  local used = redis.call('INCRBY', bytes_key, s(delta)) -- s: never "-0", which INCRBY refuses
   if quota <= 0 then return end
   if used >= quota then
     if redis.call('HSETNX', alarm_key, 'since', s(now)) == 1 then redis.call('HSET', alarm_key, 'used', s(used)) end
