@@ -334,6 +334,10 @@ func TestEveryRPCAgainstEveryRole(t *testing.T) {
 			_, err := c.ro.ListApplied(c.ctx, connect.NewRequest(&pawlv1.ListAppliedRequest{ConfigId: "app"}))
 			return err
 		},
+		"MaintenanceService/Status": func(c clients, _ string) error {
+			_, err := c.mt.Status(c.ctx, connect.NewRequest(&pawlv1.StatusRequest{}))
+			return err
+		},
 		"MaintenanceService/Snapshot": func(c clients, _ string) error {
 			return firstOf(c.mt.Snapshot(c.ctx, connect.NewRequest(&pawlv1.SnapshotRequest{})))
 		},

@@ -4,3 +4,7 @@ package server
 // fault between what a request reads and what it writes.
 var WithStoreWrapper = withStoreWrapper
 var WithAuditWrapper = withAuditWrapper
+
+// WithQuotaCheck sets how often the server reads the usage to log the
+// NOSPACE alarm.
+var WithQuotaCheck = withQuotaCheck

@@ -29,6 +29,8 @@ type config struct {
 	retainRevisions  int64
 	retainFor        time.Duration
 	retainLog        int64
+	quotaBytes       int64
+	quotaCheck       time.Duration
 	progressInterval time.Duration
 	watchRingEvents  int
 	shutdownTimeout  time.Duration
@@ -113,6 +115,8 @@ func defaultConfig() config {
 		retainFor:        DefaultRetainFor,
 		retainLog:        DefaultRetainLogRevisions,
 		progressInterval: DefaultProgressInterval,
+		quotaBytes:       DefaultQuotaBytes,
+		quotaCheck:       quotaCheckInterval,
 		watchRingEvents:  4096,
 		// Long enough for in-flight writes to commit, short enough that an
 		// orchestrator's kill timeout (often 30s) does not strike first.
@@ -150,6 +154,8 @@ func (c config) validate() error {
 		return fmt.Errorf("server: WithLogRetention(%d): must be 0 (no limit) or positive", c.retainLog)
 	case c.retainFor < 0:
 		return fmt.Errorf("server: WithRetention(_, %s): must be 0 (no limit) or positive", c.retainFor)
+	case c.quotaBytes < 0:
+		return fmt.Errorf("server: WithQuota(%d): must be 0 (no quota) or positive", c.quotaBytes)
 	case c.progressInterval <= 0:
 		return fmt.Errorf("server: WithProgressInterval(%s): must be positive", c.progressInterval)
 	case c.watchRingEvents <= 0:
@@ -262,6 +268,20 @@ func WithRetention(revisions int64, age time.Duration) Option {
 func WithLogRetention(revisions int64) Option {
 	return func(c *config) { c.retainLog = revisions }
 }
+
+// WithQuota sets the storage quota, in bytes (default DefaultQuotaBytes;
+// 0: none), as etcd's --quota-backend-bytes: a write that would take the
+// store past it is refused with ResourceExhausted and raises the NOSPACE
+// alarm, which Server.StorageUsage and the Status RPC report; reads,
+// deletes and compaction still work, and the alarm clears by itself once
+// they take the store under nine tenths of the quota. A fleet's reports
+// and the rollout's own records may go a tenth of the quota past it.
+// Replicas of a Redis store should be given the same quota.
+func WithQuota(bytes int64) Option { return func(c *config) { c.quotaBytes = bytes } }
+
+// withQuotaCheck sets how often the server reads the usage to log the
+// alarm; tests reach it through export_test.go.
+func withQuotaCheck(d time.Duration) Option { return func(c *config) { c.quotaCheck = d } }
 
 // WithProgressInterval sets how often idle watch streams get a progress
 // notification (default 10s).

@@ -54,6 +54,10 @@ type Server struct {
 	health  *grpchealth.StaticChecker
 	handler http.Handler
 
+	// usage is the store's size against its quota (the store as opened,
+	// before any test wrapper).
+	usage store.UsageReporter
+
 	registry *instance.Registry
 	// audit is the audit log: a file beside the embedded store, or keys
 	// of their own in the Redis store.
@@ -119,6 +123,7 @@ func New(ctx context.Context, opts ...Option) (*Server, error) {
 	if rs, ok := st.(*redisstore.Store); ok {
 		accepted = rs.Accepted()
 	}
+	usage, _ := st.(store.UsageReporter) // both engines are
 	if cfg.wrapStore != nil {
 		st = cfg.wrapStore(st)
 	}
@@ -173,7 +178,7 @@ func New(ctx context.Context, opts ...Option) (*Server, error) {
 			return fail(err)
 		}
 	}
-	s := &Server{cfg: cfg, store: st, audit: auditLog, closeClient: closeClient, hub: hub, wasm: rt, registry: registry, authn: authn, health: grpchealth.NewStaticChecker(services...), holder: newHolderID(),
+	s := &Server{cfg: cfg, store: st, usage: usage, audit: auditLog, closeClient: closeClient, hub: hub, wasm: rt, registry: registry, authn: authn, health: grpchealth.NewStaticChecker(services...), holder: newHolderID(),
 		gzip: sharedgzip.NewCache(64, 64<<20)}
 	if n, ok := st.(store.StaleNotifier); ok {
 		s.stopStale = n.NotifyStale(s.feedStale)
@@ -225,7 +230,7 @@ func (s *Server) routes() http.Handler {
 	mux.Handle(pawlv1connect.NewInstanceServiceHandler(api.NewInstances(registry, rollouts, s.hub, s.cfg.log), shared...))
 	mux.Handle(pawlv1connect.NewRolloutServiceHandler(api.NewRollouts(rollouts, releases, s.cfg.log), opts...))
 	mux.Handle(pawlv1connect.NewAuditServiceHandler(api.NewAudit(s.audit, s.cfg.log), opts...))
-	mux.Handle(pawlv1connect.NewMaintenanceServiceHandler(api.NewMaintenance(s.store, s.cfg.log), opts...))
+	mux.Handle(pawlv1connect.NewMaintenanceServiceHandler(api.NewMaintenance(s.store, s.usage, s.cfg.log), opts...))
 	mux.Handle(grpchealth.NewHandler(s.health))
 	reflector := grpcreflect.NewStaticReflector(append([]string{grpchealth.HealthV1ServiceName}, services...)...)
 	mux.Handle(grpcreflect.NewHandlerV1(reflector))
@@ -290,14 +295,19 @@ func (s *Server) Authenticated() bool { return s.authn != nil }
 
 // startBackground runs the server's own goroutines: the compactor, the
 // rollout views, the rollout supervisor (it settles rollouts and stops
-// them at their deadline) and the lease checkpoint. With a shared store,
+// them at their deadline), the lease checkpoint and the log of the
+// NOSPACE alarm. With a shared store,
 // the compactor and the supervisor run on one replica at a time, under a
 // lease (package singleton). Close stops them, and waits for them, before it closes the
 // store.
 func (s *Server) startBackground(rollouts *rollout.Rollouts) {
 	ctx, cancel := context.WithCancel(context.Background())
 	s.stopBackground = cancel
-	s.background.Add(4)
+	s.background.Add(5)
+	go func() {
+		defer s.background.Done()
+		s.watchQuota(ctx, s.cfg.quotaCheck)
+	}()
 	go func() {
 		defer s.background.Done()
 		singleton.Run(ctx, s.store, "compactor", s.holder, s.cfg.workLease, s.cfg.log, func(ctx context.Context) {
@@ -448,8 +458,9 @@ func (s *Server) WatchStats() WatchStats {
 // the embedded store in the data directory. closeClient closes what the
 // store does not own (the Redis client, rdb, nil for the embedded store).
 func openStore(ctx context.Context, cfg config) (st store.Store, rdb redis.UniversalClient, closeClient func(), err error) {
+	quota := storeQuota(cfg.quotaBytes)
 	if cfg.storeURL == "" {
-		bolt, err := boltstore.Open(ctx, cfg.dataDir)
+		bolt, err := boltstore.Open(ctx, cfg.dataDir, boltstore.WithQuota(quota))
 		if err != nil {
 			return nil, nil, nil, fmt.Errorf("server: %w", err)
 		}
@@ -463,7 +474,7 @@ func openStore(ctx context.Context, cfg config) (st store.Store, rdb redis.Unive
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("server: %w", err)
 	}
-	rs, err := redisstore.Open(ctx, rdb, cfg.redisPrefix, cfg.redisOpts...)
+	rs, err := redisstore.Open(ctx, rdb, cfg.redisPrefix, append(slices.Clone(cfg.redisOpts), redisstore.WithQuota(quota))...)
 	if err != nil {
 		_ = rdb.Close()
 		return nil, nil, nil, fmt.Errorf("server: open the store at %s: %w", cfg.storeURL, err)

@@ -67,6 +67,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	maxValue := fs.Int("max-value-bytes", server.DefaultMaxValueBytes, "largest value a put accepts, in bytes")
 	maxTxnOps := fs.Int("max-txn-ops", server.DefaultMaxTxnOps, "most changes one transaction may make")
 	maxTxnBytes := fs.Int("max-txn-bytes", server.DefaultMaxTxnBytes, "most bytes of keys and values one transaction may carry")
+	quotaBytes := fs.Int64("quota-bytes", server.DefaultQuotaBytes, "storage quota in bytes (0: none): over it, writes that add bytes are refused with RESOURCE_EXHAUSTED and the NOSPACE alarm is raised until deletes and compaction take the store under nine tenths of it; reads, deletes and compaction still work, and reports may use a tenth more. Give every replica of a Redis store the same quota")
 	retainRevs := fs.Int64("retain-revisions", server.DefaultRetainRevisions, "revisions kept in the change log (0: no count limit)")
 	retainLog := fs.Int64("retain-log-revisions", server.DefaultRetainLogRevisions, "revisions of any kind, instances' ACKs included, kept in the change log at most (0: no limit); ACKs do not count toward --retain-revisions")
 	retainFor := fs.Duration("retain-for", server.DefaultRetainFor, "age after which change-log revisions are compacted (0: no age limit)")
@@ -110,6 +111,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		server.WithMaxValueBytes(*maxValue),
 		server.WithTxnLimits(*maxTxnOps, *maxTxnBytes),
 		server.WithRetention(*retainRevs, *retainFor),
+		server.WithQuota(*quotaBytes),
 		server.WithLogRetention(*retainLog),
 		server.WithProgressInterval(*progress),
 		server.WithMaxValidatorBytes(*maxValidator),

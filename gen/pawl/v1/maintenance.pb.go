@@ -9,6 +9,7 @@ package pawlv1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -20,6 +21,58 @@ const (
 	// Verify that runtime/protoimpl is sufficiently up-to-date.
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
+
+// AlarmKind is what an alarm is about.
+type AlarmKind int32
+
+const (
+	// Not used.
+	AlarmKind_ALARM_KIND_UNSPECIFIED AlarmKind = 0
+	// The store reached its quota: writes that add bytes are refused with
+	// RESOURCE_EXHAUSTED (reads, deletes and compaction still work) until
+	// deletes and compaction take it under nine tenths of the quota, when
+	// the alarm clears by itself.
+	AlarmKind_ALARM_KIND_NOSPACE AlarmKind = 1
+)
+
+// Enum value maps for AlarmKind.
+var (
+	AlarmKind_name = map[int32]string{
+		0: "ALARM_KIND_UNSPECIFIED",
+		1: "ALARM_KIND_NOSPACE",
+	}
+	AlarmKind_value = map[string]int32{
+		"ALARM_KIND_UNSPECIFIED": 0,
+		"ALARM_KIND_NOSPACE":     1,
+	}
+)
+
+func (x AlarmKind) Enum() *AlarmKind {
+	p := new(AlarmKind)
+	*p = x
+	return p
+}
+
+func (x AlarmKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (AlarmKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_pawl_v1_maintenance_proto_enumTypes[0].Descriptor()
+}
+
+func (AlarmKind) Type() protoreflect.EnumType {
+	return &file_pawl_v1_maintenance_proto_enumTypes[0]
+}
+
+func (x AlarmKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use AlarmKind.Descriptor instead.
+func (AlarmKind) EnumDescriptor() ([]byte, []int) {
+	return file_pawl_v1_maintenance_proto_rawDescGZIP(), []int{0}
+}
 
 // SnapshotRequest asks for a snapshot; it has no options yet.
 type SnapshotRequest struct {
@@ -282,11 +335,215 @@ func (x *SnapshotFinished) GetSha256() string {
 	return ""
 }
 
+// StatusRequest asks for the store's status; it has no options yet.
+type StatusRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StatusRequest) Reset() {
+	*x = StatusRequest{}
+	mi := &file_pawl_v1_maintenance_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StatusRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StatusRequest) ProtoMessage() {}
+
+func (x *StatusRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pawl_v1_maintenance_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
+func (*StatusRequest) Descriptor() ([]byte, []int) {
+	return file_pawl_v1_maintenance_proto_rawDescGZIP(), []int{4}
+}
+
+// StatusResponse is the store's status.
+type StatusResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The store's current revision.
+	Revision int64 `protobuf:"varint,1,opt,name=revision,proto3" json:"revision,omitempty"`
+	// The store's compact revision.
+	CompactRevision int64 `protobuf:"varint,2,opt,name=compact_revision,json=compactRevision,proto3" json:"compact_revision,omitempty"`
+	// The store's incarnation.
+	Incarnation string `protobuf:"bytes,3,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	// The store's size in bytes, as counted against the quota: bbolt's pages
+	// in use for the embedded store (not its file, which never shrinks), the
+	// bytes of Pawl's records for Redis.
+	SizeBytes int64 `protobuf:"varint,4,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	// The storage quota (--quota-bytes); 0 when there is none.
+	QuotaBytes int64 `protobuf:"varint,5,opt,name=quota_bytes,json=quotaBytes,proto3" json:"quota_bytes,omitempty"`
+	// How far past the quota a fleet's reports and the rollout's own records
+	// may still go.
+	QuotaReserveBytes int64 `protobuf:"varint,6,opt,name=quota_reserve_bytes,json=quotaReserveBytes,proto3" json:"quota_reserve_bytes,omitempty"`
+	// The alarms raised; empty when none is.
+	Alarms        []*Alarm `protobuf:"bytes,7,rep,name=alarms,proto3" json:"alarms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StatusResponse) Reset() {
+	*x = StatusResponse{}
+	mi := &file_pawl_v1_maintenance_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StatusResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StatusResponse) ProtoMessage() {}
+
+func (x *StatusResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_pawl_v1_maintenance_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
+func (*StatusResponse) Descriptor() ([]byte, []int) {
+	return file_pawl_v1_maintenance_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *StatusResponse) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetCompactRevision() int64 {
+	if x != nil {
+		return x.CompactRevision
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetIncarnation() string {
+	if x != nil {
+		return x.Incarnation
+	}
+	return ""
+}
+
+func (x *StatusResponse) GetSizeBytes() int64 {
+	if x != nil {
+		return x.SizeBytes
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetQuotaBytes() int64 {
+	if x != nil {
+		return x.QuotaBytes
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetQuotaReserveBytes() int64 {
+	if x != nil {
+		return x.QuotaReserveBytes
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetAlarms() []*Alarm {
+	if x != nil {
+		return x.Alarms
+	}
+	return nil
+}
+
+// Alarm is a raised alarm.
+type Alarm struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// What the alarm is about.
+	Kind AlarmKind `protobuf:"varint,1,opt,name=kind,proto3,enum=pawl.v1.AlarmKind" json:"kind,omitempty"`
+	// When it was raised.
+	Since *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=since,proto3" json:"since,omitempty"`
+	// What it means and what to do, for people.
+	Message       string `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Alarm) Reset() {
+	*x = Alarm{}
+	mi := &file_pawl_v1_maintenance_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Alarm) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Alarm) ProtoMessage() {}
+
+func (x *Alarm) ProtoReflect() protoreflect.Message {
+	mi := &file_pawl_v1_maintenance_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Alarm.ProtoReflect.Descriptor instead.
+func (*Alarm) Descriptor() ([]byte, []int) {
+	return file_pawl_v1_maintenance_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *Alarm) GetKind() AlarmKind {
+	if x != nil {
+		return x.Kind
+	}
+	return AlarmKind_ALARM_KIND_UNSPECIFIED
+}
+
+func (x *Alarm) GetSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Since
+	}
+	return nil
+}
+
+func (x *Alarm) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 var File_pawl_v1_maintenance_proto protoreflect.FileDescriptor
 
 const file_pawl_v1_maintenance_proto_rawDesc = "" +
 	"\n" +
-	"\x19pawl/v1/maintenance.proto\x12\apawl.v1\"\x11\n" +
+	"\x19pawl/v1/maintenance.proto\x12\apawl.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x11\n" +
 	"\x0fSnapshotRequest\"\xa1\x01\n" +
 	"\x10SnapshotResponse\x124\n" +
 	"\astarted\x18\x01 \x01(\v2\x18.pawl.v1.SnapshotStartedH\x00R\astarted\x12\x16\n" +
@@ -299,8 +556,27 @@ const file_pawl_v1_maintenance_proto_rawDesc = "" +
 	"\x04size\x18\x03 \x01(\x03R\x04size\x12 \n" +
 	"\vincarnation\x18\x04 \x01(\tR\vincarnation\"*\n" +
 	"\x10SnapshotFinished\x12\x16\n" +
-	"\x06sha256\x18\x01 \x01(\tR\x06sha2562\\\n" +
-	"\x12MaintenanceService\x12F\n" +
+	"\x06sha256\x18\x01 \x01(\tR\x06sha256\"\x0f\n" +
+	"\rStatusRequest\"\x91\x02\n" +
+	"\x0eStatusResponse\x12\x1a\n" +
+	"\brevision\x18\x01 \x01(\x03R\brevision\x12)\n" +
+	"\x10compact_revision\x18\x02 \x01(\x03R\x0fcompactRevision\x12 \n" +
+	"\vincarnation\x18\x03 \x01(\tR\vincarnation\x12\x1d\n" +
+	"\n" +
+	"size_bytes\x18\x04 \x01(\x03R\tsizeBytes\x12\x1f\n" +
+	"\vquota_bytes\x18\x05 \x01(\x03R\n" +
+	"quotaBytes\x12.\n" +
+	"\x13quota_reserve_bytes\x18\x06 \x01(\x03R\x11quotaReserveBytes\x12&\n" +
+	"\x06alarms\x18\a \x03(\v2\x0e.pawl.v1.AlarmR\x06alarms\"{\n" +
+	"\x05Alarm\x12&\n" +
+	"\x04kind\x18\x01 \x01(\x0e2\x12.pawl.v1.AlarmKindR\x04kind\x120\n" +
+	"\x05since\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12\x18\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage*?\n" +
+	"\tAlarmKind\x12\x1a\n" +
+	"\x16ALARM_KIND_UNSPECIFIED\x10\x00\x12\x16\n" +
+	"\x12ALARM_KIND_NOSPACE\x10\x012\x9c\x01\n" +
+	"\x12MaintenanceService\x12>\n" +
+	"\x06Status\x12\x16.pawl.v1.StatusRequest\x1a\x17.pawl.v1.StatusResponse\"\x03\x90\x02\x01\x12F\n" +
 	"\bSnapshot\x12\x18.pawl.v1.SnapshotRequest\x1a\x19.pawl.v1.SnapshotResponse\"\x03\x90\x02\x010\x01B,Z*github.com/pawlcfg/pawl/gen/pawl/v1;pawlv1b\x06proto3"
 
 var (
@@ -315,23 +591,34 @@ func file_pawl_v1_maintenance_proto_rawDescGZIP() []byte {
 	return file_pawl_v1_maintenance_proto_rawDescData
 }
 
-var file_pawl_v1_maintenance_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_pawl_v1_maintenance_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_pawl_v1_maintenance_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_pawl_v1_maintenance_proto_goTypes = []any{
-	(*SnapshotRequest)(nil),  // 0: pawl.v1.SnapshotRequest
-	(*SnapshotResponse)(nil), // 1: pawl.v1.SnapshotResponse
-	(*SnapshotStarted)(nil),  // 2: pawl.v1.SnapshotStarted
-	(*SnapshotFinished)(nil), // 3: pawl.v1.SnapshotFinished
+	(AlarmKind)(0),                // 0: pawl.v1.AlarmKind
+	(*SnapshotRequest)(nil),       // 1: pawl.v1.SnapshotRequest
+	(*SnapshotResponse)(nil),      // 2: pawl.v1.SnapshotResponse
+	(*SnapshotStarted)(nil),       // 3: pawl.v1.SnapshotStarted
+	(*SnapshotFinished)(nil),      // 4: pawl.v1.SnapshotFinished
+	(*StatusRequest)(nil),         // 5: pawl.v1.StatusRequest
+	(*StatusResponse)(nil),        // 6: pawl.v1.StatusResponse
+	(*Alarm)(nil),                 // 7: pawl.v1.Alarm
+	(*timestamppb.Timestamp)(nil), // 8: google.protobuf.Timestamp
 }
 var file_pawl_v1_maintenance_proto_depIdxs = []int32{
-	2, // 0: pawl.v1.SnapshotResponse.started:type_name -> pawl.v1.SnapshotStarted
-	3, // 1: pawl.v1.SnapshotResponse.finished:type_name -> pawl.v1.SnapshotFinished
-	0, // 2: pawl.v1.MaintenanceService.Snapshot:input_type -> pawl.v1.SnapshotRequest
-	1, // 3: pawl.v1.MaintenanceService.Snapshot:output_type -> pawl.v1.SnapshotResponse
-	3, // [3:4] is the sub-list for method output_type
-	2, // [2:3] is the sub-list for method input_type
-	2, // [2:2] is the sub-list for extension type_name
-	2, // [2:2] is the sub-list for extension extendee
-	0, // [0:2] is the sub-list for field type_name
+	3, // 0: pawl.v1.SnapshotResponse.started:type_name -> pawl.v1.SnapshotStarted
+	4, // 1: pawl.v1.SnapshotResponse.finished:type_name -> pawl.v1.SnapshotFinished
+	7, // 2: pawl.v1.StatusResponse.alarms:type_name -> pawl.v1.Alarm
+	0, // 3: pawl.v1.Alarm.kind:type_name -> pawl.v1.AlarmKind
+	8, // 4: pawl.v1.Alarm.since:type_name -> google.protobuf.Timestamp
+	5, // 5: pawl.v1.MaintenanceService.Status:input_type -> pawl.v1.StatusRequest
+	1, // 6: pawl.v1.MaintenanceService.Snapshot:input_type -> pawl.v1.SnapshotRequest
+	6, // 7: pawl.v1.MaintenanceService.Status:output_type -> pawl.v1.StatusResponse
+	2, // 8: pawl.v1.MaintenanceService.Snapshot:output_type -> pawl.v1.SnapshotResponse
+	7, // [7:9] is the sub-list for method output_type
+	5, // [5:7] is the sub-list for method input_type
+	5, // [5:5] is the sub-list for extension type_name
+	5, // [5:5] is the sub-list for extension extendee
+	0, // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_pawl_v1_maintenance_proto_init() }
@@ -349,13 +636,14 @@ func file_pawl_v1_maintenance_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pawl_v1_maintenance_proto_rawDesc), len(file_pawl_v1_maintenance_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   4,
+			NumEnums:      1,
+			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_pawl_v1_maintenance_proto_goTypes,
 		DependencyIndexes: file_pawl_v1_maintenance_proto_depIdxs,
+		EnumInfos:         file_pawl_v1_maintenance_proto_enumTypes,
 		MessageInfos:      file_pawl_v1_maintenance_proto_msgTypes,
 	}.Build()
 	File_pawl_v1_maintenance_proto = out.File

@@ -54,6 +54,10 @@ func Error(log *slog.Logger, spec connect.Spec, err error) error {
 	if code, ok := contextCode(err); ok {
 		return connect.NewError(code, err)
 	}
+	var quota *store.QuotaError
+	if errors.As(err, &quota) {
+		return quotaError(quota)
+	}
 	var (
 		notFound  *store.NotFoundError
 		compacted *store.CompactedError
@@ -126,6 +130,27 @@ func Error(log *slog.Logger, spec connect.Spec, err error) error {
 	}
 	log.Error("internal error", "procedure", spec.Procedure, "error", err)
 	return newError(connect.CodeInternal, "internal error in %s; the server log has the details", spec.Procedure)
+}
+
+// quotaError says which limit a write hit, how full the store is, and
+// what to do: free space (deletes, then compaction drops their history)
+// or raise the quota.
+func quotaError(e *store.QuotaError) error {
+	const remedy = "delete keys you no longer need and let compaction drop their history (pawld --retain-revisions, --retain-for), or raise pawld --quota-bytes"
+	low := store.Quota{Bytes: e.Quota}.LowWater()
+	switch {
+	case e.Alarmed:
+		return newError(connect.CodeResourceExhausted,
+			"storage quota: the NOSPACE alarm is raised (the store holds %d bytes of its %d-byte quota, --quota-bytes); writes are refused until the store is under %d bytes (nine tenths of the quota): %s",
+			e.Used, e.Quota, low, remedy)
+	case e.Reserved:
+		return newError(connect.CodeResourceExhausted,
+			"storage quota: this write of %d bytes would take the store from %d bytes past its %d-byte quota (--quota-bytes) and the %d-byte reserve for reports: %s",
+			e.Cost, e.Used, e.Quota, e.Reserve, remedy)
+	}
+	return newError(connect.CodeResourceExhausted,
+		"storage quota: this write of %d bytes would take the store from %d bytes past its %d-byte quota (--quota-bytes): %s",
+		e.Cost, e.Used, e.Quota, remedy)
 }
 
 // rejectedError lists the violations in the message, for people, and in a

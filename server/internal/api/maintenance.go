@@ -7,23 +7,50 @@ import (
 	"log/slog"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pawlv1 "github.com/pawlcfg/pawl/gen/pawl/v1"
 	"github.com/pawlcfg/pawl/gen/pawl/v1/pawlv1connect"
 	"github.com/pawlcfg/pawl/server/internal/store"
 )
 
-// Maintenance implements pawl.v1.MaintenanceService: backups of the store.
+// Maintenance implements pawl.v1.MaintenanceService: the store's status
+// and alarms, and backups of the store.
 type Maintenance struct {
 	store store.Store
+	usage store.UsageReporter
 	log   *slog.Logger
 }
 
 var _ pawlv1connect.MaintenanceServiceHandler = (*Maintenance)(nil)
 
-// NewMaintenance returns the MaintenanceService handler of st.
-func NewMaintenance(st store.Store, log *slog.Logger) *Maintenance {
-	return &Maintenance{store: st, log: log}
+// NewMaintenance returns the MaintenanceService handler of st, whose size
+// and alarms usage reports (nil: none).
+func NewMaintenance(st store.Store, usage store.UsageReporter, log *slog.Logger) *Maintenance {
+	return &Maintenance{store: st, usage: usage, log: log}
+}
+
+// Status implements pawl.v1.MaintenanceService.Status.
+func (h *Maintenance) Status(ctx context.Context, req *connect.Request[pawlv1.StatusRequest]) (*connect.Response[pawlv1.StatusResponse], error) {
+	st, err := h.store.Status(ctx)
+	if err != nil {
+		return nil, Error(h.log, req.Spec(), err)
+	}
+	resp := &pawlv1.StatusResponse{Revision: st.Revision, CompactRevision: st.CompactRevision, Incarnation: st.Incarnation}
+	if h.usage != nil {
+		u, err := h.usage.Usage(ctx)
+		if err != nil {
+			return nil, Error(h.log, req.Spec(), err)
+		}
+		resp.SizeBytes, resp.QuotaBytes, resp.QuotaReserveBytes = u.Used, u.Quota, u.Reserve
+		if a := u.Alarm; a != nil {
+			resp.Alarms = append(resp.Alarms, &pawlv1.Alarm{Kind: pawlv1.AlarmKind_ALARM_KIND_NOSPACE, Since: timestamppb.New(a.Since),
+				Message: fmt.Sprintf("the store reached its storage quota: it holds %d bytes of %d (--quota-bytes); writes that add bytes are refused "+
+					"until deletes and compaction take it under %d bytes (nine tenths of the quota), when the alarm clears by itself; or raise --quota-bytes",
+					u.Used, u.Quota, store.Quota{Bytes: u.Quota}.LowWater())})
+		}
+	}
+	return connect.NewResponse(resp), nil
 }
 
 // snapshotChunk is the size of a snapshot's chunks: large enough that the

@@ -93,6 +93,10 @@ var RoleTable = map[string][]Permit{
 	pawlv1connect.RolloutServiceGetPointerProcedure:       {{auth.Releaser, Config}, {auth.Promoter, Config}},
 	pawlv1connect.RolloutServiceListAppliedProcedure:      {{auth.Releaser, Config}, {auth.Promoter, Config}},
 
+	// The store's size and alarms: whoever releases or promotes, who must
+	// know why writes are refused.
+	pawlv1connect.MaintenanceServiceStatusProcedure: {{auth.Releaser, Everywhere}, {auth.Promoter, Everywhere}},
+
 	// The audit log, and a copy of the whole store: an admin's alone.
 	pawlv1connect.AuditServiceListAuditProcedure:      nil,
 	pawlv1connect.MaintenanceServiceSnapshotProcedure: nil,

@@ -33,6 +33,9 @@ const (
 // reflection-formatted method names, remove the leading slash and convert the remaining slash to a
 // period.
 const (
+	// MaintenanceServiceStatusProcedure is the fully-qualified name of the MaintenanceService's Status
+	// RPC.
+	MaintenanceServiceStatusProcedure = "/pawl.v1.MaintenanceService/Status"
 	// MaintenanceServiceSnapshotProcedure is the fully-qualified name of the MaintenanceService's
 	// Snapshot RPC.
 	MaintenanceServiceSnapshotProcedure = "/pawl.v1.MaintenanceService/Snapshot"
@@ -40,6 +43,10 @@ const (
 
 // MaintenanceServiceClient is a client for the pawl.v1.MaintenanceService service.
 type MaintenanceServiceClient interface {
+	// Status reports the store's revisions, its size against the storage
+	// quota (pawld --quota-bytes) and the alarms raised: NOSPACE while
+	// writes are refused for the quota.
+	Status(context.Context, *connect.Request[v1.StatusRequest]) (*connect.Response[v1.StatusResponse], error)
 	// Snapshot streams a consistent copy of the whole embedded store (keys,
 	// their history as retained, validator modules, records) as of one
 	// revision: SnapshotStarted, the file's bytes in chunks, then
@@ -59,6 +66,13 @@ func NewMaintenanceServiceClient(httpClient connect.HTTPClient, baseURL string, 
 	baseURL = strings.TrimRight(baseURL, "/")
 	maintenanceServiceMethods := v1.File_pawl_v1_maintenance_proto.Services().ByName("MaintenanceService").Methods()
 	return &maintenanceServiceClient{
+		status: connect.NewClient[v1.StatusRequest, v1.StatusResponse](
+			httpClient,
+			baseURL+MaintenanceServiceStatusProcedure,
+			connect.WithSchema(maintenanceServiceMethods.ByName("Status")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
 		snapshot: connect.NewClient[v1.SnapshotRequest, v1.SnapshotResponse](
 			httpClient,
 			baseURL+MaintenanceServiceSnapshotProcedure,
@@ -71,7 +85,13 @@ func NewMaintenanceServiceClient(httpClient connect.HTTPClient, baseURL string, 
 
 // maintenanceServiceClient implements MaintenanceServiceClient.
 type maintenanceServiceClient struct {
+	status   *connect.Client[v1.StatusRequest, v1.StatusResponse]
 	snapshot *connect.Client[v1.SnapshotRequest, v1.SnapshotResponse]
+}
+
+// Status calls pawl.v1.MaintenanceService.Status.
+func (c *maintenanceServiceClient) Status(ctx context.Context, req *connect.Request[v1.StatusRequest]) (*connect.Response[v1.StatusResponse], error) {
+	return c.status.CallUnary(ctx, req)
 }
 
 // Snapshot calls pawl.v1.MaintenanceService.Snapshot.
@@ -81,6 +101,10 @@ func (c *maintenanceServiceClient) Snapshot(ctx context.Context, req *connect.Re
 
 // MaintenanceServiceHandler is an implementation of the pawl.v1.MaintenanceService service.
 type MaintenanceServiceHandler interface {
+	// Status reports the store's revisions, its size against the storage
+	// quota (pawld --quota-bytes) and the alarms raised: NOSPACE while
+	// writes are refused for the quota.
+	Status(context.Context, *connect.Request[v1.StatusRequest]) (*connect.Response[v1.StatusResponse], error)
 	// Snapshot streams a consistent copy of the whole embedded store (keys,
 	// their history as retained, validator modules, records) as of one
 	// revision: SnapshotStarted, the file's bytes in chunks, then
@@ -96,6 +120,13 @@ type MaintenanceServiceHandler interface {
 // and JSON codecs. They also support gzip compression.
 func NewMaintenanceServiceHandler(svc MaintenanceServiceHandler, opts ...connect.HandlerOption) (string, http.Handler) {
 	maintenanceServiceMethods := v1.File_pawl_v1_maintenance_proto.Services().ByName("MaintenanceService").Methods()
+	maintenanceServiceStatusHandler := connect.NewUnaryHandler(
+		MaintenanceServiceStatusProcedure,
+		svc.Status,
+		connect.WithSchema(maintenanceServiceMethods.ByName("Status")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
 	maintenanceServiceSnapshotHandler := connect.NewServerStreamHandler(
 		MaintenanceServiceSnapshotProcedure,
 		svc.Snapshot,
@@ -105,6 +136,8 @@ func NewMaintenanceServiceHandler(svc MaintenanceServiceHandler, opts ...connect
 	)
 	return "/pawl.v1.MaintenanceService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
+		case MaintenanceServiceStatusProcedure:
+			maintenanceServiceStatusHandler.ServeHTTP(w, r)
 		case MaintenanceServiceSnapshotProcedure:
 			maintenanceServiceSnapshotHandler.ServeHTTP(w, r)
 		default:
@@ -115,6 +148,10 @@ func NewMaintenanceServiceHandler(svc MaintenanceServiceHandler, opts ...connect
 
 // UnimplementedMaintenanceServiceHandler returns CodeUnimplemented from all methods.
 type UnimplementedMaintenanceServiceHandler struct{}
+
+func (UnimplementedMaintenanceServiceHandler) Status(context.Context, *connect.Request[v1.StatusRequest]) (*connect.Response[v1.StatusResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("pawl.v1.MaintenanceService.Status is not implemented"))
+}
 
 func (UnimplementedMaintenanceServiceHandler) Snapshot(context.Context, *connect.Request[v1.SnapshotRequest], *connect.ServerStream[v1.SnapshotResponse]) error {
 	return connect.NewError(connect.CodeUnimplemented, errors.New("pawl.v1.MaintenanceService.Snapshot is not implemented"))

@@ -88,6 +88,8 @@ func (s *Store) apply(events []store.Event) {
 		s.fail(fmt.Errorf("boltstore: apply: %w", err))
 		return
 	}
+	s.measure() // before the events' cost is let go: the size never dips
+	s.usage.unapplied.Add(-eventsCost(events))
 	last := events[len(events)-1].Revision()
 	if err := s.log.release(last); err != nil {
 		s.fail(err)
@@ -108,6 +110,7 @@ func (s *Store) compact(to int64) error {
 	if err != nil {
 		return fmt.Errorf("boltstore: compact: %w", err)
 	}
+	s.measure() // the pages compaction freed lower the size
 	return nil
 }
 

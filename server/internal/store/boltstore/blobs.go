@@ -23,6 +23,12 @@ func (s *Store) PutBlob(ctx context.Context, kind string, b store.Blob) (bool, e
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
+	cost := pageFactor * store.BlobCost(b)
+	if err := s.usage.admit(cost, false); err != nil {
+		return false, err
+	}
+	defer s.usage.unapplied.Add(-cost)
+	defer s.measure()
 	var created bool
 	err := s.update(func(tx *bolt.Tx) error {
 		metaName, dataName := blobBuckets(kind)

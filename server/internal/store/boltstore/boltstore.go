@@ -67,6 +67,9 @@ type Store struct {
 
 	recovered int // changes Open wrote into bbolt from the log
 
+	// usage is the store's size against its quota.
+	usage usage
+
 	subMu  sync.Mutex
 	subs   map[int]store.CommitFunc
 	nextID int
@@ -143,6 +146,8 @@ func Open(ctx context.Context, dir string, opts ...Option) (*Store, error) {
 		failed:      make(chan struct{}),
 		recovered:   recovered,
 	}
+	s.usage.quota, s.usage.now, s.usage.pageSize = o.quota, o.clock, int64(db.Info().PageSize)
+	s.measure() // a store over its quota raises the alarm again
 	s.committed.Store(rev)
 	s.applied.Store(rev)
 	s.wg.Add(2)

@@ -3,6 +3,8 @@ package boltstore
 import (
 	"fmt"
 	"time"
+
+	"github.com/pawlcfg/pawl/server/internal/store"
 )
 
 // Option configures Open.
@@ -15,6 +17,7 @@ type options struct {
 	clock       func() time.Time
 	fs          walFS
 	noBoltSync  bool
+	quota       store.Quota
 }
 
 func defaultOptions() options {
@@ -35,11 +38,19 @@ func (o options) validate() error {
 	if o.maxBatch <= 0 {
 		return fmt.Errorf("boltstore: WithMaxBatch(%d): must be positive", o.maxBatch)
 	}
+	if err := o.quota.Validate(); err != nil {
+		return fmt.Errorf("boltstore: WithQuota: %w", err)
+	}
 	return nil
 }
 
 // WithMaxBatch sets how many queued writes one transaction may group.
 func WithMaxBatch(n int) Option { return func(o *options) { o.maxBatch = n } }
+
+// WithQuota bounds the store's size (see store.Quota and Store.Usage):
+// writes that would pass it are refused with a *store.QuotaError. The
+// default is no quota.
+func WithQuota(q store.Quota) Option { return func(o *options) { o.quota = q } }
 
 // withClock replaces time.Now, which stamps each event, for tests.
 func withClock(now func() time.Time) Option { return func(o *options) { o.clock = now } }

@@ -23,6 +23,13 @@ func (s *Store) PutRecords(ctx context.Context, kind string, recs []store.Record
 	if len(recs) == 0 {
 		return nil
 	}
+	// Records are instance leases: they may use the quota's reserve.
+	cost := pageFactor * store.RecordsCost(recs)
+	if err := s.usage.admit(cost, true); err != nil {
+		return err
+	}
+	defer s.usage.unapplied.Add(-cost)
+	defer s.measure()
 	return s.update(func(tx *bolt.Tx) error {
 		b, err := tx.CreateBucketIfNotExists(recordBucket(kind))
 		if err != nil {

@@ -145,6 +145,11 @@ func (s *Store) decide(batch []*request, results []response) ([]store.Event, err
 			results[i] = response{err: err}
 			continue
 		}
+		cost, reserved := requestCost(s.opts.quota, r)
+		if err := s.usage.admit(cost, reserved); err != nil {
+			results[i] = response{err: err}
+			continue
+		}
 		var evs []store.Event
 		var err error
 		switch {
@@ -160,6 +165,9 @@ func (s *Store) decide(batch []*request, results []response) ([]store.Event, err
 			// but not in the log, so the store cannot go on either.
 			return nil, s.fail(err)
 		}
+		// What the log holds and bbolt not yet counts at its events'
+		// cost (a deletion's too), not at what was admitted.
+		s.usage.unapplied.Add(eventsCost(evs) - cost)
 		st.Revision += int64(len(evs))
 		events = append(events, evs...)
 	}

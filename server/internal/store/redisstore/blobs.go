@@ -16,15 +16,22 @@ func (s *Store) blobKeys(kind string) []string {
 	return []string{tag + "meta", tag + "data", tag + "ids"}
 }
 
-// putBlobScript stores a blob unless one with its id exists.
+// putBlobScript stores a blob unless one with its id exists, if the
+// quota admits it (quota_admit), counting its bytes.
 //
-//	KEYS: meta, data, ids
-//	ARGV: id, meta, data
-var putBlobScript = redis.NewScript(`
+//	KEYS: meta, data, ids, bytes, alarm
+//	ARGV: id, meta, data, quota, cost
+//
+// It returns 1 (stored), 0 (it existed) or quota_admit's refusal.
+var putBlobScript = redis.NewScript(prelude + `
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return 0 end
+local now, quota = now_ms(), tonumber(ARGV[4])
+local refused = quota_admit(KEYS[4], KEYS[5], quota, 0, '0', tonumber(ARGV[5]), now)
+if refused then return refused end
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 redis.call('ZADD', KEYS[3], 0, ARGV[1])
+quota_add(KEYS[4], KEYS[5], quota, 3 * #ARGV[1] + #ARGV[2] + #ARGV[3], now)
 return 1
 `)
 
@@ -33,10 +40,15 @@ func (s *Store) PutBlob(ctx context.Context, kind string, b store.Blob) (bool, e
 	if err := s.check(ctx); err != nil {
 		return false, err
 	}
-	n, err := putBlobScript.Run(ctx, s.rdb, s.blobKeys(kind), b.ID, b.Meta, b.Data).Int()
+	keys := append(s.blobKeys(kind), s.k.bytes, s.k.alarm)
+	raw, err := putBlobScript.Run(ctx, s.rdb, keys, b.ID, b.Meta, b.Data, s.opts.quota.Bytes, store.BlobCost(b)).Result()
 	if err != nil {
 		return false, s.wrap(ctx, err)
 	}
+	if refused, ok := raw.([]any); ok {
+		return false, s.quotaError(reply(refused), false)
+	}
+	n, _ := raw.(int64)
 	return n == 1, nil
 }
 

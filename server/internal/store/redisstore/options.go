@@ -3,6 +3,8 @@ package redisstore
 import (
 	"fmt"
 	"time"
+
+	"github.com/pawlcfg/pawl/server/internal/store"
 )
 
 // Option configures Open.
@@ -18,6 +20,7 @@ type options struct {
 	waitAOF     bool
 	// acceptRollback accepts a recorded rollback at Open.
 	acceptRollback bool
+	quota          store.Quota
 }
 
 const (
@@ -43,6 +46,9 @@ func (o options) validate() error {
 		return fmt.Errorf("redisstore: WithWaitAOF(%s): want a positive wait", o.replicaWait)
 	case o.replicaAcks < 0 || (o.replicaAcks > 0 && o.replicaWait <= 0):
 		return fmt.Errorf("redisstore: WithReplicaAcks(%d, %s): want 0, or a count and a positive wait", o.replicaAcks, o.replicaWait)
+	}
+	if err := o.quota.Validate(); err != nil {
+		return fmt.Errorf("redisstore: WithQuota: %w", err)
 	}
 	return nil
 }
@@ -101,3 +107,10 @@ func WithWaitAOF(wait time.Duration) Option {
 		}
 	}
 }
+
+// WithQuota bounds the store's size (see store.Quota and Store.Usage):
+// writes that would pass it are refused with a *store.QuotaError. The
+// size is counted in Redis, by the scripts that write, so every replica
+// sees one count and one alarm; give every replica the same quota. The
+// default is no quota (the size is counted all the same).
+func WithQuota(q store.Quota) Option { return func(o *options) { o.quota = q } }

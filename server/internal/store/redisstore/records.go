@@ -16,29 +16,45 @@ import (
 
 func (s *Store) recordKeys(kind string) []string {
 	tag := "{" + s.prefix + "}:rec:" + kind + ":"
-	return []string{tag + "values", tag + "ids", tag + "expiry"}
+	return []string{tag + "values", tag + "ids", tag + "expiry", s.k.bytes, s.k.alarm}
 }
 
-// putRecordsScript stores records.
+// putRecordsScript stores records, if the quota admits them with its
+// reserve (records are instance leases: quota_admit), counting their
+// bytes.
 //
-//	KEYS: values, ids, expiry
-//	ARGV: (id, value, expires at in milliseconds)...
-var putRecordsScript = redis.NewScript(`
-for i = 1, #ARGV, 3 do
+//	KEYS: values, ids, expiry, bytes, alarm
+//	ARGV: quota, reserve, cost, (id, value, expires at in milliseconds)...
+//
+// It returns the number of records, or quota_admit's refusal.
+var putRecordsScript = redis.NewScript(prelude + `
+local now, quota = now_ms(), tonumber(ARGV[1])
+local refused = quota_admit(KEYS[4], KEYS[5], quota, tonumber(ARGV[2]), '1', tonumber(ARGV[3]), now)
+if refused then return refused end
+local delta = 0
+for i = 4, #ARGV, 3 do
+  local old = redis.call('HSTRLEN', KEYS[1], ARGV[i])
+  if old == 0 and redis.call('HEXISTS', KEYS[1], ARGV[i]) == 0 then delta = delta + 3 * #ARGV[i] end
+  delta = delta + #ARGV[i + 1] - old
   redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
   redis.call('ZADD', KEYS[2], 0, ARGV[i])
   redis.call('ZADD', KEYS[3], ARGV[i + 2], ARGV[i])
 end
-return #ARGV / 3
+quota_add(KEYS[4], KEYS[5], quota, delta, now)
+return (#ARGV - 3) / 3
 `)
 
-// expireRecordsScript drops up to max records whose expiry passed.
+// expireRecordsScript drops up to max records whose expiry passed,
+// counting off their bytes.
 //
-//	KEYS: values, ids, expiry
-//	ARGV: now in milliseconds, max
-var expireRecordsScript = redis.NewScript(`
+//	KEYS: values, ids, expiry, bytes, alarm
+//	ARGV: now in milliseconds, max, quota
+var expireRecordsScript = redis.NewScript(prelude + `
 local gone = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
 if #gone == 0 then return 0 end
+local freed = 0
+for _, id in ipairs(gone) do freed = freed + 3 * #id + redis.call('HSTRLEN', KEYS[1], id) end
+quota_add(KEYS[4], KEYS[5], tonumber(ARGV[3]), -freed, tonumber(ARGV[1]))
 redis.call('HDEL', KEYS[1], unpack(gone))
 redis.call('ZREM', KEYS[2], unpack(gone))
 redis.call('ZREM', KEYS[3], unpack(gone))
@@ -59,7 +75,8 @@ func (s *Store) PutRecords(ctx context.Context, kind string, recs []store.Record
 	keys := s.recordKeys(kind)
 	for start := 0; start < len(recs); start += perScript {
 		end := min(start+perScript, len(recs))
-		args := make([]any, 0, 3*(end-start))
+		args := make([]any, 0, 3+3*(end-start))
+		args = append(args, s.opts.quota.Bytes, s.opts.quota.Reserve, store.RecordsCost(recs[start:end]))
 		for _, r := range recs[start:end] {
 			exp := r.ExpiresAt
 			if exp.IsZero() {
@@ -67,8 +84,12 @@ func (s *Store) PutRecords(ctx context.Context, kind string, recs []store.Record
 			}
 			args = append(args, r.ID, r.Value, exp.UnixMilli())
 		}
-		if err := putRecordsScript.Run(ctx, s.rdb, keys, args...).Err(); err != nil {
+		raw, err := putRecordsScript.Run(ctx, s.rdb, keys, args...).Result()
+		if err != nil {
 			return s.wrap(ctx, err)
+		}
+		if refused, ok := raw.([]any); ok {
+			return s.quotaError(reply(refused), true)
 		}
 	}
 	return nil
@@ -84,7 +105,7 @@ func (s *Store) ListRecords(ctx context.Context, kind, after string, limit int) 
 	// A listing's first page drops what expired; every page leaves out
 	// what it finds expired, so a listing of many pages cleans up once.
 	for after == "" {
-		n, err := expireRecordsScript.Run(ctx, s.rdb, keys, now, 1000).Int()
+		n, err := expireRecordsScript.Run(ctx, s.rdb, keys, now, 1000, s.opts.quota.Bytes).Int()
 		if err != nil {
 			return nil, false, s.wrap(ctx, err)
 		}

@@ -55,6 +55,8 @@ var (
 type keyNames struct {
 	rev, compact, kv, keys, idx, log, channel string
 	incarnation, fault                        string
+	// bytes is the store's size (store.Quota), alarm its NOSPACE alarm.
+	bytes, alarm string
 }
 
 // Open returns the store kept in Redis under prefix (many stores can share
@@ -77,7 +79,7 @@ func Open(ctx context.Context, rdb redis.UniversalClient, prefix string, opts ..
 	s := &Store{rdb: rdb, prefix: prefix, opts: o}
 	tag := "{" + prefix + "}:"
 	s.k = keyNames{rev: tag + "rev", compact: tag + "compact", kv: tag + "kv", keys: tag + "keys", idx: tag + "idx", log: tag + "log", channel: tag + "notices",
-		incarnation: tag + "incarnation", fault: tag + "rollback"}
+		incarnation: tag + "incarnation", fault: tag + "rollback", bytes: tag + "bytes", alarm: tag + "alarm"}
 	s.who = o.name
 	if s.who == "" {
 		s.who = newID()
@@ -93,6 +95,9 @@ func Open(ctx context.Context, rdb redis.UniversalClient, prefix string, opts ..
 	rev, fault, err := s.openIncarnation(ctx)
 	if err != nil {
 		return nil, err
+	}
+	if err := seedBytesScript.Run(ctx, rdb, []string{s.k.bytes, s.k.kv, s.k.keys, s.k.log, s.k.idx}).Err(); err != nil && err != redis.Nil {
+		return nil, fmt.Errorf("redisstore: count the store's size: %w", s.wrap(ctx, err))
 	}
 	if fault != nil && o.acceptRollback {
 		if s.accepted, err = s.accept(ctx); err != nil {
@@ -197,7 +202,16 @@ func (s *Store) mutate(ctx context.Context, single bool, compares []store.Compar
 	if single {
 		mode = "single"
 	}
-	args := []any{s.k.channel, token, mode, s.high.Load(), *s.incarnation.Load(), s.who, len(compares)}
+	var puts []store.Put
+	for _, o := range ops {
+		if !o.del {
+			puts = append(puts, store.Put{Key: o.key, Value: o.value})
+		}
+	}
+	q := s.opts.quota
+	reserved := q.MayUseReserve(puts)
+	args := []any{s.k.channel, token, mode, s.high.Load(), *s.incarnation.Load(), s.who,
+		q.Bytes, q.Reserve, flag(reserved), store.TxnCost(puts), len(compares)}
 	for _, c := range compares {
 		args = append(args, c.Key, c.ModRevision)
 	}
@@ -216,7 +230,7 @@ func (s *Store) mutate(ctx context.Context, single bool, compares []store.Compar
 		}
 		args = append(args, kind, o.key, o.value, has, expect)
 	}
-	keys := []string{s.k.rev, s.k.compact, s.k.kv, s.k.keys, s.k.idx, s.k.log, leaseKey, s.k.incarnation, s.k.fault}
+	keys := []string{s.k.rev, s.k.compact, s.k.kv, s.k.keys, s.k.idx, s.k.log, leaseKey, s.k.incarnation, s.k.fault, s.k.bytes, s.k.alarm}
 	raw, err := s.runMutation(ctx, keys, args)
 	if err != nil {
 		return store.Result{}, err
@@ -248,6 +262,8 @@ func (s *Store) mutate(ctx context.Context, single bool, compares []store.Compar
 		return store.Result{}, store.ErrFenced
 	case "ROLLEDBACK":
 		return store.Result{}, s.rolledBack(res[1:])
+	case "QUOTA":
+		return store.Result{}, s.quotaError(res, reserved)
 	}
 	return store.Result{}, fmt.Errorf("redisstore: unexpected answer %v", res)
 }
@@ -511,7 +527,8 @@ func (s *Store) Compact(ctx context.Context, revision int64) error {
 	}
 	leaseKey, token := s.fence(ctx)
 	for {
-		raw, err := compactScript.Run(ctx, s.rdb, []string{s.k.rev, s.k.compact, s.k.idx, s.k.log, leaseKey}, revision, compactSteps, token).Slice()
+		raw, err := compactScript.Run(ctx, s.rdb, []string{s.k.rev, s.k.compact, s.k.idx, s.k.log, leaseKey, s.k.bytes, s.k.alarm},
+			revision, compactSteps, token, s.opts.quota.Bytes).Slice()
 		if err != nil {
 			return s.wrap(ctx, err)
 		}

@@ -53,6 +53,42 @@ local function rolled_back(inc_key, fault_key, rev, hw, expected, who, now)
   redis.call('HSET', fault_key, 'head', s(rev), 'highest', s(hw), 'expected', expected, 'found', found, 'by', who, 'at', s(now))
   return {s(rev), s(hw), expected, found}
 end
+-- quota_admit decides a write of cost bytes against the quota (0: none)
+-- and the NOSPACE alarm (see store.Quota.Admit), reserved ('1') when it
+-- may use the reserve: it returns nil to admit it, or the refusal
+-- {'QUOTA', used, cost, refused only for the alarm 1|0}, raising the
+-- alarm at or over the low-water mark (nine tenths of the quota). A size
+-- under the low-water mark clears the alarm first.
+local function quota_admit(bytes_key, alarm_key, quota, reserve, reserved, cost, now)
+  if quota <= 0 then return nil end
+  local used = tonumber(redis.call('GET', bytes_key) or '0')
+  local alarmed = redis.call('EXISTS', alarm_key) == 1
+  local low = quota - math.floor(quota / 10)
+  if alarmed and used < low then
+    redis.call('DEL', alarm_key)
+    alarmed = false
+  end
+  if cost <= 0 then return nil end
+  local limit = quota
+  if reserved == '1' then limit = quota + reserve end
+  local fits = used + cost <= limit
+  if fits and (reserved == '1' or not alarmed) then return nil end
+  if not alarmed and used >= low then redis.call('HSET', alarm_key, 'since', s(now), 'used', s(used)) end
+  local only = '0'
+  if fits then only = '1' end
+  return {'QUOTA', s(used), s(cost), only}
+end
+-- quota_add counts delta bytes (negative: freed) and settles the alarm:
+-- raised at or over the quota, cleared under the low-water mark.
+local function quota_add(bytes_key, alarm_key, quota, delta, now)
+  local used = redis.call('INCRBY', bytes_key, s(delta)) -- s: never "-0", which INCRBY refuses
+  if quota <= 0 then return end
+  if used >= quota then
+    if redis.call('HSETNX', alarm_key, 'since', s(now)) == 1 then redis.call('HSET', alarm_key, 'used', s(used)) end
+  elseif used < quota - math.floor(quota / 10) then
+    redis.call('DEL', alarm_key)
+  end
+end
 local function fenced(lease, token, now)
   if token == '' then return false end
   local cur = redis.call('HMGET', lease, 'token', 'expires')
@@ -65,25 +101,31 @@ end
 // expectation hold; it appends each change to the log and publishes the
 // new revision.
 //
-//	KEYS: rev, compact, kv, keys, idx, log, fence lease, incarnation, fault
+//	KEYS: rev, compact, kv, keys, idx, log, fence lease, incarnation, fault,
+//	      bytes, alarm
 //	ARGV: channel, fence token ("" for none), mode ("single" or "txn"),
 //	      highest revision the replica handed out, incarnation it knows,
-//	      replica name, ncompares, (key, expected mod revision)...,
+//	      replica name, quota, reserve, may use the reserve 1|0, cost,
+//	      ncompares, (key, expected mod revision)...,
 //	      nunchanged, (prefix, since)...,
 //	      nops, (P|D, key, value, has expectation 1|0, expected)...
 //
 // It returns {"OK", revision, previous record or false} or a refusal:
 // {"MISMATCH", key, expected, actual}, {"CHANGED", prefix, since, key,
 // revision}, {"NOTFOUND", key, revision}, {"FENCED"}, {"ROLLEDBACK",
-// head, highest, expected, found} (see rolled_back).
+// head, highest, expected, found} (see rolled_back), {"QUOTA", ...} (see
+// quota_admit). The bytes it adds or frees are counted in bytes.
 var mutateScript = redis.NewScript(prelude + `
 local now = now_ms()
 if fenced(KEYS[7], ARGV[2], now) then return {'FENCED'} end
 local rev = tonumber(redis.call('GET', KEYS[1]) or '0')
 local fault = rolled_back(KEYS[8], KEYS[9], rev, tonumber(ARGV[4]), ARGV[5], ARGV[6], now)
 if fault then return {'ROLLEDBACK', fault[1], fault[2], fault[3], fault[4]} end
+local quota = tonumber(ARGV[7])
+local refused = quota_admit(KEYS[10], KEYS[11], quota, tonumber(ARGV[8]), ARGV[9], tonumber(ARGV[10]), now)
+if refused then return refused end
 local compact = tonumber(redis.call('GET', KEYS[2]) or '0')
-local i = 7
+local i = 11
 local nc = tonumber(ARGV[i]); i = i + 1
 for c = 1, nc do
   local key, expect = ARGV[i], tonumber(ARGV[i + 1]); i = i + 2
@@ -138,6 +180,7 @@ for _, op in ipairs(ops) do
   end
 end
 if #todo == 0 then return {'OK', s(rev), prev} end
+local delta = 0
 for o, op in ipairs(todo) do
   rev = rev + 1
   -- A lower-case type marks a change that more of its transaction follows.
@@ -146,20 +189,31 @@ for o, op in ipairs(todo) do
   local key = op[2]
   local cur = redis.call('HGET', KEYS[3], key)
   local create, prevmod, ver = 0, 0, 0
-  if cur then create, prevmod, ver = parse_record(cur) end
+  if cur then
+    create, prevmod, ver = parse_record(cur)
+    delta = delta - #key - #cur
+  end
+  local ev
   if op[1] == 'P' then
-    if not cur then create = rev; ver = 0 end
+    if not cur then create = rev; ver = 0; delta = delta + #key end
     ver = ver + 1
-    redis.call('HSET', KEYS[3], key, s(create) .. ',' .. s(rev) .. ',' .. s(ver) .. '\n' .. op[3])
+    local rec = s(create) .. ',' .. s(rev) .. ',' .. s(ver) .. '\n' .. op[3]
+    redis.call('HSET', KEYS[3], key, rec)
     redis.call('ZADD', KEYS[4], 0, key)
-    redis.call('HSET', KEYS[6], s(rev), pt .. ',' .. s(create) .. ',' .. s(rev) .. ',' .. s(ver) .. ',' .. s(prevmod) .. ',' .. s(now) .. ',' .. s(#key) .. '\n' .. key .. op[3])
+    delta = delta + #key + #rec
+    ev = pt .. ',' .. s(create) .. ',' .. s(rev) .. ',' .. s(ver) .. ',' .. s(prevmod) .. ',' .. s(now) .. ',' .. s(#key) .. '\n' .. key .. op[3]
   else
     redis.call('HDEL', KEYS[3], key)
     redis.call('ZREM', KEYS[4], key)
-    redis.call('HSET', KEYS[6], s(rev), dt .. ',0,' .. s(rev) .. ',0,' .. s(prevmod) .. ',' .. s(now) .. ',' .. s(#key) .. '\n' .. key)
+    delta = delta - #key
+    ev = dt .. ',0,' .. s(rev) .. ',0,' .. s(prevmod) .. ',' .. s(now) .. ',' .. s(#key) .. '\n' .. key
   end
-  redis.call('ZADD', KEYS[5], 0, key .. '\0' .. pad(rev))
+  redis.call('HSET', KEYS[6], s(rev), ev)
+  local member = key .. '\0' .. pad(rev)
+  redis.call('ZADD', KEYS[5], 0, member)
+  delta = delta + #s(rev) + #ev + #member
 end
+quota_add(KEYS[10], KEYS[11], quota, delta, now)
 redis.call('SET', KEYS[1], s(rev))
 redis.call('PUBLISH', ARGV[1], s(rev))
 return {'OK', s(rev), prev}
@@ -382,34 +436,43 @@ return {'OK', s(head), f[2], s(j), f[3], f[4]}
 // revision itself when it is a deletion. What stays at or below the
 // compact revision is the last put of each key that exists there.
 //
-//	KEYS: rev, compact, idx, log, fence lease
-//	ARGV: target, max, fence token
+//	KEYS: rev, compact, idx, log, fence lease, bytes, alarm
+//	ARGV: target, max, fence token, quota
 //
 // It returns {"OK", new compact} or {"FUTURE", target, current} or
-// {"FENCED"}.
+// {"FENCED"}. The bytes it frees are counted off bytes.
 var compactScript = redis.NewScript(prelude + `
-if fenced(KEYS[5], ARGV[3], now_ms()) then return {'FENCED'} end
+local now = now_ms()
+if fenced(KEYS[5], ARGV[3], now) then return {'FENCED'} end
 local cur = tonumber(redis.call('GET', KEYS[1]) or '0')
 local compact = tonumber(redis.call('GET', KEYS[2]) or '0')
 local target = tonumber(ARGV[1])
 if target > cur then return {'FUTURE', s(target), s(cur)} end
 if target <= compact then return {'OK', s(compact)} end
 target = math.min(target, compact + tonumber(ARGV[2]))
+local freed = 0
 for r = compact + 1, target do
   local ev = redis.call('HGET', KEYS[4], s(r))
   if ev then
     local typ, key = event_key(ev)
     local prev = redis.call('ZREVRANGEBYLEX', KEYS[3], '(' .. key .. '\0' .. pad(r), '[' .. key .. '\0', 'LIMIT', 0, 1)
     if #prev > 0 then
+      local pr = s(tonumber(string.sub(prev[1], #key + 2)))
+      local pev = redis.call('HGET', KEYS[4], pr)
       redis.call('ZREM', KEYS[3], prev[1])
-      redis.call('HDEL', KEYS[4], s(tonumber(string.sub(prev[1], #key + 2))))
+      redis.call('HDEL', KEYS[4], pr)
+      freed = freed + #prev[1]
+      if pev then freed = freed + #pr + #pev end
     end
     if string.upper(typ) == 'D' then
-      redis.call('ZREM', KEYS[3], key .. '\0' .. pad(r))
+      local member = key .. '\0' .. pad(r)
+      redis.call('ZREM', KEYS[3], member)
       redis.call('HDEL', KEYS[4], s(r))
+      freed = freed + #member + #s(r) + #ev
     end
   end
 end
+quota_add(KEYS[6], KEYS[7], tonumber(ARGV[4]), -freed, now)
 redis.call('SET', KEYS[2], s(target))
 return {'OK', s(target)}
 `)
@@ -459,4 +522,35 @@ return {'1', token, ARGV[1]}
 var releaseLeaseScript = redis.NewScript(`
 if redis.call('HGET', KEYS[1], 'holder') == ARGV[1] then redis.call('HSET', KEYS[1], 'expires', '0') end
 return 1
+`)
+
+// seedBytesScript counts the bytes of a store's key space into its bytes
+// key, when that key does not exist: a store written before its size was
+// counted (blobs and records already there are not counted; those written
+// from then on are). It reads the whole key space once, in one step.
+//
+//	KEYS: bytes, kv, keys, log, idx
+//
+// It returns the count, or false when bytes existed.
+var seedBytesScript = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 1 then return false end
+local n = 0
+for _, k in ipairs({KEYS[2], KEYS[4]}) do
+  for _, v in ipairs(redis.call('HGETALL', k)) do n = n + #v end
+end
+for _, k in ipairs({KEYS[3], KEYS[5]}) do
+  for _, v in ipairs(redis.call('ZRANGE', k, 0, -1)) do n = n + #v end
+end
+redis.call('SET', KEYS[1], string.format('%d', n))
+return n
+`)
+
+// usageScript reads the size and the alarm.
+//
+//	KEYS: bytes, alarm
+//
+// It returns {bytes, alarm since or false, alarm used or false}.
+var usageScript = redis.NewScript(`
+local a = redis.call('HMGET', KEYS[2], 'since', 'used')
+return {redis.call('GET', KEYS[1]) or '0', a[1], a[2]}
 `)
