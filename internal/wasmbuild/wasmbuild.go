@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/pawlcfg/pawl/validators/host"
 )
@@ -110,13 +111,19 @@ func CacheDir(tb testing.TB) string {
 	return d
 }
 
+// CompileTimeout is the compile timeout for tests that load the example
+// validators: under -race on a loaded 2-core machine, a cold compilation
+// of a 6 MB Go module takes more than a minute. The limit itself has its
+// own tests.
+const CompileTimeout = 10 * time.Minute
+
 // Load builds the example validator name and loads it into a new runtime
 // that uses CacheDir; the test's cleanup closes both. Its Info().Digest is
 // the module's digest.
 func Load(tb testing.TB, name string) *host.Validator {
 	tb.Helper()
 	ctx := context.Background()
-	rt, err := host.New(ctx, host.WithCacheDir(CacheDir(tb)))
+	rt, err := host.New(ctx, host.WithCacheDir(CacheDir(tb)), host.WithCompileTimeout(CompileTimeout))
 	if err != nil {
 		tb.Fatal(err)
 	}
