@@ -153,7 +153,12 @@ func New(ctx context.Context, opts ...Option) (*Server, error) {
 	if cacheDir == "" {
 		cacheDir = filepath.Join(cfg.dataDir, "wasm-cache")
 	}
-	rt, err := host.New(ctx, host.WithCacheDir(cacheDir), host.WithTimeout(cfg.validatorTimeout), host.WithMemoryLimit(cfg.validatorMemory))
+	hostOpts := []host.Option{host.WithCacheDir(cacheDir), host.WithTimeout(cfg.validatorTimeout), host.WithMemoryLimit(cfg.validatorMemory),
+		host.WithMemoryBudget(cfg.validatorBudget), host.WithModuleLimits(cfg.validatorLimits), host.WithCompileTimeout(cfg.compileTimeout)}
+	if cfg.maxCompiles != 0 {
+		hostOpts = append(hostOpts, host.WithMaxCompiles(cfg.maxCompiles))
+	}
+	rt, err := host.New(ctx, hostOpts...)
 	if err != nil {
 		return fail(err)
 	}
