@@ -188,6 +188,11 @@ func New(ctx context.Context, opts ...Option) (*Server, error) {
 	return s, nil
 }
 
+// ValidatorStats returns the counters of the validator runtime: the
+// compilations started and running, and the instances against the memory
+// budget.
+func (s *Server) ValidatorStats() host.Stats { return s.wasm.Stats() }
+
 func (s *Server) routes() http.Handler {
 	// Values up to the limit must reach the handler, which refuses larger
 	// ones with a message naming the limit; the slack covers the key and

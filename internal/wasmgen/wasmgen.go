@@ -3,8 +3,6 @@
 // with forbidden imports, malformed sections. It is test-only.
 package wasmgen
 
-import "bytes"
-
 // Value types.
 const (
 	I32 byte = 0x7f
@@ -43,9 +41,6 @@ type Module struct {
 	Funcs       []Func
 	Exports     []Export
 	MemoryPages int
-	// Custom, if set, is appended as a custom section named "pawl-test":
-	// the same code under another digest.
-	Custom []byte
 }
 
 // Encode returns the module's binary form.
@@ -102,11 +97,7 @@ func (m Module) Encode() []byte {
 		s = uleb(s, len(body))
 		s = append(s, body...)
 	}
-	out = section(out, 10, s)
-	if m.Custom != nil {
-		out = section(out, 0, append(name(nil, "pawl-test"), m.Custom...))
-	}
-	return out
+	return section(out, 10, s)
 }
 
 // ABI returns a module that follows ABI v1 (validators/ABI.md) in shape:
@@ -140,7 +131,11 @@ func ABI(locals int, validate []byte) Module {
 // and loops while the first parameter is not zero. wazero's optimizing
 // compiler takes time that grows with locals times loops (each loop header
 // joins every local's value), so a few KiB keep it busy for long.
-func Bomb(locals, loops int) []byte {
+func Bomb(locals, loops int) []byte { return Bombs(1, locals, loops).Encode() }
+
+// Bombs is Bomb with funcs copies of its pawl_validate (the first one
+// exported), so that compiling it takes funcs times as long.
+func Bombs(funcs, locals, loops int) Module {
 	var body []byte
 	for range loops {
 		body = append(body, 0x03, 0x40) // loop (no result)
@@ -155,12 +150,22 @@ func Bomb(locals, loops int) []byte {
 	}
 	for d := range loops {
 		body = LocalGet(body, 0)
-		body = append(body, 0x0d) // br_if
+		body = append(body, 0x0d)              // br_if
 		body = uleb(body, min(d%2, loops-1-d)) // to this loop or the one around it
-		body = append(body, 0x0b) // end
+		body = append(body, 0x0b)              // end
 	}
 	body = append(body, 0x42, 0x00) // i64.const 0
-	return ABI(locals, body).Encode()
+	m := ABI(locals, body)
+	for range funcs - 1 {
+		m.Funcs = append(m.Funcs, m.Funcs[2])
+	}
+	return m
+}
+
+// WithCustom returns wasm with a custom section holding tag appended: the
+// same code under another digest.
+func WithCustom(wasm []byte, tag string) []byte {
+	return section(append([]byte(nil), wasm...), 0, name(name(nil, "pawl-test"), tag))
 }
 
 // LocalGet appends local.get idx.
@@ -191,18 +196,10 @@ func vec(b, items []byte) []byte { return append(uleb(b, len(items)), items...) 
 func name(b []byte, s string) []byte { return append(uleb(b, len(s)), s...) }
 
 func uleb(b []byte, v int) []byte {
-	var buf bytes.Buffer
 	u := uint64(v)
-	for {
-		c := byte(u & 0x7f)
+	for u >= 0x80 {
+		b = append(b, byte(u)|0x80)
 		u >>= 7
-		if u != 0 {
-			c |= 0x80
-		}
-		buf.WriteByte(c)
-		if u == 0 {
-			break
-		}
 	}
-	return append(b, buf.Bytes()...)
+	return append(b, byte(u))
 }

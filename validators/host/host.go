@@ -142,6 +142,8 @@ type Stats struct {
 	Compiles int64
 	// Compiling is how many are running.
 	Compiling int
+	// CompileWaiters is how many Loads wait for a running compilation.
+	CompileWaiters int
 	// Instances is how many instances exist, of all modules.
 	Instances int
 	// PeakInstances is the most that existed at once.
@@ -152,12 +154,19 @@ type Stats struct {
 
 // Stats returns the runtime's counters.
 func (r *Runtime) Stats() Stats {
+	r.mu.Lock()
+	waiters := 0
+	for _, f := range r.flights {
+		waiters += f.waiters
+	}
+	r.mu.Unlock()
 	return Stats{
-		Compiles:      r.compiles.Load(),
-		Compiling:     len(r.compileSlots),
-		Instances:     len(r.memory),
-		PeakInstances: r.peak.Load(),
-		MaxInstances:  cap(r.memory),
+		CompileWaiters: waiters,
+		Compiles:       r.compiles.Load(),
+		Compiling:      len(r.compileSlots),
+		Instances:      len(r.memory),
+		PeakInstances:  r.peak.Load(),
+		MaxInstances:   cap(r.memory),
 	}
 }
 

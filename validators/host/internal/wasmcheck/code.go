@@ -88,7 +88,7 @@ var oneIndex = [256]bool{
 	0x07: true, 0x08: true, 0x09: true, // catch, throw, rethrow
 	0x0c: true, 0x0d: true, // br, br_if
 	0x10: true, 0x12: true, 0x14: true, 0x15: true, // call, return_call, call_ref, return_call_ref
-	0x18: true,                                     // delegate
+	0x18: true,                                                 // delegate
 	0x20: true, 0x21: true, 0x22: true, 0x23: true, 0x24: true, // locals and globals
 	0x25: true, 0x26: true, // table.get, table.set
 	0x3f: true, 0x40: true, // memory.size, memory.grow
