@@ -3,12 +3,17 @@
 // it, so a config is judged by the same code in both places. It imports
 // neither.
 //
-// A Runtime compiles each module once (with an optional compilation cache
-// on disk, so a restart does not recompile), keeps a pool of instances per
-// module for concurrent calls, and bounds every call: memory (64 MiB by
-// default), time (1s, enforced by closing the instance when the deadline
-// passes) and output size (1 MiB). An instance that traps, runs out of time
-// or memory, or misbehaves in any way is discarded, never reused.
+// A Runtime reads each module's sections before compiling it (internal
+// package wasmcheck), refusing one outside ABI v1 or over ModuleLimits, so
+// that a compile bomb never reaches wazero's compiler; it compiles each
+// module once (with an optional compilation cache on disk, so a restart
+// does not recompile), a bounded number at a time, within a time limit,
+// stopping when no caller waits; it keeps a pool of instances per module
+// for concurrent calls, all pools within one memory budget, and bounds
+// every call: memory (64 MiB by default), time (1s, enforced by closing
+// the instance when the deadline passes) and output size (1 MiB). An
+// instance that traps, runs out of time or memory, or misbehaves in any
+// way is discarded, never reused. docs/LIMITS.md lists every limit.
 //
 // Modules get no files, no network, no environment and no arguments; their
 // clocks are fixed and their randomness is a fixed stream, so a validation
