@@ -11,6 +11,7 @@ import (
 
 	pawlv1 "github.com/pawlcfg/pawl/gen/pawl/v1"
 	"github.com/pawlcfg/pawl/internal/testserver"
+	"github.com/pawlcfg/pawl/internal/wasmbuild"
 	"github.com/pawlcfg/pawl/internal/wasmgen"
 	"github.com/pawlcfg/pawl/server"
 	"github.com/pawlcfg/pawl/validators/host"
@@ -53,24 +54,6 @@ func TestCompileBombUploadIsRefused(t *testing.T) {
 	}
 }
 
-// awaitValidatorStats polls the server's validator counters until ok holds,
-// for at most a minute.
-func awaitValidatorStats(t *testing.T, srv *testserver.Server, what string, ok func(host.Stats) bool) time.Duration {
-	t.Helper()
-	began := time.Now()
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	deadline := time.After(time.Minute)
-	for !ok(srv.Server.ValidatorStats()) {
-		select {
-		case <-tick.C:
-		case <-deadline:
-			t.Fatalf("after a minute, still not %s: %+v", what, srv.Server.ValidatorStats())
-		}
-	}
-	return time.Since(began)
-}
-
 // TestCancelledUploadStopsItsCompilation uploads, twice at once, a module
 // within the limits that takes a minute of CPU to compile: the second
 // upload shares the first's compilation, and when both clients cancel,
@@ -90,7 +73,7 @@ func TestCancelledUploadStopsItsCompilation(t *testing.T) {
 			_, errs[i] = vs.Upload(ctx, connect.NewRequest(&pawlv1.UploadRequest{Wasm: wasm}))
 		}()
 	}
-	awaitValidatorStats(t, srv, "compiling for both uploads", func(s host.Stats) bool { return s.CompileWaiters == 2 })
+	wasmbuild.AwaitStats(t, srv.Server.ValidatorStats, "compiling for both uploads", func(s host.Stats) bool { return s.CompileWaiters == 2 })
 	if s := srv.Server.ValidatorStats(); s.Compiles != 1 {
 		t.Fatalf("two uploads of one module: %+v; want one compilation", s)
 	}
@@ -101,7 +84,7 @@ func TestCancelledUploadStopsItsCompilation(t *testing.T) {
 			t.Fatalf("Upload after its cancel = %v", err)
 		}
 	}
-	idle := awaitValidatorStats(t, srv, "idle", func(s host.Stats) bool { return s.Compiling == 0 })
+	idle := wasmbuild.AwaitStats(t, srv.Server.ValidatorStats, "idle", func(s host.Stats) bool { return s.Compiling == 0 })
 	// Within one function's compile time: under a second without -race.
 	t.Logf("pawld stopped compiling %s after the clients went", idle)
 	if idle > 20*time.Second {

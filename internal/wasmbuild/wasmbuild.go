@@ -136,3 +136,23 @@ func Load(tb testing.TB, name string) *host.Validator {
 	tb.Cleanup(func() { _ = v.Close(ctx) })
 	return v
 }
+
+// AwaitStats polls a validator runtime's counters (stats, e.g.
+// Runtime.Stats or Server.ValidatorStats) until ok holds, failing the test
+// after a minute, and returns how long it took: the counters are the event
+// a test of compilations and instances waits for.
+func AwaitStats(tb testing.TB, stats func() host.Stats, what string, ok func(host.Stats) bool) time.Duration {
+	tb.Helper()
+	began := time.Now()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(time.Minute)
+	for !ok(stats()) {
+		select {
+		case <-tick.C:
+		case <-deadline:
+			tb.Fatalf("after a minute, still not %s: %+v", what, stats())
+		}
+	}
+	return time.Since(began)
+}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pawlcfg/pawl/internal/wasmbuild"
 	"github.com/pawlcfg/pawl/internal/wasmgen"
 	"github.com/pawlcfg/pawl/validators/host"
 )
@@ -108,24 +109,6 @@ func uncachedRuntime(t *testing.T, opts ...host.Option) *host.Runtime {
 	return r
 }
 
-// awaitStats polls the runtime's counters until ok holds: the counters are
-// the event, and the poll is bounded.
-func awaitStats(t *testing.T, r *host.Runtime, what string, ok func(host.Stats) bool) time.Duration {
-	t.Helper()
-	began := time.Now()
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	deadline := time.After(time.Minute)
-	for !ok(r.Stats()) {
-		select {
-		case <-tick.C:
-		case <-deadline:
-			t.Fatalf("after a minute, still not %s: %+v", what, r.Stats())
-		}
-	}
-	return time.Since(began)
-}
-
 // TestCompilationIsSharedAndStopsWhenNoCallerWaits loads a module under
 // the limits that takes long to compile (1,000 of the costliest functions: a minute of CPU without -race)
 // from two callers: one compilation serves both, it goes on when the first
@@ -153,9 +136,9 @@ func TestCompilationIsSharedAndStopsWhenNoCallerWaits(t *testing.T) {
 	ctxB, cancelB := context.WithCancel(context.Background())
 	defer cancelB()
 	a := load(ctxA)
-	awaitStats(t, r, "compiling for one caller", func(s host.Stats) bool { return s.CompileWaiters == 1 })
+	wasmbuild.AwaitStats(t, r.Stats, "compiling for one caller", func(s host.Stats) bool { return s.CompileWaiters == 1 })
 	b := load(ctxB)
-	awaitStats(t, r, "compiling for two callers", func(s host.Stats) bool { return s.CompileWaiters == 2 })
+	wasmbuild.AwaitStats(t, r.Stats, "compiling for two callers", func(s host.Stats) bool { return s.CompileWaiters == 2 })
 	cancelA()
 	if res := <-a; !errors.Is(res.err, context.Canceled) {
 		t.Fatalf("the first Load after its cancel = %v", res.err)
@@ -167,7 +150,7 @@ func TestCompilationIsSharedAndStopsWhenNoCallerWaits(t *testing.T) {
 	if res := <-b; !errors.Is(res.err, context.Canceled) {
 		t.Fatalf("the second Load after its cancel = %v", res.err)
 	}
-	idle := awaitStats(t, r, "idle", func(s host.Stats) bool { return s.Compiling == 0 })
+	idle := wasmbuild.AwaitStats(t, r.Stats, "idle", func(s host.Stats) bool { return s.Compiling == 0 })
 	// Within one function's compile time, under a second without -race.
 	t.Logf("compilation stopped %s after the last caller went", idle)
 	if idle > 20*time.Second {
@@ -187,7 +170,7 @@ func TestCompileTimeout(t *testing.T) {
 	if !errors.As(err, &limit) || limit.Limit != host.LimitCompileTime || !strings.Contains(err.Error(), "longer than the 300ms limit") {
 		t.Fatalf("Load = %v; want the compile time limit", err)
 	}
-	awaitStats(t, r, "idle", func(s host.Stats) bool { return s.Compiling == 0 })
+	wasmbuild.AwaitStats(t, r.Stats, "idle", func(s host.Stats) bool { return s.Compiling == 0 })
 }
 
 // TestMemoryBudgetIsSharedByAllModules runs 50 hostile validations at once,
