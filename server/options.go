@@ -12,6 +12,7 @@ import (
 	"github.com/pawlcfg/pawl/server/internal/retention"
 	"github.com/pawlcfg/pawl/server/internal/store"
 	"github.com/pawlcfg/pawl/server/internal/store/redisstore"
+	"github.com/pawlcfg/pawl/validators/host"
 )
 
 // Option configures New.
@@ -43,6 +44,10 @@ type config struct {
 	wasmCacheDir     string
 	validatorTimeout time.Duration
 	validatorMemory  int
+	validatorBudget  int
+	validatorLimits  host.ModuleLimits
+	compileTimeout   time.Duration
+	maxCompiles      int
 	instanceLease    time.Duration
 	rolloutCheck     time.Duration
 	now              func() time.Time
@@ -75,6 +80,11 @@ const (
 	DefaultValidatorTimeout = time.Second
 	// DefaultValidatorMemory bounds one validator instance's memory.
 	DefaultValidatorMemory = 64 << 20
+	// DefaultValidatorMemoryBudget bounds the memory of all validator
+	// instances together: 16 of DefaultValidatorMemory.
+	DefaultValidatorMemoryBudget = host.DefaultMemoryBudget
+	// DefaultValidatorCompileTimeout bounds one validator's compilation.
+	DefaultValidatorCompileTimeout = host.DefaultCompileTimeout
 	// DefaultInstanceLease is how long a registration or heartbeat keeps an
 	// instance live: instances heartbeat at a third of it, so two lost
 	// heartbeats are survived.
@@ -103,6 +113,11 @@ const (
 	DefaultProgressInterval = 10 * time.Second
 )
 
+// DefaultValidatorModuleLimits bound the shape of a validator module:
+// generous for real modules, and each function compiles in under a second
+// (host.DefaultModuleLimits says how they were measured).
+var DefaultValidatorModuleLimits = host.DefaultModuleLimits
+
 func defaultConfig() config {
 	return config{
 		dataDir:          DefaultDataDir,
@@ -127,6 +142,9 @@ func defaultConfig() config {
 		maxWasmBytes:     DefaultMaxValidatorBytes,
 		validatorTimeout: DefaultValidatorTimeout,
 		validatorMemory:  DefaultValidatorMemory,
+		validatorBudget:  DefaultValidatorMemoryBudget,
+		validatorLimits:  DefaultValidatorModuleLimits,
+		compileTimeout:   DefaultValidatorCompileTimeout,
 		instanceLease:    DefaultInstanceLease,
 		rolloutCheck:     DefaultRolloutCheckInterval,
 		now:              time.Now,
@@ -164,6 +182,12 @@ func (c config) validate() error {
 		return fmt.Errorf("server: WithMaxValidatorBytes(%d): must be positive", c.maxWasmBytes)
 	case c.validatorTimeout <= 0:
 		return fmt.Errorf("server: WithValidatorTimeout(%s): must be positive", c.validatorTimeout)
+	case c.validatorBudget < c.validatorMemory:
+		return fmt.Errorf("server: WithValidatorMemoryBudget(%d): must hold at least one instance of the memory limit (%d bytes)", c.validatorBudget, c.validatorMemory)
+	case c.compileTimeout <= 0:
+		return fmt.Errorf("server: WithValidatorCompileTimeout(%s): must be positive", c.compileTimeout)
+	case c.maxCompiles < 0:
+		return fmt.Errorf("server: WithValidatorMaxCompiles(%d): must be positive", c.maxCompiles)
 	case c.instanceLease <= 0:
 		return fmt.Errorf("server: WithInstanceLease(%s): must be positive", c.instanceLease)
 	case c.rolloutCheck <= 0:
@@ -331,6 +355,29 @@ func WithValidatorTimeout(d time.Duration) Option { return func(c *config) { c.v
 // WithValidatorMemoryLimit bounds each validator instance's memory, in bytes
 // (a multiple of 64 KiB; default 64 MiB).
 func WithValidatorMemoryLimit(n int) Option { return func(c *config) { c.validatorMemory = n } }
+
+// WithValidatorMemoryBudget bounds the memory of all validator instances
+// together, in bytes (default 1 GiB): at most budget / memory limit
+// instances exist at once, and a validation that gets none within its time
+// limit fails with ResourceExhausted.
+func WithValidatorMemoryBudget(n int) Option { return func(c *config) { c.validatorBudget = n } }
+
+// WithValidatorModuleLimits bounds the shape of the validator modules
+// Upload accepts, checked before compiling (default
+// DefaultValidatorModuleLimits).
+func WithValidatorModuleLimits(l host.ModuleLimits) Option {
+	return func(c *config) { c.validatorLimits = l }
+}
+
+// WithValidatorCompileTimeout bounds one validator's compilation (default
+// 2 minutes).
+func WithValidatorCompileTimeout(d time.Duration) Option {
+	return func(c *config) { c.compileTimeout = d }
+}
+
+// WithValidatorMaxCompiles sets how many validators may compile at once
+// (default, or 0: half of GOMAXPROCS, at least 1).
+func WithValidatorMaxCompiles(n int) Option { return func(c *config) { c.maxCompiles = n } }
 
 // WithInstanceLease sets how long a registration or heartbeat keeps an
 // instance live (default 30s).

@@ -158,7 +158,12 @@ func New(ctx context.Context, opts ...Option) (*Server, error) {
 	if cacheDir == "" {
 		cacheDir = filepath.Join(cfg.dataDir, "wasm-cache")
 	}
-	rt, err := host.New(ctx, host.WithCacheDir(cacheDir), host.WithTimeout(cfg.validatorTimeout), host.WithMemoryLimit(cfg.validatorMemory))
+	hostOpts := []host.Option{host.WithCacheDir(cacheDir), host.WithTimeout(cfg.validatorTimeout), host.WithMemoryLimit(cfg.validatorMemory),
+		host.WithMemoryBudget(cfg.validatorBudget), host.WithModuleLimits(cfg.validatorLimits), host.WithCompileTimeout(cfg.compileTimeout)}
+	if cfg.maxCompiles != 0 {
+		hostOpts = append(hostOpts, host.WithMaxCompiles(cfg.maxCompiles))
+	}
+	rt, err := host.New(ctx, hostOpts...)
 	if err != nil {
 		return fail(err)
 	}
@@ -187,6 +192,11 @@ func New(ctx context.Context, opts ...Option) (*Server, error) {
 	s.handler = s.routes()
 	return s, nil
 }
+
+// ValidatorStats returns the counters of the validator runtime: the
+// compilations started and running, and the instances against the memory
+// budget.
+func (s *Server) ValidatorStats() host.Stats { return s.wasm.Stats() }
 
 func (s *Server) routes() http.Handler {
 	// Values up to the limit must reach the handler, which refuses larger

@@ -75,6 +75,17 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	maxValidator := fs.Int("max-validator-bytes", server.DefaultMaxValidatorBytes, "largest validator module an upload accepts, in bytes")
 	validatorTimeout := fs.Duration("validator-timeout", server.DefaultValidatorTimeout, "time limit of one validation")
 	validatorMemory := fs.Int("validator-memory-bytes", server.DefaultValidatorMemory, "memory limit of one validator instance, a multiple of 65536")
+	validatorBudget := fs.Int("validator-memory-budget", server.DefaultValidatorMemoryBudget, "memory of all validator instances together, in bytes: at most this over --validator-memory-bytes instances exist at once")
+	compileTimeout := fs.Duration("validator-compile-timeout", server.DefaultValidatorCompileTimeout, "time limit of one validator module's compilation")
+	maxCompiles := fs.Int("validator-max-compiles", 0, "validator modules compiled at once (0: half the cores, at least 1); an upload beyond waits up to --validator-compile-timeout")
+	lim := server.DefaultValidatorModuleLimits
+	fs.IntVar(&lim.Functions, "validator-max-functions", lim.Functions, "most functions a validator module may define (0: no limit)")
+	fs.IntVar(&lim.FunctionLocals, "validator-max-function-locals", lim.FunctionLocals, "most locals one function of a validator module may declare (0: no limit)")
+	fs.IntVar(&lim.Locals, "validator-max-locals", lim.Locals, "most locals all functions of a validator module may declare together (0: no limit)")
+	fs.IntVar(&lim.FunctionBytes, "validator-max-function-bytes", lim.FunctionBytes, "largest function body of a validator module, in bytes (0: no limit)")
+	fs.IntVar(&lim.CodeBytes, "validator-max-code-bytes", lim.CodeBytes, "largest code section of a validator module, in bytes (0: no limit)")
+	fs.IntVar(&lim.LoopDepth, "validator-max-loop-depth", lim.LoopDepth, "deepest nesting of loops in one function of a validator module (0: no limit)")
+	fs.IntVar(&lim.LoopJoins, "validator-max-loop-joins", lim.LoopJoins, "most loops times locals (parameters included) of one function of a validator module: what makes compilation slow (0: no limit)")
 	instanceLease := fs.Duration("instance-lease", server.DefaultInstanceLease, "how long a registration or heartbeat keeps an instance live")
 	validatorCache := fs.String("validator-cache", "", "compilation cache of validators (default: wasm-cache in the data directory)")
 	tlsCert := fs.String("tls-cert", "", "PEM certificate file; with --tls-key, serve TLS")
@@ -118,6 +129,10 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		server.WithValidatorTimeout(*validatorTimeout),
 		server.WithValidatorCacheDir(*validatorCache),
 		server.WithValidatorMemoryLimit(*validatorMemory),
+		server.WithValidatorMemoryBudget(*validatorBudget),
+		server.WithValidatorCompileTimeout(*compileTimeout),
+		server.WithValidatorMaxCompiles(*maxCompiles),
+		server.WithValidatorModuleLimits(lim),
 		server.WithInstanceLease(*instanceLease),
 		server.WithTLS(*tlsCert, *tlsKey),
 		server.WithTLSClientCA(*tlsClientCA),

@@ -71,7 +71,7 @@ func StartAt(t testing.TB, dir, addr string, opts ...server.Option) *Server {
 	// test package under -race, a 400 kB document has taken longer than
 	// the 1 s default. The tests of the limit itself set their own.
 	base := []server.Option{server.WithDataDir(dir), server.WithLogger(quiet), server.WithValidatorCacheDir(wasmbuild.CacheDir(t)),
-		server.WithValidatorTimeout(TestValidatorTimeout)}
+		server.WithValidatorTimeout(TestValidatorTimeout), server.WithValidatorCompileTimeout(wasmbuild.CompileTimeout)}
 	prefix := ""
 	if os.Getenv("PAWL_TEST_STORE") == "redis" {
 		var opts []server.Option

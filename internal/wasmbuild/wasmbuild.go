@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/pawlcfg/pawl/validators/host"
 )
@@ -110,13 +111,19 @@ func CacheDir(tb testing.TB) string {
 	return d
 }
 
+// CompileTimeout is the compile timeout for tests that load the example
+// validators: under -race on a loaded 2-core machine, a cold compilation
+// of a 6 MB Go module takes more than a minute. The limit itself has its
+// own tests.
+const CompileTimeout = 10 * time.Minute
+
 // Load builds the example validator name and loads it into a new runtime
 // that uses CacheDir; the test's cleanup closes both. Its Info().Digest is
 // the module's digest.
 func Load(tb testing.TB, name string) *host.Validator {
 	tb.Helper()
 	ctx := context.Background()
-	rt, err := host.New(ctx, host.WithCacheDir(CacheDir(tb)))
+	rt, err := host.New(ctx, host.WithCacheDir(CacheDir(tb)), host.WithCompileTimeout(CompileTimeout))
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -128,4 +135,24 @@ func Load(tb testing.TB, name string) *host.Validator {
 	}
 	tb.Cleanup(func() { _ = v.Close(ctx) })
 	return v
+}
+
+// AwaitStats polls a validator runtime's counters (stats, e.g.
+// Runtime.Stats or Server.ValidatorStats) until ok holds, failing the test
+// after a minute, and returns how long it took: the counters are the event
+// a test of compilations and instances waits for.
+func AwaitStats(tb testing.TB, stats func() host.Stats, what string, ok func(host.Stats) bool) time.Duration {
+	tb.Helper()
+	began := time.Now()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(time.Minute)
+	for !ok(stats()) {
+		select {
+		case <-tick.C:
+		case <-deadline:
+			tb.Fatalf("after a minute, still not %s: %+v", what, stats())
+		}
+	}
+	return time.Since(began)
 }

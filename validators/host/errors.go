@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/pawlcfg/pawl/validators/host/internal/wasmcheck"
 )
 
 var (
@@ -29,7 +31,46 @@ var (
 	ErrBadOutput = errors.New("validator: malformed result")
 	// ErrClosed means the runtime was closed.
 	ErrClosed = errors.New("validator: runtime closed")
+	// ErrLimit means a module or a call is over one of the runtime's
+	// limits: the module's shape (ModuleLimits), its compile time, the
+	// compilations running at once, or the memory budget. The error is a
+	// *LimitError.
+	ErrLimit = errors.New("validator: over a limit")
 )
+
+// Limit names a limit, as LimitError reports it.
+type Limit = wasmcheck.Limit
+
+// The limits of ModuleLimits, and those of the runtime.
+const (
+	LimitFunctions      = wasmcheck.LimitFunctions
+	LimitFunctionLocals = wasmcheck.LimitFunctionLocals
+	LimitLocals         = wasmcheck.LimitLocals
+	LimitFunctionBytes  = wasmcheck.LimitFunctionBytes
+	LimitCodeBytes      = wasmcheck.LimitCodeBytes
+	LimitLoopDepth      = wasmcheck.LimitLoopDepth
+	LimitLoopJoins      = wasmcheck.LimitLoopJoins
+	// LimitCompileTime is WithCompileTimeout.
+	LimitCompileTime Limit = "compile time"
+	// LimitCompiles is WithMaxCompiles.
+	LimitCompiles Limit = "concurrent compilations"
+	// LimitMemoryBudget is WithMemoryBudget.
+	LimitMemoryBudget Limit = "memory budget"
+)
+
+// LimitError says which limit was hit, and by how much. It matches
+// ErrLimit.
+type LimitError struct {
+	// Limit is the limit that was hit.
+	Limit Limit
+	// Msg says what was over it.
+	Msg string
+}
+
+func (e *LimitError) Error() string { return "validator: " + e.Msg }
+
+// Is reports whether target is ErrLimit.
+func (e *LimitError) Is(target error) bool { return target == ErrLimit }
 
 // ABIError lists every way a module departs from ABI v1. It matches ErrABI.
 type ABIError struct {

@@ -3,12 +3,17 @@
 // it, so a config is judged by the same code in both places. It imports
 // neither.
 //
-// A Runtime compiles each module once (with an optional compilation cache
-// on disk, so a restart does not recompile), keeps a pool of instances per
-// module for concurrent calls, and bounds every call: memory (64 MiB by
-// default), time (1s, enforced by closing the instance when the deadline
-// passes) and output size (1 MiB). An instance that traps, runs out of time
-// or memory, or misbehaves in any way is discarded, never reused.
+// A Runtime reads each module's sections before compiling it (internal
+// package wasmcheck), refusing one outside ABI v1 or over ModuleLimits, so
+// that a compile bomb never reaches wazero's compiler; it compiles each
+// module once (with an optional compilation cache on disk, so a restart
+// does not recompile), a bounded number at a time, within a time limit,
+// stopping when no caller waits; it keeps a pool of instances per module
+// for concurrent calls, all pools within one memory budget, and bounds
+// every call: memory (64 MiB by default), time (1s, enforced by closing
+// the instance when the deadline passes) and output size (1 MiB). An
+// instance that traps, runs out of time or memory, or misbehaves in any
+// way is discarded, never reused. docs/LIMITS.md lists every limit.
 //
 // Modules get no files, no network, no environment and no arguments; their
 // clocks are fixed and their randomness is a fixed stream, so a validation
@@ -22,15 +27,17 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tetratelabs/wazero"
-	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 
 	"github.com/pawlcfg/pawl/validators/abi"
+	"github.com/pawlcfg/pawl/validators/host/internal/wasmcheck"
 )
 
 // ABIVersion is the validator ABI this package runs.
@@ -44,13 +51,35 @@ func Digest(wasm []byte) string {
 
 // Runtime compiles and runs validators. It is safe for concurrent use;
 // Close releases everything it compiled and instantiated.
+//
+// Before compiling, Load reads the module's sections (imports, exports and
+// shape) and refuses one outside ABI v1 or over the ModuleLimits without
+// compiling it. Compilations are bounded in number (WithMaxCompiles) and
+// time (WithCompileTimeout); one module is compiled once at a time, however
+// many callers load it, and a compilation no caller waits for any more
+// stops. Instances of all modules share one memory budget
+// (WithMemoryBudget).
 type Runtime struct {
 	rt    wazero.Runtime
 	cache wazero.CompilationCache
 	opts  options
 
-	mu     sync.Mutex
-	closed bool
+	// ctx ends when the runtime closes, stopping its compilations; wg
+	// counts the goroutines that run them.
+	ctx  context.Context
+	stop context.CancelFunc
+	wg   sync.WaitGroup
+
+	compileSlots chan struct{} // one token per running compilation
+	memory       chan struct{} // one token per instance, of the memory limit each
+	memWaiters   atomic.Int32  // calls waiting for a token of memory
+	compiles     atomic.Int64  // compilations started
+	peak         atomic.Int64  // most instances at once
+
+	mu         sync.Mutex
+	closed     bool
+	flights    map[string]*flight      // running compilations, by digest
+	validators map[*Validator]struct{} // loaded, whose idle instances may be evicted
 }
 
 // New starts a runtime.
@@ -65,10 +94,18 @@ func New(ctx context.Context, opts ...Option) (*Runtime, error) {
 	cfg := wazero.NewRuntimeConfig().
 		WithCloseOnContextDone(true).
 		WithMemoryLimitPages(uint32(o.memoryLimit / wasmPageSize))
-	r := &Runtime{opts: o}
+	r := &Runtime{
+		opts:         o,
+		compileSlots: make(chan struct{}, o.compiles),
+		memory:       make(chan struct{}, o.budget/o.memoryLimit),
+		flights:      map[string]*flight{},
+		validators:   map[*Validator]struct{}{},
+	}
+	r.ctx, r.stop = context.WithCancel(context.WithoutCancel(ctx))
 	if o.cacheDir != "" {
 		cache, err := wazero.NewCompilationCacheWithDir(o.cacheDir)
 		if err != nil {
+			r.stop()
 			return nil, fmt.Errorf("validator: compilation cache in %s: %w", o.cacheDir, err)
 		}
 		r.cache = cache
@@ -82,7 +119,8 @@ func New(ctx context.Context, opts ...Option) (*Runtime, error) {
 	return r, nil
 }
 
-// Close closes every validator loaded by r and the runtime itself.
+// Close stops the runtime's compilations, waits for them, and closes every
+// validator loaded by r and the runtime itself.
 func (r *Runtime) Close(ctx context.Context) error {
 	r.mu.Lock()
 	if r.closed {
@@ -91,6 +129,8 @@ func (r *Runtime) Close(ctx context.Context) error {
 	}
 	r.closed = true
 	r.mu.Unlock()
+	r.stop()
+	r.wg.Wait()
 	var err error
 	if r.rt != nil {
 		err = r.rt.Close(ctx)
@@ -99,6 +139,40 @@ func (r *Runtime) Close(ctx context.Context) error {
 		err = errors.Join(err, r.cache.Close(ctx))
 	}
 	return err
+}
+
+// Stats are counters of a runtime's work, for tests and metrics.
+type Stats struct {
+	// Compiles is how many compilations started.
+	Compiles int64
+	// Compiling is how many are running.
+	Compiling int
+	// CompileWaiters is how many Loads wait for a running compilation.
+	CompileWaiters int
+	// Instances is how many instances exist, of all modules.
+	Instances int
+	// PeakInstances is the most that existed at once.
+	PeakInstances int64
+	// MaxInstances is how many the memory budget allows.
+	MaxInstances int
+}
+
+// Stats returns the runtime's counters.
+func (r *Runtime) Stats() Stats {
+	r.mu.Lock()
+	waiters := 0
+	for _, f := range r.flights {
+		waiters += f.waiters
+	}
+	r.mu.Unlock()
+	return Stats{
+		CompileWaiters: waiters,
+		Compiles:       r.compiles.Load(),
+		Compiling:      len(r.compileSlots),
+		Instances:      len(r.memory),
+		PeakInstances:  r.peak.Load(),
+		MaxInstances:   cap(r.memory),
+	}
 }
 
 const wasmPageSize = 64 << 10
@@ -113,25 +187,23 @@ type Info struct {
 	Size int
 }
 
-// Load verifies that wasm hashes to digest, compiles it, checks its imports
-// and exports against ABI v1, instantiates it once to read its ABI version,
-// and returns a Validator ready for calls. The caller must Close it.
+// Load verifies that wasm hashes to digest, reads its sections and checks
+// its imports, exports and shape against ABI v1 and the ModuleLimits,
+// compiles it, instantiates it once to read its ABI version, and returns a
+// Validator ready for calls. The caller must Close it.
+//
+// Cancelling ctx returns at once; the compilation goes on only while
+// another Load of the same digest waits for it. Errors: ErrDigestMismatch,
+// ErrNotWasm, *ABIError, *LimitError, ErrClosed, or ctx's error.
 func (r *Runtime) Load(ctx context.Context, digest string, wasm []byte) (*Validator, error) {
 	if got := Digest(wasm); got != digest {
 		return nil, fmt.Errorf("%w: the bytes hash to %s, not %s", ErrDigestMismatch, got, digest)
 	}
-	r.mu.Lock()
-	closed := r.closed
-	r.mu.Unlock()
-	if closed {
-		return nil, ErrClosed
+	if err := r.check(wasm); err != nil {
+		return nil, err
 	}
-	compiled, err := r.rt.CompileModule(ctx, wasm)
+	compiled, err := r.compile(ctx, digest, wasm)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrNotWasm, err)
-	}
-	if err := checkABI(compiled); err != nil {
-		_ = compiled.Close(ctx)
 		return nil, err
 	}
 	v := &Validator{
@@ -143,23 +215,40 @@ func (r *Runtime) Load(ctx context.Context, digest string, wasm []byte) (*Valida
 	}
 	inst, err := v.instantiate(ctx)
 	if err != nil {
-		_ = compiled.Close(ctx)
+		compiled.release(ctx)
 		return nil, err
 	}
 	version, err := inst.abiVersion(ctx, r.opts.timeout)
 	if err != nil {
 		inst.close(ctx)
-		_ = compiled.Close(ctx)
+		compiled.release(ctx)
 		return nil, err
 	}
 	if version != ABIVersion {
 		inst.close(ctx)
-		_ = compiled.Close(ctx)
+		compiled.release(ctx)
 		return nil, &ABIError{Problems: []string{fmt.Sprintf("pawl_abi_version returned %d; this host runs ABI %d", version, ABIVersion)}}
 	}
 	v.info.ABIVersion = version
+	r.mu.Lock()
+	r.validators[v] = struct{}{}
+	r.mu.Unlock()
 	v.idle <- inst
 	return v, nil
+}
+
+// check reads wasm's sections without compiling it: its shape against the
+// limits, then its imports and exports against ABI v1.
+func (r *Runtime) check(wasm []byte) error {
+	m, err := wasmcheck.Scan(wasm, r.opts.limits)
+	var limit *wasmcheck.LimitError
+	switch {
+	case errors.As(err, &limit):
+		return &LimitError{Limit: limit.Limit, Msg: limit.Error()}
+	case err != nil:
+		return fmt.Errorf("%w: %v", ErrNotWasm, err)
+	}
+	return checkABI(m)
 }
 
 // allowedImports is the WASI subset a validator may import. Files are
@@ -181,36 +270,49 @@ var allowedImports = map[string]bool{
 }
 
 // requiredExports are ABI v1's functions with their signatures.
-var requiredExports = map[string]struct{ params, results []api.ValueType }{
-	"pawl_abi_version": {nil, []api.ValueType{api.ValueTypeI32}},
-	"pawl_alloc":       {[]api.ValueType{api.ValueTypeI32}, []api.ValueType{api.ValueTypeI32}},
-	"pawl_validate":    {[]api.ValueType{api.ValueTypeI32, api.ValueTypeI32}, []api.ValueType{api.ValueTypeI64}},
+var requiredExports = map[string]wasmcheck.FuncType{
+	"pawl_abi_version": {Results: []wasmcheck.ValueType{wasmcheck.I32}},
+	"pawl_alloc":       {Params: []wasmcheck.ValueType{wasmcheck.I32}, Results: []wasmcheck.ValueType{wasmcheck.I32}},
+	"pawl_validate":    {Params: []wasmcheck.ValueType{wasmcheck.I32, wasmcheck.I32}, Results: []wasmcheck.ValueType{wasmcheck.I64}},
 }
 
-func checkABI(m wazero.CompiledModule) error {
+// checkABI compares a module's imports and exports with ABI v1: only
+// functions of the allowed WASI subset imported, the three functions and
+// the memory exported.
+func checkABI(m *wasmcheck.Module) error {
 	var problems []string
-	for _, f := range m.ImportedFunctions() {
-		mod, name, _ := f.Import()
-		if mod != wasi_snapshot_preview1.ModuleName || !allowedImports[name] {
-			problems = append(problems, fmt.Sprintf("import %s.%s is not allowed", mod, name))
+	for _, im := range m.Imports {
+		switch {
+		case im.Kind == wasmcheck.KindMemory:
+			problems = append(problems, "the module imports a memory; it must define and export its own")
+		case im.Kind != wasmcheck.KindFunc:
+			problems = append(problems, fmt.Sprintf("import %s.%s (a %s) is not allowed", im.Module, im.Name, im.Kind))
+		case im.Module != wasi_snapshot_preview1.ModuleName || !allowedImports[im.Name]:
+			problems = append(problems, fmt.Sprintf("import %s.%s is not allowed", im.Module, im.Name))
 		}
 	}
-	if len(m.ImportedMemories()) > 0 {
-		problems = append(problems, "the module imports a memory; it must define and export its own")
+	funcs := map[string]wasmcheck.FuncType{}
+	memory := false
+	for _, ex := range m.Exports {
+		switch ex.Kind {
+		case wasmcheck.KindFunc:
+			funcs[ex.Name] = ex.Type
+		case wasmcheck.KindMemory:
+			memory = memory || ex.Name == "memory"
+		}
 	}
-	exports := m.ExportedFunctions()
 	for _, name := range []string{"pawl_abi_version", "pawl_alloc", "pawl_validate"} {
 		want := requiredExports[name]
-		f, ok := exports[name]
+		f, ok := funcs[name]
 		switch {
 		case !ok:
 			problems = append(problems, "export "+name+" is missing")
-		case !sameTypes(f.ParamTypes(), want.params) || !sameTypes(f.ResultTypes(), want.results):
+		case !slices.Equal(f.Params, want.Params) || !slices.Equal(f.Results, want.Results):
 			problems = append(problems, fmt.Sprintf("export %s has signature %v -> %v, want %v -> %v",
-				name, typeNames(f.ParamTypes()), typeNames(f.ResultTypes()), typeNames(want.params), typeNames(want.results)))
+				name, typeNames(f.Params), typeNames(f.Results), typeNames(want.Params), typeNames(want.Results)))
 		}
 	}
-	if _, ok := m.ExportedMemories()["memory"]; !ok {
+	if !memory {
 		problems = append(problems, "export memory is missing")
 	}
 	if len(problems) > 0 {
@@ -219,22 +321,10 @@ func checkABI(m wazero.CompiledModule) error {
 	return nil
 }
 
-func sameTypes(a, b []api.ValueType) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
-func typeNames(ts []api.ValueType) string {
+func typeNames(ts []wasmcheck.ValueType) string {
 	names := make([]string, len(ts))
 	for i, t := range ts {
-		names[i] = api.ValueTypeName(t)
+		names[i] = t.String()
 	}
 	return "(" + strings.Join(names, ", ") + ")"
 }

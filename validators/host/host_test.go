@@ -30,7 +30,7 @@ func TestMain(m *testing.M) {
 
 func newRuntime(t testing.TB, opts ...host.Option) *host.Runtime {
 	t.Helper()
-	r, err := host.New(context.Background(), append([]host.Option{host.WithCacheDir(wasmbuild.CacheDir(t))}, opts...)...)
+	r, err := host.New(context.Background(), append([]host.Option{host.WithCacheDir(wasmbuild.CacheDir(t)), host.WithCompileTimeout(wasmbuild.CompileTimeout)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -274,7 +274,7 @@ func TestCompilationCacheIsReusedAcrossRestarts(t *testing.T) {
 		// Loading runs the module's start (the Go runtime's), which the
 		// default second bounds; under -race on a loaded machine it can take
 		// longer, and the limit is tested elsewhere.
-		r, err := host.New(ctx, host.WithCacheDir(dir), host.WithTimeout(30*time.Second))
+		r, err := host.New(ctx, host.WithCacheDir(dir), host.WithTimeout(30*time.Second), host.WithCompileTimeout(wasmbuild.CompileTimeout))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"runtime"
 	"time"
+
+	"github.com/pawlcfg/pawl/validators/host/internal/wasmcheck"
 )
 
 // Option configures New.
@@ -15,6 +17,32 @@ type options struct {
 	maxOutput   int
 	poolSize    int
 	cacheDir    string
+	limits      ModuleLimits
+	compileTime time.Duration
+	compiles    int
+	budget      int
+}
+
+// ModuleLimits bound the shape of a module, checked before it is compiled.
+// A zero field means no limit.
+type ModuleLimits = wasmcheck.Limits
+
+// DefaultModuleLimits are generous for real modules and stop compile bombs.
+// The Go example validators (3-6 MB) define at most 3,307 functions of at
+// most 20 locals and 51 KB, with one loop each; on a 2-core machine the
+// worst function these limits allow (5,000 locals and 2 loops, or 310
+// locals in 32 nested loops) compiles in under a second, where 2,000
+// locals in 50 nested loops took 7s and 20 locals in 10,000 nested loops
+// six minutes: wazero's compiler joins every local at every loop header, so
+// its time grows with locals squared times loops to a power near 2.
+var DefaultModuleLimits = ModuleLimits{
+	Functions:      100_000,
+	FunctionLocals: 5_000,
+	Locals:         1_000_000,
+	FunctionBytes:  1 << 20,
+	CodeBytes:      32 << 20,
+	LoopDepth:      32,
+	LoopJoins:      10_000,
 }
 
 const (
@@ -25,6 +53,16 @@ const (
 	DefaultTimeout = time.Second
 	// DefaultMaxOutput bounds a result: violations, not a copy of the config.
 	DefaultMaxOutput = 1 << 20
+	// DefaultCompileTimeout bounds one module's compilation. The 6 MB Go
+	// example compiles in 9s on a 2-core machine under a load of 8; the
+	// limit leaves room for a 16 MB module there. Compilation stops between
+	// functions, and DefaultModuleLimits keep each function's share under a
+	// second.
+	DefaultCompileTimeout = 2 * time.Minute
+	// DefaultMemoryBudget bounds the memory of all instances of all modules
+	// together, counted as instances times the memory limit: 16 instances
+	// of 64 MiB.
+	DefaultMemoryBudget = 1 << 30
 )
 
 func defaultOptions() options {
@@ -35,6 +73,12 @@ func defaultOptions() options {
 		// One instance per core keeps every core busy; more only costs
 		// memory (a Go module's instance holds a few MiB).
 		poolSize: runtime.GOMAXPROCS(0),
+		limits:   DefaultModuleLimits,
+		// A compilation runs on two cores (so that it can stop between
+		// functions); half the cores compile, the rest keep validating.
+		compiles:    max(1, runtime.GOMAXPROCS(0)/2),
+		compileTime: DefaultCompileTimeout,
+		budget:      DefaultMemoryBudget,
 	}
 }
 
@@ -48,6 +92,16 @@ func (o options) validate() error {
 		return fmt.Errorf("validator: WithMaxOutput(%d): must be positive", o.maxOutput)
 	case o.poolSize <= 0:
 		return fmt.Errorf("validator: WithPoolSize(%d): must be positive", o.poolSize)
+	case o.compileTime <= 0:
+		return fmt.Errorf("validator: WithCompileTimeout(%s): must be positive", o.compileTime)
+	case o.compiles <= 0:
+		return fmt.Errorf("validator: WithMaxCompiles(%d): must be positive", o.compiles)
+	case o.budget < o.memoryLimit:
+		return fmt.Errorf("validator: WithMemoryBudget(%d): must hold at least one instance of the memory limit (%d bytes)", o.budget, o.memoryLimit)
+	}
+	l := o.limits
+	if min(l.Functions, l.FunctionLocals, l.Locals, l.FunctionBytes, l.CodeBytes, l.LoopDepth, l.LoopJoins) < 0 {
+		return fmt.Errorf("validator: WithModuleLimits(%+v): limits must be 0 (none) or positive", l)
 	}
 	return nil
 }
@@ -69,3 +123,22 @@ func WithPoolSize(n int) Option { return func(o *options) { o.poolSize = n } }
 // WithCacheDir keeps compiled code in dir, so that a restart does not
 // compile the same modules again.
 func WithCacheDir(dir string) Option { return func(o *options) { o.cacheDir = dir } }
+
+// WithModuleLimits bounds the shape of the modules Load accepts (default
+// DefaultModuleLimits), checked before compiling.
+func WithModuleLimits(l ModuleLimits) Option { return func(o *options) { o.limits = l } }
+
+// WithCompileTimeout bounds one module's compilation (default 2 minutes).
+func WithCompileTimeout(d time.Duration) Option { return func(o *options) { o.compileTime = d } }
+
+// WithMaxCompiles sets how many modules may compile at once (default half
+// of GOMAXPROCS, at least 1); a Load beyond waits for a turn for at most
+// the compile timeout.
+func WithMaxCompiles(n int) Option { return func(o *options) { o.compiles = n } }
+
+// WithMemoryBudget bounds the memory of all instances of all modules of the
+// runtime, in bytes (default 1 GiB): at most budget / memory limit
+// instances exist at once. A call that finds none free, and no idle
+// instance to discard, waits for at most its time limit and then fails
+// with a *LimitError.
+func WithMemoryBudget(n int) Option { return func(o *options) { o.budget = n } }

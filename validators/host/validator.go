@@ -31,7 +31,7 @@ type Result = abi.Result
 // wait their turn.
 type Validator struct {
 	r        *Runtime
-	compiled wazero.CompiledModule
+	compiled *compiledModule
 	info     Info
 
 	slots chan struct{}  // one token per running call
@@ -43,10 +43,13 @@ type Validator struct {
 // Info describes the module.
 func (v *Validator) Info() Info { return v.info }
 
-// Close releases the module's instances and compiled code.
+// Close releases the module's idle instances and its share of the compiled
+// code; an instance in a running call is released when the call ends.
 func (v *Validator) Close(ctx context.Context) error {
-	var err error
 	v.closeOnce.Do(func() {
+		v.r.mu.Lock()
+		delete(v.r.validators, v)
+		v.r.mu.Unlock()
 		for {
 			select {
 			case inst := <-v.idle:
@@ -56,14 +59,17 @@ func (v *Validator) Close(ctx context.Context) error {
 			}
 			break
 		}
-		err = v.compiled.Close(ctx)
+		v.compiled.release(ctx)
 	})
-	return err
+	return nil
 }
 
 // Validate runs the module on in. Errors: *TimeoutError, ErrMemoryLimit,
-// ErrOutputTooLarge, *TrapError, ErrBadOutput, or ctx's error while waiting
-// for a free instance. The instance of a failed call is discarded.
+// ErrOutputTooLarge, *TrapError, ErrBadOutput, a *LimitError when the
+// runtime's memory budget has no room for an instance within the call's
+// time limit, or ctx's error while waiting for a free instance. The
+// instance of a failed call is discarded; that of a call that succeeded
+// is kept for the next, unless another call waits for memory.
 func (v *Validator) Validate(ctx context.Context, in Input) (Result, error) {
 	select {
 	case v.slots <- struct{}{}:
@@ -85,7 +91,11 @@ func (v *Validator) Validate(ctx context.Context, in Input) (Result, error) {
 		inst.close(context.Background())
 		return Result{}, err
 	}
-	v.idle <- inst // never blocks: at most cap(slots) instances exist outside idle
+	if v.r.memWaiters.Load() > 0 {
+		inst.close(context.Background()) // its memory goes to the call that waits
+	} else {
+		v.idle <- inst // never blocks: at most cap(slots) instances exist outside idle
+	}
 	return res, nil
 }
 
@@ -96,9 +106,14 @@ type instance struct {
 	validateFn api.Function
 	version    api.Function
 	stderr     *limitedBuffer
+	r          *Runtime // whose memory budget the instance holds a token of
 }
 
+// instantiate makes an instance, within the runtime's memory budget.
 func (v *Validator) instantiate(ctx context.Context) (*instance, error) {
+	if err := v.r.acquireMemory(ctx); err != nil {
+		return nil, err
+	}
 	stderr := &limitedBuffer{max: 4 << 10}
 	clock := &virtualClock{}
 	cfg := wazero.NewModuleConfig().
@@ -111,8 +126,9 @@ func (v *Validator) instantiate(ctx context.Context) (*instance, error) {
 		WithRandSource(zeroReader{})
 	ictx, cancel := context.WithTimeout(ctx, v.r.opts.timeout)
 	defer cancel()
-	mod, err := v.r.rt.InstantiateModule(ictx, v.compiled, cfg)
+	mod, err := v.r.rt.InstantiateModule(ictx, v.compiled.mod, cfg)
 	if err != nil {
+		<-v.r.memory
 		return nil, callError(ictx, err, nil, stderr, v.r.opts)
 	}
 	return &instance{
@@ -121,10 +137,15 @@ func (v *Validator) instantiate(ctx context.Context) (*instance, error) {
 		validateFn: mod.ExportedFunction("pawl_validate"),
 		version:    mod.ExportedFunction("pawl_abi_version"),
 		stderr:     stderr,
+		r:          v.r,
 	}, nil
 }
 
-func (i *instance) close(ctx context.Context) { _ = i.mod.Close(ctx) }
+// close closes the instance and gives its memory back to the budget.
+func (i *instance) close(ctx context.Context) {
+	_ = i.mod.Close(ctx)
+	<-i.r.memory
+}
 
 func (i *instance) abiVersion(ctx context.Context, limit time.Duration) (int, error) {
 	cctx, cancel := context.WithTimeout(ctx, limit)

@@ -88,7 +88,8 @@ func Error(log *slog.Logger, spec connect.Spec, err error) error {
 	case errors.Is(err, host.ErrNotWasm), errors.Is(err, host.ErrABI), errors.Is(err, host.ErrTrap),
 		errors.Is(err, host.ErrBadOutput), errors.Is(err, host.ErrDigestMismatch):
 		return connect.NewError(connect.CodeInvalidArgument, err)
-	case errors.Is(err, host.ErrMemoryLimit), errors.Is(err, host.ErrOutputTooLarge), errors.Is(err, validator.ErrTooLarge):
+	case errors.Is(err, host.ErrMemoryLimit), errors.Is(err, host.ErrOutputTooLarge), errors.Is(err, validator.ErrTooLarge),
+		errors.Is(err, host.ErrLimit):
 		return connect.NewError(connect.CodeResourceExhausted, err)
 	case errors.Is(err, validator.ErrInvalid):
 		return connect.NewError(connect.CodeInvalidArgument, err)

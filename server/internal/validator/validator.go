@@ -111,7 +111,7 @@ func (v *Validators) Upload(ctx context.Context, wasm []byte, name, uploader str
 	}
 	m, err := v.runtime.Load(ctx, digest, wasm)
 	if err != nil {
-		return Info{}, false, err
+		return Info{}, false, withFlag(err)
 	}
 	encoded, err := json.Marshal(meta{Name: name, ABIVersion: m.Info().ABIVersion, Size: len(wasm), UploadedAt: v.now().UTC(), Uploader: uploader})
 	if err != nil {
@@ -176,9 +176,33 @@ func (v *Validators) Module(ctx context.Context, digest string) (Info, []byte, e
 func (v *Validators) Run(ctx context.Context, digest string, in host.Input) (host.Result, error) {
 	m, err := v.load(ctx, digest)
 	if err != nil {
-		return host.Result{}, err
+		return host.Result{}, withFlag(err)
 	}
-	return m.Validate(ctx, in)
+	res, err := m.Validate(ctx, in)
+	return res, withFlag(err)
+}
+
+// limitFlags are the pawld flags that change each of the host's limits.
+var limitFlags = map[host.Limit]string{
+	host.LimitFunctions:      "--validator-max-functions",
+	host.LimitFunctionLocals: "--validator-max-function-locals",
+	host.LimitLocals:         "--validator-max-locals",
+	host.LimitFunctionBytes:  "--validator-max-function-bytes",
+	host.LimitCodeBytes:      "--validator-max-code-bytes",
+	host.LimitLoopDepth:      "--validator-max-loop-depth",
+	host.LimitLoopJoins:      "--validator-max-loop-joins",
+	host.LimitCompileTime:    "--validator-compile-timeout",
+	host.LimitCompiles:       "--validator-max-compiles",
+	host.LimitMemoryBudget:   "--validator-memory-budget",
+}
+
+// withFlag names, in a limit error, the pawld flag that changes the limit.
+func withFlag(err error) error {
+	var limit *host.LimitError
+	if errors.As(err, &limit) {
+		return fmt.Errorf("%w (pawld %s)", err, limitFlags[limit.Limit])
+	}
+	return err
 }
 
 // blob reads a stored module by digest.
