@@ -2,67 +2,57 @@ package server
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"time"
 
+	"connectrpc.com/connect"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 )
 
 // withReadDeadline gives each request d to deliver its body, from when
 // its headers were read: a client that trickles a body is cut, with its
-// request. The deadline is lifted once the body is read to its end, so
-// that a server stream (a watch) lives on for as long as its client wants
-// it; HTTP/2 pings find its dead peers. Requests of the procedures in
-// open (streams the client keeps sending on) get no deadline.
+// request, and told DeadlineExceeded naming --read-timeout. Once the body
+// has been read to its end the deadline no longer matters, so that a
+// server stream (a watch) lives on for as long as its client wants it:
+// over HTTP/1.1 net/http lifts the connection's deadline itself at the end
+// of the body, and over HTTP/2 the deadline is the stream's and cuts only
+// a body still unread. Requests of the procedures in open (streams the
+// client keeps sending on, such as gRPC reflection) get no deadline;
+// HTTP/2 pings find their dead peers.
 //
-// Why not http.Server.ReadTimeout: over HTTP/1.1 it is a deadline on the
-// connection, and when it passes while a response streams, net/http's
-// read in the background, which waits for the client to go away, fails
-// and cancels the request: every Connect watch over HTTP/1.1 would end
-// after it. Over HTTP/2 it is per stream and cuts only bodies still
-// unread, as this does.
+// Why not http.Server.ReadTimeout: it is the same deadline on every
+// request, and would cut every client and bidirectional stream after it.
 func withReadDeadline(next http.Handler, d time.Duration, open map[string]bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Body == nil || r.Body == http.NoBody || open[r.URL.Path] {
 			next.ServeHTTP(w, r)
 			return
 		}
-		rc := http.NewResponseController(w)
-		if err := rc.SetReadDeadline(time.Now().Add(d)); err != nil {
-			next.ServeHTTP(w, r) // a writer without deadlines: the connection's own timeouts hold
-			return
-		}
-		r.Body = &liftOnEOF{ReadCloser: r.Body, lift: func() { _ = rc.SetReadDeadline(time.Time{}) }}
+		if err := http.NewResponseController(w).SetReadDeadline(time.Now().Add(d)); err == nil {
+			r.Body = &slowBody{ReadCloser: r.Body, timeout: d}
+		} // else a writer without deadlines: the connection's own timeouts hold
 		next.ServeHTTP(w, r)
 	})
 }
 
-// liftOnEOF lifts the read deadline when the body has been read to its
-// end.
-type liftOnEOF struct {
+// slowBody says why a body's read failed at the read deadline.
+type slowBody struct {
 	io.ReadCloser
-	lift   func()
-	lifted bool
+	timeout time.Duration
 }
 
-func (b *liftOnEOF) Read(p []byte) (int, error) {
+func (b *slowBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
-	if errors.Is(err, io.EOF) && !b.lifted {
-		b.lifted = true
-		b.lift()
-	}
 	if errors.Is(err, os.ErrDeadlineExceeded) {
-		err = errBodyTooSlow
+		err = connect.NewError(connect.CodeDeadlineExceeded, fmt.Errorf(
+			"the request body did not arrive within the read timeout of %s (pawld --read-timeout)", b.timeout))
 	}
 	return n, err
 }
-
-// errBodyTooSlow is what a handler reads from a body that did not arrive
-// within the read timeout.
-var errBodyTooSlow = errors.New("server: the request body did not arrive within the read timeout (pawld --read-timeout)")
 
 // clientStreams are the procedures among services whose client sends a
 // stream of messages (client and bidirectional streaming, such as gRPC
