@@ -50,7 +50,6 @@ func TestConnectionFloodLeavesRoomForTheAdmin(t *testing.T) {
 		}
 		conns = append(conns, c)
 	}
-	p.await(t, "connection refused: over a limit")
 
 	var protocols http.Protocols
 	protocols.SetUnencryptedHTTP2(true)
@@ -62,6 +61,7 @@ func TestConnectionFloodLeavesRoomForTheAdmin(t *testing.T) {
 	if _, err := admin.Put(ctx, connect.NewRequest(&pawlv1.PutRequest{Key: "/admin/k", Value: []byte("v")})); err != nil {
 		t.Fatalf("a write from the admin network during the flood: %v", err)
 	}
+	p.await(t, "connection refused: over a limit")
 	tr.CloseIdleConnections()
 	p.stop(t)
 	refusals := 0
