@@ -306,28 +306,31 @@ func awaitConns(t *testing.T, srv *testserver.Server, ok func(server.ConnStats) 
 // openStream opens a KV watch or an assignment watch and waits for its
 // first message; it returns the error the stream ended with instead, if
 // it ended.
-func openStream(ctx context.Context, kv pawlv1connect.KVServiceClient, is pawlv1connect.InstanceServiceClient, assignments bool) (cancel context.CancelFunc, err error) {
-	ctx, cancel = context.WithCancel(ctx)
+func openStream(ctx context.Context, kv pawlv1connect.KVServiceClient, is pawlv1connect.InstanceServiceClient, assignments bool) (context.CancelFunc, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	var err error
 	if assignments {
-		s, err := is.WatchAssignments(ctx, connect.NewRequest(&pawlv1.WatchAssignmentsRequest{WorkloadIdentity: "app-1"}))
-		if err == nil && !s.Receive() {
-			err = s.Err()
-		}
-		if err != nil {
-			cancel()
-			return nil, err
-		}
-		return cancel, nil
-	}
-	s, err := kv.Watch(ctx, connect.NewRequest(&pawlv1.WatchRequest{Prefix: "/app/"}))
-	if err == nil && !s.Receive() {
-		err = s.Err()
+		err = firstMessage(is.WatchAssignments(ctx, connect.NewRequest(&pawlv1.WatchAssignmentsRequest{WorkloadIdentity: "app-1"})))
+	} else {
+		err = firstMessage(kv.Watch(ctx, connect.NewRequest(&pawlv1.WatchRequest{Prefix: "/app/"})))
 	}
 	if err != nil {
 		cancel()
 		return nil, err
 	}
 	return cancel, nil
+}
+
+// firstMessage waits for a stream's first message, or says why there was
+// none.
+func firstMessage[T any](s *connect.ServerStreamForClient[T], err error) error {
+	if err != nil || s.Receive() {
+		return err
+	}
+	if s.Err() != nil {
+		return s.Err()
+	}
+	return errors.New("the stream ended without a message")
 }
 
 // TestWatcherLimitPerPrincipal: a principal's watcher over the limit, KV
