@@ -30,6 +30,7 @@
 //	server/internal/singleton  work that runs on one replica at a time, under a fenced lease
 //	server/internal/watch      the watch hub
 //	server/internal/api        the Connect edge: a handler per service, the error-to-code mapper, interceptors, the role table
+//	server/internal/connlimit  the listener's connection limits: in total, per address, and the admin networks' reserve
 //	server/internal/auth       the auth file: principals of bearer tokens and client certificates, and their grants
 //	server/internal/records    the layout of /_pawl/ and its codec
 //	server/internal/audit      the hash-chained audit log of every mutation and refusal: a file beside the embedded store, or keys of its own in Redis

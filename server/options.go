@@ -4,10 +4,12 @@ import (
 	"crypto/x509"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 	"strings"
 	"time"
 
+	"github.com/pawlcfg/pawl/server/internal/api"
 	"github.com/pawlcfg/pawl/server/internal/audit"
 	"github.com/pawlcfg/pawl/server/internal/retention"
 	"github.com/pawlcfg/pawl/server/internal/store"
@@ -52,6 +54,16 @@ type config struct {
 	rolloutCheck     time.Duration
 	now              func() time.Time
 	log              *slog.Logger
+
+	// The connection, stream and watcher limits (docs/LIMITS.md).
+	readHeaderTimeout time.Duration
+	readTimeout       time.Duration
+	idleTimeout       time.Duration
+	maxConns          int
+	maxConnsPerAddr   int
+	reservedConns     int
+	adminNetworks     []netip.Prefix
+	streamLimits      api.StreamLimits
 	// wrapStore, set only by tests (export_test.go), wraps the opened store
 	// to inject faults between what a request reads and what it writes.
 	wrapStore func(store.Store) store.Store
@@ -111,12 +123,61 @@ const (
 	// DefaultProgressInterval is how often an idle watch stream gets a
 	// progress notification.
 	DefaultProgressInterval = 10 * time.Second
+	// DefaultReadHeaderTimeout is how long a client has to send a
+	// request's headers (and a TLS handshake) once it connected or its
+	// previous request was answered.
+	DefaultReadHeaderTimeout = 10 * time.Second
+	// DefaultReadTimeout is how long a client has to send a request's
+	// body once its headers arrived: a 16 MiB validator module at 2 Mbit/s.
+	// A stream's body is its one request message; the stream then lives
+	// on.
+	DefaultReadTimeout = time.Minute
+	// DefaultIdleTimeout is how long a connection may carry no request
+	// and no stream before the server closes it: longer than Go's clients
+	// keep an idle connection (90 s), so that the client, not the server,
+	// closes it first, and no request races the close.
+	DefaultIdleTimeout = 2 * time.Minute
+	// DefaultMaxConnsPerAddress is how many connections one remote address
+	// outside the admin networks may hold: a fleet of 10,000 instances
+	// (the scale the benchmarks measure) behind one NAT address, each
+	// holding one HTTP/2 connection, fits.
+	DefaultMaxConnsPerAddress = 10_000
+	// DefaultReservedConns is how many connections beyond the total only
+	// the admin networks may open, so that an operator and health checks
+	// get in when every other slot is taken (PostgreSQL reserves 3 for
+	// superusers; a health checker, an operator's CLI and a few scripts
+	// need more).
+	DefaultReservedConns = 32
+	// DefaultMaxWatchersPerPrincipal is how many watch streams (KV and
+	// assignment watches) one principal, or one address without an auth
+	// file, may hold open: a fleet of 10,000 instances sharing a token or
+	// a NAT address, each following its assignments and one key prefix,
+	// fits. At about 19 KiB of memory per idle stream (docs/BENCHMARKS.md)
+	// that is 380 MiB.
+	DefaultMaxWatchersPerPrincipal = 20_000
+	// DefaultMaxStreamsPerPrincipal is how many streams of any kind one
+	// principal may hold open: its watchers and 5,000 downloads or
+	// snapshots besides.
+	DefaultMaxStreamsPerPrincipal = 25_000
 )
 
 // DefaultValidatorModuleLimits bound the shape of a validator module:
 // generous for real modules, and each function compiles in under a second
 // (host.DefaultModuleLimits says how they were measured).
 var DefaultValidatorModuleLimits = host.DefaultModuleLimits
+
+// fdReserve is how many file descriptors the server keeps for its own
+// files when it derives the connection limit from RLIMIT_NOFILE: the
+// store's database and write-ahead log segments, the audit log, the
+// validator cache, standard streams, listeners and the profiles' server,
+// with room to spare. A Redis store adds its client's pool.
+const fdReserve = 256
+
+// DefaultAdminNetworks are the networks whose connections may use the
+// reserve and have no per-address limit: loopback.
+func DefaultAdminNetworks() []netip.Prefix {
+	return []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")}
+}
 
 func defaultConfig() config {
 	return config{
@@ -149,6 +210,14 @@ func defaultConfig() config {
 		rolloutCheck:     DefaultRolloutCheckInterval,
 		now:              time.Now,
 		log:              slog.Default(),
+
+		readHeaderTimeout: DefaultReadHeaderTimeout,
+		readTimeout:       DefaultReadTimeout,
+		idleTimeout:       DefaultIdleTimeout,
+		maxConnsPerAddr:   DefaultMaxConnsPerAddress,
+		reservedConns:     DefaultReservedConns,
+		adminNetworks:     DefaultAdminNetworks(),
+		streamLimits:      api.StreamLimits{Streams: DefaultMaxStreamsPerPrincipal, Watchers: DefaultMaxWatchersPerPrincipal},
 	}
 }
 
@@ -192,6 +261,12 @@ func (c config) validate() error {
 		return fmt.Errorf("server: WithInstanceLease(%s): must be positive", c.instanceLease)
 	case c.rolloutCheck <= 0:
 		return fmt.Errorf("server: WithRolloutCheckInterval(%s): must be positive", c.rolloutCheck)
+	case c.readHeaderTimeout <= 0 || c.readTimeout <= 0 || c.idleTimeout <= 0:
+		return fmt.Errorf("server: WithTimeouts(%s, %s, %s): each must be positive", c.readHeaderTimeout, c.readTimeout, c.idleTimeout)
+	case c.maxConns < 0 || c.maxConnsPerAddr < 0 || c.reservedConns < 0:
+		return fmt.Errorf("server: WithConnLimits(%d, %d, %d): each must be 0 or positive", c.maxConns, c.maxConnsPerAddr, c.reservedConns)
+	case c.streamLimits.Streams < 0 || c.streamLimits.Watchers < 0:
+		return fmt.Errorf("server: WithStreamLimits(%d, %d): each must be 0 (no limit) or positive", c.streamLimits.Streams, c.streamLimits.Watchers)
 	case c.now == nil:
 		return fmt.Errorf("server: WithClock(nil): give a clock")
 	case (c.tlsCert == "") != (c.tlsKey == ""):
@@ -337,6 +412,45 @@ func WithAuthFile(path string) Option { return func(c *config) { c.authFile = pa
 // in the auth file's certificates section. It needs WithTLS and
 // WithAuthFile.
 func WithTLSClientCA(file string) Option { return func(c *config) { c.tlsClientCA = file } }
+
+// WithTimeouts sets how long a client has to send a request's headers
+// (default DefaultReadHeaderTimeout) and then its body (default
+// DefaultReadTimeout; a stream lives on once its request arrived), and
+// how long a connection may stay idle, with no request and no stream,
+// before the server closes it (default DefaultIdleTimeout).
+func WithTimeouts(readHeader, read, idle time.Duration) Option {
+	return func(c *config) { c.readHeaderTimeout, c.readTimeout, c.idleTimeout = readHeader, read, idle }
+}
+
+// WithConnLimits bounds the connections Serve accepts: total at once (0:
+// the process's limit of open files, RLIMIT_NOFILE, less what the server
+// keeps for its own files and less reserved), perAddress from one remote
+// address outside the admin networks (0: no limit but the total; default
+// DefaultMaxConnsPerAddress), and reserved more beyond the total that only
+// the admin networks may open (default DefaultReservedConns). A connection
+// over a limit is closed at once, and logged.
+func WithConnLimits(total, perAddress, reserved int) Option {
+	return func(c *config) { c.maxConns, c.maxConnsPerAddr, c.reservedConns = total, perAddress, reserved }
+}
+
+// WithAdminNetworks sets the networks whose connections may use the
+// reserve of WithConnLimits and have no per-address limit (default
+// DefaultAdminNetworks, loopback; none when empty). Behind a proxy on the
+// same host every connection comes from loopback: give the operator's
+// networks instead.
+func WithAdminNetworks(networks ...netip.Prefix) Option {
+	return func(c *config) { c.adminNetworks = networks }
+}
+
+// WithStreamLimits bounds how many streams of any kind (watches,
+// downloads, snapshots), and how many watch streams among them, one
+// principal may hold open at once; without an auth file, one remote
+// address (0: no limit; defaults DefaultMaxStreamsPerPrincipal and
+// DefaultMaxWatchersPerPrincipal). The stream over a limit fails with
+// ResourceExhausted. Admins of the auth file are exempt.
+func WithStreamLimits(streams, watchers int) Option {
+	return func(c *config) { c.streamLimits = api.StreamLimits{Streams: streams, Watchers: watchers} }
+}
 
 // WithLogger sets the structured logger (default slog.Default()).
 func WithLogger(log *slog.Logger) Option { return func(c *config) { c.log = log } }

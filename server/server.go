@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -28,6 +29,7 @@ import (
 	"github.com/pawlcfg/pawl/server/internal/api"
 	"github.com/pawlcfg/pawl/server/internal/audit"
 	"github.com/pawlcfg/pawl/server/internal/auth"
+	"github.com/pawlcfg/pawl/server/internal/connlimit"
 	"github.com/pawlcfg/pawl/server/internal/instance"
 	"github.com/pawlcfg/pawl/server/internal/records"
 	"github.com/pawlcfg/pawl/server/internal/release"
@@ -85,6 +87,14 @@ type Server struct {
 
 	closeOnce sync.Once
 	closeErr  error
+
+	// connLimits bound the connections Serve accepts; conns is the
+	// listener of the latest Serve, for ConnStats.
+	connLimits connlimit.Limits
+	conns      atomic.Pointer[connlimit.Listener]
+	// clientStreams are the procedures whose request bodies stay open
+	// (see withReadDeadline).
+	clientStreams map[string]bool
 }
 
 // pingInterval is how long a connection may stay silent before the server
@@ -117,6 +127,12 @@ func New(ctx context.Context, opts ...Option) (*Server, error) {
 	}
 	st, rdb, closeClient, err := openStore(ctx, cfg)
 	if err != nil {
+		return nil, err
+	}
+	limits, err := connLimits(cfg, rdb)
+	if err != nil {
+		closeClient()
+		_ = st.Close()
 		return nil, err
 	}
 	var accepted *redisstore.Acceptance
@@ -184,12 +200,13 @@ func New(ctx context.Context, opts ...Option) (*Server, error) {
 		}
 	}
 	s := &Server{cfg: cfg, store: st, usage: usage, audit: auditLog, closeClient: closeClient, hub: hub, wasm: rt, registry: registry, authn: authn, health: grpchealth.NewStaticChecker(services...), holder: newHolderID(),
-		gzip: sharedgzip.NewCache(64, 64<<20)}
+		gzip: sharedgzip.NewCache(64, 64<<20), connLimits: limits}
 	if n, ok := st.(store.StaleNotifier); ok {
 		s.stopStale = n.NotifyStale(s.feedStale)
 	}
 	s.vals = validator.New(st, rt, cfg.maxWasmBytes)
 	s.handler = s.routes()
+	s.clientStreams = clientStreams(slices.Concat(services, []string{grpchealth.HealthV1ServiceName, grpcreflect.ReflectV1ServiceName, grpcreflect.ReflectV1AlphaServiceName})...)
 	return s, nil
 }
 
@@ -197,6 +214,55 @@ func New(ctx context.Context, opts ...Option) (*Server, error) {
 // compilations started and running, and the instances against the memory
 // budget.
 func (s *Server) ValidatorStats() host.Stats { return s.wasm.Stats() }
+
+// connLimits are the connection limits of cfg. Without a total, it is the
+// process's limit of open files less what the server keeps for its own
+// (fdReserve, and the Redis client's pool when rdb is one) and less the
+// reserve of the admin networks, which are file descriptors too.
+func connLimits(cfg config, rdb redis.UniversalClient) (connlimit.Limits, error) {
+	limits := connlimit.Limits{Total: cfg.maxConns, PerAddress: cfg.maxConnsPerAddr, Reserved: cfg.reservedConns, Trusted: cfg.adminNetworks,
+		TotalFlag: "--max-conns", PerAddressFlag: "--max-conns-per-address", ReservedFlag: "--reserved-conns"}
+	if limits.Total > 0 {
+		return limits, nil
+	}
+	files, ok := connlimit.FileLimit()
+	if !ok {
+		limits.Total = noFileLimitConns
+		return limits, nil
+	}
+	kept := fdReserve + redisPoolFiles(rdb) + cfg.reservedConns
+	if int64(files)-int64(kept) < minDerivedConns {
+		return limits, fmt.Errorf("server: the process may open %d files (RLIMIT_NOFILE), and keeps %d of them for the store, the audit log, the Redis pool "+
+			"and the reserve of --reserved-conns: fewer than %d are left for connections; raise the limit (ulimit -n, LimitNOFILE=) or set --max-conns (WithConnLimits)",
+			files, kept, minDerivedConns)
+	}
+	limits.Total = int(files) - kept
+	return limits, nil
+}
+
+// minDerivedConns is the fewest connections a total derived from
+// RLIMIT_NOFILE may allow: fewer means a limit of open files too small to
+// serve a fleet, which New reports rather than serve a handful.
+const minDerivedConns = 64
+
+// noFileLimitConns is the total where the process has no limit of open
+// files to derive it from.
+const noFileLimitConns = 100_000
+
+// redisPoolFiles is how many connections the Redis client may hold: its
+// pool (per node of a cluster it was given), with its Pub/Sub and Sentinel
+// connections besides.
+func redisPoolFiles(rdb redis.UniversalClient) int {
+	switch c := rdb.(type) {
+	case *redis.Client:
+		return c.Options().PoolSize + 8
+	case *redis.ClusterClient:
+		return c.Options().PoolSize*max(3, len(c.Options().Addrs)) + 8
+	case nil:
+		return 0
+	}
+	return 10*runtime.GOMAXPROCS(0) + 8 // go-redis's default pool
+}
 
 func (s *Server) routes() http.Handler {
 	// Values up to the limit must reach the handler, which refuses larger
@@ -219,8 +285,10 @@ func (s *Server) routes() http.Handler {
 		// The audit interceptor wraps the auth interceptor, so that it
 		// records refusals too, with the principal the auth interceptor
 		// found (or the caller's address when none was).
+		// The stream limits count by the principal the auth interceptor
+		// found, so they come after it.
 		connect.WithInterceptors(api.LogInterceptor(s.cfg.log), api.AuditInterceptor(s.audit, api.Caller(s.authn != nil), s.cfg.now, s.cfg.log),
-			api.AuthInterceptor(s.authn, registry, rollouts, s.cfg.log)),
+			api.AuthInterceptor(s.authn, registry, rollouts, s.cfg.log), api.StreamLimitInterceptor(s.cfg.streamLimits)),
 	}
 	// What many clients receive alike (a change fanned out to watch
 	// streams, a release or a validator module downloaded by a fleet) is
@@ -371,14 +439,24 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	protocols.SetUnencryptedHTTP2(true)
 	protocols.SetHTTP2(true)
 	srv := &http.Server{
-		Handler:   s.handler,
+		Handler:   withReadDeadline(s.handler, s.cfg.readTimeout, s.clientStreams),
 		Protocols: &protocols,
 		// Pings find connections that died without a word, so that the
 		// assignment streams on them end and release the leases they hold.
 		HTTP2:             &http.HTTP2Config{MaxConcurrentStreams: int(s.cfg.maxStreams), SendPingTimeout: pingInterval, PingTimeout: pingInterval},
-		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          slog.NewLogLogger(s.cfg.log.Handler(), slog.LevelWarn),
+		ReadHeaderTimeout: s.cfg.readHeaderTimeout,
+		// No ReadTimeout: withReadDeadline bounds each request's body
+		// instead (its comment says why). An HTTP/2 connection is idle
+		// while it carries no stream: one holding a watch never is.
+		IdleTimeout: s.cfg.idleTimeout,
+		ErrorLog:    slog.NewLogLogger(s.cfg.log.Handler(), slog.LevelWarn),
 	}
+	limited, err := connlimit.New(ln, s.connLimits, connlimit.WithLogger(s.cfg.log))
+	if err != nil {
+		return fmt.Errorf("server: %w", err)
+	}
+	s.conns.Store(limited)
+	ln = limited
 	// HTTP/2 (with TLS and without) is served by x/net's server, which
 	// takes the settings above and lets us choose how frames are scheduled:
 	// the default round-robin scheduler walks every open stream of a
@@ -417,7 +495,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	s.hub.Close()
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), s.cfg.shutdownTimeout)
 	defer cancel()
-	err := srv.Shutdown(shutdownCtx)
+	err = srv.Shutdown(shutdownCtx)
 	if serveErr := <-errc; !errors.Is(serveErr, http.ErrServerClosed) && err == nil {
 		err = serveErr
 	}
@@ -444,6 +522,30 @@ func (s *Server) Close() error {
 		s.closeClient()
 	})
 	return s.closeErr
+}
+
+// ConnStats are the counters of the connections Serve accepts.
+type ConnStats struct {
+	// Open is the number of connections open now.
+	Open int
+	// Refused counts the connections closed at once for a limit
+	// (WithConnLimits).
+	Refused int64
+	// Limit is the total (WithConnLimits; derived from RLIMIT_NOFILE
+	// unless given), beyond which only the admin networks' reserve is
+	// open.
+	Limit int
+}
+
+// ConnStats returns the counters of the latest Serve's listener (zero
+// before Serve).
+func (s *Server) ConnStats() ConnStats {
+	st := ConnStats{Limit: s.connLimits.Total}
+	if l := s.conns.Load(); l != nil {
+		c := l.Stats()
+		st.Open, st.Refused = c.Open, c.Refused
+	}
+	return st
 }
 
 // WatchStats are the watch hub's counters.

@@ -29,8 +29,10 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"net/netip"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -93,6 +95,15 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	tlsClientCA := fs.String("tls-client-ca", "", "PEM CA certificates that client certificates must chain to; a verified certificate's URI SAN (SPIFFE ID), else its subject, is its principal in the auth file's certificates section (needs --tls-cert and --auth-file)")
 	authFile := fs.String("auth-file", "", "YAML file of bearer token hashes and certificate principals with their grants (docs/AUTH.md); read again on SIGHUP. Without it every caller may do everything, and pawld listens only on loopback")
 	insecure := fs.Bool("insecure", false, "without --auth-file, listen beyond loopback all the same: anyone who can reach the port may do everything")
+	readHeaderTimeout := fs.Duration("read-header-timeout", server.DefaultReadHeaderTimeout, "how long a client has to send a request's headers (and its TLS handshake) once connected or answered; a slower one is cut")
+	readTimeout := fs.Duration("read-timeout", server.DefaultReadTimeout, "how long a client has to send a request's body once its headers arrived; a slower one is cut (a stream lives on once its request arrived)")
+	idleTimeout := fs.Duration("idle-timeout", server.DefaultIdleTimeout, "how long a connection may carry no request and no stream before it is closed")
+	maxConns := fs.Int("max-conns", 0, "most connections open at once, besides --reserved-conns (0: the limit of open files, RLIMIT_NOFILE, less 256 kept for the store, the audit log and the Redis pool, less --reserved-conns); over it a connection is closed at once")
+	maxConnsPerAddr := fs.Int("max-conns-per-address", server.DefaultMaxConnsPerAddress, "most connections one remote address outside --admin-networks may hold open (0: no limit but --max-conns); behind a proxy, set 0 and limit at the proxy")
+	reservedConns := fs.Int("reserved-conns", server.DefaultReservedConns, "connections beyond --max-conns that only --admin-networks may open, so that an operator and health checks get in when a flood took every other slot")
+	adminNetworks := fs.String("admin-networks", "127.0.0.0/8,::1/128", "comma-separated networks (CIDR) whose connections may use --reserved-conns and have no per-address limit; empty for none")
+	maxStreams := fs.Int("max-streams-per-principal", server.DefaultMaxStreamsPerPrincipal, "most streams (watches, downloads, snapshots) one principal, or one address without --auth-file, may hold open (0: no limit); admins are exempt")
+	maxWatchers := fs.Int("max-watchers-per-principal", server.DefaultMaxWatchersPerPrincipal, "most watch streams (KV and assignment watches) one principal, or one address without --auth-file, may hold open (0: no limit); admins are exempt")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	pprofAddr := fs.String("pprof", "", "serve Go's profiles (net/http/pprof) on this address, e.g. 127.0.0.1:6060; off by default")
@@ -103,6 +114,10 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		return fmt.Errorf("unexpected arguments %q; pawld takes only flags, or the command restore (see pawld -h)", fs.Args())
 	}
 	log, err := newLogger(stderr, *logLevel, *logFormat)
+	if err != nil {
+		return err
+	}
+	admins, err := parseNetworks(*adminNetworks)
 	if err != nil {
 		return err
 	}
@@ -137,6 +152,10 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		server.WithTLS(*tlsCert, *tlsKey),
 		server.WithTLSClientCA(*tlsClientCA),
 		server.WithAuthFile(*authFile),
+		server.WithTimeouts(*readHeaderTimeout, *readTimeout, *idleTimeout),
+		server.WithConnLimits(*maxConns, *maxConnsPerAddr, *reservedConns),
+		server.WithAdminNetworks(admins...),
+		server.WithStreamLimits(*maxStreams, *maxWatchers),
 		server.WithLogger(log),
 	}, redisOpts...)...)
 	if err != nil {
@@ -168,7 +187,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	if *storeURL != "" {
 		where = []any{"store", *storeURL, "redis_prefix", *redisPrefix}
 	}
-	log.Info("pawld listening", append([]any{"addr", ln.Addr().String(), "url", scheme + "://" + ln.Addr().String()}, where...)...)
+	log.Info("pawld listening", append([]any{"addr", ln.Addr().String(), "url", scheme + "://" + ln.Addr().String()}, append(where, "max_conns", srv.ConnStats().Limit)...)...)
 	if err := srv.Serve(ctx, ln); err != nil {
 		return err
 	}
@@ -265,6 +284,28 @@ func restore(ctx context.Context, args []string, stderr io.Writer) error {
 	fmt.Fprintf(stderr, "restored %s into %s: revision %d, compact revision %d, new incarnation %s\n",
 		files[0], *data, r.Revision, r.CompactRevision, r.Incarnation)
 	return nil
+}
+
+// parseNetworks reads --admin-networks: CIDRs separated by commas, or a
+// bare address for one host.
+func parseNetworks(list string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, f := range strings.Split(list, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		if addr, err := netip.ParseAddr(f); err == nil {
+			out = append(out, netip.PrefixFrom(addr, addr.BitLen()))
+			continue
+		}
+		p, err := netip.ParsePrefix(f)
+		if err != nil {
+			return nil, fmt.Errorf("--admin-networks: %q is neither a network (127.0.0.0/8) nor an address", f)
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
 }
 
 func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {

@@ -58,7 +58,14 @@ func startPawld(t testing.TB, dataDir string) *pawld {
 // "pawld listening" log line.
 func startPawldWith(t testing.TB, args ...string) *pawld {
 	t.Helper()
-	cmd := exec.Command(pawldBinary, append(args, "--log-format", "json")...)
+	return startCommand(t, pawldBinary, args...)
+}
+
+// startCommand is startPawldWith for a command that runs pawld, such as a
+// shell that sets its limits first.
+func startCommand(t testing.TB, name string, args ...string) *pawld {
+	t.Helper()
+	cmd := exec.Command(name, append(args, "--log-format", "json")...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
