@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -31,32 +32,47 @@ func TestMain(m *testing.M) {
 }
 
 // runAgent runs the agent with args until the test ends and returns its
-// output lines as they come.
+// output lines as they come, with its log's lines (stderr) among them. Its
+// cache is a temporary directory unless args name one.
 func runAgent(t *testing.T, args ...string) <-chan string {
 	t.Helper()
 	// Compiled modules come from the tests' shared cache: compiling a
 	// Go-built validator afresh for every agent takes the optimizing
 	// compiler seconds, and far longer under -race on a loaded machine.
 	args = append(args, "--validator-cache", wasmbuild.CacheDir(t))
+	if !slices.Contains(args, "--cache-dir") {
+		args = append(args, "--cache-dir", t.TempDir())
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r, w := io.Pipe()
+	er, ew := io.Pipe()
 	lines := make(chan string, 1024)
-	var wg sync.WaitGroup
+	var wg, scanners sync.WaitGroup
 	wg.Add(2)
+	scanners.Add(2)
+	for _, src := range []io.Reader{r, er} {
+		go func() {
+			defer scanners.Done()
+			sc := bufio.NewScanner(src)
+			sc.Buffer(nil, 1<<20)
+			for sc.Scan() {
+				lines <- sc.Text()
+			}
+			_, _ = io.Copy(io.Discard, src)
+		}()
+	}
 	go func() {
 		defer wg.Done()
-		defer close(lines)
-		sc := bufio.NewScanner(r)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
+		scanners.Wait()
+		close(lines)
 	}()
 	var stderr strings.Builder
 	var code int
 	go func() {
 		defer wg.Done()
-		code = run(ctx, args, w, &syncWriter{w: &stderr})
+		code = run(ctx, args, w, io.MultiWriter(&syncWriter{w: &stderr}, ew))
 		w.Close()
+		ew.Close()
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -145,7 +161,7 @@ func TestTheFileIsNeverSeenHalfWritten(t *testing.T) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		path := filepath.Join(dir, "routing")
+		path := filepath.Join(dir, "configs", "routing")
 		for {
 			select {
 			case <-done:
