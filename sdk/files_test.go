@@ -168,7 +168,10 @@ func TestAPoisonedCacheIsNeverTrusted(t *testing.T) {
 	t.Run("online", func(t *testing.T) {
 		// Valid content: only the assignment's digest tells it apart.
 		poison(t, cache, []byte(`{"upstreams":[{"host":"evil","weight":100}]}`))
-		second := h.client("i0", sdk.WithCacheDir(cache))
+		// The cached copy is dropped as soon as it is seen not to match,
+		// not taken for a corrupt download, which would cost tries.
+		retried := newLogSignal("downloading again")
+		second := h.client("i0", sdk.WithCacheDir(cache), sdk.WithLogger(slog.New(retried)))
 		s, err := second.WaitFor(h.ctx, "routing", func(s *sdk.Snapshot) bool { return !s.FromCache })
 		if err != nil {
 			t.Fatal(err)
@@ -201,6 +204,11 @@ func TestAPoisonedCacheIsNeverTrusted(t *testing.T) {
 		}
 		if err := second.Close(); err != nil {
 			t.Fatal(err)
+		}
+		select {
+		case <-retried.seen:
+			t.Fatal("the cached copy was verified as a download, and downloaded again as a corrupt one")
+		default:
 		}
 	})
 
