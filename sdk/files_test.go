@@ -110,6 +110,17 @@ func TestAManInTheMiddleCannotRenameAConfigOutOfTheCache(t *testing.T) {
 // and the content's own digest, as whoever can write the cache can.
 func poison(t *testing.T, cache string, content []byte) {
 	t.Helper()
+	digest, err := canonical.Digest("application/json", content)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rewriteCached(t, cache, func(rec map[string]any) { rec["content"], rec["content_digest"] = content, digest })
+}
+
+// rewriteCached changes the cached release of routing generation 1 on
+// disk with edit.
+func rewriteCached(t *testing.T, cache string, edit func(rec map[string]any)) {
+	t.Helper()
 	path := filepath.Join(cache, "releases", "routing", "1.json")
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -119,11 +130,7 @@ func poison(t *testing.T, cache string, content []byte) {
 	if err := json.Unmarshal(b, &rec); err != nil {
 		t.Fatal(err)
 	}
-	digest, err := canonical.Digest("application/json", content)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec["content"], rec["content_digest"] = content, digest
+	edit(rec)
 	if b, err = json.Marshal(rec); err != nil {
 		t.Fatal(err)
 	}
@@ -179,23 +186,7 @@ func TestAPoisonedCacheIsNeverTrusted(t *testing.T) {
 		if s.ContentDigest != rel.GetContentDigest() || string(s.Content) != string(want.Content) {
 			t.Fatalf("applied %s with %q; want the release's %s", s, s.Content, rel.GetContentDigest())
 		}
-		h.awaitKV("/_pawl/acks/", func() bool {
-			_, acks := h.acks(1)
-			for _, a := range acks {
-				if a.GetBootId() == second.BootID() && a.GetState() == pawlv1.InstanceState_INSTANCE_STATE_HEALTHY_ACKED {
-					return true
-				}
-			}
-			return false
-		})
-		var states []string
-		_, acks := h.acks(1)
-		for _, a := range acks {
-			if a.GetBootId() == second.BootID() {
-				states = append(states, strings.TrimPrefix(a.GetState().String(), "INSTANCE_STATE_"))
-			}
-		}
-		if !slices.Equal(states, everyStep) {
+		if states := h.awaitBootHealthy(1, second.BootID()); !slices.Equal(states, everyStep) {
 			t.Fatalf("the restarted instance reported %v; want %v", states, everyStep)
 		}
 		b, err := os.ReadFile(filepath.Join(cache, "releases", "routing", "1.json"))

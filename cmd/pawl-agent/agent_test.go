@@ -100,18 +100,26 @@ func (s *syncWriter) Write(p []byte) (int, error) {
 // await reads lines until one contains want.
 func await(t *testing.T, lines <-chan string, want string) string {
 	t.Helper()
+	return awaitAny(t, lines, want)
+}
+
+// awaitAny reads lines until one contains any of wants, and returns it.
+func awaitAny(t *testing.T, lines <-chan string, wants ...string) string {
+	t.Helper()
 	timeout := time.After(time.Minute)
 	for {
 		select {
 		case line, ok := <-lines:
 			if !ok {
-				t.Fatalf("the agent stopped before %q", want)
+				t.Fatalf("the agent stopped before a line with any of %q", wants)
 			}
-			if strings.Contains(line, want) {
-				return line
+			for _, w := range wants {
+				if strings.Contains(line, w) {
+					return line
+				}
 			}
 		case <-timeout:
-			t.Fatalf("no line with %q", want)
+			t.Fatalf("no line with any of %q", wants)
 		}
 	}
 }

@@ -181,27 +181,6 @@ func TestAManInTheMiddleCannotRenameAConfigOutOfTheDirectory(t *testing.T) {
 	}
 }
 
-// awaitAny reads lines until one contains any of wants, and returns it.
-func awaitAny(t *testing.T, lines <-chan string, wants ...string) string {
-	t.Helper()
-	timeout := time.After(time.Minute)
-	for {
-		select {
-		case line, ok := <-lines:
-			if !ok {
-				t.Fatalf("the agent stopped before any of %q", wants)
-			}
-			for _, w := range wants {
-				if strings.Contains(line, w) {
-					return line
-				}
-			}
-		case <-timeout:
-			t.Fatalf("no line with any of %q", wants)
-		}
-	}
-}
-
 // keyFileCases are keys under "/flags/" and the file each maps to ("" for
 // refused); FuzzKeyFile starts from them.
 var keyFileCases = []struct{ key, file string }{

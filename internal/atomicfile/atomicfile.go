@@ -96,25 +96,18 @@ func WriteIn(root *os.Root, name string, data []byte, perm os.FileMode) error {
 		_ = root.Remove(tmpName)
 		return fmt.Errorf("atomicfile: rename over %s: %w", name, err)
 	}
-	return syncDirIn(root, dir)
-}
-
-// syncDirIn makes a new name in dir, under root, durable.
-func syncDirIn(root *os.Root, dir string) error {
 	d, err := root.Open(dir)
-	if err != nil {
-		return fmt.Errorf("atomicfile: open %s: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("atomicfile: sync %s: %w", dir, err)
-	}
-	return nil
+	return syncOpened(d, err, dir)
 }
 
 // SyncDir makes a new name in dir (a rename, a file created) durable.
 func SyncDir(dir string) error {
 	d, err := os.Open(dir)
+	return syncOpened(d, err, dir)
+}
+
+// syncOpened syncs and closes directory d, opened as dir (or not: err).
+func syncOpened(d *os.File, err error, dir string) error {
 	if err != nil {
 		return fmt.Errorf("atomicfile: open %s: %w", dir, err)
 	}
