@@ -33,7 +33,8 @@ func TestMain(m *testing.M) {
 
 // runAgent runs the agent with args until the test ends and returns its
 // output lines as they come, with its log's lines (stderr) among them. Its
-// cache is a temporary directory unless args name one.
+// cache is a temporary directory and its validator timeout 30 s unless
+// args set them.
 func runAgent(t *testing.T, args ...string) <-chan string {
 	t.Helper()
 	// Compiled modules come from the tests' shared cache: compiling a
@@ -42,6 +43,11 @@ func runAgent(t *testing.T, args ...string) <-chan string {
 	args = append(args, "--validator-cache", wasmbuild.CacheDir(t))
 	if !slices.Contains(args, "--cache-dir") {
 		args = append(args, "--cache-dir", t.TempDir())
+	}
+	if !slices.Contains(args, "--validator-timeout") {
+		// 400 kB documents have taken the validator over the 1 s
+		// default on two loaded cores under -race.
+		args = append(args, "--validator-timeout", "30s")
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r, w := io.Pipe()
