@@ -88,9 +88,11 @@ type subscriber struct {
 // when it cannot reach it or it says it cannot follow the store, and
 // resumes there from the revisions it has, missing nothing. It
 // does not wait for the server: with a cache directory, the last known
-// good snapshots are available as soon as New returns, verified by digest;
-// Wait blocks until a config has one. ctx bounds only the setup (reading
-// the cache, starting the validator runtime); Close stops the client.
+// good snapshots are available as soon as New returns, verified by digest
+// and validated again by their validators (a cached release that fails is
+// not served); Wait blocks until a config has one. ctx bounds only the
+// setup (reading the cache and validating it, starting the validator
+// runtime); Close stops the client.
 func New(ctx context.Context, serverURL string, opts ...Option) (*Client, error) {
 	cfg := defaultConfig()
 	for _, opt := range opts {
