@@ -233,9 +233,9 @@ func (c *Client) apply(ctx context.Context, a *pawlv1.Assignment, shadow bool, s
 	}
 
 	var f fetched
-	defer f.let()
+	defer func() { f.let() }()
 	sctx, ok := step("pawl.download", func(ctx context.Context) (err error) {
-		f, err = c.download(ctx, a)
+		f, err = c.download(ctx, a, false)
 		return err
 	})
 	if !ok {
@@ -243,11 +243,32 @@ func (c *Client) apply(ctx context.Context, a *pawlv1.Assignment, shadow bool, s
 	}
 	rep.post(sctx, pawlv1.InstanceState_INSTANCE_STATE_DOWNLOADED, ackExtra{})
 	if _, ok := step("pawl.verify", func(ctx context.Context) error {
-		digest, err := c.verify(a, f)
-		if digest != "" {
-			rep.digest = digest
+		// A download that does not match the assignment may be a
+		// transient corruption: download again, with backoff, up to the
+		// bound, before rejecting.
+		b := c.newBackoff()
+		for attempt := 1; ; attempt++ {
+			digest, err := c.verify(a, f)
+			if digest != "" {
+				rep.digest = digest
+			}
+			if err == nil || !errors.Is(err, errCorrupt) {
+				return err
+			}
+			if attempt >= c.cfg.downloadAttempts {
+				return fmt.Errorf("%w (%d downloads, none matched; WithDownloadAttempts sets how many)", err, attempt)
+			}
+			c.cfg.log.Warn("pawl: a download does not match its assignment; downloading again", "config", a.GetConfigId(),
+				"generation", a.GetGeneration(), "attempt", attempt, "of", c.cfg.downloadAttempts, "error", err)
+			f.let()
+			if !b.wait(ctx) {
+				return ctx.Err()
+			}
+			var derr error
+			if f, derr = c.download(ctx, a, true); derr != nil {
+				return derr
+			}
 		}
-		return err
 	}); !ok {
 		return rejected
 	}
@@ -339,13 +360,21 @@ func (c *Client) apply(ctx context.Context, a *pawlv1.Assignment, shadow bool, s
 }
 
 // download fetches the release (content, without membership) and its
-// validator module, from the cache when it holds them, retrying transient
-// failures until ctx ends.
-func (c *Client) download(ctx context.Context, a *pawlv1.Assignment) (fetched, error) {
+// validator module, from the cache when it holds them (unless fresh),
+// retrying transient failures until ctx ends. A cached release whose
+// digests are not the assignment's was rewritten on disk (the cache is
+// not its own authority): it is dropped and downloaded again.
+func (c *Client) download(ctx context.Context, a *pawlv1.Assignment, fresh bool) (fetched, error) {
 	var f fetched
-	if c.cache != nil {
+	if c.cache != nil && !fresh {
 		if r, ok := c.cache.release(a.GetConfigId(), a.GetGeneration()); ok {
-			f.release = r
+			if r.ContentDigest == a.GetContentDigest() && r.ValidatorDigest == a.GetValidatorDigest() {
+				f.release = r
+			} else {
+				c.cfg.log.Warn("pawl: a cached release does not have the digests its assignment names; dropped and downloaded again",
+					"config", a.GetConfigId(), "generation", a.GetGeneration(), "cached_digest", r.ContentDigest, "assigned_digest", a.GetContentDigest())
+				c.cache.dropRelease(a.GetConfigId(), a.GetGeneration())
+			}
 		}
 	}
 	if f.release.Config == "" {
@@ -380,7 +409,7 @@ func (c *Client) download(ctx context.Context, a *pawlv1.Assignment) (fetched, e
 			return f, nil
 		}
 	}
-	if c.cache != nil {
+	if c.cache != nil && !fresh {
 		f.module = c.cache.module(digest)
 	}
 	if f.module == nil {
@@ -437,23 +466,24 @@ func (c *Client) downloadModule(ctx context.Context, digest string) ([]byte, err
 // app version is recent enough. It returns the content digest it computed.
 func (c *Client) verify(a *pawlv1.Assignment, f fetched) (string, error) {
 	r := f.release
+	corrupt := func(format string, args ...any) error { return mark(fmt.Errorf(format, args...), errCorrupt) }
 	computed, err := canonical.Digest(r.MediaType, r.Content)
 	if err != nil {
-		return "", fmt.Errorf("content digest mismatch: the content cannot be canonicalized: %w", err)
+		return "", corrupt("content digest mismatch: the content cannot be canonicalized: %w", err)
 	}
 	switch {
 	case r.Config != a.GetConfigId() || r.Generation != a.GetGeneration():
-		return computed, fmt.Errorf("the server sent %s generation %d for an assignment of %s generation %d", r.Config, r.Generation, a.GetConfigId(), a.GetGeneration())
+		return computed, corrupt("the server sent %s generation %d for an assignment of %s generation %d", r.Config, r.Generation, a.GetConfigId(), a.GetGeneration())
 	case computed != a.GetContentDigest():
-		return computed, fmt.Errorf("content digest mismatch: the content hashes to %s, the assignment names %s", computed, a.GetContentDigest())
+		return computed, corrupt("content digest mismatch: the content hashes to %s, the assignment names %s", computed, a.GetContentDigest())
 	case r.ContentDigest != a.GetContentDigest():
-		return computed, fmt.Errorf("content digest mismatch: the release names %s, the assignment %s", r.ContentDigest, a.GetContentDigest())
+		return computed, corrupt("content digest mismatch: the release names %s, the assignment %s", r.ContentDigest, a.GetContentDigest())
 	case r.ValidatorDigest != a.GetValidatorDigest():
-		return computed, fmt.Errorf("wrong validator: the release names %s, the assignment %s", r.ValidatorDigest, a.GetValidatorDigest())
+		return computed, corrupt("wrong validator: the release names %s, the assignment %s", r.ValidatorDigest, a.GetValidatorDigest())
 	}
 	if f.validator == nil { // a loaded validator was verified when it was loaded
 		if got := host.Digest(f.module); got != a.GetValidatorDigest() {
-			return computed, fmt.Errorf("wrong validator: the module downloaded hashes to %s, not %s", got, a.GetValidatorDigest())
+			return computed, corrupt("wrong validator: the module downloaded hashes to %s, not %s", got, a.GetValidatorDigest())
 		}
 	}
 	if r.MinAppVersion != "" {
@@ -472,6 +502,9 @@ func (c *Client) validate(ctx context.Context, f *fetched) error {
 	if v == nil {
 		var err error
 		if v, f.letGo, err = c.runtime.load(ctx, f.release.ValidatorDigest, f.module); err != nil {
+			if ctx.Err() == nil {
+				err = mark(err, errUnloadable)
+			}
 			return fmt.Errorf("the validator %s cannot be loaded: %w", f.release.ValidatorDigest, err)
 		}
 		f.validator = v
@@ -488,10 +521,30 @@ func (c *Client) validate(ctx context.Context, f *fetched) error {
 		for _, v := range res.Violations {
 			fmt.Fprintf(&b, " [%s] %s: %s;", v.Severity, v.Path, v.Message)
 		}
-		return errors.New(strings.TrimSuffix(b.String(), ";"))
+		return mark(errors.New(strings.TrimSuffix(b.String(), ";")), errInvalidContent)
 	}
 	return nil
 }
+
+// Kinds of failure that decide what happens next, matched with errors.Is:
+// the validator refused the content; its module cannot be loaded; a
+// download does not hash to what the assignment names (downloaded again,
+// up to WithDownloadAttempts).
+var (
+	errInvalidContent = errors.New("sdk: the validator rejected the content")
+	errUnloadable     = errors.New("sdk: the validator cannot be loaded")
+	errCorrupt        = errors.New("sdk: the download does not match the assignment")
+)
+
+// marked is an error that also matches a kind, without changing its
+// message.
+type marked struct{ err, kind error }
+
+func mark(err, kind error) error { return &marked{err: err, kind: kind} }
+
+func (e *marked) Error() string        { return e.err.Error() }
+func (e *marked) Unwrap() error        { return e.err }
+func (e *marked) Is(target error) bool { return target == e.kind }
 
 // healthWindow holds the release on trial for window: the application's
 // health check runs right after the swap and at the end, and the requests

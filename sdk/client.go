@@ -88,9 +88,11 @@ type subscriber struct {
 // when it cannot reach it or it says it cannot follow the store, and
 // resumes there from the revisions it has, missing nothing. It
 // does not wait for the server: with a cache directory, the last known
-// good snapshots are available as soon as New returns, verified by digest;
-// Wait blocks until a config has one. ctx bounds only the setup (reading
-// the cache, starting the validator runtime); Close stops the client.
+// good snapshots are available as soon as New returns, verified by digest
+// and validated again by their validators (a cached release that fails is
+// not served); Wait blocks until a config has one. ctx bounds only the
+// setup (reading the cache and validating it, starting the validator
+// runtime); Close stops the client.
 func New(ctx context.Context, serverURL string, opts ...Option) (*Client, error) {
 	cfg := defaultConfig()
 	for _, opt := range opts {
@@ -168,20 +170,28 @@ func New(ctx context.Context, serverURL string, opts ...Option) (*Client, error)
 
 	compiled := cfg.compiledDir
 	if cfg.cacheDir != "" {
-		c.cache = newDiskCache(cfg.cacheDir)
+		if c.cache, err = openDiskCache(cfg.cacheDir); err != nil {
+			return nil, err
+		}
 		if compiled == "" {
 			compiled = c.cache.compiledDir()
 		}
 	}
 	if c.runtime, err = acquireRuntime(ctx, compiled, cfg.validatorLimit); err != nil {
+		if c.cache != nil {
+			_ = c.cache.close()
+		}
 		return nil, err
 	}
 	if c.cache != nil && cfg.assignments {
-		for _, s := range c.cache.loadApplied(cfg.log) {
-			if cfg.configs != nil && !cfg.configs[s.Config] {
+		for _, a := range c.cache.loadApplied(cfg.log) {
+			if cfg.configs != nil && !cfg.configs[a.release.Config] {
 				continue
 			}
-			c.swap(context.Background(), s)
+			if err := c.revalidate(ctx, a); err != nil {
+				continue
+			}
+			c.swap(context.Background(), a.snapshot())
 		}
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
@@ -190,6 +200,28 @@ func New(ctx context.Context, serverURL string, opts ...Option) (*Client, error)
 		go c.follow()
 	}
 	return c, nil
+}
+
+// revalidate runs a cached release's validator on it again before it is
+// served: the cache is not its own authority (see diskCache). A release
+// the validator refuses, or whose validator cannot be loaded, is dropped
+// from the cache; one whose validation did not finish (the limit, ctx)
+// stays for the next start. Either way it is not served, and the config
+// has no snapshot until the server's assignment is applied.
+func (c *Client) revalidate(ctx context.Context, a cachedApply) error {
+	f := fetched{release: a.release, module: a.module}
+	err := c.validate(ctx, &f)
+	f.let()
+	if err == nil {
+		return nil
+	}
+	dropped := errors.Is(err, errInvalidContent) || errors.Is(err, errUnloadable)
+	if dropped {
+		c.cache.dropRelease(a.release.Config, a.release.Generation)
+	}
+	c.cfg.log.Warn("pawl: a cached release failed validation and is not served; the config waits for the server",
+		"config", a.release.Config, "generation", a.release.Generation, "dropped", dropped, "error", err)
+	return err
 }
 
 // Close stops every goroutine the client and its spaces started, waits for
@@ -206,6 +238,11 @@ func (c *Client) Close() error {
 	c.cancel()
 	c.wg.Wait()
 	err := releaseRuntime(context.Background(), c.runtime)
+	if c.cache != nil {
+		if cerr := c.cache.close(); cerr != nil && err == nil {
+			err = cerr
+		}
+	}
 	if c.ownsHTTP {
 		c.http.CloseIdleConnections()
 	}

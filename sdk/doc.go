@@ -44,9 +44,13 @@
 // travel) with lock-free reads, through reconnects and compaction.
 //
 // With a cache directory, verified releases, validator modules, their
-// compiled code and space snapshots are kept on disk, so a process that
-// starts while the server is down starts from its last known good state,
-// verified by digest.
+// compiled code and space snapshots are kept on disk (mode 0700, files
+// 0600, every file through an os.Root), so a process that starts while the
+// server is down starts from its last known good state, verified by digest
+// and validated again by its validator. The cache is not its own
+// authority: once the server answers, a cached release is used only if it
+// has the digests the assignment names. Config IDs and generations from
+// the network are checked with sdk/configid before any becomes a path.
 //
 // Credentials (WithAuthToken, WithAuthTokenFile, WithCAFile,
 // WithClientCertificate) go with every call; package credentials holds
@@ -54,6 +58,6 @@
 // loopback.
 //
 // The package imports no server code: its dependencies are the generated
-// API (gen), validators/host, sdk/canonical, sdk/appversion and sdk/credentials, connect,
+// API (gen), validators/host, sdk/canonical, sdk/appversion, sdk/configid and sdk/credentials, connect,
 // and OpenTelemetry's API.
 package sdk

@@ -10,6 +10,7 @@ import (
 	"connectrpc.com/connect"
 
 	pawlv1 "github.com/pawlcfg/pawl/gen/pawl/v1"
+	"github.com/pawlcfg/pawl/sdk/configid"
 )
 
 // follow registers the instance and follows its assignment stream until
@@ -107,6 +108,14 @@ func (c *Client) watchAssignments(ctx context.Context, after *int64, set map[str
 		}
 		delta := map[string][]*pawlv1.Assignment{}
 		for _, a := range msg.GetAssignments() {
+			// A config ID becomes a file name in the cache and the
+			// agent's directory: one the server could never have
+			// accepted (a man in the middle of a plain http:// link)
+			// is refused before any use.
+			if err := errors.Join(configid.Check(a.GetConfigId()), configid.CheckGeneration(a.GetGeneration())); err != nil {
+				c.cfg.log.Warn("pawl: refused an assignment the server cannot have sent", "server", c.Server(), "error", err)
+				continue
+			}
 			delta[a.GetConfigId()] = append(delta[a.GetConfigId()], a)
 		}
 		for id, as := range delta {

@@ -245,6 +245,29 @@ func (h *harness) awaitRejected(gen int64, id string) ([]string, *pawlv1.Ack) {
 	return nil, nil
 }
 
+// awaitBootHealthy waits until boot reported a counted HEALTHY_ACKED for
+// gen, and returns every state that boot reported for it, in order.
+func (h *harness) awaitBootHealthy(gen int64, boot string) []string {
+	h.t.Helper()
+	h.awaitKV("/_pawl/acks/", func() bool {
+		_, acks := h.acks(gen)
+		for _, a := range acks {
+			if a.GetBootId() == boot && a.GetState() == pawlv1.InstanceState_INSTANCE_STATE_HEALTHY_ACKED && a.GetCounted() {
+				return true
+			}
+		}
+		return false
+	})
+	var states []string
+	_, acks := h.acks(gen)
+	for _, a := range acks {
+		if a.GetBootId() == boot {
+			states = append(states, strings.TrimPrefix(a.GetState().String(), "INSTANCE_STATE_"))
+		}
+	}
+	return states
+}
+
 // reported says whether id's last report for a generation is state.
 func reported(states map[string][]string, id, state string) bool {
 	s := states[id]

@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/pawlcfg/pawl/sdk/configid"
 	"github.com/pawlcfg/pawl/sdk/credentials"
 	"github.com/pawlcfg/pawl/validators/host"
 )
@@ -58,6 +59,9 @@ type config struct {
 	backoffMax     time.Duration
 	healthInterval time.Duration
 	grpc           bool
+	// downloadAttempts bounds the downloads of one assignment that do
+	// not match it (WithDownloadAttempts).
+	downloadAttempts int
 }
 
 // Defaults of the options.
@@ -75,6 +79,13 @@ const (
 	// DefaultHealthInterval is how often a canary's health is checked
 	// again after its health window, while its rollout can still stop.
 	DefaultHealthInterval = 10 * time.Second
+	// DefaultDownloadAttempts is how many times one assignment is
+	// downloaded when what arrives does not hash to what the assignment
+	// names, before it is rejected: a corruption on the way (a flaky
+	// proxy, a flipped bit) is gone by the second or third try, while a
+	// server or cache that keeps sending the wrong bytes is rejected
+	// within seconds (the waits between tries follow WithBackoff).
+	DefaultDownloadAttempts = 5
 )
 
 func defaultConfig() config {
@@ -89,6 +100,8 @@ func defaultConfig() config {
 		backoffMin:     DefaultBackoffMin,
 		backoffMax:     DefaultBackoffMax,
 		healthInterval: DefaultHealthInterval,
+
+		downloadAttempts: DefaultDownloadAttempts,
 	}
 }
 
@@ -114,6 +127,14 @@ func (c *config) validate() error {
 	}
 	if c.healthInterval <= 0 {
 		errs = append(errs, fmt.Errorf("WithHealthInterval(%s): must be positive", c.healthInterval))
+	}
+	if c.downloadAttempts < 1 {
+		errs = append(errs, fmt.Errorf("WithDownloadAttempts(%d): must be at least 1", c.downloadAttempts))
+	}
+	for id := range c.configs {
+		if err := configid.Check(id); err != nil {
+			errs = append(errs, fmt.Errorf("WithConfigs: %w", err))
+		}
 	}
 	if c.httpClient != nil && c.tlsConfig != nil {
 		errs = append(errs, errors.New("WithTLSConfig and WithHTTPClient: configure TLS in the HTTP client you pass"))
@@ -234,8 +255,20 @@ func WithGRPC() Option { return func(c *config) { c.grpc = true } }
 // WithCacheDir keeps the last known good state in dir: verified releases,
 // validator modules and their compiled code, and space snapshots, so that
 // a process that starts while the server is down starts from them, and a
-// restart does not compile validators again.
+// restart does not compile validators again. New creates dir if needed
+// and sets its mode to 0700; files are written 0600. Keep it apart from
+// anything the application or other users can write: a cached release is
+// served at start only after its validator (verified by sha256) accepts it
+// again, and, once the server answers, only if it has the digests the
+// assignment names, but a rewrite that passes its validator is served
+// until then.
 func WithCacheDir(dir string) Option { return func(c *config) { c.cacheDir = dir } }
+
+// WithDownloadAttempts sets how many times one assignment is downloaded
+// when what arrives does not hash to the digests the assignment names
+// (default DefaultDownloadAttempts), waiting with backoff between tries;
+// after the last, the release is REJECTED with the mismatch as the reason.
+func WithDownloadAttempts(n int) Option { return func(c *config) { c.downloadAttempts = n } }
 
 // WithCompiledCacheDir keeps validators' compiled code in dir rather than
 // in the cache directory's compiled/ folder: processes on one host can

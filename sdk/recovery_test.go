@@ -2,11 +2,8 @@ package sdk_test
 
 import (
 	"context"
-	"encoding/json"
 	"io"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -122,22 +119,9 @@ func TestAClientStartsFromItsCacheWhileTheServerIsDown(t *testing.T) {
 	}
 
 	// Change the cached content on disk: the digest no longer matches.
-	path := filepath.Join(cache, "releases", "routing", "1.json")
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rec map[string]any
-	if err := json.Unmarshal(b, &rec); err != nil {
-		t.Fatal(err)
-	}
-	rec["content"] = []byte(`{"upstreams":[{"host":"evil","weight":100}]}`)
-	if b, err = json.Marshal(rec); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	rewriteCached(t, cache, func(rec map[string]any) {
+		rec["content"] = []byte(`{"upstreams":[{"host":"evil","weight":100}]}`)
+	})
 	tampered := h.client("i0", sdk.WithCacheDir(cache))
 	if s := tampered.Config("routing"); s != nil {
 		t.Fatalf("a cache changed on disk was used: %+v", s)

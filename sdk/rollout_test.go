@@ -149,23 +149,7 @@ func TestARestartReappliesUnderTheNewBoot(t *testing.T) {
 	if second.BootID() == oldBoot {
 		t.Fatal("the restarted client kept its boot ID")
 	}
-	h.awaitKV("/_pawl/acks/", func() bool {
-		_, acks := h.acks(1)
-		for _, a := range acks {
-			if a.GetBootId() == second.BootID() && a.GetState() == pawlv1.InstanceState_INSTANCE_STATE_HEALTHY_ACKED && a.GetCounted() {
-				return true
-			}
-		}
-		return false
-	})
-	var newBoot []string
-	_, acks := h.acks(1)
-	for _, a := range acks {
-		if a.GetBootId() == second.BootID() {
-			newBoot = append(newBoot, a.GetState().String()[len("INSTANCE_STATE_"):])
-		}
-	}
-	if !slices.Equal(newBoot, everyStep) {
+	if newBoot := h.awaitBootHealthy(1, second.BootID()); !slices.Equal(newBoot, everyStep) {
 		t.Fatalf("the new boot reported %v", newBoot)
 	}
 	if s := has(t, second, 1); s.FromCache {

@@ -2,14 +2,18 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -17,6 +21,7 @@ import (
 	"github.com/pawlcfg/pawl/internal/atomicfile"
 	"github.com/pawlcfg/pawl/internal/clientflags"
 	"github.com/pawlcfg/pawl/sdk"
+	"github.com/pawlcfg/pawl/sdk/configid"
 	"github.com/pawlcfg/pawl/validators/host"
 )
 
@@ -31,7 +36,26 @@ type options struct {
 	creds                                              clientflags.Credentials
 	noAssignments                                      bool
 	execTimeout, validatorTimeout, healthInterval      time.Duration
+	// fileMode is the mode of every file written under dir; its
+	// directories get the same with search bits (atomicfile.DirMode).
+	fileMode         os.FileMode
+	downloadAttempts int
 }
+
+// The layout of the directory the agent keeps: each config in one
+// directory, the mirrored keys in another, so that no config can collide
+// with a key or with the KV directory.
+const (
+	configsDir = "configs"
+	kvDir      = "kv"
+)
+
+// defaultFileMode is --file-mode's default: the files are read by an
+// application that often runs as another user than the agent, and they
+// hold no secret values (releases carry only references to secret
+// versions), as consul-template and Vault Agent default to 0644 too. Where
+// the application's user shares the agent's group, 0640 is tighter.
+const defaultFileMode = 0o644
 
 // run parses args, runs the agent until ctx ends, and returns the exit
 // code: 0 after a clean stop, 1 on failure, 2 for a usage error.
@@ -81,14 +105,16 @@ func parse(args []string, stderr io.Writer) (options, error) {
 		return nil
 	})
 	fs.StringVar(&o.dir, "dir", "", "the directory to keep in step (required)")
-	fs.StringVar(&o.prefix, "prefix", "", "a KV prefix to mirror into DIR/kv/")
+	fs.StringVar(&o.prefix, "prefix", "", "a KV prefix to mirror into DIR/kv/ (a prefix without a trailing / gets one: --prefix /flags mirrors /flags/..., never /flagsx)")
 	fs.BoolVar(&o.noAssignments, "no-assignments", false, "only mirror --prefix: do not register or follow releases")
 	fs.StringVar(&o.execCmd, "exec", "", "a shell command to run after each change (env PAWL_CONFIG, PAWL_GENERATION or PAWL_KEY, PAWL_FILE)")
 	fs.DurationVar(&o.execTimeout, "exec-timeout", 30*time.Second, "how long --exec and --health-cmd may run")
 	fs.StringVar(&o.healthCmd, "health-cmd", "", "a shell command whose failure reports a release unhealthy: run during its health window and, while its rollout can still stop, every --health-interval after it")
 	fs.DurationVar(&o.healthInterval, "health-interval", sdk.DefaultHealthInterval, "how often --health-cmd runs again after a canary's health window, while its rollout can still stop")
 	fs.DurationVar(&o.validatorTimeout, "validator-timeout", host.DefaultTimeout, "how long one local validation may run before the release is rejected")
-	fs.StringVar(&o.cacheDir, "cache-dir", "", "the last known good state (default DIR/.pawl-cache)")
+	fs.StringVar(&o.cacheDir, "cache-dir", "", "the last known good state, outside DIR (default $XDG_CACHE_HOME/pawl-agent/NAME-HASH, by DIR's absolute path)")
+	fileMode := fs.String("file-mode", fmt.Sprintf("%04o", defaultFileMode), "the mode of every file written under DIR, in octal; directories get the same with search bits (0640: 0750)")
+	fs.IntVar(&o.downloadAttempts, "download-attempts", sdk.DefaultDownloadAttempts, "how many times a release that does not match its digests is downloaded before it is rejected")
 	fs.StringVar(&o.validatorCache, "validator-cache", "", "compiled validator modules, which agents on one host may share (default CACHE-DIR/compiled)")
 	creds := clientflags.Register(fs)
 	if err := fs.Parse(args); err != nil {
@@ -111,11 +137,50 @@ func parse(args []string, stderr io.Writer) (options, error) {
 		return o, fmt.Errorf("--health-interval %s must be positive", o.healthInterval)
 	case o.prefix != "" && !strings.HasPrefix(o.prefix, "/"):
 		return o, fmt.Errorf("--prefix %q must start with /", o.prefix)
+	case o.downloadAttempts < 1:
+		return o, fmt.Errorf("--download-attempts %d must be at least 1", o.downloadAttempts)
+	}
+	mode, err := strconv.ParseUint(*fileMode, 8, 32)
+	if err != nil || mode&^0o777 != 0 || mode&0o600 != 0o600 {
+		return o, fmt.Errorf("--file-mode %q must be octal permission bits (0600 to 0777) that let the agent read and write its files", *fileMode)
+	}
+	o.fileMode = os.FileMode(mode)
+	for _, id := range o.configs {
+		if err := configid.Check(id); err != nil {
+			return o, fmt.Errorf("--config: %w", err)
+		}
+	}
+	if o.prefix != "" && !strings.HasSuffix(o.prefix, "/") {
+		o.prefix += "/"
+	}
+	if o.dir, err = filepath.Abs(o.dir); err != nil {
+		return o, fmt.Errorf("--dir: %w", err)
 	}
 	if o.cacheDir == "" {
-		o.cacheDir = filepath.Join(o.dir, ".pawl-cache")
+		if o.cacheDir, err = defaultCacheDir(o.dir); err != nil {
+			return o, err
+		}
+	}
+	if o.cacheDir, err = filepath.Abs(o.cacheDir); err != nil {
+		return o, fmt.Errorf("--cache-dir: %w", err)
+	}
+	if rel, err := filepath.Rel(o.dir, o.cacheDir); err == nil && filepath.IsLocal(rel) || o.cacheDir == o.dir {
+		return o, fmt.Errorf("--cache-dir %s is inside --dir %s: the application's directory must not hold the cache it could rewrite", o.cacheDir, o.dir)
 	}
 	return o, nil
+}
+
+// defaultCacheDir is the cache of the agent keeping dir (an absolute
+// path): under the user's cache directory ($XDG_CACHE_HOME, else
+// ~/.cache), named by dir's last element and a hash of the whole, so that
+// agents of different directories never share one.
+func defaultCacheDir(dir string) (string, error) {
+	base, err := os.UserCacheDir()
+	if err != nil {
+		return "", fmt.Errorf("--cache-dir is needed: there is no default (%w)", err)
+	}
+	sum := sha256.Sum256([]byte(dir))
+	return filepath.Join(base, "pawl-agent", filepath.Base(dir)+"-"+hex.EncodeToString(sum[:6])), nil
 }
 
 // agent writes what the SDK applies.
@@ -124,20 +189,34 @@ type agent struct {
 	out io.Writer
 	log *slog.Logger
 
+	// root is DIR: every file is written and removed through it, so no
+	// name and no symbolic link planted in DIR leads outside.
+	root *os.Root
+
 	mu      sync.Mutex
 	execErr map[string]error // by config@generation: how --exec ended
 }
 
 func (a *agent) run(ctx context.Context) error {
-	if err := os.MkdirAll(a.o.dir, 0o755); err != nil {
+	if err := os.MkdirAll(a.o.dir, atomicfile.DirMode(a.o.fileMode)); err != nil {
 		return err
+	}
+	root, err := os.OpenRoot(a.o.dir)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	a.root = root
+	if _, err := os.Stat(filepath.Join(a.o.dir, ".pawl-cache")); err == nil {
+		a.log.Warn("DIR/.pawl-cache, where an older agent kept its cache, is no longer read: the application's directory must not hold the cache; remove it",
+			"old", filepath.Join(a.o.dir, ".pawl-cache"), "cache", a.o.cacheDir)
 	}
 	opts := []sdk.Option{
 		sdk.WithCacheDir(a.o.cacheDir), sdk.WithLogger(a.log),
 		sdk.WithAuthToken(a.o.creds.Token), sdk.WithAuthTokenFile(a.o.creds.TokenFile), sdk.WithCAFile(a.o.creds.TLS.CA),
 		sdk.WithClientCertificate(a.o.creds.TLS.Cert, a.o.creds.TLS.Key),
 		sdk.WithValidatorTimeout(a.o.validatorTimeout), sdk.WithHealthInterval(a.o.healthInterval),
-		sdk.WithApplier(a.writeConfig), sdk.WithHealthCheck(a.health),
+		sdk.WithApplier(a.writeConfig), sdk.WithHealthCheck(a.health), sdk.WithDownloadAttempts(a.o.downloadAttempts),
 	}
 	if a.o.validatorCache != "" {
 		opts = append(opts, sdk.WithCompiledCacheDir(a.o.validatorCache))
@@ -173,13 +252,18 @@ func (a *agent) run(ctx context.Context) error {
 	return nil
 }
 
-// writeConfig is the SDK's applier: it replaces DIR/CONFIG, then runs
-// --exec; how the command ended becomes the release's health.
+// writeConfig is the SDK's applier: it replaces DIR/configs/CONFIG, then
+// runs --exec; how the command ended becomes the release's health. A
+// config ID that is not one (the SDK refuses those first) writes nothing.
 func (a *agent) writeConfig(ctx context.Context, s *sdk.Snapshot) error {
-	path := filepath.Join(a.o.dir, s.Config)
-	if err := atomicfile.Write(path, s.Content, 0o644); err != nil {
+	if err := configid.Check(s.Config); err != nil {
 		return err
 	}
+	name := configsDir + "/" + s.Config
+	if err := atomicfile.WriteIn(a.root, name, s.Content, a.o.fileMode); err != nil {
+		return err
+	}
+	path := filepath.Join(a.o.dir, filepath.FromSlash(name))
 	fmt.Fprintf(a.out, "wrote %s generation %d to %s\n", s.Config, s.Generation, path)
 	err := a.exec(ctx, a.o.execCmd, "PAWL_CONFIG="+s.Config, fmt.Sprintf("PAWL_GENERATION=%d", s.Generation), "PAWL_FILE="+path)
 	a.mu.Lock()
@@ -227,7 +311,6 @@ func (a *agent) mirror(ctx context.Context, client *sdk.Client) error {
 	if err != nil {
 		return err
 	}
-	root := filepath.Join(a.o.dir, "kv")
 	defer space.Close()
 	// Changes queue up for one writer, in revision order, so the callback
 	// returns at once.
@@ -248,9 +331,9 @@ func (a *agent) mirror(ctx context.Context, client *sdk.Client) error {
 	// before it was read.
 	entries, rev := space.Entries()
 	for _, e := range entries {
-		a.writeKey(ctx, root, sdk.Change{Key: e.Key, Value: e.Value, Revision: e.ModRevision})
+		a.writeKey(ctx, sdk.Change{Key: e.Key, Value: e.Value, Revision: e.ModRevision})
 	}
-	a.removeStale(root, entries)
+	a.removeStale(entries)
 	fmt.Fprintf(a.out, "mirrored %d keys under %s at revision %d\n", len(entries), a.o.prefix, rev)
 	for {
 		select {
@@ -266,39 +349,49 @@ func (a *agent) mirror(ctx context.Context, client *sdk.Client) error {
 			if ch.Revision <= rev {
 				continue // in the first listing
 			}
-			a.writeKey(ctx, root, ch)
+			a.writeKey(ctx, ch)
 		}
 	}
 }
 
-// keyPath maps a key under the prefix to its file, refusing keys that
-// would leave the directory.
-func (a *agent) keyPath(root, key string) (string, bool) {
-	rel := strings.TrimPrefix(strings.TrimPrefix(key, a.o.prefix), "/")
-	if rel == "" {
+// maxNameBytes is the longest file name most file systems take (NAME_MAX).
+const maxNameBytes = 255
+
+// keyFile maps a key under prefix (which ends with "/") to its file,
+// relative to DIR and slash-separated: kv/ then the rest of the key, as
+// is. A key it cannot map one-to-one to a file inside kv/ is refused
+// (false): one outside prefix, or whose rest has an empty element (a
+// trailing "/" or "//", which would make two keys one file), a "." or
+// ".." element, a NUL, an element longer than maxNameBytes, or an element
+// named like atomicfile's temporary files. Distinct keys that map give
+// distinct files.
+func keyFile(prefix, key string) (string, bool) {
+	rel, ok := strings.CutPrefix(key, prefix)
+	if !ok || rel == "" || !strings.HasSuffix(prefix, "/") {
 		return "", false
 	}
 	for _, part := range strings.Split(rel, "/") {
-		if part == "" || part == "." || part == ".." {
+		if part == "" || part == "." || part == ".." || len(part) > maxNameBytes || strings.ContainsRune(part, 0) || atomicfile.IsTemp(part) {
 			return "", false
 		}
 	}
-	return filepath.Join(root, filepath.FromSlash(rel)), true
+	return kvDir + "/" + rel, true
 }
 
-func (a *agent) writeKey(ctx context.Context, root string, ch sdk.Change) {
-	path, ok := a.keyPath(root, ch.Key)
+func (a *agent) writeKey(ctx context.Context, ch sdk.Change) {
+	name, ok := keyFile(a.o.prefix, ch.Key)
 	if !ok {
 		a.log.Warn("a key cannot be a file under the directory; skipped", "key", ch.Key)
 		return
 	}
+	path := filepath.Join(a.o.dir, filepath.FromSlash(name))
 	var err error
 	if ch.Deleted {
-		if err = os.Remove(path); errors.Is(err, os.ErrNotExist) {
+		if err = a.root.Remove(name); errors.Is(err, os.ErrNotExist) {
 			err = nil
 		}
 	} else {
-		err = atomicfile.Write(path, ch.Value, 0o644)
+		err = atomicfile.WriteIn(a.root, name, ch.Value, a.o.fileMode)
 	}
 	if err != nil {
 		a.log.Warn("mirroring a key failed", "key", ch.Key, "error", err)
@@ -314,21 +407,22 @@ func (a *agent) writeKey(ctx context.Context, root string, ch sdk.Change) {
 	}
 }
 
-// removeStale removes files under root that are no key of entries (keys
-// deleted while the agent was away).
-func (a *agent) removeStale(root string, entries []sdk.Entry) {
+// removeStale removes files under DIR/kv/ that are no key of entries
+// (keys deleted while the agent was away), walking inside DIR's root: a
+// symbolic link is removed, never followed.
+func (a *agent) removeStale(entries []sdk.Entry) {
 	keep := map[string]bool{}
 	for _, e := range entries {
-		if p, ok := a.keyPath(root, e.Key); ok {
-			keep[p] = true
+		if name, ok := keyFile(a.o.prefix, e.Key); ok {
+			keep[name] = true
 		}
 	}
-	_ = filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
-		if err != nil || d.IsDir() || keep[path] || strings.HasPrefix(d.Name(), ".") {
+	_ = fs.WalkDir(a.root.FS(), kvDir, func(name string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || keep[name] || atomicfile.IsTemp(name) {
 			return nil
 		}
-		if os.Remove(path) == nil {
-			fmt.Fprintf(a.out, "removed %s (no longer a key)\n", path)
+		if a.root.Remove(name) == nil {
+			fmt.Fprintf(a.out, "removed %s (no longer a key)\n", filepath.Join(a.o.dir, filepath.FromSlash(name)))
 		}
 		return nil
 	})

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -31,32 +32,62 @@ func TestMain(m *testing.M) {
 }
 
 // runAgent runs the agent with args until the test ends and returns its
-// output lines as they come.
+// output lines as they come, with its log's lines (stderr) among them. Its
+// cache is a temporary directory and its validator timeout 30 s unless
+// args set them.
 func runAgent(t *testing.T, args ...string) <-chan string {
 	t.Helper()
 	// Compiled modules come from the tests' shared cache: compiling a
 	// Go-built validator afresh for every agent takes the optimizing
 	// compiler seconds, and far longer under -race on a loaded machine.
 	args = append(args, "--validator-cache", wasmbuild.CacheDir(t))
+	if !slices.Contains(args, "--cache-dir") {
+		args = append(args, "--cache-dir", t.TempDir())
+	}
+	if !slices.Contains(args, "--validator-timeout") {
+		// 400 kB documents have taken the validator over the 1 s
+		// default on two loaded cores under -race.
+		args = append(args, "--validator-timeout", "30s")
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r, w := io.Pipe()
+	er, ew := io.Pipe()
 	lines := make(chan string, 1024)
-	var wg sync.WaitGroup
+	var wg, scanners sync.WaitGroup
 	wg.Add(2)
+	scanners.Add(2)
+	for _, src := range []io.Reader{r, er} {
+		go func() {
+			defer scanners.Done()
+			sc := bufio.NewScanner(src)
+			sc.Buffer(nil, 1<<20)
+			for sc.Scan() {
+				if src == er {
+					// The log never waits for a test that does not
+					// read it: past the buffer, its lines are dropped.
+					select {
+					case lines <- sc.Text():
+					default:
+					}
+					continue
+				}
+				lines <- sc.Text()
+			}
+			_, _ = io.Copy(io.Discard, src)
+		}()
+	}
 	go func() {
 		defer wg.Done()
-		defer close(lines)
-		sc := bufio.NewScanner(r)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
+		scanners.Wait()
+		close(lines)
 	}()
 	var stderr strings.Builder
 	var code int
 	go func() {
 		defer wg.Done()
-		code = run(ctx, args, w, &syncWriter{w: &stderr})
+		code = run(ctx, args, w, io.MultiWriter(&syncWriter{w: &stderr}, ew))
 		w.Close()
+		ew.Close()
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -84,18 +115,26 @@ func (s *syncWriter) Write(p []byte) (int, error) {
 // await reads lines until one contains want.
 func await(t *testing.T, lines <-chan string, want string) string {
 	t.Helper()
+	return awaitAny(t, lines, want)
+}
+
+// awaitAny reads lines until one contains any of wants, and returns it.
+func awaitAny(t *testing.T, lines <-chan string, wants ...string) string {
+	t.Helper()
 	timeout := time.After(time.Minute)
 	for {
 		select {
 		case line, ok := <-lines:
 			if !ok {
-				t.Fatalf("the agent stopped before %q", want)
+				t.Fatalf("the agent stopped before a line with any of %q", wants)
 			}
-			if strings.Contains(line, want) {
-				return line
+			for _, w := range wants {
+				if strings.Contains(line, w) {
+					return line
+				}
 			}
 		case <-timeout:
-			t.Fatalf("no line with %q", want)
+			t.Fatalf("no line with any of %q", wants)
 		}
 	}
 }
@@ -145,7 +184,7 @@ func TestTheFileIsNeverSeenHalfWritten(t *testing.T) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		path := filepath.Join(dir, "routing")
+		path := filepath.Join(dir, "configs", "routing")
 		for {
 			select {
 			case <-done:

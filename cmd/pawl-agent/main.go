@@ -1,10 +1,12 @@
 // Command pawl-agent keeps a directory of files in step with Pawl, for
 // processes not written in Go. It follows the instance's assigned
 // releases like the Go SDK (verify, validate with the same Wasm, ACK each
-// step) and writes each config to DIR/CONFIG, and/or mirrors every key
-// under a KV prefix to DIR/kv/, each file replaced atomically (temporary
-// file, fsync, rename, directory fsync), so a reader never sees a file
-// half-written. After each change it can run a command; a command that
+// step) and writes each config to DIR/configs/CONFIG, and/or mirrors every
+// key under a KV prefix to DIR/kv/, each file replaced atomically
+// (temporary file, fsync, rename, directory fsync) through an os.Root on
+// DIR, so a reader never sees a file half-written and no name or planted
+// symbolic link leads outside DIR. Its last-known-good cache lives outside
+// DIR (--cache-dir). After each change it can run a command; a command that
 // fails makes the instance report the release unhealthy, and so does a
 // health command that fails during the release's health window or, while
 // the rollout can still stop, at any of its reruns after it.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/pawlcfg/pawl/internal/atomicfile"
@@ -49,5 +50,49 @@ func TestWriteIntoAnUnwritableDirectoryFailsAndKeepsTheOldFile(t *testing.T) {
 	}
 	if got, _ := os.ReadFile(path); string(got) != "old" {
 		t.Fatalf("file = %q", got)
+	}
+}
+
+// TestWriteInStaysInsideTheRoot: names that leave the root, directly or
+// through a symbolic link planted in it, fail and write nothing outside;
+// a name of 255 bytes (the limit of one element) is written, whatever the
+// temporary file's name; directories get the file mode with search bits.
+func TestWriteInStaysInsideTheRoot(t *testing.T) {
+	base := t.TempDir()
+	dir, outside := filepath.Join(base, "root"), filepath.Join(base, "outside")
+	for _, d := range []string{dir, outside} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	if err := os.Symlink(outside, filepath.Join(dir, "planted")); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"../outside/x", "/etc/x", "planted/x", "a/../../outside/x", "", "."} {
+		if err := atomicfile.WriteIn(root, name, []byte("escape"), 0o644); err == nil {
+			t.Errorf("WriteIn(%q) succeeded", name)
+		}
+	}
+	if entries, _ := os.ReadDir(outside); len(entries) != 0 {
+		t.Fatalf("written outside the root: %v", entries)
+	}
+	long := strings.Repeat("n", 255)
+	if err := atomicfile.WriteIn(root, "sub/"+long, []byte("v"), 0o640); err != nil {
+		t.Fatalf("a 255-byte name: %v", err)
+	}
+	for p, want := range map[string]os.FileMode{"sub/" + long: 0o640, "sub": 0o750} {
+		fi, err := os.Stat(filepath.Join(dir, p))
+		if err != nil || fi.Mode().Perm() != want {
+			t.Fatalf("%s: %v, %v; want mode %v", p, fi, err, want)
+		}
+	}
+	entries, _ := os.ReadDir(filepath.Join(dir, "sub"))
+	if len(entries) != 1 {
+		t.Fatalf("sub holds %v; want only the file", entries)
 	}
 }

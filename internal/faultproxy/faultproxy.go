@@ -3,7 +3,8 @@
 // released (a delayed stream), or cuts every connection and refuses new
 // ones until healed (a partition), at once or once a number of bytes went
 // through (a cut in the middle of a transfer), and an HTTP proxy that loses the answers to
-// chosen calls after the server handled them (a lost response).
+// chosen calls after the server handled them (a lost response), and a
+// man in the middle that rewrites messages (Rewriter).
 package faultproxy
 
 import (
