@@ -32,9 +32,13 @@ func (e *InvalidKeyError) Error() string { return "store: invalid " + e.Field + 
 // Is reports whether target is ErrInvalidKey.
 func (e *InvalidKeyError) Is(target error) bool { return target == ErrInvalidKey }
 
-// ValidateKey checks that key is a non-empty UTF-8 path that starts with "/",
-// has no NUL byte and is at most MaxKeyBytes long. The error says which rule
-// failed and matches ErrInvalidKey.
+// ValidateKey checks that key is a non-empty UTF-8 path that starts with
+// "/", is at most MaxKeyBytes long and holds no character that breaks how
+// keys are shown (see DisplayBreaking): a key is printed one per line by
+// `pawl ls`, in logs and in audit records, so a newline, a tab, an escape
+// sequence or a bidirectional override in it would forge or hide lines.
+// The error says which rule failed, naming the character and its byte
+// position, and matches ErrInvalidKey.
 func ValidateKey(key string) error {
 	if reason := keyProblem(key); reason != "" {
 		return &InvalidKeyError{Field: "key", Reason: reason}
@@ -52,8 +56,47 @@ func keyProblem(key string) string {
 		return fmt.Sprintf("key %q does not start with \"/\"", key)
 	case !utf8.ValidString(key):
 		return "the key is not valid UTF-8"
-	case strings.IndexByte(key, 0) >= 0:
-		return "the key contains a NUL byte"
+	}
+	for i, r := range key {
+		if name := DisplayBreaking(r); name != "" {
+			return fmt.Sprintf("key %q holds %U (%s) at byte %d; keys may not hold control characters, "+
+				"line or paragraph separators, or bidirectional formatting characters", key, r, name, i)
+		}
+	}
+	return ""
+}
+
+// DisplayBreaking names r when it is a character that breaks how text is
+// shown on a terminal or a web page, and returns "" otherwise: C0 controls
+// (NUL, tab, newline, escape...), DEL, C1 controls, the Unicode line and
+// paragraph separators, the byte order mark, and the bidirectional marks,
+// embeddings, overrides and isolates ("Trojan Source", CVE-2021-42574).
+func DisplayBreaking(r rune) string {
+	switch {
+	case r == 0:
+		return "NUL"
+	case r == '\t':
+		return "tab"
+	case r == '\n':
+		return "line feed"
+	case r == '\r':
+		return "carriage return"
+	case r == 0x1b:
+		return "escape"
+	case r < 0x20:
+		return "control character"
+	case r == 0x7f:
+		return "delete"
+	case r >= 0x80 && r <= 0x9f:
+		return "C1 control character"
+	case r == 0x2028:
+		return "line separator"
+	case r == 0x2029:
+		return "paragraph separator"
+	case r == 0xfeff:
+		return "byte order mark"
+	case r == 0x200e || r == 0x200f || r == 0x061c || (r >= 0x202a && r <= 0x202e) || (r >= 0x2066 && r <= 0x2069):
+		return "bidirectional formatting character"
 	}
 	return ""
 }
