@@ -1,7 +1,18 @@
 package server_test
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/textproto"
+	neturl "net/url"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,6 +21,7 @@ import (
 	pawlv1 "github.com/pawlcfg/pawl/gen/pawl/v1"
 	"github.com/pawlcfg/pawl/gen/pawl/v1/pawlv1connect"
 	"github.com/pawlcfg/pawl/internal/testserver"
+	"github.com/pawlcfg/pawl/server"
 )
 
 // TestControlCharacterKeysRefused sends keys that would break `pawl ls`
@@ -62,5 +74,183 @@ func TestControlCharacterKeysRefused(t *testing.T) {
 				t.Fatalf("the refused calls moved the revision from %d to %d", before, after)
 			}
 		})
+	}
+}
+
+// TestValueLimitNamesTheFlag puts a value over --max-value-bytes but
+// under what the server reads of a KV call, and one over that: both are
+// ResourceExhausted naming --max-value-bytes, never a number no flag
+// sets; a validator module over what the server reads names
+// --max-validator-bytes. Over every protocol.
+func TestValueLimitNamesTheFlag(t *testing.T) {
+	srv := testserver.Start(t, server.WithMaxValueBytes(1000), server.WithTxnLimits(10, 2000), server.WithMaxValidatorBytes(1000))
+	for _, p := range protocols {
+		t.Run(p.name, func(t *testing.T) {
+			kv := pawlv1connect.NewKVServiceClient(p.client(t), srv.URL, p.opts...)
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			_, err := kv.Put(ctx, connect.NewRequest(&pawlv1.PutRequest{Key: "/big", Value: make([]byte, 5000)}))
+			wantCode(t, "Put under the transport limit", err, connect.CodeResourceExhausted, "the limit is 1000 bytes", "--max-value-bytes")
+			_, err = kv.Put(ctx, connect.NewRequest(&pawlv1.PutRequest{Key: "/big", Value: make([]byte, 200_000)}))
+			wantCode(t, "Put over the transport limit", err, connect.CodeResourceExhausted, "up to 1000 bytes (pawld --max-value-bytes)", "--max-txn-bytes")
+			_, err = kv.Txn(ctx, connect.NewRequest(&pawlv1.TxnRequest{Ops: []*pawlv1.TxnOp{{Key: "/big", Value: make([]byte, 200_000)}}}))
+			wantCode(t, "Txn over the transport limit", err, connect.CodeResourceExhausted, "--max-value-bytes")
+			vals := pawlv1connect.NewValidatorServiceClient(p.client(t), srv.URL, p.opts...)
+			_, err = vals.Upload(ctx, connect.NewRequest(&pawlv1.UploadRequest{Wasm: make([]byte, 200_000)}))
+			wantCode(t, "Upload over the transport limit", err, connect.CodeResourceExhausted, "up to 1000 bytes (pawld --max-validator-bytes)")
+			if _, err := kv.Get(ctx, connect.NewRequest(&pawlv1.GetRequest{Key: "/big"})); connect.CodeOf(err) != connect.CodeNotFound {
+				t.Fatalf("Get after the refused puts: %v; want NotFound", err)
+			}
+		})
+	}
+}
+
+// rawCall posts body as it is to the procedure at path with the given
+// content type, over HTTP/2, and returns the code and message of the
+// error the server answered with ("" when it answered none), read from
+// what each protocol carries it in: gRPC trailers, the last gRPC-Web
+// frame, the Connect end-of-stream message, or the Connect unary error
+// body.
+func rawCall(t *testing.T, url, path, contentType string, header http.Header, body []byte) (code, message string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, url+path, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", contentType)
+	req.Header.Set("TE", "trailers")
+	for k, v := range header {
+		req.Header[k] = v
+	}
+	resp, err := testserver.HTTPClient(t).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	grpcCode := func(s, m string) (string, string) {
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			t.Fatalf("grpc-status %q", s)
+		}
+		if n == 0 {
+			return "", ""
+		}
+		m, _ = neturl.PathUnescape(m)
+		return connect.Code(n).String(), m
+	}
+	switch {
+	case strings.HasPrefix(contentType, "application/grpc-web"):
+		if s := resp.Header.Get("Grpc-Status"); s != "" {
+			return grpcCode(s, resp.Header.Get("Grpc-Message"))
+		}
+		for len(b) >= 5 {
+			n := int(binary.BigEndian.Uint32(b[1:5]))
+			frame := b[5 : 5+n]
+			if b[0]&0x80 != 0 {
+				tr, err := textproto.NewReader(bufio.NewReader(bytes.NewReader(append(frame, '\r', '\n')))).ReadMIMEHeader()
+				if err != nil && !errors.Is(err, io.EOF) {
+					t.Fatalf("gRPC-Web trailers %q: %v", frame, err)
+				}
+				return grpcCode(tr.Get("Grpc-Status"), tr.Get("Grpc-Message"))
+			}
+			b = b[5+n:]
+		}
+		t.Fatalf("a gRPC-Web response without a status")
+	case strings.HasPrefix(contentType, "application/grpc"):
+		s := resp.Trailer.Get("Grpc-Status")
+		if s == "" {
+			s = resp.Header.Get("Grpc-Status")
+			return grpcCode(s, resp.Header.Get("Grpc-Message"))
+		}
+		return grpcCode(s, resp.Trailer.Get("Grpc-Message"))
+	case strings.HasPrefix(contentType, "application/connect+"):
+		var end struct {
+			Error *struct{ Code, Message string } `json:"error"`
+		}
+		for len(b) >= 5 {
+			n := int(binary.BigEndian.Uint32(b[1:5]))
+			if b[0]&0x02 != 0 {
+				if err := json.Unmarshal(b[5:5+n], &end); err != nil {
+					t.Fatalf("end of stream %q: %v", b[5:5+n], err)
+				}
+			}
+			b = b[5+n:]
+		}
+		if end.Error == nil {
+			return "", ""
+		}
+		return end.Error.Code, end.Error.Message
+	}
+	if resp.StatusCode == http.StatusOK {
+		return "", ""
+	}
+	var e struct{ Code, Message string }
+	if err := json.Unmarshal(b, &e); err != nil {
+		t.Fatalf("Connect error body %q (HTTP %d): %v", b, resp.StatusCode, err)
+	}
+	return e.Code, e.Message
+}
+
+// envelope frames msg as one message of a streaming protocol.
+func envelope(flags byte, msg []byte) []byte {
+	b := []byte{flags, 0, 0, 0, 0}
+	binary.BigEndian.PutUint32(b[1:], uint32(len(msg)))
+	return append(b, msg...)
+}
+
+// protoString encodes field 1 of a message as a string, by hand, so that
+// it may hold what no generated client would send.
+func protoString(s string) []byte {
+	return append([]byte{0x0a, byte(len(s))}, s...)
+}
+
+// TestMalformedRequestsAreInvalidArgument sends hand-made request bodies
+// (an invalid UTF-8 key, a body cut inside a message's prefix or payload,
+// a message flagged compressed with no compression named, unknown flags)
+// over Connect, gRPC and gRPC-Web, to a unary call and to a stream: each
+// is InvalidArgument, the client's mistake, never Internal.
+func TestMalformedRequestsAreInvalidArgument(t *testing.T) {
+	srv := testserver.Start(t)
+	badKey := protoString("/a\xffb")
+	good := protoString("/a")
+	cases := []struct {
+		name string
+		body func(enveloped bool) []byte
+		says string
+	}{
+		{"invalid UTF-8 key", func(env bool) []byte {
+			if env {
+				return envelope(0, badKey)
+			}
+			return badKey
+		}, "invalid UTF-8"},
+		{"cut inside the prefix", func(bool) []byte { return envelope(0, good)[:3] }, "5-byte prefix"},
+		{"cut inside the message", func(bool) []byte { return envelope(0, good)[:6] }, "bytes before the end of the message"},
+		{"compressed without compression", func(bool) []byte { return envelope(1, good) }, "flagged compressed"},
+		{"unknown flags", func(bool) []byte { return envelope(0x40, good) }, "flags 0x40"},
+	}
+	paths := []string{pawlv1connect.KVServiceGetProcedure, pawlv1connect.KVServiceWatchProcedure}
+	for _, c := range cases {
+		for _, path := range paths {
+			unary := path == pawlv1connect.KVServiceGetProcedure
+			types := []string{"application/grpc", "application/grpc-web+proto"}
+			if unary && c.name == "invalid UTF-8 key" {
+				types = append(types, "application/proto")
+			}
+			if !unary {
+				types = append(types, "application/connect+proto")
+			}
+			for _, ct := range types {
+				enveloped := ct != "application/proto"
+				code, msg := rawCall(t, srv.URL, path, ct, nil, c.body(enveloped))
+				if code != connect.CodeInvalidArgument.String() || !strings.Contains(msg, c.says) {
+					t.Errorf("%s to %s as %s: %s %q; want invalid_argument saying %q", c.name, path, ct, code, msg, c.says)
+				}
+			}
+		}
 	}
 }
