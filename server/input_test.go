@@ -9,6 +9,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/textproto"
 	neturl "net/url"
 	"strconv"
@@ -126,6 +127,13 @@ func rawCall(t *testing.T, url, path, contentType string, header http.Header, bo
 	if err != nil {
 		t.Fatal(err)
 	}
+	return errorOf(t, resp, contentType)
+}
+
+// errorOf reads the error in resp, the answer to a request of
+// contentType, as rawCall describes.
+func errorOf(t testing.TB, resp *http.Response, contentType string) (code, message string) {
+	t.Helper()
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
@@ -253,4 +261,53 @@ func TestMalformedRequestsAreInvalidArgument(t *testing.T) {
 			}
 		}
 	}
+}
+
+// fuzzProcedures are the calls FuzzRequestDecoding sends bodies to: unary
+// calls of each kind of request, and a server stream that ends at once.
+var fuzzProcedures = []string{
+	pawlv1connect.KVServicePutProcedure, pawlv1connect.KVServiceTxnProcedure, pawlv1connect.KVServiceGetProcedure,
+	pawlv1connect.RolloutServiceAckProcedure, pawlv1connect.ReleaseServiceCreateReleaseProcedure,
+	pawlv1connect.InstanceServiceRegisterProcedure, pawlv1connect.ValidatorServiceDownloadProcedure,
+}
+
+// fuzzContentTypes are the protocols and codecs FuzzRequestDecoding
+// speaks.
+var fuzzContentTypes = []string{"application/proto", "application/json", "application/grpc", "application/grpc-web+proto", "application/connect+proto"}
+
+// FuzzRequestDecoding feeds arbitrary bytes as a request body to the real
+// handler, in every protocol, to unary calls and a stream: it never
+// panics and never answers Internal or Unknown (a malformed body is the
+// client's mistake). A unary call sent as a stream (or the reverse) is
+// refused by Connect before any body is read, so those pairs are skipped.
+func FuzzRequestDecoding(f *testing.F) {
+	f.Add(uint8(0), uint8(0), protoString("/a\xffb"))
+	f.Add(uint8(0), uint8(2), envelope(0, protoString("/a"))[:6])
+	f.Add(uint8(2), uint8(3), envelope(1, protoString("/a")))
+	f.Add(uint8(3), uint8(1), []byte(`{"ack":{"reason":"\u0000"}}`))
+	f.Add(uint8(6), uint8(4), envelope(0x40, nil))
+	f.Add(uint8(4), uint8(2), envelope(0, []byte{0x0a, 0xff, 0xff, 0xff, 0xff, 0x0f}))
+	srv := testserver.Start(f)
+	handler := srv.Server.Handler()
+	f.Fuzz(func(t *testing.T, proc, ct uint8, body []byte) {
+		path := fuzzProcedures[int(proc)%len(fuzzProcedures)]
+		contentType := fuzzContentTypes[int(ct)%len(fuzzContentTypes)]
+		stream := path == pawlv1connect.ValidatorServiceDownloadProcedure
+		connectUnary := contentType == "application/proto" || contentType == "application/json"
+		if stream && connectUnary || !stream && contentType == "application/connect+proto" {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		req := httptest.NewRequestWithContext(ctx, http.MethodPost, path, bytes.NewReader(body))
+		req.ProtoMajor, req.ProtoMinor, req.Proto = 2, 0, "HTTP/2.0"
+		req.Header.Set("Content-Type", contentType)
+		req.Header.Set("TE", "trailers")
+		rec := httptest.NewRecorder()
+		handler.ServeHTTP(rec, req)
+		code, msg := errorOf(t, rec.Result(), contentType)
+		if code == connect.CodeInternal.String() || code == connect.CodeUnknown.String() {
+			t.Fatalf("%s as %s with body %q: %s %q", path, contentType, body, code, msg)
+		}
+	})
 }
