@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/pawlcfg/pawl/sdk/textsafe"
 )
 
 // SystemPrefix holds Pawl's own records (releases, pointers, receipts,
@@ -34,7 +36,7 @@ func (e *InvalidKeyError) Is(target error) bool { return target == ErrInvalidKey
 
 // ValidateKey checks that key is a non-empty UTF-8 path that starts with
 // "/", is at most MaxKeyBytes long and holds no character that breaks how
-// keys are shown (see DisplayBreaking): a key is printed one per line by
+// keys are shown (see textsafe.Breaking): a key is printed one per line by
 // `pawl ls`, in logs and in audit records, so a newline, a tab, an escape
 // sequence or a bidirectional override in it would forge or hide lines.
 // The error says which rule failed, naming the character and its byte
@@ -58,45 +60,10 @@ func keyProblem(key string) string {
 		return "the key is not valid UTF-8"
 	}
 	for i, r := range key {
-		if name := DisplayBreaking(r); name != "" {
+		if name := textsafe.Breaking(r); name != "" {
 			return fmt.Sprintf("key %q holds %U (%s) at byte %d; keys may not hold control characters, "+
 				"line or paragraph separators, or bidirectional formatting characters", key, r, name, i)
 		}
-	}
-	return ""
-}
-
-// DisplayBreaking names r when it is a character that breaks how text is
-// shown on a terminal or a web page, and returns "" otherwise: C0 controls
-// (NUL, tab, newline, escape...), DEL, C1 controls, the Unicode line and
-// paragraph separators, the byte order mark, and the bidirectional marks,
-// embeddings, overrides and isolates ("Trojan Source", CVE-2021-42574).
-func DisplayBreaking(r rune) string {
-	switch {
-	case r == 0:
-		return "NUL"
-	case r == '\t':
-		return "tab"
-	case r == '\n':
-		return "line feed"
-	case r == '\r':
-		return "carriage return"
-	case r == 0x1b:
-		return "escape"
-	case r < 0x20:
-		return "control character"
-	case r == 0x7f:
-		return "delete"
-	case r >= 0x80 && r <= 0x9f:
-		return "C1 control character"
-	case r == 0x2028:
-		return "line separator"
-	case r == 0x2029:
-		return "paragraph separator"
-	case r == 0xfeff:
-		return "byte order mark"
-	case r == 0x200e || r == 0x200f || r == 0x061c || (r >= 0x202a && r <= 0x202e) || (r >= 0x2066 && r <= 0x2069):
-		return "bidirectional formatting character"
 	}
 	return ""
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/pawlcfg/pawl/sdk/textsafe"
 	"github.com/pawlcfg/pawl/server/internal/store"
 	"github.com/pawlcfg/pawl/server/internal/store/boltstore"
 )
@@ -84,7 +85,7 @@ func FuzzValidateKey(f *testing.F) {
 			t.Fatalf("ValidateKey accepted %q", key)
 		}
 		for _, r := range key {
-			if store.DisplayBreaking(r) != "" {
+			if textsafe.Breaking(r) != "" {
 				t.Fatalf("ValidateKey accepted %q, which holds %U", key, r)
 			}
 		}
