@@ -8,8 +8,8 @@ import (
 
 // TestTheSDKPullsInNoServer: what services import stays small. The SDK's
 // packages (tests aside) depend on no server code, bbolt, go-redis or
-// cobra, and sdk/canonical, sdk/appversion, sdk/credentials and
-// sdk/auditchain, sdk/textsafe on the standard library alone.
+// cobra, and sdk/canonical, sdk/appversion, sdk/credentials,
+// sdk/auditchain and sdk/textsafe on the standard library alone.
 func TestTheSDKPullsInNoServer(t *testing.T) {
 	out, err := exec.Command("go", "list", "-deps", "github.com/pawlcfg/pawl/sdk/...").Output()
 	if err != nil {
