@@ -311,3 +311,34 @@ func FuzzRequestDecoding(f *testing.F) {
 		}
 	})
 }
+
+// TestRequestTextBounded: an ACK reason of 500 KB, a stop reason with an
+// escape sequence and a label with a newline are refused with
+// InvalidArgument naming the field and the limit, over Connect and gRPC,
+// before anything is stored.
+func TestRequestTextBounded(t *testing.T) {
+	srv := testserver.Start(t)
+	for _, p := range protocols {
+		if p.name != "connect-h2c" && p.name != "grpc" {
+			continue
+		}
+		t.Run(p.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			rollouts := pawlv1connect.NewRolloutServiceClient(p.client(t), srv.URL, p.opts...)
+			_, err := rollouts.Ack(ctx, connect.NewRequest(&pawlv1.AckRequest{Ack: &pawlv1.Ack{ConfigId: "web", Generation: 1,
+				WorkloadIdentity: "web-1", BootId: "b", MembershipEpoch: 1, State: pawlv1.InstanceState_INSTANCE_STATE_REJECTED, Reason: strings.Repeat("x", 500_000)}}))
+			wantCode(t, "Ack", err, connect.CodeInvalidArgument, "ack.reason is 500000 bytes", "the limit is 4096 bytes (pawld --max-text-bytes)")
+			_, err = rollouts.StopRollout(ctx, connect.NewRequest(&pawlv1.StopRolloutRequest{ConfigId: "web", Generation: 1, Reason: "ok\x1b[2Jforged"}))
+			wantCode(t, "StopRollout", err, connect.CodeInvalidArgument, "reason holds U+001B (escape) at byte 2")
+			instances := pawlv1connect.NewInstanceServiceClient(p.client(t), srv.URL, p.opts...)
+			_, err = instances.Register(ctx, connect.NewRequest(&pawlv1.RegisterRequest{Instance: &pawlv1.Instance{WorkloadIdentity: "web-1", BootId: "b",
+				Labels: map[string]string{"team": "a\nb"}}}))
+			wantCode(t, "Register", err, connect.CodeInvalidArgument, `instance.labels["team"] holds U+000A (line feed) at byte 1`)
+			list, err := instances.ListInstances(ctx, connect.NewRequest(&pawlv1.ListInstancesRequest{}))
+			if err != nil || len(list.Msg.GetInstances()) != 0 {
+				t.Fatalf("ListInstances after a refused registration: %v, %v", list, err)
+			}
+		})
+	}
+}

@@ -209,7 +209,7 @@ func (s *Server) routes() http.Handler {
 		// records refusals too, with the principal the auth interceptor
 		// found (or the caller's address when none was).
 		connect.WithInterceptors(api.LogInterceptor(s.cfg.log), api.AuditInterceptor(s.audit, api.Caller(s.authn != nil), s.cfg.now, s.cfg.log),
-			api.AuthInterceptor(s.authn, registry, rollouts, s.cfg.log)),
+			api.AuthInterceptor(s.authn, registry, rollouts, s.cfg.log), api.TextInterceptor(s.cfg.maxTextBytes)),
 	}
 	// What many clients receive alike (a change fanned out to watch
 	// streams, a release or a validator module downloaded by a fleet) is
