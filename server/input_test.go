@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	pawlv1 "github.com/pawlcfg/pawl/gen/pawl/v1"
 	"github.com/pawlcfg/pawl/gen/pawl/v1/pawlv1connect"
@@ -338,6 +339,35 @@ func TestRequestTextBounded(t *testing.T) {
 			list, err := instances.ListInstances(ctx, connect.NewRequest(&pawlv1.ListInstancesRequest{}))
 			if err != nil || len(list.Msg.GetInstances()) != 0 {
 				t.Fatalf("ListInstances after a refused registration: %v, %v", list, err)
+			}
+		})
+	}
+}
+
+// TestLiteralSecretRefused: a release whose secret_refs hold a literal
+// password, or a URL with credentials, is refused with InvalidArgument
+// that states the grammar and never echoes the value, over Connect and
+// gRPC.
+func TestLiteralSecretRefused(t *testing.T) {
+	srv := testserver.Start(t)
+	for _, p := range protocols {
+		if p.name != "connect-h2c" && p.name != "grpc" {
+			continue
+		}
+		t.Run(p.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			releases := pawlv1connect.NewReleaseServiceClient(p.client(t), srv.URL, p.opts...)
+			for _, secret := range []string{"Tr0ub4dor@3", "postgres://admin:hunter2@db/x#1"} {
+				_, err := releases.CreateRelease(ctx, connect.NewRequest(&pawlv1.CreateReleaseRequest{Spec: &pawlv1.ReleaseSpec{
+					ConfigId: "web", Content: []byte(`{}`), MediaType: "application/json", ValidatorDigest: "sha256:" + strings.Repeat("0", 64),
+					SecretRefs: []string{"vault://secret/data/db#7", secret},
+					Stages:     []*pawlv1.Stage{{Name: "all", Policy: &pawlv1.AckPolicy{Kind: pawlv1.AckPolicyKind_ACK_POLICY_KIND_ALL}}},
+					Deadline:   durationpb.New(time.Hour)}}))
+				wantCode(t, "CreateRelease", err, connect.CodeInvalidArgument, "secret reference 1 is not a reference", "SCHEME://PATH#VERSION")
+				if strings.Contains(err.Error(), "hunter2") || strings.Contains(err.Error(), "Tr0ub4dor") {
+					t.Fatalf("the refusal echoes the secret: %v", err)
+				}
 			}
 		})
 	}

@@ -228,8 +228,14 @@ type Option func(*Releases)
 func WithClock(now func() time.Time) Option { return func(r *Releases) { r.now = now } }
 
 var (
-	configIDPattern  = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,127}$`)
-	secretRefPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._/-]{0,254}@[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+	configIDPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,127}$`)
+	// secretRefPattern is SCHEME://PATH#VERSION: the secret store, the
+	// secret's name or ARN in it, and the version the release pins, as in
+	// vault://secret/data/payments/db#7 or
+	// aws-sm://arn:aws:secretsmanager:eu-west-1:123456789012:secret:db#AWSCURRENT.
+	// A literal password has no scheme, and a URL with credentials in it
+	// (postgres://admin:hunter2@db/x) holds an "@", which no path may.
+	secretRefPattern = regexp.MustCompile(`^[a-z][a-z0-9+.-]{1,31}://[A-Za-z0-9._/:=+,-]{1,512}#[A-Za-z0-9._-]{1,64}$`)
 )
 
 // maxCreateAttempts bounds retries when concurrent creators race for a
@@ -493,9 +499,11 @@ func checkSpec(s Spec) error {
 			return bad("dependency %s@%d: name another config and a generation of 1 or more", config, gen)
 		}
 	}
-	for _, ref := range s.SecretRefs {
+	for i, ref := range s.SecretRefs {
 		if !secretRefPattern.MatchString(ref) {
-			return bad("secret reference %q must be NAME@VERSION (a reference to a secret's version, never a value)", ref)
+			return bad("secret reference %d is not a reference: a secret reference is SCHEME://PATH#VERSION, such as "+
+				"vault://secret/data/payments/db#7 (a secret's version in a secret store, never a value; a path holds no \"@\", "+
+				"spaces or punctuation other than . _ / : = + , -)", i)
 		}
 	}
 	names := map[string]bool{}
