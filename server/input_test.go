@@ -372,3 +372,72 @@ func TestLiteralSecretRefused(t *testing.T) {
 		})
 	}
 }
+
+// TestMarkedSecretsNeverStored: the routing validator marks upstream
+// tokens secret (validators/ABI.md, "secrets"). Its own message quoting a
+// short token, in a refused CreateRelease, and an instance's REJECTED
+// reason quoting a release's token, over Connect and gRPC, reach the
+// caller and the store with the token redacted.
+func TestMarkedSecretsNeverStored(t *testing.T) {
+	srv := testserver.Start(t)
+	digest := upload(t, newValidators(t, srv), "routing")
+	content := func(token string) []byte {
+		return []byte(`{"upstreams":[{"host":"a","weight":100,"token":"` + token + `"}]}`)
+	}
+	spec := func(config, token string) *pawlv1.ReleaseSpec {
+		return &pawlv1.ReleaseSpec{ConfigId: config, Content: content(token), MediaType: "application/json", ValidatorDigest: digest,
+			Stages:       []*pawlv1.Stage{{Name: "all", Policy: &pawlv1.AckPolicy{Kind: pawlv1.AckPolicyKind_ACK_POLICY_KIND_ALL}}},
+			HealthWindow: durationpb.New(0), Deadline: durationpb.New(time.Hour)}
+	}
+	for _, p := range protocols {
+		if p.name != "connect-h2c" && p.name != "grpc" {
+			continue
+		}
+		t.Run(p.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			is := pawlv1connect.NewInstanceServiceClient(p.client(t), srv.URL, p.opts...)
+			rs := pawlv1connect.NewReleaseServiceClient(p.client(t), srv.URL, p.opts...)
+			ro := pawlv1connect.NewRolloutServiceClient(p.client(t), srv.URL, p.opts...)
+			vs := pawlv1connect.NewValidatorServiceClient(p.client(t), srv.URL, p.opts...)
+
+			_, err := rs.CreateRelease(ctx, connect.NewRequest(&pawlv1.CreateReleaseRequest{Spec: spec("web-"+p.name, "hunter2x")}))
+			wantCode(t, "CreateRelease with a short token", err, connect.CodeInvalidArgument, `token "[redacted]" is shorter than 16 characters`)
+			if strings.Contains(err.Error(), "hunter2x") {
+				t.Fatalf("the refusal shows the token: %v", err)
+			}
+			dry, err := vs.Validate(ctx, connect.NewRequest(&pawlv1.ValidateRequest{Digest: digest, Content: content("hunter2x")}))
+			if err != nil || len(dry.Msg.GetViolations()) != 1 || strings.Contains(dry.Msg.GetViolations()[0].GetMessage(), "hunter2x") {
+				t.Fatalf("Validate = %v, %v; want one violation without the token", dry, err)
+			}
+
+			id := "pay-" + p.name
+			if _, err := is.Register(ctx, connect.NewRequest(&pawlv1.RegisterRequest{Instance: &pawlv1.Instance{
+				WorkloadIdentity: id, BootId: "boot-a", Zone: "zone-a", TrafficWeight: 1}})); err != nil {
+				t.Fatal(err)
+			}
+			const token = "s3cr3t-token-0123456789"
+			created, err := rs.CreateRelease(ctx, connect.NewRequest(&pawlv1.CreateReleaseRequest{Spec: spec("api-"+p.name, token)}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			rel := created.Msg.GetRelease()
+			_, err = ro.Ack(ctx, connect.NewRequest(&pawlv1.AckRequest{Ack: &pawlv1.Ack{
+				ConfigId: rel.GetSpec().GetConfigId(), Generation: rel.GetGeneration(), WorkloadIdentity: id, BootId: "boot-a",
+				MembershipEpoch: epochOf(t, is, id), ContentDigest: rel.GetContentDigest(), ValidatorDigest: digest, ApplySequence: 1,
+				State: pawlv1.InstanceState_INSTANCE_STATE_REJECTED, Reason: "upstream a refused token " + token + " (401)",
+			}}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			st, err := ro.GetRolloutStatus(ctx, connect.NewRequest(&pawlv1.GetRolloutStatusRequest{ConfigId: rel.GetSpec().GetConfigId(), Generation: rel.GetGeneration()}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			acks := st.Msg.GetAcks()
+			if len(acks) != 1 || acks[0].GetReason() != "upstream a refused token [redacted] (401)" {
+				t.Fatalf("stored ACKs %v; want one REJECTED whose reason hides the token", acks)
+			}
+		})
+	}
+}

@@ -184,8 +184,21 @@ type Release struct {
 	// CreatedAt and CreatedBy say when and by whom.
 	CreatedAt time.Time `json:"created_at"`
 	CreatedBy string    `json:"created_by"`
+	// SecretPaths locate the content's secret values, as JSON Pointers:
+	// what the validator marked secret when the release was created.
+	// ACK reasons are stored with those values redacted.
+	SecretPaths []string `json:"secret_paths,omitempty"`
 	// Revision is the store revision of the record (not stored in it).
 	Revision int64 `json:"-"`
+}
+
+// RedactSecrets returns text with the release's secret values (its
+// SecretPaths in its content) replaced by host.Redacted.
+func (r Release) RedactSecrets(text string) string {
+	if len(r.SecretPaths) == 0 || text == "" {
+		return text
+	}
+	return host.Redact(text, host.SecretValues(r.Content, r.SecretPaths))
 }
 
 // ValidateFunc runs a stored validator on content.
@@ -262,7 +275,10 @@ func (r *Releases) Create(ctx context.Context, spec Spec, actor string) (Release
 		return Release{}, fmt.Errorf("release: run validator %s: %w", spec.ValidatorDigest, err)
 	}
 	if !res.Valid {
-		return Release{}, &RejectedError{Digest: spec.ValidatorDigest, Violations: res.Violations}
+		// The violations reach the caller and the audit log: the secret
+		// values the validator marked must not.
+		secrets := host.SecretValues(spec.Content, res.Secrets)
+		return Release{}, &RejectedError{Digest: spec.ValidatorDigest, Violations: host.RedactViolations(res.Violations, secrets)}
 	}
 	if err := r.checkDependencies(ctx, spec); err != nil {
 		return Release{}, err
@@ -277,7 +293,7 @@ func (r *Releases) Create(ctx context.Context, spec Spec, actor string) (Release
 	members, ineligible := eligible(members, spec.MinAppVersion)
 	rel := Release{
 		Spec: spec, ContentDigest: digest, Membership: members, Ineligible: ineligible, MembershipEpoch: epoch, State: StateCandidate,
-		CreatedAt: r.now().UTC(), CreatedBy: actor,
+		CreatedAt: r.now().UTC(), CreatedBy: actor, SecretPaths: res.Secrets,
 	}
 	if err := checkLayout(rel); err != nil {
 		return Release{}, err
