@@ -39,44 +39,37 @@ func TestControlCharacterKeysRefused(t *testing.T) {
 		{"/app/\u202eexe.txt", "U+202E (bidirectional formatting character) at byte 5"},
 		{"/app/\u0085", "U+0085 (C1 control character)"},
 	}
-	for _, p := range protocols {
-		if p.name != "connect-h2c" && p.name != "grpc" {
-			continue
-		}
-		t.Run(p.name, func(t *testing.T) {
-			kv := pawlv1connect.NewKVServiceClient(p.client(t), srv.URL, p.opts...)
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
-			before := currentRevision(t, kv)
-			for _, k := range keys {
-				_, err := kv.Put(ctx, connect.NewRequest(&pawlv1.PutRequest{Key: k.key, Value: []byte("v")}))
-				wantCode(t, "Put", err, connect.CodeInvalidArgument, "invalid key", k.says)
-				_, err = kv.Txn(ctx, connect.NewRequest(&pawlv1.TxnRequest{Ops: []*pawlv1.TxnOp{{Key: "/app/fine", Value: []byte("v")}, {Key: k.key, Value: []byte("v")}}}))
-				wantCode(t, "Txn op", err, connect.CodeInvalidArgument, "op 1", k.says)
-				_, err = kv.Txn(ctx, connect.NewRequest(&pawlv1.TxnRequest{Ops: []*pawlv1.TxnOp{{Key: "/app/fine", Value: []byte("v")}},
-					Compares: []*pawlv1.TxnCompare{{Key: k.key}}}))
-				wantCode(t, "Txn compare", err, connect.CodeInvalidArgument, "compare 0", k.says)
-				_, err = kv.Delete(ctx, connect.NewRequest(&pawlv1.DeleteRequest{Key: k.key}))
-				wantCode(t, "Delete", err, connect.CodeInvalidArgument, k.says)
-				_, err = kv.Get(ctx, connect.NewRequest(&pawlv1.GetRequest{Key: k.key}))
-				wantCode(t, "Get", err, connect.CodeInvalidArgument, k.says)
-				_, err = kv.List(ctx, connect.NewRequest(&pawlv1.ListRequest{Prefix: k.key}))
-				wantCode(t, "List", err, connect.CodeInvalidArgument, "invalid prefix", k.says)
-				stream, err := kv.Watch(ctx, connect.NewRequest(&pawlv1.WatchRequest{Prefix: k.key}))
-				if err == nil {
-					for stream.Receive() {
-						t.Fatalf("Watch(%q) sent %v", k.key, stream.Msg())
-					}
-					err = stream.Err()
-					stream.Close()
+	overConnectAndGRPC(t, func(t *testing.T, ctx context.Context, p protocol) {
+		kv := pawlv1connect.NewKVServiceClient(p.client(t), srv.URL, p.opts...)
+		before := currentRevision(t, kv)
+		for _, k := range keys {
+			_, err := kv.Put(ctx, connect.NewRequest(&pawlv1.PutRequest{Key: k.key, Value: []byte("v")}))
+			wantCode(t, "Put", err, connect.CodeInvalidArgument, "invalid key", k.says)
+			_, err = kv.Txn(ctx, connect.NewRequest(&pawlv1.TxnRequest{Ops: []*pawlv1.TxnOp{{Key: "/app/fine", Value: []byte("v")}, {Key: k.key, Value: []byte("v")}}}))
+			wantCode(t, "Txn op", err, connect.CodeInvalidArgument, "op 1", k.says)
+			_, err = kv.Txn(ctx, connect.NewRequest(&pawlv1.TxnRequest{Ops: []*pawlv1.TxnOp{{Key: "/app/fine", Value: []byte("v")}},
+				Compares: []*pawlv1.TxnCompare{{Key: k.key}}}))
+			wantCode(t, "Txn compare", err, connect.CodeInvalidArgument, "compare 0", k.says)
+			_, err = kv.Delete(ctx, connect.NewRequest(&pawlv1.DeleteRequest{Key: k.key}))
+			wantCode(t, "Delete", err, connect.CodeInvalidArgument, k.says)
+			_, err = kv.Get(ctx, connect.NewRequest(&pawlv1.GetRequest{Key: k.key}))
+			wantCode(t, "Get", err, connect.CodeInvalidArgument, k.says)
+			_, err = kv.List(ctx, connect.NewRequest(&pawlv1.ListRequest{Prefix: k.key}))
+			wantCode(t, "List", err, connect.CodeInvalidArgument, "invalid prefix", k.says)
+			stream, err := kv.Watch(ctx, connect.NewRequest(&pawlv1.WatchRequest{Prefix: k.key}))
+			if err == nil {
+				for stream.Receive() {
+					t.Fatalf("Watch(%q) sent %v", k.key, stream.Msg())
 				}
-				wantCode(t, "Watch", err, connect.CodeInvalidArgument, "invalid prefix", k.says)
+				err = stream.Err()
+				stream.Close()
 			}
-			if after := currentRevision(t, kv); after != before {
-				t.Fatalf("the refused calls moved the revision from %d to %d", before, after)
-			}
-		})
-	}
+			wantCode(t, "Watch", err, connect.CodeInvalidArgument, "invalid prefix", k.says)
+		}
+		if after := currentRevision(t, kv); after != before {
+			t.Fatalf("the refused calls moved the revision from %d to %d", before, after)
+		}
+	})
 }
 
 // TestValueLimitNamesTheFlag puts a value over --max-value-bytes but
@@ -319,29 +312,22 @@ func FuzzRequestDecoding(f *testing.F) {
 // before anything is stored.
 func TestRequestTextBounded(t *testing.T) {
 	srv := testserver.Start(t)
-	for _, p := range protocols {
-		if p.name != "connect-h2c" && p.name != "grpc" {
-			continue
+	overConnectAndGRPC(t, func(t *testing.T, ctx context.Context, p protocol) {
+		rollouts := pawlv1connect.NewRolloutServiceClient(p.client(t), srv.URL, p.opts...)
+		_, err := rollouts.Ack(ctx, connect.NewRequest(&pawlv1.AckRequest{Ack: &pawlv1.Ack{ConfigId: "web", Generation: 1,
+			WorkloadIdentity: "web-1", BootId: "b", MembershipEpoch: 1, State: pawlv1.InstanceState_INSTANCE_STATE_REJECTED, Reason: strings.Repeat("x", 500_000)}}))
+		wantCode(t, "Ack", err, connect.CodeInvalidArgument, "ack.reason is 500000 bytes", "the limit is 4096 bytes (pawld --max-text-bytes)")
+		_, err = rollouts.StopRollout(ctx, connect.NewRequest(&pawlv1.StopRolloutRequest{ConfigId: "web", Generation: 1, Reason: "ok\x1b[2Jforged"}))
+		wantCode(t, "StopRollout", err, connect.CodeInvalidArgument, "reason holds U+001B (escape) at byte 2")
+		instances := pawlv1connect.NewInstanceServiceClient(p.client(t), srv.URL, p.opts...)
+		_, err = instances.Register(ctx, connect.NewRequest(&pawlv1.RegisterRequest{Instance: &pawlv1.Instance{WorkloadIdentity: "web-1", BootId: "b",
+			Labels: map[string]string{"team": "a\nb"}}}))
+		wantCode(t, "Register", err, connect.CodeInvalidArgument, `instance.labels["team"] holds U+000A (line feed) at byte 1`)
+		list, err := instances.ListInstances(ctx, connect.NewRequest(&pawlv1.ListInstancesRequest{}))
+		if err != nil || len(list.Msg.GetInstances()) != 0 {
+			t.Fatalf("ListInstances after a refused registration: %v, %v", list, err)
 		}
-		t.Run(p.name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
-			rollouts := pawlv1connect.NewRolloutServiceClient(p.client(t), srv.URL, p.opts...)
-			_, err := rollouts.Ack(ctx, connect.NewRequest(&pawlv1.AckRequest{Ack: &pawlv1.Ack{ConfigId: "web", Generation: 1,
-				WorkloadIdentity: "web-1", BootId: "b", MembershipEpoch: 1, State: pawlv1.InstanceState_INSTANCE_STATE_REJECTED, Reason: strings.Repeat("x", 500_000)}}))
-			wantCode(t, "Ack", err, connect.CodeInvalidArgument, "ack.reason is 500000 bytes", "the limit is 4096 bytes (pawld --max-text-bytes)")
-			_, err = rollouts.StopRollout(ctx, connect.NewRequest(&pawlv1.StopRolloutRequest{ConfigId: "web", Generation: 1, Reason: "ok\x1b[2Jforged"}))
-			wantCode(t, "StopRollout", err, connect.CodeInvalidArgument, "reason holds U+001B (escape) at byte 2")
-			instances := pawlv1connect.NewInstanceServiceClient(p.client(t), srv.URL, p.opts...)
-			_, err = instances.Register(ctx, connect.NewRequest(&pawlv1.RegisterRequest{Instance: &pawlv1.Instance{WorkloadIdentity: "web-1", BootId: "b",
-				Labels: map[string]string{"team": "a\nb"}}}))
-			wantCode(t, "Register", err, connect.CodeInvalidArgument, `instance.labels["team"] holds U+000A (line feed) at byte 1`)
-			list, err := instances.ListInstances(ctx, connect.NewRequest(&pawlv1.ListInstancesRequest{}))
-			if err != nil || len(list.Msg.GetInstances()) != 0 {
-				t.Fatalf("ListInstances after a refused registration: %v, %v", list, err)
-			}
-		})
-	}
+	})
 }
 
 // TestLiteralSecretRefused: a release whose secret_refs hold a literal
@@ -350,27 +336,20 @@ func TestRequestTextBounded(t *testing.T) {
 // gRPC.
 func TestLiteralSecretRefused(t *testing.T) {
 	srv := testserver.Start(t)
-	for _, p := range protocols {
-		if p.name != "connect-h2c" && p.name != "grpc" {
-			continue
-		}
-		t.Run(p.name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
-			releases := pawlv1connect.NewReleaseServiceClient(p.client(t), srv.URL, p.opts...)
-			for _, secret := range []string{"Tr0ub4dor@3", "postgres://admin:hunter2@db/x#1"} {
-				_, err := releases.CreateRelease(ctx, connect.NewRequest(&pawlv1.CreateReleaseRequest{Spec: &pawlv1.ReleaseSpec{
-					ConfigId: "web", Content: []byte(`{}`), MediaType: "application/json", ValidatorDigest: "sha256:" + strings.Repeat("0", 64),
-					SecretRefs: []string{"vault://secret/data/db#7", secret},
-					Stages:     []*pawlv1.Stage{{Name: "all", Policy: &pawlv1.AckPolicy{Kind: pawlv1.AckPolicyKind_ACK_POLICY_KIND_ALL}}},
-					Deadline:   durationpb.New(time.Hour)}}))
-				wantCode(t, "CreateRelease", err, connect.CodeInvalidArgument, "secret reference 1 is not a reference", "SCHEME://PATH#VERSION")
-				if strings.Contains(err.Error(), "hunter2") || strings.Contains(err.Error(), "Tr0ub4dor") {
-					t.Fatalf("the refusal echoes the secret: %v", err)
-				}
+	overConnectAndGRPC(t, func(t *testing.T, ctx context.Context, p protocol) {
+		releases := pawlv1connect.NewReleaseServiceClient(p.client(t), srv.URL, p.opts...)
+		for _, secret := range []string{"Tr0ub4dor@3", "postgres://admin:hunter2@db/x#1"} {
+			_, err := releases.CreateRelease(ctx, connect.NewRequest(&pawlv1.CreateReleaseRequest{Spec: &pawlv1.ReleaseSpec{
+				ConfigId: "web", Content: []byte(`{}`), MediaType: "application/json", ValidatorDigest: "sha256:" + strings.Repeat("0", 64),
+				SecretRefs: []string{"vault://secret/data/db#7", secret},
+				Stages:     []*pawlv1.Stage{{Name: "all", Policy: &pawlv1.AckPolicy{Kind: pawlv1.AckPolicyKind_ACK_POLICY_KIND_ALL}}},
+				Deadline:   durationpb.New(time.Hour)}}))
+			wantCode(t, "CreateRelease", err, connect.CodeInvalidArgument, "secret reference 1 is not a reference", "SCHEME://PATH#VERSION")
+			if strings.Contains(err.Error(), "hunter2") || strings.Contains(err.Error(), "Tr0ub4dor") {
+				t.Fatalf("the refusal echoes the secret: %v", err)
 			}
-		})
-	}
+		}
+	})
 }
 
 // TestMarkedSecretsNeverStored: the routing validator marks upstream
@@ -389,6 +368,55 @@ func TestMarkedSecretsNeverStored(t *testing.T) {
 			Stages:       []*pawlv1.Stage{{Name: "all", Policy: &pawlv1.AckPolicy{Kind: pawlv1.AckPolicyKind_ACK_POLICY_KIND_ALL}}},
 			HealthWindow: durationpb.New(0), Deadline: durationpb.New(time.Hour)}
 	}
+	overConnectAndGRPC(t, func(t *testing.T, ctx context.Context, p protocol) {
+		is := pawlv1connect.NewInstanceServiceClient(p.client(t), srv.URL, p.opts...)
+		rs := pawlv1connect.NewReleaseServiceClient(p.client(t), srv.URL, p.opts...)
+		ro := pawlv1connect.NewRolloutServiceClient(p.client(t), srv.URL, p.opts...)
+		vs := pawlv1connect.NewValidatorServiceClient(p.client(t), srv.URL, p.opts...)
+
+		_, err := rs.CreateRelease(ctx, connect.NewRequest(&pawlv1.CreateReleaseRequest{Spec: spec("web-"+p.name, "hunter2x")}))
+		wantCode(t, "CreateRelease with a short token", err, connect.CodeInvalidArgument, `token "[redacted]" is shorter than 16 characters`)
+		if strings.Contains(err.Error(), "hunter2x") {
+			t.Fatalf("the refusal shows the token: %v", err)
+		}
+		dry, err := vs.Validate(ctx, connect.NewRequest(&pawlv1.ValidateRequest{Digest: digest, Content: content("hunter2x")}))
+		if err != nil || len(dry.Msg.GetViolations()) != 1 || strings.Contains(dry.Msg.GetViolations()[0].GetMessage(), "hunter2x") {
+			t.Fatalf("Validate = %v, %v; want one violation without the token", dry, err)
+		}
+
+		id := "pay-" + p.name
+		if _, err := is.Register(ctx, connect.NewRequest(&pawlv1.RegisterRequest{Instance: &pawlv1.Instance{
+			WorkloadIdentity: id, BootId: "boot-a", Zone: "zone-a", TrafficWeight: 1}})); err != nil {
+			t.Fatal(err)
+		}
+		const token = "s3cr3t-token-0123456789"
+		created, err := rs.CreateRelease(ctx, connect.NewRequest(&pawlv1.CreateReleaseRequest{Spec: spec("api-"+p.name, token)}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rel := created.Msg.GetRelease()
+		_, err = ro.Ack(ctx, connect.NewRequest(&pawlv1.AckRequest{Ack: &pawlv1.Ack{
+			ConfigId: rel.GetSpec().GetConfigId(), Generation: rel.GetGeneration(), WorkloadIdentity: id, BootId: "boot-a",
+			MembershipEpoch: epochOf(t, is, id), ContentDigest: rel.GetContentDigest(), ValidatorDigest: digest, ApplySequence: 1,
+			State: pawlv1.InstanceState_INSTANCE_STATE_REJECTED, Reason: "upstream a refused token " + token + " (401)",
+		}}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := ro.GetRolloutStatus(ctx, connect.NewRequest(&pawlv1.GetRolloutStatusRequest{ConfigId: rel.GetSpec().GetConfigId(), Generation: rel.GetGeneration()}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		acks := st.Msg.GetAcks()
+		if len(acks) != 1 || acks[0].GetReason() != "upstream a refused token [redacted] (401)" {
+			t.Fatalf("stored ACKs %v; want one REJECTED whose reason hides the token", acks)
+		}
+	})
+}
+
+// overConnectAndGRPC runs fn as a subtest over Connect (HTTP/2) and
+// over gRPC, with a bounded context.
+func overConnectAndGRPC(t *testing.T, fn func(t *testing.T, ctx context.Context, p protocol)) {
 	for _, p := range protocols {
 		if p.name != "connect-h2c" && p.name != "grpc" {
 			continue
@@ -396,48 +424,14 @@ func TestMarkedSecretsNeverStored(t *testing.T) {
 		t.Run(p.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
-			is := pawlv1connect.NewInstanceServiceClient(p.client(t), srv.URL, p.opts...)
-			rs := pawlv1connect.NewReleaseServiceClient(p.client(t), srv.URL, p.opts...)
-			ro := pawlv1connect.NewRolloutServiceClient(p.client(t), srv.URL, p.opts...)
-			vs := pawlv1connect.NewValidatorServiceClient(p.client(t), srv.URL, p.opts...)
-
-			_, err := rs.CreateRelease(ctx, connect.NewRequest(&pawlv1.CreateReleaseRequest{Spec: spec("web-"+p.name, "hunter2x")}))
-			wantCode(t, "CreateRelease with a short token", err, connect.CodeInvalidArgument, `token "[redacted]" is shorter than 16 characters`)
-			if strings.Contains(err.Error(), "hunter2x") {
-				t.Fatalf("the refusal shows the token: %v", err)
-			}
-			dry, err := vs.Validate(ctx, connect.NewRequest(&pawlv1.ValidateRequest{Digest: digest, Content: content("hunter2x")}))
-			if err != nil || len(dry.Msg.GetViolations()) != 1 || strings.Contains(dry.Msg.GetViolations()[0].GetMessage(), "hunter2x") {
-				t.Fatalf("Validate = %v, %v; want one violation without the token", dry, err)
-			}
-
-			id := "pay-" + p.name
-			if _, err := is.Register(ctx, connect.NewRequest(&pawlv1.RegisterRequest{Instance: &pawlv1.Instance{
-				WorkloadIdentity: id, BootId: "boot-a", Zone: "zone-a", TrafficWeight: 1}})); err != nil {
-				t.Fatal(err)
-			}
-			const token = "s3cr3t-token-0123456789"
-			created, err := rs.CreateRelease(ctx, connect.NewRequest(&pawlv1.CreateReleaseRequest{Spec: spec("api-"+p.name, token)}))
-			if err != nil {
-				t.Fatal(err)
-			}
-			rel := created.Msg.GetRelease()
-			_, err = ro.Ack(ctx, connect.NewRequest(&pawlv1.AckRequest{Ack: &pawlv1.Ack{
-				ConfigId: rel.GetSpec().GetConfigId(), Generation: rel.GetGeneration(), WorkloadIdentity: id, BootId: "boot-a",
-				MembershipEpoch: epochOf(t, is, id), ContentDigest: rel.GetContentDigest(), ValidatorDigest: digest, ApplySequence: 1,
-				State: pawlv1.InstanceState_INSTANCE_STATE_REJECTED, Reason: "upstream a refused token " + token + " (401)",
-			}}))
-			if err != nil {
-				t.Fatal(err)
-			}
-			st, err := ro.GetRolloutStatus(ctx, connect.NewRequest(&pawlv1.GetRolloutStatusRequest{ConfigId: rel.GetSpec().GetConfigId(), Generation: rel.GetGeneration()}))
-			if err != nil {
-				t.Fatal(err)
-			}
-			acks := st.Msg.GetAcks()
-			if len(acks) != 1 || acks[0].GetReason() != "upstream a refused token [redacted] (401)" {
-				t.Fatalf("stored ACKs %v; want one REJECTED whose reason hides the token", acks)
-			}
+			fn(t, ctx, p)
 		})
 	}
+}
+
+// protocol is an entry of protocols.
+type protocol = struct {
+	name   string
+	client func(testing.TB) *http.Client
+	opts   []connect.ClientOption
 }
