@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	pawlv1 "github.com/pawlcfg/pawl/gen/pawl/v1"
+	"github.com/pawlcfg/pawl/sdk/textsafe"
 )
 
 // reporter sends the ACKs of one apply (one assignment, one apply
@@ -122,7 +123,8 @@ func (r *reporter) send(ctx context.Context, state pawlv1.InstanceState, digest 
 	ack := &pawlv1.Ack{
 		ConfigId: r.a.GetConfigId(), Generation: r.a.GetGeneration(), WorkloadIdentity: r.c.cfg.instance.WorkloadIdentity,
 		BootId: r.c.bootID, ContentDigest: digest, ValidatorDigest: r.a.GetValidatorDigest(), AppArtifact: r.c.cfg.appArtifact,
-		AppVersion: r.c.cfg.instance.AppVersion, ApplySequence: r.seq, State: state, HealthOk: extra.healthOK, Reason: extra.reason, Traceparent: traceparent(ctx),
+		AppVersion: r.c.cfg.instance.AppVersion, ApplySequence: r.seq, State: state, HealthOk: extra.healthOK,
+		Reason: textsafe.Clean(extra.reason, maxReasonBytes), Traceparent: traceparent(ctx),
 	}
 	if extra.held > 0 {
 		ack.Held = durationpb.New(extra.held)
@@ -168,6 +170,11 @@ func (r *reporter) send(ctx context.Context, state pawlv1.InstanceState, digest 
 	}
 	return nil
 }
+
+// maxReasonBytes is the longest ACK reason sent: the least bound a server
+// puts on request text (pawld --max-text-bytes), so that a long reason (a
+// validator's list of violations) is cut rather than the ACK refused.
+const maxReasonBytes = 4096
 
 // maxEarlyResends bounds how often a healthy HEALTHY_ACKED that came
 // before the server's measure of the window is sent again: enough for a

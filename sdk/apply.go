@@ -518,7 +518,10 @@ func (c *Client) validate(ctx context.Context, f *fetched) error {
 	if !res.Valid {
 		var b strings.Builder
 		b.WriteString("the validator rejected the content:")
-		for _, v := range res.Violations {
+		// The reason reaches the server and whoever reads the rollout: the
+		// secret values the validator marked must not.
+		secrets := host.SecretValues(f.release.Content, res.Secrets)
+		for _, v := range host.RedactViolations(res.Violations, secrets) {
 			fmt.Fprintf(&b, " [%s] %s: %s;", v.Severity, v.Path, v.Message)
 		}
 		return mark(errors.New(strings.TrimSuffix(b.String(), ";")), errInvalidContent)

@@ -8,8 +8,8 @@ import (
 
 // TestTheSDKPullsInNoServer: what services import stays small. The SDK's
 // packages (tests aside) depend on no server code, bbolt, go-redis or
-// cobra, and sdk/canonical, sdk/appversion, sdk/credentials, sdk/configid and
-// sdk/auditchain on the standard library alone.
+// cobra, and sdk/canonical, sdk/appversion, sdk/credentials, sdk/configid,
+// sdk/auditchain and sdk/textsafe on the standard library alone.
 func TestTheSDKPullsInNoServer(t *testing.T) {
 	out, err := exec.Command("go", "list", "-deps", "github.com/pawlcfg/pawl/sdk/...").Output()
 	if err != nil {
@@ -22,7 +22,7 @@ func TestTheSDKPullsInNoServer(t *testing.T) {
 			}
 		}
 	}
-	for _, pkg := range []string{"sdk/canonical", "sdk/appversion", "sdk/credentials", "sdk/auditchain", "sdk/configid"} {
+	for _, pkg := range []string{"sdk/canonical", "sdk/appversion", "sdk/credentials", "sdk/auditchain", "sdk/configid", "sdk/textsafe"} {
 		out, err := exec.Command("go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", "github.com/pawlcfg/pawl/"+pkg).Output()
 		if err != nil {
 			t.Fatalf("go list %s: %v", pkg, err)

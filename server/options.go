@@ -29,6 +29,7 @@ type config struct {
 	maxValueBytes    int
 	maxTxnOps        int
 	maxTxnBytes      int
+	maxTextBytes     int
 	retainRevisions  int64
 	retainFor        time.Duration
 	retainLog        int64
@@ -86,6 +87,12 @@ const (
 	// transaction as one message: gRPC clients whose receive limit is the
 	// usual 4 MiB need a higher one for the largest.
 	DefaultMaxTxnBytes = 4 << 20
+	// DefaultMaxTextBytes bounds every string of a request (ACK and stop
+	// reasons, names, labels, selectors, identities...): 4 KiB holds a
+	// reason of a few dozen lines, and is also the least WithMaxTextBytes
+	// accepts, because the SDK cuts the ACK reasons it sends to it (an
+	// instance must never lose an ACK to the bound).
+	DefaultMaxTextBytes = 4096
 	// DefaultMaxValidatorBytes is the largest validator module accepted.
 	DefaultMaxValidatorBytes = 16 << 20
 	// DefaultValidatorTimeout bounds one validation.
@@ -187,6 +194,7 @@ func defaultConfig() config {
 		maxValueBytes:    DefaultMaxValueBytes,
 		maxTxnOps:        DefaultMaxTxnOps,
 		maxTxnBytes:      DefaultMaxTxnBytes,
+		maxTextBytes:     DefaultMaxTextBytes,
 		retainRevisions:  DefaultRetainRevisions,
 		retainFor:        DefaultRetainFor,
 		retainLog:        DefaultRetainLogRevisions,
@@ -235,6 +243,8 @@ func (c config) validate() error {
 		return fmt.Errorf("server: WithMaxValueBytes(%d): must be positive", c.maxValueBytes)
 	case c.maxTxnOps <= 0 || c.maxTxnBytes <= 0:
 		return fmt.Errorf("server: WithTxnLimits(%d, %d): both must be positive", c.maxTxnOps, c.maxTxnBytes)
+	case c.maxTextBytes < DefaultMaxTextBytes:
+		return fmt.Errorf("server: WithMaxTextBytes(%d): must be at least %d, the length the SDK cuts ACK reasons to", c.maxTextBytes, DefaultMaxTextBytes)
 	case c.retainRevisions < 0:
 		return fmt.Errorf("server: WithRetention(%d, _): must be 0 (no limit) or positive", c.retainRevisions)
 	case c.retainLog < 0:
@@ -352,6 +362,12 @@ func WithTxnLimits(ops, bytes int) Option {
 
 // WithMaxValueBytes sets the largest value a Put accepts (default 1 MiB).
 func WithMaxValueBytes(n int) Option { return func(c *config) { c.maxValueBytes = n } }
+
+// WithMaxTextBytes bounds every string of every request, in bytes
+// (default and least DefaultMaxTextBytes): longer ones are refused with
+// InvalidArgument naming the field. Keys have their own bound
+// (store.MaxKeyBytes).
+func WithMaxTextBytes(n int) Option { return func(c *config) { c.maxTextBytes = n } }
 
 // WithRetention sets how much of the change log is kept: at most revisions
 // revisions and none older than age (0 disables either limit). Watchers and

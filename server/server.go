@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -272,11 +273,14 @@ func (s *Server) routes() http.Handler {
 	// A transaction's envelope carries a few bytes per op besides its
 	// keys and values.
 	kvReadMax := max(s.cfg.maxValueBytes, s.cfg.maxTxnBytes) + 16*s.cfg.maxTxnOps + 64<<10
+	wasmReadMax := s.cfg.maxWasmBytes + 64<<10
 	registry := s.registry
 	releases := release.New(s.store, s.vals.Run, registry.Members, release.WithClock(s.cfg.now))
 	rollouts := rollout.New(s.store, releases, registry, rollout.WithClock(s.cfg.now), rollout.WithLogger(s.cfg.log))
 	opts := []connect.HandlerOption{
-		connect.WithReadMaxBytes(readMax),
+		// One byte above the limit that api.LimitBody enforces (below),
+		// which refuses what is over it with a message naming the flags.
+		connect.WithReadMaxBytes(readMax + 1),
 		// Compressing small messages costs more CPU than it saves bytes: with
 		// thousands of watch streams, gzip of each small event dominated the
 		// fan-out profile. Larger messages (big configs, batches) still
@@ -288,7 +292,7 @@ func (s *Server) routes() http.Handler {
 		// The stream limits count by the principal the auth interceptor
 		// found, so they come after it.
 		connect.WithInterceptors(api.LogInterceptor(s.cfg.log), api.AuditInterceptor(s.audit, api.Caller(s.authn != nil), s.cfg.now, s.cfg.log),
-			api.AuthInterceptor(s.authn, registry, rollouts, s.cfg.log), api.StreamLimitInterceptor(s.cfg.streamLimits)),
+			api.AuthInterceptor(s.authn, registry, rollouts, s.cfg.log), api.StreamLimitInterceptor(s.cfg.streamLimits), api.TextInterceptor(s.cfg.maxTextBytes)),
 	}
 	// What many clients receive alike (a change fanned out to watch
 	// streams, a release or a validator module downloaded by a fleet) is
@@ -297,11 +301,11 @@ func (s *Server) routes() http.Handler {
 	shared := append(slices.Clone(opts), s.gzip.HandlerOption())
 	mux := http.NewServeMux()
 	kv := api.NewKV(s.store, s.hub, s.cfg.maxValueBytes, api.TxnLimits{Ops: s.cfg.maxTxnOps, Bytes: s.cfg.maxTxnBytes}, s.cfg.log)
-	kvPath, kvHandler := pawlv1connect.NewKVServiceHandler(kv, append(slices.Clone(opts), connect.WithReadMaxBytes(kvReadMax))...)
+	kvPath, kvHandler := pawlv1connect.NewKVServiceHandler(kv, append(slices.Clone(opts), connect.WithReadMaxBytes(kvReadMax+1))...)
 	mux.Handle(kvPath, kvHandler)
 	_, watchHandler := pawlv1connect.NewKVServiceHandler(kv, shared...)
 	mux.Handle(pawlv1connect.KVServiceWatchProcedure, watchHandler) // the exact path wins over the service's
-	validatorOpts := append(slices.Clone(shared), connect.WithReadMaxBytes(s.cfg.maxWasmBytes+64<<10))
+	validatorOpts := append(slices.Clone(shared), connect.WithReadMaxBytes(wasmReadMax+1))
 	mux.Handle(pawlv1connect.NewValidatorServiceHandler(api.NewValidators(s.vals, s.cfg.maxValueBytes, s.cfg.log), validatorOpts...))
 	s.startBackground(rollouts)
 	mux.Handle(pawlv1connect.NewReleaseServiceHandler(api.NewReleases(releases, rollouts, s.cfg.log), shared...))
@@ -313,7 +317,31 @@ func (s *Server) routes() http.Handler {
 	reflector := grpcreflect.NewStaticReflector(append([]string{grpchealth.HealthV1ServiceName}, services...)...)
 	mux.Handle(grpcreflect.NewHandlerV1(reflector))
 	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
-	return withAuthContext(mux)
+	return withAuthContext(s.limitBodies(mux, readMax, kvReadMax, wasmReadMax))
+}
+
+// limitBodies guards every request body (api.LimitBody) with the read
+// limit of its route: KV calls, validator calls, and every other call,
+// each refused over it with a message naming the flags that make it up.
+func (s *Server) limitBodies(next http.Handler, readMax, kvReadMax, wasmReadMax int) http.Handler {
+	values := fmt.Sprintf("a value or a release's content may be up to %d bytes (pawld --max-value-bytes)", s.cfg.maxValueBytes)
+	other := api.LimitBody(next, readMax, values+"; raise it to send larger ones")
+	kv := api.LimitBody(next, kvReadMax, fmt.Sprintf("%s, and a transaction up to %d bytes of keys and values in %d ops "+
+		"(--max-txn-bytes, --max-txn-ops); raise them to send larger ones", values, s.cfg.maxTxnBytes, s.cfg.maxTxnOps))
+	wasm := api.LimitBody(next, wasmReadMax, fmt.Sprintf("a validator module may be up to %d bytes (pawld --max-validator-bytes); "+
+		"raise it to upload larger ones", s.cfg.maxWasmBytes))
+	kvPrefix := "/" + pawlv1connect.KVServiceName + "/"
+	validatorPrefix := "/" + pawlv1connect.ValidatorServiceName + "/"
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case strings.HasPrefix(r.URL.Path, kvPrefix) && r.URL.Path != pawlv1connect.KVServiceWatchProcedure:
+			kv.ServeHTTP(w, r)
+		case strings.HasPrefix(r.URL.Path, validatorPrefix):
+			wasm.ServeHTTP(w, r)
+		default:
+			other.ServeHTTP(w, r)
+		}
+	})
 }
 
 // withAuthContext puts on each request's context the client certificate

@@ -68,6 +68,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	workLease := fs.Duration("work-lease", server.DefaultWorkLease, "with --store, how long a replica's lease on the rollout supervisor and compaction lasts; another replica takes over within it when the holder dies")
 	maxValue := fs.Int("max-value-bytes", server.DefaultMaxValueBytes, "largest value a put accepts, in bytes")
 	maxTxnOps := fs.Int("max-txn-ops", server.DefaultMaxTxnOps, "most changes one transaction may make")
+	maxText := fs.Int("max-text-bytes", server.DefaultMaxTextBytes, "longest string any request field may hold (reasons, names, labels, selectors...), in bytes; at least the default")
 	maxTxnBytes := fs.Int("max-txn-bytes", server.DefaultMaxTxnBytes, "most bytes of keys and values one transaction may carry")
 	quotaBytes := fs.Int64("quota-bytes", server.DefaultQuotaBytes, "storage quota in bytes (0: none): over it, writes that add bytes are refused with RESOURCE_EXHAUSTED and the NOSPACE alarm is raised until deletes and compaction take the store under nine tenths of it; reads, deletes and compaction still work, and reports may use a tenth more. Give every replica of a Redis store the same quota")
 	retainRevs := fs.Int64("retain-revisions", server.DefaultRetainRevisions, "revisions kept in the change log (0: no count limit)")
@@ -135,6 +136,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		server.WithWorkLease(*workLease),
 		server.WithRedisReplicaAcks(*replicaAcks, *replicaWait),
 		server.WithMaxValueBytes(*maxValue),
+		server.WithMaxTextBytes(*maxText),
 		server.WithTxnLimits(*maxTxnOps, *maxTxnBytes),
 		server.WithRetention(*retainRevs, *retainFor),
 		server.WithQuota(*quotaBytes),

@@ -51,6 +51,10 @@ type Result struct {
 	Valid bool `json:"valid"`
 	// Violations are the problems found, errors and warnings.
 	Violations []Violation `json:"violations"`
+	// Secrets locate the config's secret values, as JSON Pointers (RFC
+	// 6901), e.g. /upstreams/0/token. Hosts redact those values from
+	// violation messages and ACK reasons before they store or send them.
+	Secrets []string `json:"secrets,omitempty"`
 }
 
 // Normalize applies the ABI's rule that any violation other than a warning

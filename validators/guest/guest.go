@@ -68,7 +68,7 @@ func run(input []byte) []byte {
 		res = handler(in)
 	}
 	res.Normalize()
-	if res.Valid && len(res.Violations) == 0 {
+	if res.Valid && len(res.Violations) == 0 && len(res.Secrets) == 0 {
 		return validOutput
 	}
 	out, err := json.Marshal(res)

@@ -116,7 +116,8 @@ func (h *Validators) Validate(ctx context.Context, req *connect.Request[pawlv1.V
 	if err != nil {
 		return nil, Error(h.log, req.Spec(), err)
 	}
-	return connect.NewResponse(&pawlv1.ValidateResponse{Valid: res.Valid, Digest: m.GetDigest(), Violations: toProtoViolations(res.Violations)}), nil
+	violations := host.RedactViolations(res.Violations, host.SecretValues(m.GetContent(), res.Secrets))
+	return connect.NewResponse(&pawlv1.ValidateResponse{Valid: res.Valid, Digest: m.GetDigest(), Violations: toProtoViolations(violations)}), nil
 }
 
 func toProtoViolations(vs []host.Violation) []*pawlv1.Violation {

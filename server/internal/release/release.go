@@ -184,8 +184,21 @@ type Release struct {
 	// CreatedAt and CreatedBy say when and by whom.
 	CreatedAt time.Time `json:"created_at"`
 	CreatedBy string    `json:"created_by"`
+	// SecretPaths locate the content's secret values, as JSON Pointers:
+	// what the validator marked secret when the release was created.
+	// ACK reasons are stored with those values redacted.
+	SecretPaths []string `json:"secret_paths,omitempty"`
 	// Revision is the store revision of the record (not stored in it).
 	Revision int64 `json:"-"`
+}
+
+// RedactSecrets returns text with the release's secret values (its
+// SecretPaths in its content) replaced by host.Redacted.
+func (r Release) RedactSecrets(text string) string {
+	if len(r.SecretPaths) == 0 || text == "" {
+		return text
+	}
+	return host.Redact(text, host.SecretValues(r.Content, r.SecretPaths))
 }
 
 // ValidateFunc runs a stored validator on content.
@@ -228,8 +241,14 @@ type Option func(*Releases)
 func WithClock(now func() time.Time) Option { return func(r *Releases) { r.now = now } }
 
 var (
-	configIDPattern  = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,127}$`)
-	secretRefPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._/-]{0,254}@[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+	configIDPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,127}$`)
+	// secretRefPattern is SCHEME://PATH#VERSION: the secret store, the
+	// secret's name or ARN in it, and the version the release pins, as in
+	// vault://secret/data/payments/db#7 or
+	// aws-sm://arn:aws:secretsmanager:eu-west-1:123456789012:secret:db#AWSCURRENT.
+	// A literal password has no scheme, and a URL with credentials in it
+	// (postgres://admin:hunter2@db/x) holds an "@", which no path may.
+	secretRefPattern = regexp.MustCompile(`^[a-z][a-z0-9+.-]{1,31}://[A-Za-z0-9._/:=+,-]{1,512}#[A-Za-z0-9._-]{1,64}$`)
 )
 
 // maxCreateAttempts bounds retries when concurrent creators race for a
@@ -256,7 +275,10 @@ func (r *Releases) Create(ctx context.Context, spec Spec, actor string) (Release
 		return Release{}, fmt.Errorf("release: run validator %s: %w", spec.ValidatorDigest, err)
 	}
 	if !res.Valid {
-		return Release{}, &RejectedError{Digest: spec.ValidatorDigest, Violations: res.Violations}
+		// The violations reach the caller and the audit log: the secret
+		// values the validator marked must not.
+		secrets := host.SecretValues(spec.Content, res.Secrets)
+		return Release{}, &RejectedError{Digest: spec.ValidatorDigest, Violations: host.RedactViolations(res.Violations, secrets)}
 	}
 	if err := r.checkDependencies(ctx, spec); err != nil {
 		return Release{}, err
@@ -271,7 +293,7 @@ func (r *Releases) Create(ctx context.Context, spec Spec, actor string) (Release
 	members, ineligible := eligible(members, spec.MinAppVersion)
 	rel := Release{
 		Spec: spec, ContentDigest: digest, Membership: members, Ineligible: ineligible, MembershipEpoch: epoch, State: StateCandidate,
-		CreatedAt: r.now().UTC(), CreatedBy: actor,
+		CreatedAt: r.now().UTC(), CreatedBy: actor, SecretPaths: res.Secrets,
 	}
 	if err := checkLayout(rel); err != nil {
 		return Release{}, err
@@ -493,9 +515,11 @@ func checkSpec(s Spec) error {
 			return bad("dependency %s@%d: name another config and a generation of 1 or more", config, gen)
 		}
 	}
-	for _, ref := range s.SecretRefs {
+	for i, ref := range s.SecretRefs {
 		if !secretRefPattern.MatchString(ref) {
-			return bad("secret reference %q must be NAME@VERSION (a reference to a secret's version, never a value)", ref)
+			return bad("secret reference %d is not a reference: a secret reference is SCHEME://PATH#VERSION, such as "+
+				"vault://secret/data/payments/db#7 (a secret's version in a secret store, never a value; a path holds no \"@\", "+
+				"spaces or punctuation other than . _ / : = + , -)", i)
 		}
 	}
 	names := map[string]bool{}

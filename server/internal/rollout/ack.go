@@ -163,6 +163,9 @@ func (r *Rollouts) recordAck(ctx context.Context, ack Ack) (Ack, int64, error) {
 		return Ack{}, 0, err
 	}
 	ack.ReceivedAt = r.now().UTC()
+	// Whoever reads the rollout's status reads the reason: never a secret
+	// value of the release.
+	ack.Reason = av.rel.RedactSecrets(ack.Reason)
 	ack.Counted, ack.Why, ack.Breach = judge(av.snapshot, av.plan, ack, av.reg, av.registered, av.prior)
 	ack.Shadow = ack.Counted && reportedInShadow(av.snapshot, av.plan, ack.WorkloadIdentity)
 	b, err := records.Encode(ack)

@@ -367,6 +367,9 @@ func TestDependenciesAppVersionsAndSecretRefs(t *testing.T) {
 	}
 	for _, bad := range []func(*release.Spec){
 		func(s *release.Spec) { s.SecretRefs = []string{"hunter2"} },
+		func(s *release.Spec) { s.SecretRefs = []string{"Tr0ub4dor@3"} },
+		func(s *release.Spec) { s.SecretRefs = []string{"postgres://admin:hunter2@db/x#1"} },
+		func(s *release.Spec) { s.SecretRefs = []string{"vault://secret/db#7 hunter2"} },
 		func(s *release.Spec) { s.MinAppVersion = "latest" },
 	} {
 		spec := release.Spec{ConfigID: "routing", MediaType: "application/json", ValidatorDigest: e.digest, Deadline: time.Hour,
@@ -376,7 +379,11 @@ func TestDependenciesAppVersionsAndSecretRefs(t *testing.T) {
 			t.Fatalf("bad spec %+v = %v", spec, err)
 		}
 	}
-	rel := e.releaseWith(t, 50, func(s *release.Spec) { s.MinAppVersion = "2.0"; s.SecretRefs = []string{"db/password@7"} })
+	rel := e.releaseWith(t, 50, func(s *release.Spec) {
+		s.MinAppVersion = "2.0"
+		s.SecretRefs = []string{"vault://secret/data/db#7",
+			"aws-sm://arn:aws:secretsmanager:eu-west-1:123456789012:secret:db#AWSCURRENT", "k8s://payments/db-credentials/password#1234"}
+	})
 	if len(rel.Membership) != 1 || rel.Membership[0].ID != "i1" || len(rel.Ineligible) != 5 {
 		t.Fatalf("membership %+v, ineligible %+v; only i1 runs 2.0 or later", rel.Membership, rel.Ineligible)
 	}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/pawlcfg/pawl/sdk/textsafe"
 )
 
 // SystemPrefix holds Pawl's own records (releases, pointers, receipts,
@@ -32,9 +34,13 @@ func (e *InvalidKeyError) Error() string { return "store: invalid " + e.Field + 
 // Is reports whether target is ErrInvalidKey.
 func (e *InvalidKeyError) Is(target error) bool { return target == ErrInvalidKey }
 
-// ValidateKey checks that key is a non-empty UTF-8 path that starts with "/",
-// has no NUL byte and is at most MaxKeyBytes long. The error says which rule
-// failed and matches ErrInvalidKey.
+// ValidateKey checks that key is a non-empty UTF-8 path that starts with
+// "/", is at most MaxKeyBytes long and holds no character that breaks how
+// keys are shown (see textsafe.Breaking): a key is printed one per line by
+// `pawl ls`, in logs and in audit records, so a newline, a tab, an escape
+// sequence or a bidirectional override in it would forge or hide lines.
+// The error says which rule failed, naming the character and its byte
+// position, and matches ErrInvalidKey.
 func ValidateKey(key string) error {
 	if reason := keyProblem(key); reason != "" {
 		return &InvalidKeyError{Field: "key", Reason: reason}
@@ -52,8 +58,12 @@ func keyProblem(key string) string {
 		return fmt.Sprintf("key %q does not start with \"/\"", key)
 	case !utf8.ValidString(key):
 		return "the key is not valid UTF-8"
-	case strings.IndexByte(key, 0) >= 0:
-		return "the key contains a NUL byte"
+	}
+	for i, r := range key {
+		if name := textsafe.Breaking(r); name != "" {
+			return fmt.Sprintf("key %q holds %U (%s) at byte %d; keys may not hold control characters, "+
+				"line or paragraph separators, or bidirectional formatting characters", key, r, name, i)
+		}
 	}
 	return ""
 }

@@ -3,6 +3,11 @@
 //
 //	{"upstreams": [{"host": "a.internal:443", "weight": 60}, {"host": "b.internal:443", "weight": 40}]}
 //
+// An upstream may carry a "token" to authenticate to it, of at least 16
+// characters; the validator marks every token secret (Result.Secrets), so
+// hosts redact it from what they report, this validator's own messages
+// included.
+//
 // Build: GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o routing.wasm .
 package main
 
@@ -21,6 +26,7 @@ type table struct {
 	Upstreams []struct {
 		Host   string `json:"host"`
 		Weight *int   `json:"weight"`
+		Token  string `json:"token"`
 	} `json:"upstreams"`
 }
 
@@ -47,6 +53,12 @@ func validate(in guest.Input) guest.Result {
 			add(path+"/host", "host %q is also upstream %d; hosts must be unique", u.Host, seen[u.Host]-1)
 		default:
 			seen[u.Host] = i + 1
+		}
+		if u.Token != "" {
+			res.Secrets = append(res.Secrets, path+"/token")
+			if len(u.Token) < 16 {
+				add(path+"/token", "token %q is shorter than 16 characters", u.Token)
+			}
 		}
 		switch {
 		case u.Weight == nil:
