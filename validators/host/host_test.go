@@ -78,7 +78,10 @@ func TestRoutingValidator(t *testing.T) {
 }
 
 func TestJSONSchemaValidator(t *testing.T) {
-	v := load(t, newRuntime(t), "jsonschema")
+	// The module's start (the Go runtime, the embedded schema's
+	// compilation) took over the default second under -race on loaded
+	// cores; the time limit has its own tests.
+	v := load(t, newRuntime(t, host.WithTimeout(30*time.Second)), "jsonschema")
 	ctx := context.Background()
 	res, err := v.Validate(ctx, host.Input{Config: []byte(`{"currency":"EUR","max_amount":500,"countries":["DE","FR"]}`), MediaType: "application/json"})
 	if err != nil || !res.Valid {
