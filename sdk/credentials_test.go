@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pawlcfg/pawl/internal/testtls"
+	"github.com/pawlcfg/pawl/internal/testkit/testtls"
 	"github.com/pawlcfg/pawl/sdk"
 	"github.com/pawlcfg/pawl/sdk/credentials"
 )

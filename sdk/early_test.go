@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pawlcfg/pawl/internal/testclock"
+	"github.com/pawlcfg/pawl/internal/testkit/testclock"
 	"github.com/pawlcfg/pawl/server"
 )
 

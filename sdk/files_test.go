@@ -16,7 +16,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	pawlv1 "github.com/pawlcfg/pawl/gen/pawl/v1"
-	"github.com/pawlcfg/pawl/internal/faultproxy"
+	"github.com/pawlcfg/pawl/internal/testkit/faultproxy"
 	"github.com/pawlcfg/pawl/sdk"
 	"github.com/pawlcfg/pawl/sdk/canonical"
 )

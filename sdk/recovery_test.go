@@ -8,8 +8,8 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/pawlcfg/pawl/internal/faultproxy"
-	"github.com/pawlcfg/pawl/internal/testserver"
+	"github.com/pawlcfg/pawl/internal/testkit/faultproxy"
+	"github.com/pawlcfg/pawl/internal/testkit/testserver"
 	"github.com/pawlcfg/pawl/sdk"
 )
 

@@ -11,7 +11,7 @@ import (
 	"connectrpc.com/connect"
 
 	pawlv1 "github.com/pawlcfg/pawl/gen/pawl/v1"
-	"github.com/pawlcfg/pawl/internal/faultproxy"
+	"github.com/pawlcfg/pawl/internal/testkit/faultproxy"
 	"github.com/pawlcfg/pawl/sdk"
 	"github.com/pawlcfg/pawl/server"
 )

@@ -15,7 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	pawlv1 "github.com/pawlcfg/pawl/gen/pawl/v1"
-	"github.com/pawlcfg/pawl/internal/testserver"
+	"github.com/pawlcfg/pawl/internal/testkit/testserver"
 )
 
 // These tests use grpc-go, an independent gRPC implementation, with no

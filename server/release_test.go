@@ -14,7 +14,7 @@ import (
 
 	pawlv1 "github.com/pawlcfg/pawl/gen/pawl/v1"
 	"github.com/pawlcfg/pawl/gen/pawl/v1/pawlv1connect"
-	"github.com/pawlcfg/pawl/internal/testserver"
+	"github.com/pawlcfg/pawl/internal/testkit/testserver"
 )
 
 func register(t *testing.T, is pawlv1connect.InstanceServiceClient, id, boot, zone string, labels map[string]string) {

@@ -8,7 +8,7 @@ import (
 	"connectrpc.com/connect"
 
 	pawlv1 "github.com/pawlcfg/pawl/gen/pawl/v1"
-	"github.com/pawlcfg/pawl/internal/testserver"
+	"github.com/pawlcfg/pawl/internal/testkit/testserver"
 	"github.com/pawlcfg/pawl/server"
 )
 

@@ -8,7 +8,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	pawlv1 "github.com/pawlcfg/pawl/gen/pawl/v1"
-	"github.com/pawlcfg/pawl/internal/testserver"
+	"github.com/pawlcfg/pawl/internal/testkit/testserver"
 )
 
 // TestEveryStatusPageIsReadAtTheRevisionOfTheFirst: a status is read in

@@ -10,9 +10,9 @@ import (
 	"connectrpc.com/connect"
 
 	pawlv1 "github.com/pawlcfg/pawl/gen/pawl/v1"
-	"github.com/pawlcfg/pawl/internal/testserver"
-	"github.com/pawlcfg/pawl/internal/wasmbuild"
-	"github.com/pawlcfg/pawl/internal/wasmgen"
+	"github.com/pawlcfg/pawl/internal/testkit/testserver"
+	"github.com/pawlcfg/pawl/internal/testkit/wasmbuild"
+	"github.com/pawlcfg/pawl/internal/testkit/wasmgen"
 	"github.com/pawlcfg/pawl/server"
 	"github.com/pawlcfg/pawl/validators/host"
 )

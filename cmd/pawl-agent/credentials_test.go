@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pawlcfg/pawl/internal/testserver"
-	"github.com/pawlcfg/pawl/internal/testtls"
+	"github.com/pawlcfg/pawl/internal/testkit/testserver"
+	"github.com/pawlcfg/pawl/internal/testkit/testtls"
 )
 
 // TestTheCredentialFlagsReachTheSDK: behind a listener that requires a

@@ -15,7 +15,7 @@ import (
 
 	pawlv1 "github.com/pawlcfg/pawl/gen/pawl/v1"
 	"github.com/pawlcfg/pawl/gen/pawl/v1/pawlv1connect"
-	"github.com/pawlcfg/pawl/internal/faultproxy"
+	"github.com/pawlcfg/pawl/internal/testkit/faultproxy"
 )
 
 // awaitRegistered reads the records watch until the instance's

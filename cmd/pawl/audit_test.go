@@ -10,8 +10,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/pawlcfg/pawl/internal/redistest"
-	"github.com/pawlcfg/pawl/internal/testserver"
+	"github.com/pawlcfg/pawl/internal/testkit/redistest"
+	"github.com/pawlcfg/pawl/internal/testkit/testserver"
 )
 
 // TestAuditListsAndFilters: pawl audit prints a line per record, filters

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pawlcfg/pawl/internal/testserver"
-	"github.com/pawlcfg/pawl/internal/testtls"
+	"github.com/pawlcfg/pawl/internal/testkit/testserver"
+	"github.com/pawlcfg/pawl/internal/testkit/testtls"
 )
 
 // pawlAt runs one command line and returns its exit code and output.

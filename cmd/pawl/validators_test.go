@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pawlcfg/pawl/internal/testserver"
-	"github.com/pawlcfg/pawl/internal/wasmbuild"
+	"github.com/pawlcfg/pawl/internal/testkit/testserver"
+	"github.com/pawlcfg/pawl/internal/testkit/wasmbuild"
 	"github.com/pawlcfg/pawl/validators/host"
 )
 

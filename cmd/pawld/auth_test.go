@@ -8,7 +8,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/pawlcfg/pawl/internal/testserver"
+	"github.com/pawlcfg/pawl/internal/testkit/testserver"
 )
 
 // TestOpenServerStaysOnLoopback: without --auth-file pawld says at start

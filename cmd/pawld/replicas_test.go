@@ -12,8 +12,8 @@ import (
 
 	pawlv1 "github.com/pawlcfg/pawl/gen/pawl/v1"
 	"github.com/pawlcfg/pawl/gen/pawl/v1/pawlv1connect"
-	"github.com/pawlcfg/pawl/internal/pawldtest"
-	"github.com/pawlcfg/pawl/internal/redistest"
+	"github.com/pawlcfg/pawl/internal/testkit/pawldtest"
+	"github.com/pawlcfg/pawl/internal/testkit/redistest"
 )
 
 // replicas starts n pawld processes sharing one store in the shared Redis

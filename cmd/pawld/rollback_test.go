@@ -10,8 +10,8 @@ import (
 	"connectrpc.com/connect"
 
 	pawlv1 "github.com/pawlcfg/pawl/gen/pawl/v1"
-	"github.com/pawlcfg/pawl/internal/pawldtest"
-	"github.com/pawlcfg/pawl/internal/redistest"
+	"github.com/pawlcfg/pawl/internal/testkit/pawldtest"
+	"github.com/pawlcfg/pawl/internal/testkit/redistest"
 )
 
 // TestRedisRestartedFromAnOlderSnapshot: pawld on a private redis-server

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pawlcfg/pawl/internal/wasmbuild"
+	"github.com/pawlcfg/pawl/internal/testkit/wasmbuild"
 	"github.com/pawlcfg/pawl/validators/host"
 )
 

@@ -12,7 +12,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/pawlcfg/pawl/internal/wasmbuild"
+	"github.com/pawlcfg/pawl/internal/testkit/wasmbuild"
 	"github.com/pawlcfg/pawl/validators/host"
 )
 

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pawlcfg/pawl/internal/wasmbuild"
-	"github.com/pawlcfg/pawl/internal/wasmgen"
+	"github.com/pawlcfg/pawl/internal/testkit/wasmbuild"
+	"github.com/pawlcfg/pawl/internal/testkit/wasmgen"
 	"github.com/pawlcfg/pawl/validators/host"
 )
 

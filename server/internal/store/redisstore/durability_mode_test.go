@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pawlcfg/pawl/internal/redistest"
+	"github.com/pawlcfg/pawl/internal/testkit/redistest"
 	"github.com/pawlcfg/pawl/server/internal/store"
 )
 

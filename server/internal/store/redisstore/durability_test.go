@@ -11,7 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/pawlcfg/pawl/internal/redistest"
+	"github.com/pawlcfg/pawl/internal/testkit/redistest"
 	"github.com/pawlcfg/pawl/server/internal/store"
 )
 

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pawlcfg/pawl/internal/redistest"
+	"github.com/pawlcfg/pawl/internal/testkit/redistest"
 	"github.com/pawlcfg/pawl/server/internal/store"
 )
 

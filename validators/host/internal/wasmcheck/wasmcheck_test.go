@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pawlcfg/pawl/internal/wasmgen"
+	"github.com/pawlcfg/pawl/internal/testkit/wasmgen"
 	"github.com/pawlcfg/pawl/validators/host/internal/wasmcheck"
 )
 

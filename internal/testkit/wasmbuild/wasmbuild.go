@@ -27,7 +27,7 @@ var (
 // Examples is the directory of the example validators.
 func Examples() string {
 	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..", "validators", "examples")
+	return filepath.Join(filepath.Dir(file), "..", "..", "..", "validators", "examples")
 }
 
 // Build returns the module built from validators/examples/<name>, e.g.

@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pawlcfg/pawl/internal/redistest"
+	"github.com/pawlcfg/pawl/internal/testkit/redistest"
 )
 
 var (
@@ -33,7 +33,7 @@ func Binary(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
 		_, file, _, _ := runtime.Caller(0)
-		root := filepath.Join(filepath.Dir(file), "..", "..")
+		root := filepath.Join(filepath.Dir(file), "..", "..", "..")
 		if buildDir, buildErr = os.MkdirTemp("", "pawldtest"); buildErr != nil {
 			return
 		}

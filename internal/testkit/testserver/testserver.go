@@ -24,8 +24,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pawlcfg/pawl/internal/redistest"
-	"github.com/pawlcfg/pawl/internal/wasmbuild"
+	"github.com/pawlcfg/pawl/internal/testkit/redistest"
+	"github.com/pawlcfg/pawl/internal/testkit/wasmbuild"
 	"github.com/pawlcfg/pawl/server"
 )
 
