@@ -55,7 +55,7 @@ func TestTheQuickstartRuns(t *testing.T) {
 }
 
 // TestTheReadmeShowsTheScriptsCommands checks that the README's
-// walkthrough block and run.sh run the same pawl and pawl-agent commands,
+// walkthrough block and run.sh run the same pawld, pawl and pawl-agent commands,
 // no more and no fewer.
 func TestTheReadmeShowsTheScriptsCommands(t *testing.T) {
 	script, err := os.ReadFile("run.sh")
@@ -106,7 +106,7 @@ func walkthroughBlock(readme string) (string, error) {
 
 // scriptRun finds a command the script echoes and runs: the words after
 // "step" or after `background "LOG"`, up to a pipe, a ")" or a ";".
-var scriptRun = regexp.MustCompile(`(?:^|[\s(])(?:step|background "[^"]*")\s+(pawl(?:-agent)?\s[^|);]*)`)
+var scriptRun = regexp.MustCompile(`(?:^|[\s(])(?:step|background "[^"]*")\s+(pawl(?:d|-agent)?\s[^|);]*)`)
 
 // scriptCommands lists the commands run.sh runs through step and
 // background, with continuation lines joined and spaces collapsed.
@@ -120,14 +120,14 @@ func scriptCommands(script string) []string {
 	return out
 }
 
-// readmeCommands lists the pawl and pawl-agent commands of the README's
+// readmeCommands lists the pawld, pawl and pawl-agent commands of the README's
 // block, without their comments and a trailing "&".
 func readmeCommands(block string) []string {
 	var out []string
 	for _, line := range logicalLines(block) {
 		line, _, _ = strings.Cut(line, " #")
 		line = strings.TrimSpace(line)
-		if strings.HasPrefix(line, "pawl ") || strings.HasPrefix(line, "pawl-agent ") {
+		if strings.HasPrefix(line, "pawl ") || strings.HasPrefix(line, "pawld ") || strings.HasPrefix(line, "pawl-agent ") {
 			out = append(out, normalize(strings.TrimSuffix(line, "&")))
 		}
 	}

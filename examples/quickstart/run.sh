@@ -95,8 +95,7 @@ export XDG_CACHE_HOME="$work/cache" # the agents' last known good
 unset PAWL_TOKEN PAWL_TOKEN_FILE PAWL_CA PAWL_CERT PAWL_KEY PAWL_ACTOR
 
 say "starting pawld on a free port, data in $work/pawl-data"
-pawld --listen 127.0.0.1:0 --data "$work/pawl-data" >"$work/pawld.log" 2>&1 &
-pids+=($!)
+background "$work/pawld.log" pawld --listen 127.0.0.1:0 --data "$work/pawl-data"
 await "pawld to listen" grep -q 'msg="pawld listening"' "$work/pawld.log"
 PAWL_SERVER=$(sed -n 's/.*msg="pawld listening".* url=\([^ ]*\).*/\1/p' "$work/pawld.log" | head -n 1)
 export PAWL_SERVER
@@ -126,7 +125,7 @@ step pawl snapshot save "$work/backup.db"
 ## Validators
 say "building the example validators (GOOS=wasip1 GOARCH=wasm, as task validators does)"
 for v in jsonschema routing; do
-  (cd "$root" && GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o "$work/validators/$v.wasm" "./validators/examples/$v")
+  step env GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o "$work/validators/$v.wasm" "../../validators/examples/$v"
 done
 limits=$(step pawl validator upload "$work/validators/jsonschema.wasm" --name limits | tail -n 1)
 say "limits validator: $limits"
@@ -139,8 +138,9 @@ if step pawl validate --validator "$limits" --file limits-bad.json; then
 fi
 
 ## Four instances, one per zone, each a pawl-agent writing files
+zones=(zone-a zone-b zone-c zone-d)
 for n in 1 2 3 4; do
-  zone=zone-$(printf '%s' abcd | cut -c"$n")
+  zone=${zones[n - 1]}
   mkdir -p "$work/pay-$n"
   background "$work/agent-$n.log" pawl-agent --identity "pay-$n" --zone "$zone" --label env=prod \
     --dir "$work/pay-$n" --exec ../agent/reload.sh
