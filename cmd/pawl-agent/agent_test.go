@@ -159,15 +159,14 @@ func bigRouting(n int) []byte {
 // release's content, whole.
 func TestTheFileIsNeverSeenHalfWritten(t *testing.T) {
 	srv := testserver.Start(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
 	client := testserver.HTTPClient(t)
-	vs := pawlv1connect.NewValidatorServiceClient(client, srv.URL)
-	rs := pawlv1connect.NewReleaseServiceClient(client, srv.URL)
-	up, err := vs.Upload(ctx, connect.NewRequest(&pawlv1.UploadRequest{Wasm: wasmbuild.Build(t, "routing")}))
+	up, err := uploadRouting(t, srv, client)
 	if err != nil {
 		t.Fatal(err)
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rs := pawlv1connect.NewReleaseServiceClient(client, srv.URL)
 	dir := t.TempDir()
 	execLog := filepath.Join(t.TempDir(), "exec.log")
 	// The reader below keeps a core busy; 400 kB take their time to
@@ -289,17 +288,18 @@ func TestUsageErrors(t *testing.T) {
 
 // startWatchingRecords starts a server with the routing validator uploaded
 // (its digest) and a watch of /_pawl/, for the tests that follow what the
-// server records of an agent; all end with the test, or after a minute.
+// server records of an agent; all end with the test, or a minute after
+// the upload.
 func startWatchingRecords(t *testing.T) (*testserver.Server, context.Context, *http.Client, string, *connect.ServerStreamForClient[pawlv1.WatchResponse]) {
 	t.Helper()
 	srv := testserver.Start(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	t.Cleanup(cancel)
 	client := testserver.HTTPClient(t)
-	up, err := pawlv1connect.NewValidatorServiceClient(client, srv.URL).Upload(ctx, connect.NewRequest(&pawlv1.UploadRequest{Wasm: wasmbuild.Build(t, "routing")}))
+	up, err := uploadRouting(t, srv, client)
 	if err != nil {
 		t.Fatal(err)
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
 	records, err := pawlv1connect.NewKVServiceClient(client, srv.URL).Watch(ctx, connect.NewRequest(&pawlv1.WatchRequest{Prefix: "/_pawl/"}))
 	if err != nil {
 		t.Fatal(err)
@@ -312,6 +312,19 @@ func startWatchingRecords(t *testing.T) (*testserver.Server, context.Context, *h
 		t.Fatalf("the records watch did not start: %v, %v", records.Msg(), records.Err())
 	}
 	return srv, ctx, client, up.Msg.GetValidator().GetDigest(), records
+}
+
+// uploadRouting builds the routing validator and uploads it to srv, which
+// compiles it into the machine's shared cache (wasmbuild.CacheDir), where
+// the agents then find it. This is setup, not what the tests time: on a
+// fresh machine, under -race on loaded cores, the cold compilation alone
+// has taken more than a minute, and spent a test's whole minute before
+// its agent started. It gets the tests' compile limit instead.
+func uploadRouting(t *testing.T, srv *testserver.Server, client *http.Client) (*connect.Response[pawlv1.UploadResponse], error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), wasmbuild.CompileTimeout)
+	defer cancel()
+	return pawlv1connect.NewValidatorServiceClient(client, srv.URL).Upload(ctx, connect.NewRequest(&pawlv1.UploadRequest{Wasm: wasmbuild.Build(t, "routing")}))
 }
 
 // TestAFailingExecReportsTheReleaseUnhealthy: the file is written, the
