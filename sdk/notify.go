@@ -36,6 +36,8 @@ type notifier struct {
 	// calling is set while a callback runs: Close does not wait for the
 	// goroutine then (the callback may be the one calling Close).
 	calling atomic.Bool
+	// shut is closed, readable without mu: no callback starts once set.
+	shut atomic.Bool
 }
 
 func newNotifier() *notifier {
@@ -87,7 +89,7 @@ func (n *notifier) run() {
 			n.queue = n.queue[1:]
 			n.mu.Unlock()
 			for _, sub := range next.to {
-				if sub.stopped.Load() {
+				if sub.stopped.Load() || n.shut.Load() {
 					continue
 				}
 				n.calling.Store(true)
@@ -107,6 +109,7 @@ func (n *notifier) close() {
 		return
 	}
 	n.closed = true
+	n.shut.Store(true)
 	n.queue = nil
 	started := n.started
 	n.mu.Unlock()
