@@ -33,8 +33,8 @@ type logCapture struct {
 func newLogCapture() *logCapture { return &logCapture{changed: make(chan struct{})} }
 
 func (l *logCapture) Enabled(context.Context, slog.Level) bool { return true }
-func (l *logCapture) WithAttrs([]slog.Attr) slog.Handler      { return l }
-func (l *logCapture) WithGroup(string) slog.Handler           { return l }
+func (l *logCapture) WithAttrs([]slog.Attr) slog.Handler       { return l }
+func (l *logCapture) WithGroup(string) slog.Handler            { return l }
 func (l *logCapture) Handle(_ context.Context, r slog.Record) error {
 	line := logLine{level: r.Level, msg: r.Message, attrs: map[string]string{}}
 	r.Attrs(func(a slog.Attr) bool {
