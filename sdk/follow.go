@@ -147,7 +147,9 @@ func (c *Client) watchAssignments(ctx context.Context, after *int64, set map[str
 	}
 	err = stream.Err()
 	if err == nil {
-		err = io.EOF
+		// The server ended the stream (it is shutting down): the client
+		// is cut off until it reconnects, as if the connection broke.
+		err = connect.NewError(connect.CodeUnavailable, fmt.Errorf("the server ended the assignment stream: %w", io.EOF))
 	}
 	if errors.Is(err, context.Canceled) && ctx.Err() != nil {
 		return ctx.Err()
