@@ -196,7 +196,6 @@ func New(ctx context.Context, serverURL string, opts ...Option) (*Client, error)
 		}
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
-	c.notes.start()
 	if cfg.assignments {
 		c.wg.Add(1)
 		go c.follow()

@@ -44,7 +44,8 @@ func newNotifier() *notifier {
 	return &notifier{wake: make(chan struct{}, 1), done: make(chan struct{})}
 }
 
-// start starts the goroutine that delivers what was posted.
+// start starts the goroutine that delivers what was posted, at the first
+// subscriber (a client without subscribers has no such goroutine).
 func (n *notifier) start() {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -140,6 +141,7 @@ func (c *Client) OnChange(id string, fn func(*Snapshot)) (stop func()) {
 	c.nextSub++
 	c.subs[n] = sub
 	c.mu.Unlock()
+	c.notes.start()
 	return func() {
 		sub.stopped.Store(true)
 		c.mu.Lock()
@@ -222,6 +224,7 @@ func (c *Client) watchChannel(ctx context.Context, id string, current bool) <-ch
 	}
 	c.wg.Add(1)
 	c.mu.Unlock()
+	c.notes.start()
 	go func() {
 		defer c.wg.Done()
 		select {
