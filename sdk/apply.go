@@ -550,7 +550,9 @@ func (e *marked) Unwrap() error        { return e.err }
 func (e *marked) Is(target error) bool { return target == e.kind }
 
 // healthWindow holds the release on trial for window: the application's
-// health check runs right after the swap and at the end, and the requests
+// health check runs right after the swap, every health interval through
+// the window and at its end, and its first failure ends the window at
+// once, unhealthy; the requests
 // the middleware measured from the swap to the end of the window (every
 // request the new generation served, including those before the server
 // had the APPLIED) give the error rate and p99. A report of the
@@ -567,14 +569,33 @@ func (c *Client) healthWindow(ctx context.Context, s *Snapshot, window time.Dura
 		}
 		return c.cfg.healthCheck(ctx, s)
 	}
-	firstErr := check()
+	unhealthy := func(err error) (ackExtra, chan error, bool) {
+		if ctx.Err() != nil {
+			return ackExtra{}, nil, false
+		}
+		m := c.health.since(start)
+		return ackExtra{reason: "health check failed: " + err.Error(), health: &m}, nil, true
+	}
+	if err := check(); err != nil {
+		return unhealthy(err)
+	}
 	timer := time.NewTimer(window)
 	defer timer.Stop()
+	var poll <-chan time.Time
+	if c.cfg.healthCheck != nil && c.cfg.healthInterval < window {
+		tick := time.NewTicker(c.cfg.healthInterval)
+		defer tick.Stop()
+		poll = tick.C
+	}
 	reports := t.reportsOf()
 	for waiting := true; waiting; {
 		select {
 		case <-timer.C:
 			waiting = false
+		case <-poll:
+			if err := check(); err != nil {
+				return unhealthy(err)
+			}
 		case <-settled:
 			// Promoted, or no longer assigned: the application's reports
 			// would decide nothing any more.
@@ -587,17 +608,12 @@ func (c *Client) healthWindow(ctx context.Context, s *Snapshot, window time.Dura
 			return ackExtra{}, nil, false
 		}
 	}
-	err := firstErr
-	if err == nil {
-		err = check()
+	if err := check(); err != nil {
+		return unhealthy(err)
 	}
 	if ctx.Err() != nil {
 		return ackExtra{}, nil, false
 	}
 	m := c.health.since(start)
-	extra := ackExtra{healthOK: err == nil, health: &m}
-	if err != nil {
-		extra.reason = "health check failed: " + err.Error()
-	}
-	return extra, nil, true
+	return ackExtra{healthOK: true, health: &m}, nil, true
 }

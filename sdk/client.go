@@ -63,8 +63,12 @@ type Client struct {
 	retained map[string][]*Snapshot
 	// changed is closed, and replaced, whenever a snapshot is swapped in.
 	changed chan struct{}
-	subs    map[int]subscriber
+	subs    map[int]*subscriber
 	nextSub int
+	// notes carries swaps to the subscribers' goroutine (see notify.go).
+	notes *notifier
+	// link tracks the connection to the server, for Status and the logs.
+	link linkState
 	// assigned holds the configs the server assigned to this instance.
 	assigned map[string]bool
 	// trials holds each config's canary on trial, if any.
@@ -74,11 +78,6 @@ type Client struct {
 	ctx    context.Context // ends at Close
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
-}
-
-type subscriber struct {
-	config string // empty: every config
-	fn     func(*Snapshot)
 }
 
 // New connects to the Pawl server at serverURL (http://host:port or
@@ -124,7 +123,7 @@ func New(ctx context.Context, serverURL string, opts ...Option) (*Client, error)
 		cfg: cfg, url: urls[0].String(), bootID: newBootID(),
 		tracer:   cfg.tracerProvider.Tracer("github.com/pawlcfg/pawl/sdk"),
 		health:   newHealthRecorder(),
-		retained: map[string][]*Snapshot{}, changed: make(chan struct{}), subs: map[int]subscriber{}, assigned: map[string]bool{},
+		retained: map[string][]*Snapshot{}, changed: make(chan struct{}), subs: map[int]*subscriber{}, notes: newNotifier(), assigned: map[string]bool{},
 		trials: map[string]*trial{},
 	}
 	empty := map[string]*Snapshot{}
@@ -139,6 +138,7 @@ func New(ctx context.Context, serverURL string, opts ...Option) (*Client, error)
 	if next == nil {
 		next = http.DefaultTransport
 	}
+	next = lossTransport{next}
 	if token != nil {
 		next = credentials.Bearer(next, token)
 	}
@@ -159,6 +159,7 @@ func New(ctx context.Context, serverURL string, opts ...Option) (*Client, error)
 	if c.servers != nil {
 		clientOpts = append(clientOpts, connect.WithInterceptors(c.servers.interceptor()))
 	}
+	clientOpts = append(clientOpts, connect.WithInterceptors(lossInterceptor{}))
 	if cfg.grpc {
 		clientOpts = append(clientOpts, connect.WithGRPC())
 	}
@@ -226,7 +227,10 @@ func (c *Client) revalidate(ctx context.Context, a cachedApply) error {
 
 // Close stops every goroutine the client and its spaces started, waits for
 // them, and releases the validator runtime. In-flight applies are
-// abandoned before their next step. Close is idempotent.
+// abandoned before their next step; callbacks not yet made are dropped,
+// and every channel of Changes and Watch is closed. Close is idempotent,
+// and may be called from an OnChange callback (it then does not wait for
+// that callback to return).
 func (c *Client) Close() error {
 	c.mu.Lock()
 	if c.closed {
@@ -237,6 +241,7 @@ func (c *Client) Close() error {
 	c.mu.Unlock()
 	c.cancel()
 	c.wg.Wait()
+	c.notes.close()
 	err := releaseRuntime(context.Background(), c.runtime)
 	if c.cache != nil {
 		if cerr := c.cache.close(); cerr != nil && err == nil {
@@ -301,45 +306,6 @@ func (c *Client) WaitFor(ctx context.Context, id string, cond func(*Snapshot) bo
 	}
 }
 
-// OnChange calls fn with every snapshot of config id swapped in from now
-// on (every config's, for an empty id), in order, from the goroutine that
-// swaps it in: fn must return quickly. The returned function stops the
-// calls.
-func (c *Client) OnChange(id string, fn func(*Snapshot)) (stop func()) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	n := c.nextSub
-	c.nextSub++
-	c.subs[n] = subscriber{config: id, fn: fn}
-	return func() {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		delete(c.subs, n)
-	}
-}
-
-// Changes returns a channel that receives the newest snapshot of config id
-// each time one is swapped in; a slow reader misses intermediate ones but
-// always gets the newest. The returned function stops the channel's
-// updates (it is not closed).
-func (c *Client) Changes(id string) (<-chan *Snapshot, func()) {
-	ch := make(chan *Snapshot, 1)
-	stop := c.OnChange(id, func(s *Snapshot) {
-		for {
-			select {
-			case ch <- s:
-				return
-			default:
-			}
-			select {
-			case <-ch:
-			default:
-			}
-		}
-	})
-	return ch, stop
-}
-
 // swap makes s the applied snapshot of its config, unless ctx ended (the
 // apply was overtaken) or s's epoch is lower than the applied one's (an
 // out-of-order assignment). It reports whether s was swapped in.
@@ -375,11 +341,13 @@ func (c *Client) swap(ctx context.Context, s *Snapshot) bool {
 	c.retained[s.Config] = kept
 	close(c.changed)
 	c.changed = make(chan struct{})
+	var to []*subscriber
 	for _, sub := range c.subs {
 		if sub.config == "" || sub.config == s.Config {
-			sub.fn(s)
+			to = append(to, sub)
 		}
 	}
+	c.notes.post(s, to)
 	return true
 }
 

@@ -31,14 +31,24 @@
 // is validated and reported, never applied.
 //
 // Reads are lock-free: Config returns the current snapshot, JSON decodes
-// it once per generation, and OnChange and Changes report swaps. For the
-// length of one request, Pin fixes the snapshot of every config, so one
-// request never mixes two generations; Middleware and Interceptor pin
-// every request they serve, honour the pins of upstream callers (the
+// it once per generation, and OnChange, Watch and Changes report swaps
+// (callbacks on a goroutine of the client's, outside its locks; channels
+// latest-wins, closed by their context, their stop function or Close).
+// For the length of one request, Pin fixes the snapshot of every config,
+// so one request never mixes two generations; Middleware and Interceptor
+// pin every request they serve, honour the pins of upstream callers (the
 // PinHeader), refuse a pin to a generation the instance does not have
 // (HTTP 409, Connect FailedPrecondition), and measure the outcomes that
-// health windows report. PinTransport and Interceptor forward pins
+// health windows report; ReportOutcome feeds them from servers they do
+// not wrap. Client.Pinned reads the pin, or the current snapshot when
+// the request is not pinned. PinTransport and Interceptor forward pins
 // downstream.
+//
+// Status says, for a readiness probe, whether the client is registered
+// and connected, its last failure and each applied config's generation
+// and age. A lost connection is a Connect Unavailable error wrapping
+// ErrConnectionLost wherever it shows; an outage is logged once, then
+// paced, and its end once.
 //
 // Space follows a KV prefix (thousands of small keys, only changed keys
 // travel) with lock-free reads, through reconnects and compaction.

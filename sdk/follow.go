@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strconv"
 
 	"connectrpc.com/connect"
 
@@ -33,7 +34,7 @@ func (c *Client) follow() {
 		if c.epoch.Load() == 0 {
 			if err := c.register(c.ctx); err != nil {
 				if c.ctx.Err() == nil {
-					c.cfg.log.Warn("pawl: registration failed; retrying", "server", c.Server(), "error", err)
+					c.linkFailed("register", err)
 				}
 				b.wait(c.ctx)
 				continue
@@ -54,7 +55,7 @@ func (c *Client) follow() {
 			// lost its data. Start over with a full set.
 			after = 0
 		}
-		c.cfg.log.Info("pawl: the assignment stream ended; reconnecting", "error", err, "after_revision", after)
+		c.linkFailed("the assignment stream (resuming after revision "+strconv.FormatInt(after, 10)+")", err)
 		b.wait(c.ctx)
 	}
 }
@@ -91,6 +92,7 @@ func (c *Client) watchAssignments(ctx context.Context, after *int64, set map[str
 	defer stream.Close()
 	for stream.Receive() {
 		b.reset()
+		c.linkWorks()
 		msg := stream.Msg()
 		if msg.GetRevision() < *after {
 			continue // never go back to an older set
@@ -145,7 +147,9 @@ func (c *Client) watchAssignments(ctx context.Context, after *int64, set map[str
 	}
 	err = stream.Err()
 	if err == nil {
-		err = io.EOF
+		// The server ended the stream (it is shutting down): the client
+		// is cut off until it reconnects, as if the connection broke.
+		err = connect.NewError(connect.CodeUnavailable, fmt.Errorf("the server ended the assignment stream: %w", io.EOF))
 	}
 	if errors.Is(err, context.Canceled) && ctx.Err() != nil {
 		return ctx.Err()

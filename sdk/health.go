@@ -1,6 +1,7 @@
 package sdk
 
 import (
+	"context"
 	"slices"
 	"sync"
 	"time"
@@ -78,4 +79,15 @@ func (h *healthRecorder) since(start time.Time) Measurement {
 	// The nearest-rank 99th percentile.
 	rank := (99*len(lat) + 99) / 100
 	return Measurement{Requests: len(lat), ErrorRate: float64(failed) / float64(len(lat)), P99: lat[rank-1]}
+}
+
+// ReportOutcome feeds one request's outcome to the health windows, as the
+// middleware and the interceptor do for the requests they serve: servers
+// they do not wrap (a gRPC server, a queue consumer, a batch job) report
+// each unit of work here, its latency and whether it failed (a failure of
+// the service's, not the caller's bad input). Releases on trial judge
+// their error rate and p99 from these samples with the measured ones.
+func (c *Client) ReportOutcome(ctx context.Context, latency time.Duration, ok bool) {
+	_ = ctx // reserved for tracing and exemplars
+	c.health.record(time.Now(), max(latency, 0), !ok)
 }

@@ -71,3 +71,51 @@ func TestTheHealthWindowReportsWhatTheMiddlewareMeasured(t *testing.T) {
 		t.Fatalf("HEALTHY_ACKED with a failing health check = %v", last)
 	}
 }
+
+// TestReportOutcomeFeedsTheHealthWindow: a service without the middleware
+// (a queue consumer) reports its outcomes through ReportOutcome, half of
+// them failures; the HEALTHY_ACKED carries an error rate of 0.5 and the
+// breach of the stage's budget.
+func TestReportOutcomeFeedsTheHealthWindow(t *testing.T) {
+	h := newHarness(t)
+	c := h.client("i0")
+	h.waitRegistered("i0")
+	maxErrors := 0.1
+	h.release(50, func(spec *pawlv1.ReleaseSpec) {
+		spec.HealthWindow = durationpb.New(2 * time.Second)
+		spec.Stages[0].Budget = &pawlv1.HealthBudget{MaxErrorRate: &maxErrors}
+	})
+	h.awaitAcks(1, func(s map[string][]string) bool { return reported(s, "i0", "APPLIED") })
+	for i := range 10 {
+		c.ReportOutcome(context.Background(), time.Millisecond, i%2 == 1)
+	}
+	h.awaitAcks(1, func(s map[string][]string) bool { return reported(s, "i0", "HEALTHY_ACKED") })
+	last := h.lastAckOf(1, "i0")
+	if m := last.GetHealth(); m == nil || m.GetErrorRate() != 0.5 ||
+		!strings.Contains(last.GetBudgetBreach(), "error rate 0.5 is over the budget of 0.1") {
+		t.Fatalf("HEALTHY_ACKED = %v", last)
+	}
+}
+
+// TestAHealthCheckFailingInTheWindowIsReportedAtOnce: with an hour-long
+// health window, a health check that starts failing after the apply is
+// polled every health interval and its failure reported at once, as an
+// unhealthy HEALTHY_ACKED, not at the window's end.
+func TestAHealthCheckFailingInTheWindowIsReportedAtOnce(t *testing.T) {
+	h := newHarness(t)
+	var sick atomic.Bool
+	h.client("i0", sdk.WithHealthInterval(watchEvery), sdk.WithHealthCheck(func(ctx context.Context, s *sdk.Snapshot) error {
+		if sick.Load() {
+			return errors.New("the queue is backing up")
+		}
+		return nil
+	}))
+	h.waitRegistered("i0")
+	h.release(50, func(spec *pawlv1.ReleaseSpec) { spec.HealthWindow = durationpb.New(time.Hour) })
+	h.awaitAcks(1, func(s map[string][]string) bool { return reported(s, "i0", "APPLIED") })
+	sick.Store(true)
+	h.awaitAcks(1, func(s map[string][]string) bool { return reported(s, "i0", "HEALTHY_ACKED") })
+	if last := h.lastAckOf(1, "i0"); last.GetHealthOk() || !strings.Contains(last.GetReason(), "health check failed: the queue is backing up") {
+		t.Fatalf("HEALTHY_ACKED = %v", last)
+	}
+}

@@ -22,12 +22,13 @@ import (
 type Option func(*config)
 
 // HealthCheck is the application's view of its own health while a newly
-// applied config is on trial: it is called once right after the swap and
-// once at the end of the release's health window, and then, while the
-// release is a canary whose rollout can still stop (not yet promoted,
-// stopped or replaced), every health interval (WithHealthInterval). Any
-// error makes the instance report the release unhealthy, with the error
-// as the reason; after the window, at once.
+// applied config is on trial: it is called right after the swap, every
+// health interval (WithHealthInterval) through the release's health
+// window and once at its end, and then, while the release is a canary
+// whose rollout can still stop (not yet promoted, stopped or replaced),
+// every health interval. Its first error makes the instance report the
+// release unhealthy at once (without waiting for the window's end), with
+// the error as the reason.
 type HealthCheck func(ctx context.Context, s *Snapshot) error
 
 // Applier puts a verified, validated snapshot into effect outside the
@@ -294,8 +295,9 @@ func WithLogger(log *slog.Logger) Option { return func(c *config) { c.log = log 
 // release's health window and, for a canary, after it (see HealthCheck).
 func WithHealthCheck(check HealthCheck) Option { return func(c *config) { c.healthCheck = check } }
 
-// WithHealthInterval sets how often a canary whose health window passed
-// is checked again while its rollout can still stop (default
+// WithHealthInterval sets how often the health check is polled through a
+// release's health window, and how often a canary whose health window
+// passed is checked again while its rollout can still stop (default
 // DefaultHealthInterval): the health check runs, and when its stage has a
 // health budget, the error rate and p99 the middleware and interceptor
 // measured over the last health window (or interval, if longer) are

@@ -57,11 +57,35 @@ func (c *Client) Pin(ctx context.Context) context.Context {
 
 // Pinned returns the snapshot of config id that ctx pinned, or nil when ctx
 // is not pinned or the instance had no snapshot of id. It takes no lock
-// and allocates nothing.
+// and allocates nothing. A handler that may run without the middleware
+// or the interceptor (a job, a test, a mux that forgot it) reads with
+// Client.Pinned instead, which falls back to the current snapshot.
 func Pinned(ctx context.Context, id string) *Snapshot {
 	p, _ := ctx.Value(pinKey{}).(*pinSet)
 	if p == nil {
 		return nil
+	}
+	return p.snaps[id]
+}
+
+// IsPinned reports whether ctx was pinned (by Pin, the middleware or the
+// interceptor).
+func IsPinned(ctx context.Context) bool {
+	p, _ := ctx.Value(pinKey{}).(*pinSet)
+	return p != nil
+}
+
+// Pinned returns the snapshot of config id that ctx pinned, like the
+// package's Pinned; when ctx is not pinned (the handler is not wrapped
+// with Middleware or Interceptor, and no Pin started the request) it
+// falls back to the current snapshot, Config(id), so a read never fails
+// for want of the middleware, but two reads of one request may then see
+// two generations. It returns nil only when the instance has no snapshot
+// of id (in the pin, or at all).
+func (c *Client) Pinned(ctx context.Context, id string) *Snapshot {
+	p, _ := ctx.Value(pinKey{}).(*pinSet)
+	if p == nil {
+		return c.Config(id)
 	}
 	return p.snaps[id]
 }

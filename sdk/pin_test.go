@@ -169,3 +169,47 @@ func TestADownstreamWithoutThePinnedGenerationRefuses(t *testing.T) {
 		t.Fatalf("served from generation %s", got)
 	}
 }
+
+// TestAHandlerWithoutTheMiddlewareReadsTheCurrentSnapshot: a handler
+// that is not wrapped with the middleware reads the current snapshot
+// through Client.Pinned, and sdk.Pinned's nil, given to JSON, says how
+// to pin rather than that there is no snapshot.
+func TestAHandlerWithoutTheMiddlewareReadsTheCurrentSnapshot(t *testing.T) {
+	h := newHarness(t)
+	c := h.client("svc")
+	h.waitRegistered("svc")
+	h.release(50, nil)
+	has(t, c, 1)
+
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if sdk.IsPinned(r.Context()) {
+			http.Error(w, "pinned without the middleware", http.StatusInternalServerError)
+			return
+		}
+		if _, err := sdk.JSON[table](sdk.Pinned(r.Context(), "routing")); !errors.Is(err, sdk.ErrNoSnapshot) ||
+			!strings.Contains(err.Error(), "wrap the handler with client.Middleware") {
+			http.Error(w, fmt.Sprintf("sdk.Pinned on an unpinned request: %v", err), http.StatusInternalServerError)
+			return
+		}
+		v, err := sdk.JSON[table](c.Pinned(r.Context(), "routing"))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		fmt.Fprintf(w, "%d:%d", c.Pinned(r.Context(), "routing").Generation, v.Upstreams[0].Weight)
+	}))
+	defer srv.Close()
+	resp, err := http.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK || string(body) != "1:50" {
+		t.Fatalf("%d %s", resp.StatusCode, body)
+	}
+	pinned := c.Pin(context.Background())
+	if !sdk.IsPinned(pinned) || c.Pinned(pinned, "routing") != sdk.Pinned(pinned, "routing") {
+		t.Fatal("a pinned context reads its pin through Client.Pinned")
+	}
+}

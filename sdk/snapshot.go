@@ -40,9 +40,12 @@ type Snapshot struct {
 	typed sync.Map // reflect.Type -> *decoded[T]
 }
 
-// ErrNoSnapshot is returned by typed helpers given no snapshot (the config
-// was never applied, or a pinned request does not read it).
-var ErrNoSnapshot = errors.New("sdk: no snapshot of the config")
+// ErrNoSnapshot is returned by typed helpers given no snapshot: the config
+// was never applied, a pinned request does not read it, or the snapshot
+// came from sdk.Pinned on a request that is not pinned (its message says
+// how to pin; Client.Pinned falls back to the current snapshot instead).
+var ErrNoSnapshot = errors.New("sdk: no snapshot of the config (none applied yet, or sdk.Pinned read a request that is not pinned: " +
+	"wrap the handler with client.Middleware or client.Interceptor, or read with client.Pinned)")
 
 type decoded[T any] struct {
 	once sync.Once
