@@ -8,7 +8,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"io/fs"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -40,6 +39,8 @@ type options struct {
 	// directories get the same with search bits (atomicfile.DirMode).
 	fileMode         os.FileMode
 	downloadAttempts int
+	// wait is --wait: the quiet period before --exec runs.
+	wait waitFlag
 }
 
 // The layout of the directory the agent keeps: each config in one
@@ -68,7 +69,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "pawl-agent:", err)
 		return 2
 	}
-	a := &agent{o: o, out: stdout, log: slog.New(slog.NewTextHandler(stderr, nil)), execErr: map[string]error{}}
+	a := &agent{o: o, out: stdout, log: slog.New(slog.NewTextHandler(stderr, nil)), execErr: map[string]error{},
+		awaiting: map[string]bool{}, execRan: make(chan struct{}), dirty: make(chan struct{}, 1)}
 	if err := a.run(ctx); err != nil {
 		fmt.Fprintln(stderr, "pawl-agent:", err)
 		return 1
@@ -107,7 +109,8 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.dir, "dir", "", "the directory to keep in step (required)")
 	fs.StringVar(&o.prefix, "prefix", "", "a KV prefix to mirror into DIR/kv/ (a prefix without a trailing / gets one: --prefix /flags mirrors /flags/..., never /flagsx)")
 	fs.BoolVar(&o.noAssignments, "no-assignments", false, "only mirror --prefix: do not register or follow releases")
-	fs.StringVar(&o.execCmd, "exec", "", "a shell command to run after each change (env PAWL_CONFIG, PAWL_GENERATION or PAWL_KEY, PAWL_FILE)")
+	fs.StringVar(&o.execCmd, "exec", "", "a shell command to run once at start and once after each batch of changes (a transaction, a release), with the files written or removed in PAWL_FILES (one a line); a batch of one config also sets PAWL_CONFIG, PAWL_GENERATION and PAWL_FILE")
+	fs.Var(&o.wait, "wait", "MIN[,MAX]: run --exec once no change has come for MIN, at most MAX (default 4×MIN) after the first change, as consul-template's -wait (default 0: at once after each batch)")
 	fs.DurationVar(&o.execTimeout, "exec-timeout", 30*time.Second, "how long --exec and --health-cmd may run")
 	fs.StringVar(&o.healthCmd, "health-cmd", "", "a shell command whose failure reports a release unhealthy: run during its health window and, while its rollout can still stop, every --health-interval after it")
 	fs.DurationVar(&o.healthInterval, "health-interval", sdk.DefaultHealthInterval, "how often --health-cmd runs again after a canary's health window, while its rollout can still stop")
@@ -193,8 +196,14 @@ type agent struct {
 	// name and no symbolic link planted in DIR leads outside.
 	root *os.Root
 
-	mu      sync.Mutex
-	execErr map[string]error // by config@generation: how --exec ended
+	mu           sync.Mutex
+	execErr      map[string]error // by config@generation: how --exec ended
+	awaiting     map[string]bool  // config@generation written, --exec not yet run after it
+	execRan      chan struct{}    // closed, and replaced, after each --exec run
+	pendingSnaps []string         // configs written since the last run
+	pendingFiles []string         // files written or removed since the last run
+	// dirty wakes the --exec runner: something was written.
+	dirty chan struct{}
 }
 
 func (a *agent) run(ctx context.Context) error {
@@ -243,11 +252,31 @@ func (a *agent) run(ctx context.Context) error {
 			}
 		}
 	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	if a.o.prefix != "" {
-		if err := a.mirror(ctx, client); err != nil {
+		space, err := client.Space(ctx, a.o.prefix)
+		if err != nil {
 			return err
 		}
+		defer space.Close()
+		m := a.newMirror(space)
+		defer m.stop()
+		m.sync() // the initial sync
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			m.follow(ctx)
+		}()
 	}
+	// --exec runs once for the initial sync, then once per batch.
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		a.runExec(ctx, time.Now)
+	}()
 	<-ctx.Done()
 	return nil
 }
@@ -265,21 +294,16 @@ func (a *agent) writeConfig(ctx context.Context, s *sdk.Snapshot) error {
 	}
 	path := filepath.Join(a.o.dir, filepath.FromSlash(name))
 	fmt.Fprintf(a.out, "wrote %s generation %d to %s\n", s.Config, s.Generation, path)
-	err := a.exec(ctx, a.o.execCmd, "PAWL_CONFIG="+s.Config, fmt.Sprintf("PAWL_GENERATION=%d", s.Generation), "PAWL_FILE="+path)
-	a.mu.Lock()
-	a.execErr[s.String()] = err
-	a.mu.Unlock()
+	a.changed(s.String(), path)
 	return nil
 }
 
 // health is the SDK's health check, run during each release's health
-// window and, for a canary, every --health-interval after it: --exec's
-// outcome for this snapshot, then --health-cmd.
+// window and, for a canary, every --health-interval after it: the outcome
+// of the --exec run after this snapshot was written (awaited), then
+// --health-cmd.
 func (a *agent) health(ctx context.Context, s *sdk.Snapshot) error {
-	a.mu.Lock()
-	err := a.execErr[s.String()]
-	a.mu.Unlock()
-	if err != nil {
+	if err := a.execOutcome(ctx, s.String()); err != nil {
 		return fmt.Errorf("--exec after writing %s: %w", s, err)
 	}
 	if err := a.exec(ctx, a.o.healthCmd, "PAWL_CONFIG="+s.Config, fmt.Sprintf("PAWL_GENERATION=%d", s.Generation)); err != nil {
@@ -305,55 +329,6 @@ func (a *agent) exec(ctx context.Context, command string, env ...string) error {
 	return nil
 }
 
-// mirror keeps DIR/kv/ in step with every key under the prefix.
-func (a *agent) mirror(ctx context.Context, client *sdk.Client) error {
-	space, err := client.Space(ctx, a.o.prefix)
-	if err != nil {
-		return err
-	}
-	defer space.Close()
-	// Changes queue up for one writer, in revision order, so the callback
-	// returns at once.
-	var pending []sdk.Change
-	var pmu sync.Mutex
-	wake := make(chan struct{}, 1)
-	stop := space.OnChange(func(ch sdk.Change) {
-		pmu.Lock()
-		pending = append(pending, ch)
-		pmu.Unlock()
-		select {
-		case wake <- struct{}{}:
-		default:
-		}
-	})
-	defer stop()
-	// The listing holds every change up to rev, including those queued
-	// before it was read.
-	entries, rev := space.Entries()
-	for _, e := range entries {
-		a.writeKey(ctx, sdk.Change{Key: e.Key, Value: e.Value, Revision: e.ModRevision})
-	}
-	a.removeStale(entries)
-	fmt.Fprintf(a.out, "mirrored %d keys under %s at revision %d\n", len(entries), a.o.prefix, rev)
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-wake:
-		}
-		pmu.Lock()
-		batch := pending
-		pending = nil
-		pmu.Unlock()
-		for _, ch := range batch {
-			if ch.Revision <= rev {
-				continue // in the first listing
-			}
-			a.writeKey(ctx, ch)
-		}
-	}
-}
-
 // maxNameBytes is the longest file name most file systems take (NAME_MAX).
 const maxNameBytes = 255
 
@@ -376,54 +351,4 @@ func keyFile(prefix, key string) (string, bool) {
 		}
 	}
 	return kvDir + "/" + rel, true
-}
-
-func (a *agent) writeKey(ctx context.Context, ch sdk.Change) {
-	name, ok := keyFile(a.o.prefix, ch.Key)
-	if !ok {
-		a.log.Warn("a key cannot be a file under the directory; skipped", "key", ch.Key)
-		return
-	}
-	path := filepath.Join(a.o.dir, filepath.FromSlash(name))
-	var err error
-	if ch.Deleted {
-		if err = a.root.Remove(name); errors.Is(err, os.ErrNotExist) {
-			err = nil
-		}
-	} else {
-		err = atomicfile.WriteIn(a.root, name, ch.Value, a.o.fileMode)
-	}
-	if err != nil {
-		a.log.Warn("mirroring a key failed", "key", ch.Key, "error", err)
-		return
-	}
-	if ch.Deleted {
-		fmt.Fprintf(a.out, "removed %s at revision %d: %s\n", ch.Key, ch.Revision, path)
-	} else {
-		fmt.Fprintf(a.out, "wrote %s at revision %d to %s\n", ch.Key, ch.Revision, path)
-	}
-	if err := a.exec(ctx, a.o.execCmd, "PAWL_KEY="+ch.Key, "PAWL_FILE="+path); err != nil {
-		a.log.Warn("--exec after a key change failed", "key", ch.Key, "error", err)
-	}
-}
-
-// removeStale removes files under DIR/kv/ that are no key of entries
-// (keys deleted while the agent was away), walking inside DIR's root: a
-// symbolic link is removed, never followed.
-func (a *agent) removeStale(entries []sdk.Entry) {
-	keep := map[string]bool{}
-	for _, e := range entries {
-		if name, ok := keyFile(a.o.prefix, e.Key); ok {
-			keep[name] = true
-		}
-	}
-	_ = fs.WalkDir(a.root.FS(), kvDir, func(name string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() || keep[name] || atomicfile.IsTemp(name) {
-			return nil
-		}
-		if a.root.Remove(name) == nil {
-			fmt.Fprintf(a.out, "removed %s (no longer a key)\n", filepath.Join(a.o.dir, filepath.FromSlash(name)))
-		}
-		return nil
-	})
 }

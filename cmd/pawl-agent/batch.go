@@ -1,0 +1,144 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// waitFlag is --wait MIN[,MAX], consul-template's quiet period: --exec runs
+// once no change has come for MIN, and at the latest MAX after the first
+// change it covers. Zero runs it as soon as a batch is written.
+type waitFlag struct{ min, max time.Duration }
+
+// String is the flag's value as given.
+func (w *waitFlag) String() string {
+	if w.min == 0 && w.max == 0 {
+		return "0"
+	}
+	return w.min.String() + "," + w.max.String()
+}
+
+// Set parses MIN or MIN,MAX; MAX defaults to four times MIN, as
+// consul-template's does.
+func (w *waitFlag) Set(v string) error {
+	lo, hi, two := strings.Cut(v, ",")
+	mn, err := time.ParseDuration(lo)
+	if err != nil || mn < 0 {
+		return fmt.Errorf("%q is not MIN[,MAX] with MIN a duration of zero or more, such as 2s,10s", v)
+	}
+	mx := 4 * mn
+	if two {
+		if mx, err = time.ParseDuration(hi); err != nil || mx < mn {
+			return fmt.Errorf("%q is not MIN,MAX with MAX a duration at least MIN, such as 2s,10s", v)
+		}
+	}
+	w.min, w.max = mn, mx
+	return nil
+}
+
+// changed records that a batch of files was written or removed, and wakes
+// the --exec runner. snap names the config snapshot written (empty for
+// keys), whose health waits for the run that covers it; files are the
+// paths, for PAWL_FILES.
+func (a *agent) changed(snap string, files ...string) {
+	a.mu.Lock()
+	if snap != "" {
+		a.pendingSnaps = append(a.pendingSnaps, snap)
+		a.awaiting[snap] = true
+	}
+	a.pendingFiles = append(a.pendingFiles, files...)
+	a.mu.Unlock()
+	select {
+	case a.dirty <- struct{}{}:
+	default:
+	}
+}
+
+// runExec runs --exec once per batch of changes until ctx ends, first at
+// once (the initial sync is written when it starts). With --wait, a batch
+// is every change until a quiet period of MIN, or MAX after its first.
+func (a *agent) runExec(ctx context.Context, clock func() time.Time) {
+	select {
+	case a.dirty <- struct{}{}:
+	default:
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-a.dirty:
+		}
+		if a.o.wait.max > 0 && !a.quiet(ctx, clock) {
+			return
+		}
+		a.mu.Lock()
+		snaps, files := a.pendingSnaps, a.pendingFiles
+		a.pendingSnaps, a.pendingFiles = nil, nil
+		a.mu.Unlock()
+		env := []string{"PAWL_FILES=" + strings.Join(files, "\n")}
+		if len(snaps) == 1 && len(files) == 1 {
+			// One config: the variables each run had before batches.
+			config, gen, _ := strings.Cut(snaps[0], "@")
+			env = append(env, "PAWL_CONFIG="+config, "PAWL_GENERATION="+gen, "PAWL_FILE="+files[0])
+		}
+		err := a.exec(ctx, a.o.execCmd, env...)
+		if err != nil {
+			a.log.Warn("--exec failed", "files", len(files), "error", err)
+		}
+		a.mu.Lock()
+		for _, s := range snaps {
+			a.execErr[s] = err
+			delete(a.awaiting, s)
+		}
+		close(a.execRan)
+		a.execRan = make(chan struct{})
+		a.mu.Unlock()
+	}
+}
+
+// quiet waits until no change has come for --wait's MIN, or its MAX has
+// passed since the first; false when ctx ended first.
+func (a *agent) quiet(ctx context.Context, clock func() time.Time) bool {
+	first := clock()
+	last := first
+	for {
+		until := last.Add(a.o.wait.min)
+		if latest := first.Add(a.o.wait.max); latest.Before(until) {
+			until = latest
+		}
+		d := until.Sub(clock())
+		if d <= 0 {
+			return true
+		}
+		t := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return false
+		case <-a.dirty:
+			last = clock()
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+// execOutcome waits for the --exec run that covers the write of snapshot
+// snap and returns how it ended; nil for a snapshot the agent did not write.
+func (a *agent) execOutcome(ctx context.Context, snap string) error {
+	for {
+		a.mu.Lock()
+		err, waiting, ran := a.execErr[snap], a.awaiting[snap], a.execRan
+		a.mu.Unlock()
+		if !waiting {
+			return err
+		}
+		select {
+		case <-ran:
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for --exec after writing %s: %w", snap, ctx.Err())
+		}
+	}
+}
