@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -41,6 +42,12 @@ type options struct {
 	downloadAttempts int
 	// wait is --wait: the quiet period before --exec runs.
 	wait waitFlag
+	// templates are the --template files, rendered after every batch.
+	templates []*tmpl
+	// once is --once: write the initial sync, render, run --exec, exit.
+	once bool
+	// listen is --listen: the local HTTP endpoint's address, or empty.
+	listen string
 }
 
 // The layout of the directory the agent keeps: each config in one
@@ -70,7 +77,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	a := &agent{o: o, out: stdout, log: slog.New(slog.NewTextHandler(stderr, nil)), execErr: map[string]error{},
-		awaiting: map[string]bool{}, execRan: make(chan struct{}), dirty: make(chan struct{}, 1)}
+		awaiting: map[string]bool{}, execRan: make(chan struct{}), dirty: make(chan struct{}, 1), configs: map[string]*sdk.Snapshot{}}
 	if err := a.run(ctx); err != nil {
 		fmt.Fprintln(stderr, "pawl-agent:", err)
 		return 1
@@ -119,6 +126,15 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fileMode := fs.String("file-mode", fmt.Sprintf("%04o", defaultFileMode), "the mode of every file written under DIR, in octal; directories get the same with search bits (0640: 0750)")
 	fs.IntVar(&o.downloadAttempts, "download-attempts", sdk.DefaultDownloadAttempts, "how many times a release that does not match its digests is downloaded before it is rejected")
 	fs.StringVar(&o.validatorCache, "validator-cache", "", "compiled validator modules, which agents on one host may share (default CACHE-DIR/compiled)")
+	fs.Func("template", "SRC:DEST: render the Go text/template in file SRC to DIR/DEST after every batch, with functions key KEY, keys PREFIX (or ls), config ID, json TEXT and toJSON VALUE; keys under --prefix only (repeatable)", func(v string) error {
+		t, err := parseTemplate(v)
+		if err == nil {
+			o.templates = append(o.templates, t)
+		}
+		return err
+	})
+	fs.BoolVar(&o.once, "once", false, "write the initial sync (each --config, every key under --prefix), render the templates, run --exec once, and exit: 0 if all of it succeeded, 1 if not")
+	fs.StringVar(&o.listen, "listen", "", "a loopback HOST:PORT to serve the snapshot on (GET /v1/configs/ID, /v1/kv/KEY, /ready, /healthz); off by default")
 	creds := clientflags.Register(fs)
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -140,6 +156,10 @@ func parse(args []string, stderr io.Writer) (options, error) {
 		return o, fmt.Errorf("--health-interval %s must be positive", o.healthInterval)
 	case o.prefix != "" && !strings.HasPrefix(o.prefix, "/"):
 		return o, fmt.Errorf("--prefix %q must start with /", o.prefix)
+	case o.once && !o.noAssignments && len(o.configs) == 0:
+		return o, errors.New("--once follows releases only with --config: without it, the agent cannot tell when it has every config assigned")
+	case o.once && o.listen != "":
+		return o, errors.New("--once and --listen: the endpoint would stop as soon as it started")
 	case o.downloadAttempts < 1:
 		return o, fmt.Errorf("--download-attempts %d must be at least 1", o.downloadAttempts)
 	}
@@ -148,6 +168,11 @@ func parse(args []string, stderr io.Writer) (options, error) {
 		return o, fmt.Errorf("--file-mode %q must be octal permission bits (0600 to 0777) that let the agent read and write its files", *fileMode)
 	}
 	o.fileMode = os.FileMode(mode)
+	if o.listen != "" {
+		if err := checkListen(o.listen); err != nil {
+			return o, err
+		}
+	}
 	for _, id := range o.configs {
 		if err := configid.Check(id); err != nil {
 			return o, fmt.Errorf("--config: %w", err)
@@ -204,6 +229,14 @@ type agent struct {
 	pendingFiles []string         // files written or removed since the last run
 	// dirty wakes the --exec runner: something was written.
 	dirty chan struct{}
+	// configs are the snapshots written, by config: what the templates
+	// and the endpoint read, as the files hold them.
+	configs map[string]*sdk.Snapshot
+	// synced says the initial sync is written (templates included).
+	synced bool
+
+	// space is the --prefix space, if any; set before the runner starts.
+	space *sdk.Space
 }
 
 func (a *agent) run(ctx context.Context) error {
@@ -216,6 +249,13 @@ func (a *agent) run(ctx context.Context) error {
 	}
 	defer root.Close()
 	a.root = root
+	var ln net.Listener
+	if a.o.listen != "" {
+		if ln, err = net.Listen("tcp", a.o.listen); err != nil {
+			return fmt.Errorf("--listen: %w", err)
+		}
+		defer ln.Close()
+	}
 	if _, err := os.Stat(filepath.Join(a.o.dir, ".pawl-cache")); err == nil {
 		a.log.Warn("DIR/.pawl-cache, where an older agent kept its cache, is no longer read: the application's directory must not hold the cache; remove it",
 			"old", filepath.Join(a.o.dir, ".pawl-cache"), "cache", a.o.cacheDir)
@@ -256,15 +296,36 @@ func (a *agent) run(ctx context.Context) error {
 	defer wg.Wait()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	var m *mirror
 	if a.o.prefix != "" {
 		space, err := client.Space(ctx, a.o.prefix)
 		if err != nil {
 			return err
 		}
 		defer space.Close()
-		m := a.newMirror(space)
+		a.space = space
+		m = a.newMirror(space)
 		defer m.stop()
 		m.sync() // the initial sync
+	}
+	// a.space is set: the endpoint may read it.
+	if ln != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			a.serve(ctx, ln)
+		}()
+		fmt.Fprintf(a.out, "serving the snapshot on http://%s\n", ln.Addr())
+	}
+	if a.o.once {
+		for _, id := range a.o.configs {
+			if _, err := client.Wait(ctx, id); err != nil {
+				return fmt.Errorf("--once: waiting for config %s: %w", id, err)
+			}
+		}
+		return a.pass(ctx)
+	}
+	if m != nil {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -294,6 +355,9 @@ func (a *agent) writeConfig(ctx context.Context, s *sdk.Snapshot) error {
 	}
 	path := filepath.Join(a.o.dir, filepath.FromSlash(name))
 	fmt.Fprintf(a.out, "wrote %s generation %d to %s\n", s.Config, s.Generation, path)
+	a.mu.Lock()
+	a.configs[s.Config] = s
+	a.mu.Unlock()
 	a.changed(s.String(), path)
 	return nil
 }

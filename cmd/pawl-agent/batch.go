@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -73,29 +74,61 @@ func (a *agent) runExec(ctx context.Context, clock func() time.Time) {
 		if a.o.wait.max > 0 && !a.quiet(ctx, clock) {
 			return
 		}
-		a.mu.Lock()
-		snaps, files := a.pendingSnaps, a.pendingFiles
-		a.pendingSnaps, a.pendingFiles = nil, nil
-		a.mu.Unlock()
-		env := []string{"PAWL_FILES=" + strings.Join(files, "\n")}
-		if len(snaps) == 1 && len(files) == 1 {
-			// One config: the variables each run had before batches.
-			config, gen, _ := strings.Cut(snaps[0], "@")
-			env = append(env, "PAWL_CONFIG="+config, "PAWL_GENERATION="+gen, "PAWL_FILE="+files[0])
-		}
-		err := a.exec(ctx, a.o.execCmd, env...)
-		if err != nil {
-			a.log.Warn("--exec failed", "files", len(files), "error", err)
-		}
-		a.mu.Lock()
-		for _, s := range snaps {
-			a.execErr[s] = err
-			delete(a.awaiting, s)
-		}
-		close(a.execRan)
-		a.execRan = make(chan struct{})
-		a.mu.Unlock()
+		_ = a.pass(ctx)
 	}
+}
+
+// pass renders the templates and runs --exec once for every change
+// pending, records how it ended for the configs written, and marks the
+// initial sync done. It returns the error of a template or of --exec.
+func (a *agent) pass(ctx context.Context) error {
+	a.mu.Lock()
+	snaps, files := a.pendingSnaps, a.pendingFiles
+	a.pendingSnaps, a.pendingFiles = nil, nil
+	a.mu.Unlock()
+	rendered, rerr := a.render()
+	if rerr != nil {
+		a.log.Warn("a template failed; its file is left as it was", "error", rerr)
+	}
+	files = append(files, rendered...)
+	a.mu.Lock()
+	a.synced = true
+	a.mu.Unlock()
+	env := []string{"PAWL_FILES=" + strings.Join(files, "\n")}
+	if len(snaps) == 1 && len(files) == 1 {
+		// One config: the variables each run had before batches.
+		config, gen, _ := strings.Cut(snaps[0], "@")
+		env = append(env, "PAWL_CONFIG="+config, "PAWL_GENERATION="+gen, "PAWL_FILE="+files[0])
+	}
+	err := a.exec(ctx, a.o.execCmd, env...)
+	if err != nil {
+		a.log.Warn("--exec failed", "files", len(files), "error", err)
+	}
+	a.mu.Lock()
+	for _, s := range snaps {
+		a.execErr[s] = err
+		delete(a.awaiting, s)
+	}
+	close(a.execRan)
+	a.execRan = make(chan struct{})
+	a.mu.Unlock()
+	return errors.Join(rerr, err)
+}
+
+// notReady says why the agent is not ready ("" when it is): its initial
+// sync is not written yet, or a --config has no snapshot yet.
+func (a *agent) notReady() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !a.synced {
+		return "the initial sync is not written yet"
+	}
+	for _, id := range a.o.configs {
+		if a.configs[id] == nil {
+			return "config " + id + " has no snapshot yet"
+		}
+	}
+	return ""
 }
 
 // quiet waits until no change has come for --wait's MIN, or its MAX has
