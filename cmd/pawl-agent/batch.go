@@ -92,8 +92,13 @@ func (a *agent) pass(ctx context.Context) error {
 	}
 	files = append(files, rendered...)
 	a.mu.Lock()
+	first := !a.synced
 	a.synced = true
 	a.mu.Unlock()
+	if !first && len(snaps) == 0 && len(files) == 0 {
+		// A wake-up whose changes an earlier run took: nothing to run for.
+		return rerr
+	}
 	env := []string{"PAWL_FILES=" + strings.Join(files, "\n")}
 	if len(snaps) == 1 && len(files) == 1 {
 		// One config: the variables each run had before batches.
