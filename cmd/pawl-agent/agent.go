@@ -336,7 +336,7 @@ func (a *agent) run(ctx context.Context) error {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		a.runExec(ctx, time.Now)
+		a.runExec(ctx)
 	}()
 	<-ctx.Done()
 	return nil

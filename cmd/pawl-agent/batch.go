@@ -58,20 +58,18 @@ func (a *agent) changed(snap string, files ...string) {
 }
 
 // runExec runs --exec once per batch of changes until ctx ends, first at
-// once (the initial sync is written when it starts). With --wait, a batch
-// is every change until a quiet period of MIN, or MAX after its first.
-func (a *agent) runExec(ctx context.Context, clock func() time.Time) {
-	select {
-	case a.dirty <- struct{}{}:
-	default:
-	}
+// once, without --wait's quiet period: the initial sync is written when it
+// starts. With --wait, a batch is every change until a quiet period of
+// MIN, or MAX after its first.
+func (a *agent) runExec(ctx context.Context) {
+	_ = a.pass(ctx)
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-a.dirty:
 		}
-		if a.o.wait.max > 0 && !a.quiet(ctx, clock) {
+		if a.o.wait.max > 0 && !a.quiet(ctx) {
 			return
 		}
 		_ = a.pass(ctx)
@@ -138,15 +136,15 @@ func (a *agent) notReady() string {
 
 // quiet waits until no change has come for --wait's MIN, or its MAX has
 // passed since the first; false when ctx ended first.
-func (a *agent) quiet(ctx context.Context, clock func() time.Time) bool {
-	first := clock()
+func (a *agent) quiet(ctx context.Context) bool {
+	first := time.Now()
 	last := first
 	for {
 		until := last.Add(a.o.wait.min)
 		if latest := first.Add(a.o.wait.max); latest.Before(until) {
 			until = latest
 		}
-		d := until.Sub(clock())
+		d := until.Sub(time.Now())
 		if d <= 0 {
 			return true
 		}
@@ -156,7 +154,7 @@ func (a *agent) quiet(ctx context.Context, clock func() time.Time) bool {
 			t.Stop()
 			return false
 		case <-a.dirty:
-			last = clock()
+			last = time.Now()
 		case <-t.C:
 		}
 		t.Stop()

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -111,7 +112,7 @@ func TestWaitUsageErrors(t *testing.T) {
 	for _, v := range []string{"x", "-1s", "2s,1s", "1s,y"} {
 		var stderr strings.Builder
 		args := []string{"--dir", "d", "--no-assignments", "--prefix", "/t/", "--wait", v}
-		if code := run(context.Background(), args, nil, &stderr); code != 2 || !strings.Contains(stderr.String(), "--wait") {
+		if code := run(context.Background(), args, io.Discard, &stderr); code != 2 || !strings.Contains(stderr.String(), "-wait") || !strings.Contains(stderr.String(), "MIN") {
 			t.Errorf("--wait %q: exit %d, %q", v, code, stderr.String())
 		}
 	}
