@@ -38,11 +38,9 @@ const appTemplate = `host={{key "/app/db/host"}} port={{key "/app/db/port"}}
 // --exec once, after a transaction changes two of its keys.
 func TestATemplateRendersManyKeysAndAConfig(t *testing.T) {
 	srv, ctx, client, digest, records := startWatchingRecords(t)
-	kv := pawlv1connect.NewKVServiceClient(client, srv.URL)
+	kv, put := kvClient(t, srv)
 	for key, value := range map[string]string{"/app/db/host": "db1", "/app/db/port": "5432", "/app/feature/x": "on"} {
-		if _, err := kv.Put(ctx, connect.NewRequest(&pawlv1.PutRequest{Key: key, Value: []byte(value)})); err != nil {
-			t.Fatal(err)
-		}
+		put(key, value)
 	}
 	dir := t.TempDir()
 	dest := filepath.Join(dir, "etc", "app.conf")
@@ -132,10 +130,8 @@ func get(t *testing.T, url string) (int, string) {
 // waits for, until that config is written, then 200.
 func TestTheEndpointServesTheSnapshotAndReadiness(t *testing.T) {
 	srv, ctx, client, digest, records := startWatchingRecords(t)
-	kv := pawlv1connect.NewKVServiceClient(client, srv.URL)
-	if _, err := kv.Put(ctx, connect.NewRequest(&pawlv1.PutRequest{Key: "/app/a", Value: []byte("1")})); err != nil {
-		t.Fatal(err)
-	}
+	_, put := kvClient(t, srv)
+	put("/app/a", "1")
 	dir := t.TempDir()
 	lines := runAgent(t, "--server", srv.URL, "--identity", "agent-1", "--config", "routing", "--dir", dir, "--prefix", "/app/",
 		"--listen", "127.0.0.1:0", "--exec", "echo exec done")
