@@ -50,7 +50,7 @@ func TestATemplateRendersManyKeysAndAConfig(t *testing.T) {
 	// No config yet: the template fails, and says why.
 	await(t, lines, "config routing has no snapshot yet")
 	awaitRegistered(t, records, "agent-1")
-	createRelease(t, ctx, pawlv1connect.NewReleaseServiceClient(client, srv.URL), "routing", digest, []byte(`{"upstreams":[{"host":"up1","weight":1}]}`))
+	createRelease(t, ctx, pawlv1connect.NewReleaseServiceClient(client, srv.URL), "routing", digest, []byte(`{"upstreams":[{"host":"up1","weight":100}]}`))
 	await(t, lines, "rendered ")
 	want := "host=db1 port=5432\n/app/feature/x=on\nupstream=up1\n"
 	if got, err := os.ReadFile(dest); err != nil || string(got) != want {
@@ -153,7 +153,7 @@ func TestTheEndpointServesTheSnapshotAndReadiness(t *testing.T) {
 		}
 	}
 	awaitRegistered(t, records, "agent-1")
-	content := `{"upstreams":[{"host":"up1","weight":1}]}`
+	content := `{"upstreams":[{"host":"up1","weight":100}]}`
 	createRelease(t, ctx, pawlv1connect.NewReleaseServiceClient(client, srv.URL), "routing", digest, []byte(content))
 	await(t, lines, "wrote routing generation 1")
 	await(t, lines, "exec done")
