@@ -8,8 +8,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"io/fs"
 	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -40,6 +40,14 @@ type options struct {
 	// directories get the same with search bits (atomicfile.DirMode).
 	fileMode         os.FileMode
 	downloadAttempts int
+	// wait is --wait: the quiet period before --exec runs.
+	wait waitFlag
+	// templates are the --template files, rendered after every batch.
+	templates []*tmpl
+	// once is --once: write the initial sync, render, run --exec, exit.
+	once bool
+	// listen is --listen: the local HTTP endpoint's address, or empty.
+	listen string
 }
 
 // The layout of the directory the agent keeps: each config in one
@@ -68,7 +76,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "pawl-agent:", err)
 		return 2
 	}
-	a := &agent{o: o, out: stdout, log: slog.New(slog.NewTextHandler(stderr, nil)), execErr: map[string]error{}}
+	a := &agent{o: o, out: stdout, log: slog.New(slog.NewTextHandler(stderr, nil)), execErr: map[string]error{},
+		awaiting: map[string]bool{}, execRan: make(chan struct{}), dirty: make(chan struct{}, 1), configs: map[string]*sdk.Snapshot{}}
 	if err := a.run(ctx); err != nil {
 		fmt.Fprintln(stderr, "pawl-agent:", err)
 		return 1
@@ -107,7 +116,8 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.dir, "dir", "", "the directory to keep in step (required)")
 	fs.StringVar(&o.prefix, "prefix", "", "a KV prefix to mirror into DIR/kv/ (a prefix without a trailing / gets one: --prefix /flags mirrors /flags/..., never /flagsx)")
 	fs.BoolVar(&o.noAssignments, "no-assignments", false, "only mirror --prefix: do not register or follow releases")
-	fs.StringVar(&o.execCmd, "exec", "", "a shell command to run after each change (env PAWL_CONFIG, PAWL_GENERATION or PAWL_KEY, PAWL_FILE)")
+	fs.StringVar(&o.execCmd, "exec", "", "a shell command to run once at start and once after each batch of changes (a transaction, a release), with the files written or removed in PAWL_FILES (one a line); a batch of one config also sets PAWL_CONFIG, PAWL_GENERATION and PAWL_FILE")
+	fs.Var(&o.wait, "wait", "MIN[,MAX]: run --exec once no change has come for MIN, at most MAX (default 4×MIN) after the first change, as consul-template's -wait (default 0: at once after each batch)")
 	fs.DurationVar(&o.execTimeout, "exec-timeout", 30*time.Second, "how long --exec and --health-cmd may run")
 	fs.StringVar(&o.healthCmd, "health-cmd", "", "a shell command whose failure reports a release unhealthy: run during its health window and, while its rollout can still stop, every --health-interval after it")
 	fs.DurationVar(&o.healthInterval, "health-interval", sdk.DefaultHealthInterval, "how often --health-cmd runs again after a canary's health window, while its rollout can still stop")
@@ -116,6 +126,15 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fileMode := fs.String("file-mode", fmt.Sprintf("%04o", defaultFileMode), "the mode of every file written under DIR, in octal; directories get the same with search bits (0640: 0750)")
 	fs.IntVar(&o.downloadAttempts, "download-attempts", sdk.DefaultDownloadAttempts, "how many times a release that does not match its digests is downloaded before it is rejected")
 	fs.StringVar(&o.validatorCache, "validator-cache", "", "compiled validator modules, which agents on one host may share (default CACHE-DIR/compiled)")
+	fs.Func("template", "SRC:DEST: render the Go text/template in file SRC to DIR/DEST after every batch, with functions key KEY, keys PREFIX (or ls), config ID, json TEXT and toJSON VALUE; keys under --prefix only (repeatable)", func(v string) error {
+		t, err := parseTemplate(v)
+		if err == nil {
+			o.templates = append(o.templates, t)
+		}
+		return err
+	})
+	fs.BoolVar(&o.once, "once", false, "write the initial sync (each --config, every key under --prefix), render the templates, run --exec once, and exit: 0 if all of it succeeded, 1 if not")
+	fs.StringVar(&o.listen, "listen", "", "a loopback HOST:PORT to serve the snapshot on (GET /v1/configs/ID, /v1/kv/KEY, /ready, /healthz); off by default")
 	creds := clientflags.Register(fs)
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -137,6 +156,10 @@ func parse(args []string, stderr io.Writer) (options, error) {
 		return o, fmt.Errorf("--health-interval %s must be positive", o.healthInterval)
 	case o.prefix != "" && !strings.HasPrefix(o.prefix, "/"):
 		return o, fmt.Errorf("--prefix %q must start with /", o.prefix)
+	case o.once && !o.noAssignments && len(o.configs) == 0:
+		return o, errors.New("--once follows releases only with --config: without it, the agent cannot tell when it has every config assigned")
+	case o.once && o.listen != "":
+		return o, errors.New("--once and --listen: the endpoint would stop as soon as it started")
 	case o.downloadAttempts < 1:
 		return o, fmt.Errorf("--download-attempts %d must be at least 1", o.downloadAttempts)
 	}
@@ -145,6 +168,11 @@ func parse(args []string, stderr io.Writer) (options, error) {
 		return o, fmt.Errorf("--file-mode %q must be octal permission bits (0600 to 0777) that let the agent read and write its files", *fileMode)
 	}
 	o.fileMode = os.FileMode(mode)
+	if o.listen != "" {
+		if err := checkListen(o.listen); err != nil {
+			return o, err
+		}
+	}
 	for _, id := range o.configs {
 		if err := configid.Check(id); err != nil {
 			return o, fmt.Errorf("--config: %w", err)
@@ -193,8 +221,22 @@ type agent struct {
 	// name and no symbolic link planted in DIR leads outside.
 	root *os.Root
 
-	mu      sync.Mutex
-	execErr map[string]error // by config@generation: how --exec ended
+	mu           sync.Mutex
+	execErr      map[string]error // by config@generation: how --exec ended
+	awaiting     map[string]bool  // config@generation written, --exec not yet run after it
+	execRan      chan struct{}    // closed, and replaced, after each --exec run
+	pendingSnaps []string         // configs written since the last run
+	pendingFiles []string         // files written or removed since the last run
+	// dirty wakes the --exec runner: something was written.
+	dirty chan struct{}
+	// configs are the snapshots written, by config: what the templates
+	// and the endpoint read, as the files hold them.
+	configs map[string]*sdk.Snapshot
+	// synced says the initial sync is written (templates included).
+	synced bool
+
+	// space is the --prefix space, if any; set before the runner starts.
+	space *sdk.Space
 }
 
 func (a *agent) run(ctx context.Context) error {
@@ -207,6 +249,13 @@ func (a *agent) run(ctx context.Context) error {
 	}
 	defer root.Close()
 	a.root = root
+	var ln net.Listener
+	if a.o.listen != "" {
+		if ln, err = net.Listen("tcp", a.o.listen); err != nil {
+			return fmt.Errorf("--listen: %w", err)
+		}
+		defer ln.Close()
+	}
 	if _, err := os.Stat(filepath.Join(a.o.dir, ".pawl-cache")); err == nil {
 		a.log.Warn("DIR/.pawl-cache, where an older agent kept its cache, is no longer read: the application's directory must not hold the cache; remove it",
 			"old", filepath.Join(a.o.dir, ".pawl-cache"), "cache", a.o.cacheDir)
@@ -243,11 +292,52 @@ func (a *agent) run(ctx context.Context) error {
 			}
 		}
 	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var m *mirror
 	if a.o.prefix != "" {
-		if err := a.mirror(ctx, client); err != nil {
+		space, err := client.Space(ctx, a.o.prefix)
+		if err != nil {
 			return err
 		}
+		defer space.Close()
+		a.space = space
+		m = a.newMirror(space)
+		defer m.stop()
+		m.sync() // the initial sync
 	}
+	// a.space is set: the endpoint may read it.
+	if ln != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			a.serve(ctx, ln)
+		}()
+		fmt.Fprintf(a.out, "serving the snapshot on http://%s\n", ln.Addr())
+	}
+	if a.o.once {
+		for _, id := range a.o.configs {
+			if _, err := client.Wait(ctx, id); err != nil {
+				return fmt.Errorf("--once: waiting for config %s: %w", id, err)
+			}
+		}
+		return a.pass(ctx)
+	}
+	if m != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			m.follow(ctx)
+		}()
+	}
+	// --exec runs once for the initial sync, then once per batch.
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		a.runExec(ctx)
+	}()
 	<-ctx.Done()
 	return nil
 }
@@ -265,21 +355,19 @@ func (a *agent) writeConfig(ctx context.Context, s *sdk.Snapshot) error {
 	}
 	path := filepath.Join(a.o.dir, filepath.FromSlash(name))
 	fmt.Fprintf(a.out, "wrote %s generation %d to %s\n", s.Config, s.Generation, path)
-	err := a.exec(ctx, a.o.execCmd, "PAWL_CONFIG="+s.Config, fmt.Sprintf("PAWL_GENERATION=%d", s.Generation), "PAWL_FILE="+path)
 	a.mu.Lock()
-	a.execErr[s.String()] = err
+	a.configs[s.Config] = s
 	a.mu.Unlock()
+	a.changed(s.String(), path)
 	return nil
 }
 
 // health is the SDK's health check, run during each release's health
-// window and, for a canary, every --health-interval after it: --exec's
-// outcome for this snapshot, then --health-cmd.
+// window and, for a canary, every --health-interval after it: the outcome
+// of the --exec run after this snapshot was written (awaited), then
+// --health-cmd.
 func (a *agent) health(ctx context.Context, s *sdk.Snapshot) error {
-	a.mu.Lock()
-	err := a.execErr[s.String()]
-	a.mu.Unlock()
-	if err != nil {
+	if err := a.execOutcome(ctx, s.String()); err != nil {
 		return fmt.Errorf("--exec after writing %s: %w", s, err)
 	}
 	if err := a.exec(ctx, a.o.healthCmd, "PAWL_CONFIG="+s.Config, fmt.Sprintf("PAWL_GENERATION=%d", s.Generation)); err != nil {
@@ -305,55 +393,6 @@ func (a *agent) exec(ctx context.Context, command string, env ...string) error {
 	return nil
 }
 
-// mirror keeps DIR/kv/ in step with every key under the prefix.
-func (a *agent) mirror(ctx context.Context, client *sdk.Client) error {
-	space, err := client.Space(ctx, a.o.prefix)
-	if err != nil {
-		return err
-	}
-	defer space.Close()
-	// Changes queue up for one writer, in revision order, so the callback
-	// returns at once.
-	var pending []sdk.Change
-	var pmu sync.Mutex
-	wake := make(chan struct{}, 1)
-	stop := space.OnChange(func(ch sdk.Change) {
-		pmu.Lock()
-		pending = append(pending, ch)
-		pmu.Unlock()
-		select {
-		case wake <- struct{}{}:
-		default:
-		}
-	})
-	defer stop()
-	// The listing holds every change up to rev, including those queued
-	// before it was read.
-	entries, rev := space.Entries()
-	for _, e := range entries {
-		a.writeKey(ctx, sdk.Change{Key: e.Key, Value: e.Value, Revision: e.ModRevision})
-	}
-	a.removeStale(entries)
-	fmt.Fprintf(a.out, "mirrored %d keys under %s at revision %d\n", len(entries), a.o.prefix, rev)
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-wake:
-		}
-		pmu.Lock()
-		batch := pending
-		pending = nil
-		pmu.Unlock()
-		for _, ch := range batch {
-			if ch.Revision <= rev {
-				continue // in the first listing
-			}
-			a.writeKey(ctx, ch)
-		}
-	}
-}
-
 // maxNameBytes is the longest file name most file systems take (NAME_MAX).
 const maxNameBytes = 255
 
@@ -376,54 +415,4 @@ func keyFile(prefix, key string) (string, bool) {
 		}
 	}
 	return kvDir + "/" + rel, true
-}
-
-func (a *agent) writeKey(ctx context.Context, ch sdk.Change) {
-	name, ok := keyFile(a.o.prefix, ch.Key)
-	if !ok {
-		a.log.Warn("a key cannot be a file under the directory; skipped", "key", ch.Key)
-		return
-	}
-	path := filepath.Join(a.o.dir, filepath.FromSlash(name))
-	var err error
-	if ch.Deleted {
-		if err = a.root.Remove(name); errors.Is(err, os.ErrNotExist) {
-			err = nil
-		}
-	} else {
-		err = atomicfile.WriteIn(a.root, name, ch.Value, a.o.fileMode)
-	}
-	if err != nil {
-		a.log.Warn("mirroring a key failed", "key", ch.Key, "error", err)
-		return
-	}
-	if ch.Deleted {
-		fmt.Fprintf(a.out, "removed %s at revision %d: %s\n", ch.Key, ch.Revision, path)
-	} else {
-		fmt.Fprintf(a.out, "wrote %s at revision %d to %s\n", ch.Key, ch.Revision, path)
-	}
-	if err := a.exec(ctx, a.o.execCmd, "PAWL_KEY="+ch.Key, "PAWL_FILE="+path); err != nil {
-		a.log.Warn("--exec after a key change failed", "key", ch.Key, "error", err)
-	}
-}
-
-// removeStale removes files under DIR/kv/ that are no key of entries
-// (keys deleted while the agent was away), walking inside DIR's root: a
-// symbolic link is removed, never followed.
-func (a *agent) removeStale(entries []sdk.Entry) {
-	keep := map[string]bool{}
-	for _, e := range entries {
-		if name, ok := keyFile(a.o.prefix, e.Key); ok {
-			keep[name] = true
-		}
-	}
-	_ = fs.WalkDir(a.root.FS(), kvDir, func(name string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() || keep[name] || atomicfile.IsTemp(name) {
-			return nil
-		}
-		if a.root.Remove(name) == nil {
-			fmt.Fprintf(a.out, "removed %s (no longer a key)\n", filepath.Join(a.o.dir, filepath.FromSlash(name)))
-		}
-		return nil
-	})
 }

@@ -6,10 +6,16 @@
 // (temporary file, fsync, rename, directory fsync) through an os.Root on
 // DIR, so a reader never sees a file half-written and no name or planted
 // symbolic link leads outside DIR. Its last-known-good cache lives outside
-// DIR (--cache-dir). After each change it can run a command; a command that
-// fails makes the instance report the release unhealthy, and so does a
-// health command that fails during the release's health window or, while
-// the rollout can still stop, at any of its reruns after it.
+// DIR (--cache-dir). It can render Go text/templates from many keys and
+// configs into files of their own (--template SRC:DEST). It writes each
+// batch of changes (a transaction, a release) whole, then runs a command
+// once (--exec, also once after the initial sync, optionally after a
+// quiet period: --wait MIN,MAX); a command that fails makes the instance
+// report the release unhealthy, and so does a health command that fails
+// during the release's health window or, while the rollout can still
+// stop, at any of its reruns after it. --once writes, renders, runs the
+// command and exits; --listen serves the snapshot and readiness on a
+// loopback address (/v1/configs/ID, /v1/kv/KEY, /ready, /healthz).
 //
 //	pawl-agent --server http://127.0.0.1:7070 --identity web-1 --zone a --dir /etc/myapp/pawl \
 //	    --exec 'systemctl reload myapp'

@@ -1,8 +1,9 @@
 #!/bin/sh
 # Stands in for "reload the process that reads the files": it says what
-# changed. pawl-agent runs it after each file it writes or removes.
+# changed. pawl-agent runs it once after its initial sync, then once after
+# each batch of files it writes or removes (PAWL_FILES, one a line).
 if [ -n "$PAWL_CONFIG" ]; then
 	echo "reload: $PAWL_CONFIG is now generation $PAWL_GENERATION ($PAWL_FILE)"
 else
-	echo "reload: $PAWL_KEY changed ($PAWL_FILE)"
+	echo "reload: $(printf '%s\n' "$PAWL_FILES" | grep -c .) files changed"
 fi
