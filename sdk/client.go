@@ -40,6 +40,8 @@ type Client struct {
 	kv         pawlv1connect.KVServiceClient
 
 	tracer  trace.Tracer
+	started time.Time
+	conn    connState
 	runtime *sharedRuntime
 	cache   *diskCache
 	health  *healthRecorder
@@ -121,7 +123,7 @@ func New(ctx context.Context, serverURL string, opts ...Option) (*Client, error)
 		return nil, fmt.Errorf("sdk: %w", err)
 	}
 	c := &Client{
-		cfg: cfg, url: urls[0].String(), bootID: newBootID(),
+		cfg: cfg, url: urls[0].String(), bootID: newBootID(), started: time.Now(),
 		tracer:   cfg.tracerProvider.Tracer("github.com/pawlcfg/pawl/sdk"),
 		health:   newHealthRecorder(),
 		retained: map[string][]*Snapshot{}, changed: make(chan struct{}), subs: map[int]subscriber{}, assigned: map[string]bool{},

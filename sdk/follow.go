@@ -33,6 +33,7 @@ func (c *Client) follow() {
 		if c.epoch.Load() == 0 {
 			if err := c.register(c.ctx); err != nil {
 				if c.ctx.Err() == nil {
+					c.linkChanged(false, err)
 					c.cfg.log.Warn("pawl: registration failed; retrying", "server", c.Server(), "error", err)
 				}
 				b.wait(c.ctx)
@@ -43,6 +44,7 @@ func (c *Client) follow() {
 		if c.ctx.Err() != nil {
 			return
 		}
+		c.linkChanged(false, err)
 		switch connect.CodeOf(err) {
 		case connect.CodeFailedPrecondition, connect.CodeNotFound:
 			// The server does not know this boot's registration (its
@@ -91,6 +93,7 @@ func (c *Client) watchAssignments(ctx context.Context, after *int64, set map[str
 	defer stream.Close()
 	for stream.Receive() {
 		b.reset()
+		c.linkChanged(true, nil)
 		msg := stream.Msg()
 		if msg.GetRevision() < *after {
 			continue // never go back to an older set

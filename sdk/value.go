@@ -23,6 +23,9 @@ type Source interface {
 // config (a missing member, an index past an array's end).
 var ErrNotFound = errors.New("sdk: no value at the pointer")
 
+// ErrNotJSON is returned by Lookup when the content is not JSON.
+var ErrNotJSON = errors.New("not JSON")
+
 // Value reads the value at pointer in config id of src as a T, or returns
 // def when there is none (no snapshot, no such member, content that is not
 // JSON, or a value that is not a T). pointer is a JSON pointer (RFC 6901,
@@ -72,15 +75,14 @@ func Lookup[T any](src Source, id, pointer string) (T, error) {
 		return zero, fmt.Errorf("sdk: %s %q is null: %w", doc.name, pointer, ErrNotFound)
 	}
 	switch v.(type) {
-	case map[string]any, []any:
-		// shared by every read: a copy is decoded below.
-	default:
+	case string, bool:
 		if direct, ok := v.(T); ok {
 			return direct, nil
 		}
 	}
-	// Anything else (numbers, structs, maps of a type) goes through JSON:
-	// only the value's own bytes, not the document, are encoded again.
+	// Anything else (numbers, objects and arrays, which the tree shares
+	// with every read) goes through JSON: only the value's own bytes,
+	// not the document, are encoded again, into a T of the caller's own.
 	raw, err := json.Marshal(v)
 	if err != nil {
 		return zero, fmt.Errorf("sdk: %s %q: %w", doc.name, pointer, err)
@@ -114,7 +116,7 @@ func (d *document) root() (any, error) {
 		dec.UseNumber()
 		var v any
 		if err := dec.Decode(&v); err != nil {
-			d.tree.err = fmt.Errorf("sdk: %s is not JSON: %w", d.name, err)
+			d.tree.err = fmt.Errorf("sdk: %s is %w: %w", d.name, ErrNotJSON, err)
 			return
 		}
 		d.tree.v = &v
