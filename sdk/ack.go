@@ -162,6 +162,7 @@ func (r *reporter) send(ctx context.Context, state pawlv1.InstanceState, digest 
 			ack.Held = durationpb.New(extra.held + time.Since(first))
 		}
 	}
+	r.c.metrics.acked(ctx, ack.ConfigId, state, err)
 	if err != nil && ctx.Err() == nil {
 		r.c.cfg.log.Warn("pawl: an ACK was refused", "config", ack.ConfigId, "generation", ack.Generation, "state", state.String(), "error", err)
 	}

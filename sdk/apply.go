@@ -228,6 +228,7 @@ func (c *Client) apply(ctx context.Context, a *pawlv1.Assignment, shadow bool, s
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
 		c.cfg.log.Warn("pawl: release rejected", "config", a.GetConfigId(), "generation", a.GetGeneration(), "step", name, "reason", err)
+		c.metrics.rejected(sctx, a, name)
 		rejected = rep.wait(sctx, pawlv1.InstanceState_INSTANCE_STATE_REJECTED, ackExtra{reason: err.Error()}) == nil || ctx.Err() == nil
 		return sctx, false
 	}
@@ -323,6 +324,7 @@ func (c *Client) apply(ctx context.Context, a *pawlv1.Assignment, shadow bool, s
 	if !swapped {
 		return false
 	}
+	c.metrics.applied(sctx, snap)
 	if c.cache != nil {
 		if err := c.cache.setApplied(snap); err != nil {
 			c.cfg.log.Warn("pawl: recording the applied generation in the cache failed", "error", err)

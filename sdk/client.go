@@ -42,6 +42,7 @@ type Client struct {
 	tracer  trace.Tracer
 	started time.Time
 	conn    connState
+	metrics *metrics
 	runtime *sharedRuntime
 	cache   *diskCache
 	health  *healthRecorder
@@ -123,7 +124,7 @@ func New(ctx context.Context, serverURL string, opts ...Option) (*Client, error)
 		return nil, fmt.Errorf("sdk: %w", err)
 	}
 	c := &Client{
-		cfg: cfg, url: urls[0].String(), bootID: newBootID(), started: time.Now(),
+		cfg: cfg, url: urls[0].String(), bootID: newBootID(), started: time.Now(), metrics: &metrics{},
 		tracer:   cfg.tracerProvider.Tracer("github.com/pawlcfg/pawl/sdk"),
 		health:   newHealthRecorder(),
 		retained: map[string][]*Snapshot{}, changed: make(chan struct{}), subs: map[int]subscriber{}, assigned: map[string]bool{},
@@ -196,6 +197,10 @@ func New(ctx context.Context, serverURL string, opts ...Option) (*Client, error)
 			c.swap(context.Background(), a.snapshot())
 		}
 	}
+	if c.metrics, err = newMetrics(c, cfg.meterProvider); err != nil {
+		cfg.log.Warn("pawl: the client records no metrics", "error", err)
+		c.metrics = &metrics{}
+	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	if cfg.assignments {
 		c.wg.Add(1)
@@ -239,6 +244,7 @@ func (c *Client) Close() error {
 	c.mu.Unlock()
 	c.cancel()
 	c.wg.Wait()
+	c.metrics.close()
 	err := releaseRuntime(context.Background(), c.runtime)
 	if c.cache != nil {
 		if cerr := c.cache.close(); cerr != nil && err == nil {
