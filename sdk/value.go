@@ -46,7 +46,8 @@ func Value[T any](src Source, id, pointer string, def T) T {
 
 // Lookup reads the value at pointer (see Value) in config id of src as a
 // T. It fails with ErrNoSnapshot when src has no snapshot of id (or a
-// space no such key), ErrNotFound when the pointer names nothing, and a
+// space no such key), ErrNotFound when the pointer names nothing,
+// ErrNotJSON when the content is not JSON, and a
 // decoding error naming the config, the pointer and T when the value is
 // not a T. JSON null is not found. A number reads as any numeric T that
 // holds it exactly.
