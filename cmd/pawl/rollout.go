@@ -379,7 +379,11 @@ func printRejection(w io.Writer, a *pawlv1.Ack) {
 		fmt.Fprintf(w, "rejected by %s%s: %s\n", a.GetWorkloadIdentity(), code, a.GetReason())
 		return
 	}
-	fmt.Fprintf(w, "rejected by %s%s: %d violations\n", a.GetWorkloadIdentity(), code, len(vs))
+	noun := "violations"
+	if len(vs) == 1 {
+		noun = "violation"
+	}
+	fmt.Fprintf(w, "rejected by %s%s: %d %s\n", a.GetWorkloadIdentity(), code, len(vs), noun)
 	for _, v := range vs {
 		path := v.GetPath()
 		if path == "" {
