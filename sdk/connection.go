@@ -73,7 +73,11 @@ func (c *Client) linkChanged(up bool, err error) {
 		c.conn.mu.Unlock()
 		return
 	}
-	c.conn.cur = Connection{Up: up, Since: time.Now(), Err: err}
+	since := time.Now()
+	if c.conn.cur.Since.IsZero() && !up {
+		since = c.started // down since the start: it never came up
+	}
+	c.conn.cur = Connection{Up: up, Since: since, Err: err}
 	now := c.conn.cur
 	fns := make([]func(Connection), 0, len(c.conn.subs))
 	for _, fn := range c.conn.subs {

@@ -251,8 +251,12 @@ func (p *Provider) judge() (of.State, string) {
 	if !conn.Up {
 		return of.StaleState, fmt.Sprintf("the server is unreachable (%v): serving the last applied snapshots", conn.Err)
 	}
-	for id, s := range p.client.Configs() {
-		if s.FromCache {
+	ids := p.waitFor
+	if len(ids) == 0 {
+		ids = slices.Sorted(maps.Keys(p.client.Configs()))
+	}
+	for _, id := range ids {
+		if s := p.client.Config(id); s != nil && s.FromCache {
 			return of.StaleState, fmt.Sprintf("config %s is served from the cache until the server confirms it", id)
 		}
 	}
