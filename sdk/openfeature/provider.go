@@ -84,9 +84,9 @@ func WithWaitFor(ids ...string) Option {
 	return func(p *Provider) { p.waitFor = append(p.waitFor, ids...) }
 }
 
-// WithInitTimeout bounds Init without a context (OpenFeature's
-// SetProvider calls Init; SetProviderWithContext bounds it by its
-// context instead). The default is 30 seconds.
+// WithInitTimeout bounds Init when its context has no deadline
+// (OpenFeature's SetProvider and SetProviderAndWait pass none). The
+// default is 30 seconds.
 func WithInitTimeout(d time.Duration) Option {
 	return func(p *Provider) { p.initTimeout = d }
 }
@@ -119,15 +119,19 @@ func (p *Provider) EventChannel() <-chan of.Event { return p.events }
 
 // Init waits for the configs, bounded by the init timeout.
 func (p *Provider) Init(ec of.EvaluationContext) error {
-	ctx, cancel := context.WithTimeout(context.Background(), p.initTimeout)
-	defer cancel()
-	return p.InitWithContext(ctx, ec)
+	return p.InitWithContext(context.Background(), ec)
 }
 
 // InitWithContext waits until every config the provider waits for is
-// applied, or ctx ends (an error naming the configs missing), then starts
-// following the client's applies and its link to the server.
+// applied, or ctx ends, or the init timeout passes when ctx has no
+// deadline (an error naming the config missing), then starts following
+// the client's applies and its link to the server.
 func (p *Provider) InitWithContext(ctx context.Context, _ of.EvaluationContext) error {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, p.initTimeout)
+		defer cancel()
+	}
 	for _, id := range p.waitFor {
 		if _, err := p.client.Wait(ctx, id); err != nil {
 			return fmt.Errorf("pawl provider: config %s was not applied: %w", id, err)
