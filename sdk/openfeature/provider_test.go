@@ -213,17 +213,17 @@ func TestTheProviderEvaluatesFlagsAndFollowsTheClient(t *testing.T) {
 }
 
 // TestTheProviderFailsInitWithoutTheConfig: a provider waiting for a
-// config that is never released fails its init when the context ends,
-// and OpenFeature says PROVIDER_ERROR.
+// config that is never released fails its init when its init timeout
+// passes, and OpenFeature says PROVIDER_ERROR.
 func TestTheProviderFailsInitWithoutTheConfig(t *testing.T) {
 	f := newFixture(t)
 	c := f.client("svc")
 	api := isolated.NewAPI()
 	t.Cleanup(func() { _ = api.Shutdown(context.Background()) })
 	evs := events(api)
-	ctx, cancel := context.WithTimeout(f.ctx, 300*time.Millisecond)
-	defer cancel()
-	if err := api.SetProviderAndWait(ctx, openfeature.New(c, openfeature.WithConfig("limits"))); err == nil {
+	// No deadline on the context: the init timeout bounds the wait.
+	provider := openfeature.New(c, openfeature.WithConfig("limits"), openfeature.WithInitTimeout(300*time.Millisecond))
+	if err := api.SetProviderAndWait(context.Background(), provider); err == nil {
 		t.Fatal("init passed without the config")
 	}
 	await(t, evs, of.ProviderError)
