@@ -56,6 +56,23 @@ func collect(t *testing.T, reader *sdkmetric.ManualReader) map[string]map[string
 	return out
 }
 
+// awaitPoint waits until reader has the point key of metric name at
+// want: an ACK's count is recorded once the server answered it, just
+// after the test can see the ACK stored, so the last of a sequence is
+// awaited (polled: nothing signals a recording).
+func awaitPoint(t *testing.T, reader *sdkmetric.ManualReader, name, key string, want float64) map[string]map[string]float64 {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(5 * time.Millisecond) {
+		m := collect(t, reader)
+		if m[name][key] == want {
+			return m
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s{%s} = %v, want %v (%v)", name, key, m[name][key], want, m[name])
+		}
+	}
+}
+
 // TestMetricsCountAppliesAcksRejectsAndStaleness: with a meter provider,
 // the client counts the release it applied and the ACKs the server took,
 // by state; reports the generation it serves; counts a release rejected
@@ -71,7 +88,7 @@ func TestMetricsCountAppliesAcksRejectsAndStaleness(t *testing.T) {
 	h.release(30, nil)
 	h.awaitAcks(1, func(s map[string][]string) bool { return reported(s, "svc", "HEALTHY_ACKED") })
 
-	m := collect(t, reader)
+	m := awaitPoint(t, reader, sdk.MetricAcksSent, "pawl.config=routing,pawl.state=HEALTHY_ACKED", 1)
 	if got := m[sdk.MetricApplies]["pawl.config=routing,pawl.generation=1"]; got != 1 {
 		t.Errorf("applies of routing@1: %v (%v)", got, m[sdk.MetricApplies])
 	}
@@ -100,7 +117,7 @@ func TestMetricsCountAppliesAcksRejectsAndStaleness(t *testing.T) {
 	h.waitRegistered("slow")
 	rel := h.release(60, func(spec *pawlv1.ReleaseSpec) { spec.Selector = map[string]string{"instance": "slow"} })
 	h.awaitRejected(rel.GetGeneration(), "slow")
-	slow := collect(t, slowReader)
+	slow := awaitPoint(t, slowReader, sdk.MetricAcksSent, "pawl.config=routing,pawl.state=REJECTED", 1)
 	if got := slow[sdk.MetricRejects]["pawl.config=routing,pawl.generation=2,pawl.step=validate"]; got != 1 {
 		t.Errorf("rejects: %v", slow[sdk.MetricRejects])
 	}
