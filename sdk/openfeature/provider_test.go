@@ -61,14 +61,27 @@ func newFixture(t *testing.T) *fixture {
 // client starts an SDK client through the proxy and waits until its
 // assignment stream is up (it is then registered).
 func (f *fixture) client(id string) *sdk.Client {
-	up := make(chan struct{}, 1)
+	c := f.clientIn(id, f.t.TempDir())
+	f.awaitUp(c)
+	return c
+}
+
+// clientIn starts an SDK client through the proxy with cache directory
+// cache, and does not wait for the server.
+func (f *fixture) clientIn(id, cache string) *sdk.Client {
 	c, err := sdk.New(f.ctx, "http://"+f.proxy.Addr, sdk.WithWorkloadIdentity(id), sdk.WithZone("zone-a"),
-		sdk.WithCompiledCacheDir(wasmbuild.CacheDir(f.t)), sdk.WithCacheDir(f.t.TempDir()),
+		sdk.WithCompiledCacheDir(wasmbuild.CacheDir(f.t)), sdk.WithCacheDir(cache),
 		sdk.WithBackoff(10*time.Millisecond, 200*time.Millisecond), sdk.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
 	if err != nil {
 		f.t.Fatal(err)
 	}
 	f.t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// awaitUp waits until c's assignment stream is up.
+func (f *fixture) awaitUp(c *sdk.Client) {
+	up := make(chan struct{}, 1)
 	stop := c.OnConnection(func(conn sdk.Connection) {
 		if conn.Up {
 			select {
@@ -85,7 +98,6 @@ func (f *fixture) client(id string) *sdk.Client {
 			f.t.Fatal("the client never connected")
 		}
 	}
-	return c
 }
 
 // release cuts a release of routing with content, one stage for all.
@@ -229,5 +241,48 @@ func TestTheProviderFailsInitWithoutTheConfig(t *testing.T) {
 	await(t, evs, of.ProviderError)
 	if n, err := api.NewClient().IntValueDetails(f.ctx, "/max_amount", 100, of.EvaluationContext{}); err == nil || n.Value != 100 {
 		t.Errorf("a flag of a provider in error: %+v, %v", n, err)
+	}
+}
+
+// TestTheProviderIsStaleOnTheCache: a process that starts while the
+// server is unreachable serves the cached release: the provider is READY
+// (it has the config), then STALE with CACHED values; once the server
+// confirms the release, READY again with STATIC values.
+func TestTheProviderIsStaleOnTheCache(t *testing.T) {
+	f := newFixture(t)
+	cache := t.TempDir()
+	first := f.clientIn("svc", cache)
+	f.awaitUp(first)
+	f.release(flags(40, true))
+	if _, err := first.WaitFor(f.ctx, "routing", func(s *sdk.Snapshot) bool { return s.Generation == 1 }); err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	f.proxy.Partition()
+	c := f.clientIn("svc", cache)
+	if s := c.Config("routing"); s == nil || !s.FromCache {
+		t.Fatalf("the restarted client serves %v, want generation 1 from the cache", s)
+	}
+	api := isolated.NewAPI()
+	t.Cleanup(func() { _ = api.Shutdown(context.Background()) })
+	evs := events(api)
+	if err := api.SetProviderAndWait(f.ctx, openfeature.New(c, openfeature.WithConfig("routing"))); err != nil {
+		t.Fatal(err)
+	}
+	await(t, evs, of.ProviderStale)
+	client := api.NewClient()
+	if n, err := client.IntValueDetails(f.ctx, "/upstreams/0/weight", 0, of.EvaluationContext{}); err != nil || n.Value != 40 || n.Reason != of.CachedReason {
+		t.Errorf("from the cache: %+v, %v", n, err)
+	}
+	f.proxy.Heal()
+	await(t, evs, of.ProviderReady)
+	if _, err := c.WaitFor(f.ctx, "routing", func(s *sdk.Snapshot) bool { return !s.FromCache }); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := client.IntValueDetails(f.ctx, "/upstreams/0/weight", 0, of.EvaluationContext{}); err != nil || n.Value != 40 || n.Reason != of.StaticReason {
+		t.Errorf("confirmed by the server: %+v, %v", n, err)
 	}
 }
