@@ -35,7 +35,8 @@ func TestRejectedACKsCarryTheViolations(t *testing.T) {
 			resp.GetRelease().GetSpec().ValidatorParams = strict
 		}
 	})
-	h.clientAt(rw.URL, "strict", sdk.WithLabels(map[string]string{"instance": "strict"}))
+	// The JSON Schema module starts slowly under -race: a limit of its own.
+	h.clientAt(rw.URL, "strict", sdk.WithLabels(map[string]string{"instance": "strict"}), sdk.WithValidatorTimeout(30*time.Second))
 	h.waitRegistered("strict")
 	tiers := make([]string, 300)
 	for i := range tiers {
@@ -67,7 +68,7 @@ func TestRejectedACKsCarryTheViolations(t *testing.T) {
 	})
 	vs := rejected.GetViolations()
 	if rejected.GetRejectCode() != pawlv1.RejectCode_REJECT_CODE_INVALID_CONTENT || len(vs) != 256 {
-		t.Fatalf("REJECTED with code %s and %d violations; want INVALID_CONTENT and 256", rejected.GetRejectCode(), len(vs))
+		t.Fatalf("REJECTED with code %s and %d violations (%q); want INVALID_CONTENT and 256", rejected.GetRejectCode(), len(vs), rejected.GetReason())
 	}
 	if vs[0].GetPath() != "/tiers/0" || !strings.Contains(vs[0].GetMessage(), "string") || vs[0].GetSeverity() != pawlv1.Severity_SEVERITY_ERROR {
 		t.Errorf("the first violation is %v", vs[0])
