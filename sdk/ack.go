@@ -114,6 +114,10 @@ type ackExtra struct {
 	health   *Measurement
 	// held is how long the apply has run, for HEALTHY_ACKED (0: unknown).
 	held time.Duration
+	// rejectCode and violations are, for REJECTED, the step that refused
+	// and the validator's violations (see ackViolations).
+	rejectCode pawlv1.RejectCode
+	violations []*pawlv1.Violation
 }
 
 // send reports state, with the trace context of the span in ctx, retrying
@@ -125,6 +129,7 @@ func (r *reporter) send(ctx context.Context, state pawlv1.InstanceState, digest 
 		BootId: r.c.bootID, ContentDigest: digest, ValidatorDigest: r.a.GetValidatorDigest(), AppArtifact: r.c.cfg.appArtifact,
 		AppVersion: r.c.cfg.instance.AppVersion, ApplySequence: r.seq, State: state, HealthOk: extra.healthOK,
 		Reason: textsafe.Clean(extra.reason, maxReasonBytes), Traceparent: traceparent(ctx),
+		RejectCode: extra.rejectCode, Violations: extra.violations,
 	}
 	if extra.held > 0 {
 		ack.Held = durationpb.New(extra.held)
@@ -162,6 +167,7 @@ func (r *reporter) send(ctx context.Context, state pawlv1.InstanceState, digest 
 			ack.Held = durationpb.New(extra.held + time.Since(first))
 		}
 	}
+	r.c.metrics.acked(ctx, ack.ConfigId, state, err)
 	if err != nil && ctx.Err() == nil {
 		r.c.cfg.log.Warn("pawl: an ACK was refused", "config", ack.ConfigId, "generation", ack.Generation, "state", state.String(), "error", err)
 	}

@@ -228,7 +228,9 @@ func (c *Client) apply(ctx context.Context, a *pawlv1.Assignment, shadow bool, s
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
 		c.cfg.log.Warn("pawl: release rejected", "config", a.GetConfigId(), "generation", a.GetGeneration(), "step", name, "reason", err)
-		rejected = rep.wait(sctx, pawlv1.InstanceState_INSTANCE_STATE_REJECTED, ackExtra{reason: err.Error()}) == nil || ctx.Err() == nil
+		c.metrics.rejected(sctx, a, name)
+		rejected = rep.wait(sctx, pawlv1.InstanceState_INSTANCE_STATE_REJECTED, ackExtra{
+			reason: err.Error(), rejectCode: rejectCode(name, err), violations: ackViolations(err)}) == nil || ctx.Err() == nil
 		return sctx, false
 	}
 
@@ -323,6 +325,7 @@ func (c *Client) apply(ctx context.Context, a *pawlv1.Assignment, shadow bool, s
 	if !swapped {
 		return false
 	}
+	c.metrics.applied(sctx, snap)
 	if c.cache != nil {
 		if err := c.cache.setApplied(snap); err != nil {
 			c.cfg.log.Warn("pawl: recording the applied generation in the cache failed", "error", err)
@@ -489,7 +492,7 @@ func (c *Client) verify(a *pawlv1.Assignment, f fetched) (string, error) {
 	if r.MinAppVersion != "" {
 		floor, err := appversion.Parse(r.MinAppVersion)
 		if err != nil || !appversion.AtLeast(c.cfg.instance.AppVersion, floor) {
-			return computed, fmt.Errorf("app version too old: %q is below the release's minimum %q", c.cfg.instance.AppVersion, r.MinAppVersion)
+			return computed, mark(fmt.Errorf("app version too old: %q is below the release's minimum %q", c.cfg.instance.AppVersion, r.MinAppVersion), errAppTooOld)
 		}
 	}
 	return computed, nil
@@ -521,10 +524,11 @@ func (c *Client) validate(ctx context.Context, f *fetched) error {
 		// The reason reaches the server and whoever reads the rollout: the
 		// secret values the validator marked must not.
 		secrets := host.SecretValues(f.release.Content, res.Secrets)
-		for _, v := range host.RedactViolations(res.Violations, secrets) {
+		violations := host.RedactViolations(res.Violations, secrets)
+		for _, v := range violations {
 			fmt.Fprintf(&b, " [%s] %s: %s;", v.Severity, v.Path, v.Message)
 		}
-		return mark(errors.New(strings.TrimSuffix(b.String(), ";")), errInvalidContent)
+		return &invalidContent{msg: strings.TrimSuffix(b.String(), ";"), violations: violations}
 	}
 	return nil
 }

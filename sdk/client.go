@@ -40,6 +40,9 @@ type Client struct {
 	kv         pawlv1connect.KVServiceClient
 
 	tracer  trace.Tracer
+	started time.Time
+	conn    connState
+	metrics *metrics
 	runtime *sharedRuntime
 	cache   *diskCache
 	health  *healthRecorder
@@ -120,7 +123,7 @@ func New(ctx context.Context, serverURL string, opts ...Option) (*Client, error)
 		return nil, fmt.Errorf("sdk: %w", err)
 	}
 	c := &Client{
-		cfg: cfg, url: urls[0].String(), bootID: newBootID(),
+		cfg: cfg, url: urls[0].String(), bootID: newBootID(), started: time.Now(), metrics: &metrics{},
 		tracer:   cfg.tracerProvider.Tracer("github.com/pawlcfg/pawl/sdk"),
 		health:   newHealthRecorder(),
 		retained: map[string][]*Snapshot{}, changed: make(chan struct{}), subs: map[int]*subscriber{}, notes: newNotifier(), assigned: map[string]bool{},
@@ -195,6 +198,10 @@ func New(ctx context.Context, serverURL string, opts ...Option) (*Client, error)
 			c.swap(context.Background(), a.snapshot())
 		}
 	}
+	if c.metrics, err = newMetrics(c, cfg.meterProvider); err != nil {
+		cfg.log.Warn("pawl: the client records no metrics", "error", err)
+		c.metrics = &metrics{}
+	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	if cfg.assignments {
 		c.wg.Add(1)
@@ -242,6 +249,7 @@ func (c *Client) Close() error {
 	c.cancel()
 	c.wg.Wait()
 	c.notes.close()
+	c.metrics.close()
 	err := releaseRuntime(context.Background(), c.runtime)
 	if c.cache != nil {
 		if cerr := c.cache.close(); cerr != nil && err == nil {

@@ -32,3 +32,26 @@ func TestTheSDKPullsInNoServer(t *testing.T) {
 		}
 	}
 }
+
+// TestOnlyTheProviderPullsInOpenFeature: the OpenFeature SDK and the
+// OpenTelemetry metrics SDK are for the services that choose them; the
+// SDK's other packages (tests aside) import neither, and sdk itself only
+// the OpenTelemetry metrics API.
+func TestOnlyTheProviderPullsInOpenFeature(t *testing.T) {
+	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}}{{range .Deps}} {{.}}{{end}}`, "github.com/pawlcfg/pawl/sdk/...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	for line := range strings.SplitSeq(strings.TrimSpace(string(out)), "\n") {
+		fields := strings.Fields(line)
+		pkg, deps := fields[0], fields[1:]
+		for _, dep := range deps {
+			if strings.HasPrefix(dep, "github.com/open-feature/") && pkg != "github.com/pawlcfg/pawl/sdk/openfeature" {
+				t.Errorf("%s depends on %s", pkg, dep)
+			}
+			if strings.HasPrefix(dep, "go.opentelemetry.io/otel/sdk/metric") {
+				t.Errorf("%s depends on the OpenTelemetry metrics SDK (%s): it takes a MeterProvider", pkg, dep)
+			}
+		}
+	}
+}

@@ -53,6 +53,16 @@
 // Space follows a KV prefix (thousands of small keys, only changed keys
 // travel) with lock-free reads, through reconnects and compaction.
 //
+// Value and Lookup read one value of a config (a Client's current
+// snapshot, a pinned Snapshot, or a key of a Space relative to its
+// prefix) by JSON pointer or dotted path, as the caller's type, with a
+// default. A REJECTED ACK carries a reject code and the validator's
+// violations as structured data, cut to the server's bounds.
+// Connection and OnConnection tell whether the assignment stream is up;
+// WithMeterProvider records OpenTelemetry metrics (the Metric*
+// constants). Package sdk/openfeature is an OpenFeature provider on a
+// Client.
+//
 // With a cache directory, verified releases, validator modules, their
 // compiled code and space snapshots are kept on disk (mode 0700, files
 // 0600, every file through an os.Root), so a process that starts while the

@@ -34,6 +34,7 @@ func (c *Client) follow() {
 		if c.epoch.Load() == 0 {
 			if err := c.register(c.ctx); err != nil {
 				if c.ctx.Err() == nil {
+					c.linkChanged(false, err)
 					c.linkFailed("register", err)
 				}
 				b.wait(c.ctx)
@@ -44,6 +45,7 @@ func (c *Client) follow() {
 		if c.ctx.Err() != nil {
 			return
 		}
+		c.linkChanged(false, err)
 		switch connect.CodeOf(err) {
 		case connect.CodeFailedPrecondition, connect.CodeNotFound:
 			// The server does not know this boot's registration (its
@@ -92,6 +94,7 @@ func (c *Client) watchAssignments(ctx context.Context, after *int64, set map[str
 	defer stream.Close()
 	for stream.Receive() {
 		b.reset()
+		c.linkChanged(true, nil)
 		c.linkWorks()
 		msg := stream.Msg()
 		if msg.GetRevision() < *after {

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
@@ -48,6 +49,7 @@ type config struct {
 	compiledDir    string
 	validatorLimit time.Duration
 	tracerProvider trace.TracerProvider
+	meterProvider  metric.MeterProvider
 	log            *slog.Logger
 	healthCheck    HealthCheck
 	applier        Applier
@@ -286,6 +288,14 @@ func WithValidatorTimeout(d time.Duration) Option { return func(c *config) { c.v
 // trace context travels in the ACKs. Default: no tracing.
 func WithTracerProvider(tp trace.TracerProvider) Option {
 	return func(c *config) { c.tracerProvider = tp }
+}
+
+// WithMeterProvider sets where the client's metrics go (OpenTelemetry):
+// applies, rejects, ACKs sent and failed, seconds stale and each config's
+// generation; the instruments are listed with MetricApplies. Default: no
+// metrics.
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return func(c *config) { c.meterProvider = mp }
 }
 
 // WithLogger sets the logger (default slog.Default()).

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"os"
 	"sort"
 	"strconv"
@@ -335,7 +336,7 @@ func printStatus(g *globals, config string, gen int64, st *pawlv1.GetRolloutStat
 	for _, a := range st.GetAcks() {
 		switch {
 		case a.GetState() == pawlv1.InstanceState_INSTANCE_STATE_REJECTED && a.GetCounted():
-			fmt.Fprintf(w, "rejected by %s: %s\n", a.GetWorkloadIdentity(), a.GetReason())
+			printRejection(w, a)
 		case a.GetBudgetBreach() != "" && a.GetCounted():
 			fmt.Fprintf(w, "over budget: %s: %s\n", a.GetWorkloadIdentity(), a.GetBudgetBreach())
 		case a.GetState() == pawlv1.InstanceState_INSTANCE_STATE_HEALTHY_ACKED && !a.GetHealthOk() && a.GetCounted():
@@ -363,6 +364,33 @@ func printStatus(g *globals, config string, gen int64, st *pawlv1.GetRolloutStat
 		}
 	}
 	return nil
+}
+
+// printRejection prints a REJECTED ACK: the instance, the reject code
+// when it sent one, and each violation on a line of its own (the reason,
+// which flattens them, otherwise).
+func printRejection(w io.Writer, a *pawlv1.Ack) {
+	code := ""
+	if c := a.GetRejectCode(); c != pawlv1.RejectCode_REJECT_CODE_UNSPECIFIED {
+		code = " (" + strings.TrimPrefix(c.String(), "REJECT_CODE_") + ")"
+	}
+	vs := a.GetViolations()
+	if len(vs) == 0 {
+		fmt.Fprintf(w, "rejected by %s%s: %s\n", a.GetWorkloadIdentity(), code, a.GetReason())
+		return
+	}
+	noun := "violations"
+	if len(vs) == 1 {
+		noun = "violation"
+	}
+	fmt.Fprintf(w, "rejected by %s%s: %d %s\n", a.GetWorkloadIdentity(), code, len(vs), noun)
+	for _, v := range vs {
+		path := v.GetPath()
+		if path == "" {
+			path = "(document)"
+		}
+		fmt.Fprintf(w, "  %s %s: %s\n", strings.ToLower(strings.TrimPrefix(v.GetSeverity().String(), "SEVERITY_")), path, v.GetMessage())
+	}
 }
 
 // stateCounts renders {"APPLIED": 2, "NO_ACK": 1} as "APPLIED=2 NO_ACK=1".

@@ -90,12 +90,20 @@ func TestRolloutFromTheCLI(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := rs.Ack(ctx, connect.NewRequest(&pawlv1.AckRequest{Ack: &pawlv1.Ack{
+		a := &pawlv1.Ack{
 			ConfigId: "routing", Generation: gen, WorkloadIdentity: id, BootId: "b1", ApplySequence: gen, MembershipEpoch: epochs[id],
 			ContentDigest: rel.Msg.GetRelease().GetContentDigest(), ValidatorDigest: digest, State: state, HealthOk: true,
 			Held:   durationpb.New(time.Minute), // the window, as healthy's clock moved
 			Reason: "rejected by local policy", Traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
-		}})); err != nil {
+		}
+		if state == pawlv1.InstanceState_INSTANCE_STATE_REJECTED && id == "pay-0" {
+			a.RejectCode = pawlv1.RejectCode_REJECT_CODE_INVALID_CONTENT
+			a.Violations = []*pawlv1.Violation{
+				{Path: "/upstreams/0/weight", Message: "must be at most 100", Severity: pawlv1.Severity_SEVERITY_ERROR},
+				{Message: "weights sum to 120", Severity: pawlv1.Severity_SEVERITY_WARNING},
+			}
+		}
+		if _, err := rs.Ack(ctx, connect.NewRequest(&pawlv1.AckRequest{Ack: a})); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -157,7 +165,7 @@ func TestRolloutFromTheCLI(t *testing.T) {
 	// pay-0's rejection counts against the stage that assigned it
 	// generation 2: the canary stage or the zones stage, by its cohort.
 	if code != 0 || !regexp.MustCompile(`stage (canary|zones) \(passed at [^)]+\): failed, [0-9]+/[0-9]+ healthy, 1 rejected`).MatchString(out) ||
-		!strings.Contains(out, "rejected by pay-0: rejected by local policy") {
+		!strings.Contains(out, "rejected by pay-0 (INVALID_CONTENT): 2 violations\n  error /upstreams/0/weight: must be at most 100\n  warning (document): weights sum to 120\n") {
 		t.Fatalf("status of the rolled-back release = %d, %q", code, out)
 	}
 	// Every ACK of generation 2 is kept: 6 APPLIED, 6 HEALTHY_ACKED, 1 REJECTED.

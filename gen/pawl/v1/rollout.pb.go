@@ -100,6 +100,80 @@ func (InstanceState) EnumDescriptor() ([]byte, []int) {
 	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{0}
 }
 
+// RejectCode says why an instance rejected a release.
+type RejectCode int32
+
+const (
+	// Not a rejection, or a reporter that does not say.
+	RejectCode_REJECT_CODE_UNSPECIFIED RejectCode = 0
+	// The validator refused the content (the violations say why).
+	RejectCode_REJECT_CODE_INVALID_CONTENT RejectCode = 1
+	// The validator failed: it trapped, ran past its limit or returned no
+	// verdict.
+	RejectCode_REJECT_CODE_VALIDATOR_FAILED RejectCode = 2
+	// The validator module cannot be loaded.
+	RejectCode_REJECT_CODE_VALIDATOR_UNLOADABLE RejectCode = 3
+	// The download does not match the assignment's digests.
+	RejectCode_REJECT_CODE_DIGEST_MISMATCH RejectCode = 4
+	// The application is older than the release's minimum version.
+	RejectCode_REJECT_CODE_APP_TOO_OLD RejectCode = 5
+	// The application's applier refused the release.
+	RejectCode_REJECT_CODE_APPLY_FAILED RejectCode = 6
+	// The release could not be downloaded.
+	RejectCode_REJECT_CODE_DOWNLOAD_FAILED RejectCode = 7
+)
+
+// Enum value maps for RejectCode.
+var (
+	RejectCode_name = map[int32]string{
+		0: "REJECT_CODE_UNSPECIFIED",
+		1: "REJECT_CODE_INVALID_CONTENT",
+		2: "REJECT_CODE_VALIDATOR_FAILED",
+		3: "REJECT_CODE_VALIDATOR_UNLOADABLE",
+		4: "REJECT_CODE_DIGEST_MISMATCH",
+		5: "REJECT_CODE_APP_TOO_OLD",
+		6: "REJECT_CODE_APPLY_FAILED",
+		7: "REJECT_CODE_DOWNLOAD_FAILED",
+	}
+	RejectCode_value = map[string]int32{
+		"REJECT_CODE_UNSPECIFIED":          0,
+		"REJECT_CODE_INVALID_CONTENT":      1,
+		"REJECT_CODE_VALIDATOR_FAILED":     2,
+		"REJECT_CODE_VALIDATOR_UNLOADABLE": 3,
+		"REJECT_CODE_DIGEST_MISMATCH":      4,
+		"REJECT_CODE_APP_TOO_OLD":          5,
+		"REJECT_CODE_APPLY_FAILED":         6,
+		"REJECT_CODE_DOWNLOAD_FAILED":      7,
+	}
+)
+
+func (x RejectCode) Enum() *RejectCode {
+	p := new(RejectCode)
+	*p = x
+	return p
+}
+
+func (x RejectCode) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (RejectCode) Descriptor() protoreflect.EnumDescriptor {
+	return file_pawl_v1_rollout_proto_enumTypes[1].Descriptor()
+}
+
+func (RejectCode) Type() protoreflect.EnumType {
+	return &file_pawl_v1_rollout_proto_enumTypes[1]
+}
+
+func (x RejectCode) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use RejectCode.Descriptor instead.
+func (RejectCode) EnumDescriptor() ([]byte, []int) {
+	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{1}
+}
+
 // Ack is one report of an instance about a release.
 type Ack struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -157,8 +231,16 @@ type Ack struct {
 	Counted bool `protobuf:"varint,15,opt,name=counted,proto3" json:"counted,omitempty"`
 	// Set by the server: why it does not count.
 	NotCountedReason string `protobuf:"bytes,16,opt,name=not_counted_reason,json=notCountedReason,proto3" json:"not_counted_reason,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// For REJECTED: the validator's violations, as structured data (reason
+	// holds them flattened too, for older readers). At most 256; each string
+	// within the server's text bound (pawld --max-text-bytes). The server
+	// redacts the values the release's validator marked secret from their
+	// messages, as from reason.
+	Violations []*Violation `protobuf:"bytes,22,rep,name=violations,proto3" json:"violations,omitempty"`
+	// For REJECTED: which step refused the release.
+	RejectCode    RejectCode `protobuf:"varint,23,opt,name=reject_code,json=rejectCode,proto3,enum=pawl.v1.RejectCode" json:"reject_code,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Ack) Reset() {
@@ -336,6 +418,20 @@ func (x *Ack) GetNotCountedReason() string {
 		return x.NotCountedReason
 	}
 	return ""
+}
+
+func (x *Ack) GetViolations() []*Violation {
+	if x != nil {
+		return x.Violations
+	}
+	return nil
+}
+
+func (x *Ack) GetRejectCode() RejectCode {
+	if x != nil {
+		return x.RejectCode
+	}
+	return RejectCode_REJECT_CODE_UNSPECIFIED
 }
 
 // HealthMeasurement is what an instance measured over its health window.
@@ -2276,7 +2372,7 @@ var File_pawl_v1_rollout_proto protoreflect.FileDescriptor
 
 const file_pawl_v1_rollout_proto_rawDesc = "" +
 	"\n" +
-	"\x15pawl/v1/rollout.proto\x12\apawl.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15pawl/v1/release.proto\"\x9d\x06\n" +
+	"\x15pawl/v1/rollout.proto\x12\apawl.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15pawl/v1/release.proto\x1a\x17pawl/v1/validator.proto\"\x87\a\n" +
 	"\x03Ack\x12\x1b\n" +
 	"\tconfig_id\x18\x01 \x01(\tR\bconfigId\x12\x1e\n" +
 	"\n" +
@@ -2303,7 +2399,12 @@ const file_pawl_v1_rollout_proto_rawDesc = "" +
 	"\vreceived_at\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"receivedAt\x12\x18\n" +
 	"\acounted\x18\x0f \x01(\bR\acounted\x12,\n" +
-	"\x12not_counted_reason\x18\x10 \x01(\tR\x10notCountedReason\"n\n" +
+	"\x12not_counted_reason\x18\x10 \x01(\tR\x10notCountedReason\x122\n" +
+	"\n" +
+	"violations\x18\x16 \x03(\v2\x12.pawl.v1.ViolationR\n" +
+	"violations\x124\n" +
+	"\vreject_code\x18\x17 \x01(\x0e2\x13.pawl.v1.RejectCodeR\n" +
+	"rejectCode\"n\n" +
 	"\x11HealthMeasurement\x12\x1d\n" +
 	"\n" +
 	"error_rate\x18\x01 \x01(\x01R\terrorRate\x12:\n" +
@@ -2486,7 +2587,17 @@ const file_pawl_v1_rollout_proto_rawDesc = "" +
 	"\x16INSTANCE_STATE_APPLIED\x10\x05\x12 \n" +
 	"\x1cINSTANCE_STATE_HEALTHY_ACKED\x10\x06\x12\x1b\n" +
 	"\x17INSTANCE_STATE_REJECTED\x10\a\x12\x18\n" +
-	"\x14INSTANCE_STATE_STALE\x10\b2\xde\x04\n" +
+	"\x14INSTANCE_STATE_STALE\x10\b*\x8f\x02\n" +
+	"\n" +
+	"RejectCode\x12\x1b\n" +
+	"\x17REJECT_CODE_UNSPECIFIED\x10\x00\x12\x1f\n" +
+	"\x1bREJECT_CODE_INVALID_CONTENT\x10\x01\x12 \n" +
+	"\x1cREJECT_CODE_VALIDATOR_FAILED\x10\x02\x12$\n" +
+	" REJECT_CODE_VALIDATOR_UNLOADABLE\x10\x03\x12\x1f\n" +
+	"\x1bREJECT_CODE_DIGEST_MISMATCH\x10\x04\x12\x1b\n" +
+	"\x17REJECT_CODE_APP_TOO_OLD\x10\x05\x12\x1c\n" +
+	"\x18REJECT_CODE_APPLY_FAILED\x10\x06\x12\x1f\n" +
+	"\x1bREJECT_CODE_DOWNLOAD_FAILED\x10\a2\xde\x04\n" +
 	"\x0eRolloutService\x122\n" +
 	"\x03Ack\x12\x13.pawl.v1.AckRequest\x1a\x14.pawl.v1.AckResponse\"\x00\x12\\\n" +
 	"\x10GetRolloutStatus\x12 .pawl.v1.GetRolloutStatusRequest\x1a!.pawl.v1.GetRolloutStatusResponse\"\x03\x90\x02\x01\x12>\n" +
@@ -2510,98 +2621,102 @@ func file_pawl_v1_rollout_proto_rawDescGZIP() []byte {
 	return file_pawl_v1_rollout_proto_rawDescData
 }
 
-var file_pawl_v1_rollout_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_pawl_v1_rollout_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
 var file_pawl_v1_rollout_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_pawl_v1_rollout_proto_goTypes = []any{
 	(InstanceState)(0),               // 0: pawl.v1.InstanceState
-	(*Ack)(nil),                      // 1: pawl.v1.Ack
-	(*HealthMeasurement)(nil),        // 2: pawl.v1.HealthMeasurement
-	(*AckRequest)(nil),               // 3: pawl.v1.AckRequest
-	(*AckResponse)(nil),              // 4: pawl.v1.AckResponse
-	(*GetRolloutStatusRequest)(nil),  // 5: pawl.v1.GetRolloutStatusRequest
-	(*StageStatus)(nil),              // 6: pawl.v1.StageStatus
-	(*ZoneStatus)(nil),               // 7: pawl.v1.ZoneStatus
-	(*GetRolloutStatusResponse)(nil), // 8: pawl.v1.GetRolloutStatusResponse
-	(*Coverage)(nil),                 // 9: pawl.v1.Coverage
-	(*Stop)(nil),                     // 10: pawl.v1.Stop
-	(*StopRolloutRequest)(nil),       // 11: pawl.v1.StopRolloutRequest
-	(*StopRolloutResponse)(nil),      // 12: pawl.v1.StopRolloutResponse
-	(*PromotionUnknown)(nil),         // 13: pawl.v1.PromotionUnknown
-	(*Pointer)(nil),                  // 14: pawl.v1.Pointer
-	(*Receipt)(nil),                  // 15: pawl.v1.Receipt
-	(*PromoteRequest)(nil),           // 16: pawl.v1.PromoteRequest
-	(*PromoteResponse)(nil),          // 17: pawl.v1.PromoteResponse
-	(*RollbackRequest)(nil),          // 18: pawl.v1.RollbackRequest
-	(*RollbackResponse)(nil),         // 19: pawl.v1.RollbackResponse
-	(*GetPromotionRequest)(nil),      // 20: pawl.v1.GetPromotionRequest
-	(*GetPromotionResponse)(nil),     // 21: pawl.v1.GetPromotionResponse
-	(*GetPointerRequest)(nil),        // 22: pawl.v1.GetPointerRequest
-	(*GetPointerResponse)(nil),       // 23: pawl.v1.GetPointerResponse
-	(*AppliedConfig)(nil),            // 24: pawl.v1.AppliedConfig
-	(*ListAppliedRequest)(nil),       // 25: pawl.v1.ListAppliedRequest
-	(*ListAppliedResponse)(nil),      // 26: pawl.v1.ListAppliedResponse
-	nil,                              // 27: pawl.v1.StageStatus.ZonesEntry
-	nil,                              // 28: pawl.v1.StageStatus.StatesEntry
-	nil,                              // 29: pawl.v1.ZoneStatus.StatesEntry
-	(*durationpb.Duration)(nil),      // 30: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),    // 31: google.protobuf.Timestamp
-	(ReleaseState)(0),                // 32: pawl.v1.ReleaseState
-	(*Retirement)(nil),               // 33: pawl.v1.Retirement
+	(RejectCode)(0),                  // 1: pawl.v1.RejectCode
+	(*Ack)(nil),                      // 2: pawl.v1.Ack
+	(*HealthMeasurement)(nil),        // 3: pawl.v1.HealthMeasurement
+	(*AckRequest)(nil),               // 4: pawl.v1.AckRequest
+	(*AckResponse)(nil),              // 5: pawl.v1.AckResponse
+	(*GetRolloutStatusRequest)(nil),  // 6: pawl.v1.GetRolloutStatusRequest
+	(*StageStatus)(nil),              // 7: pawl.v1.StageStatus
+	(*ZoneStatus)(nil),               // 8: pawl.v1.ZoneStatus
+	(*GetRolloutStatusResponse)(nil), // 9: pawl.v1.GetRolloutStatusResponse
+	(*Coverage)(nil),                 // 10: pawl.v1.Coverage
+	(*Stop)(nil),                     // 11: pawl.v1.Stop
+	(*StopRolloutRequest)(nil),       // 12: pawl.v1.StopRolloutRequest
+	(*StopRolloutResponse)(nil),      // 13: pawl.v1.StopRolloutResponse
+	(*PromotionUnknown)(nil),         // 14: pawl.v1.PromotionUnknown
+	(*Pointer)(nil),                  // 15: pawl.v1.Pointer
+	(*Receipt)(nil),                  // 16: pawl.v1.Receipt
+	(*PromoteRequest)(nil),           // 17: pawl.v1.PromoteRequest
+	(*PromoteResponse)(nil),          // 18: pawl.v1.PromoteResponse
+	(*RollbackRequest)(nil),          // 19: pawl.v1.RollbackRequest
+	(*RollbackResponse)(nil),         // 20: pawl.v1.RollbackResponse
+	(*GetPromotionRequest)(nil),      // 21: pawl.v1.GetPromotionRequest
+	(*GetPromotionResponse)(nil),     // 22: pawl.v1.GetPromotionResponse
+	(*GetPointerRequest)(nil),        // 23: pawl.v1.GetPointerRequest
+	(*GetPointerResponse)(nil),       // 24: pawl.v1.GetPointerResponse
+	(*AppliedConfig)(nil),            // 25: pawl.v1.AppliedConfig
+	(*ListAppliedRequest)(nil),       // 26: pawl.v1.ListAppliedRequest
+	(*ListAppliedResponse)(nil),      // 27: pawl.v1.ListAppliedResponse
+	nil,                              // 28: pawl.v1.StageStatus.ZonesEntry
+	nil,                              // 29: pawl.v1.StageStatus.StatesEntry
+	nil,                              // 30: pawl.v1.ZoneStatus.StatesEntry
+	(*durationpb.Duration)(nil),      // 31: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),    // 32: google.protobuf.Timestamp
+	(*Violation)(nil),                // 33: pawl.v1.Violation
+	(ReleaseState)(0),                // 34: pawl.v1.ReleaseState
+	(*Retirement)(nil),               // 35: pawl.v1.Retirement
 }
 var file_pawl_v1_rollout_proto_depIdxs = []int32{
 	0,  // 0: pawl.v1.Ack.state:type_name -> pawl.v1.InstanceState
-	2,  // 1: pawl.v1.Ack.health:type_name -> pawl.v1.HealthMeasurement
-	30, // 2: pawl.v1.Ack.held:type_name -> google.protobuf.Duration
-	31, // 3: pawl.v1.Ack.received_at:type_name -> google.protobuf.Timestamp
-	30, // 4: pawl.v1.HealthMeasurement.p99_latency:type_name -> google.protobuf.Duration
-	1,  // 5: pawl.v1.AckRequest.ack:type_name -> pawl.v1.Ack
-	1,  // 6: pawl.v1.AckResponse.ack:type_name -> pawl.v1.Ack
-	27, // 7: pawl.v1.StageStatus.zones:type_name -> pawl.v1.StageStatus.ZonesEntry
-	28, // 8: pawl.v1.StageStatus.states:type_name -> pawl.v1.StageStatus.StatesEntry
-	31, // 9: pawl.v1.StageStatus.passed_at:type_name -> google.protobuf.Timestamp
-	29, // 10: pawl.v1.ZoneStatus.states:type_name -> pawl.v1.ZoneStatus.StatesEntry
-	6,  // 11: pawl.v1.GetRolloutStatusResponse.stages:type_name -> pawl.v1.StageStatus
-	1,  // 12: pawl.v1.GetRolloutStatusResponse.acks:type_name -> pawl.v1.Ack
-	14, // 13: pawl.v1.GetRolloutStatusResponse.pointer:type_name -> pawl.v1.Pointer
-	10, // 14: pawl.v1.GetRolloutStatusResponse.stop:type_name -> pawl.v1.Stop
-	32, // 15: pawl.v1.GetRolloutStatusResponse.state:type_name -> pawl.v1.ReleaseState
-	9,  // 16: pawl.v1.GetRolloutStatusResponse.coverage:type_name -> pawl.v1.Coverage
-	33, // 17: pawl.v1.GetRolloutStatusResponse.retirements:type_name -> pawl.v1.Retirement
-	31, // 18: pawl.v1.Stop.time:type_name -> google.protobuf.Timestamp
-	6,  // 19: pawl.v1.Stop.evidence:type_name -> pawl.v1.StageStatus
-	10, // 20: pawl.v1.StopRolloutResponse.stop:type_name -> pawl.v1.Stop
-	6,  // 21: pawl.v1.Receipt.evidence:type_name -> pawl.v1.StageStatus
-	31, // 22: pawl.v1.Receipt.time:type_name -> google.protobuf.Timestamp
-	33, // 23: pawl.v1.Receipt.retirements:type_name -> pawl.v1.Retirement
-	15, // 24: pawl.v1.PromoteResponse.receipt:type_name -> pawl.v1.Receipt
-	15, // 25: pawl.v1.RollbackResponse.receipt:type_name -> pawl.v1.Receipt
-	15, // 26: pawl.v1.GetPromotionResponse.receipt:type_name -> pawl.v1.Receipt
-	14, // 27: pawl.v1.GetPointerResponse.pointer:type_name -> pawl.v1.Pointer
-	0,  // 28: pawl.v1.AppliedConfig.state:type_name -> pawl.v1.InstanceState
-	31, // 29: pawl.v1.AppliedConfig.reported_at:type_name -> google.protobuf.Timestamp
-	24, // 30: pawl.v1.ListAppliedResponse.applied:type_name -> pawl.v1.AppliedConfig
-	7,  // 31: pawl.v1.StageStatus.ZonesEntry.value:type_name -> pawl.v1.ZoneStatus
-	3,  // 32: pawl.v1.RolloutService.Ack:input_type -> pawl.v1.AckRequest
-	5,  // 33: pawl.v1.RolloutService.GetRolloutStatus:input_type -> pawl.v1.GetRolloutStatusRequest
-	16, // 34: pawl.v1.RolloutService.Promote:input_type -> pawl.v1.PromoteRequest
-	18, // 35: pawl.v1.RolloutService.Rollback:input_type -> pawl.v1.RollbackRequest
-	20, // 36: pawl.v1.RolloutService.GetPromotion:input_type -> pawl.v1.GetPromotionRequest
-	11, // 37: pawl.v1.RolloutService.StopRollout:input_type -> pawl.v1.StopRolloutRequest
-	22, // 38: pawl.v1.RolloutService.GetPointer:input_type -> pawl.v1.GetPointerRequest
-	25, // 39: pawl.v1.RolloutService.ListApplied:input_type -> pawl.v1.ListAppliedRequest
-	4,  // 40: pawl.v1.RolloutService.Ack:output_type -> pawl.v1.AckResponse
-	8,  // 41: pawl.v1.RolloutService.GetRolloutStatus:output_type -> pawl.v1.GetRolloutStatusResponse
-	17, // 42: pawl.v1.RolloutService.Promote:output_type -> pawl.v1.PromoteResponse
-	19, // 43: pawl.v1.RolloutService.Rollback:output_type -> pawl.v1.RollbackResponse
-	21, // 44: pawl.v1.RolloutService.GetPromotion:output_type -> pawl.v1.GetPromotionResponse
-	12, // 45: pawl.v1.RolloutService.StopRollout:output_type -> pawl.v1.StopRolloutResponse
-	23, // 46: pawl.v1.RolloutService.GetPointer:output_type -> pawl.v1.GetPointerResponse
-	26, // 47: pawl.v1.RolloutService.ListApplied:output_type -> pawl.v1.ListAppliedResponse
-	40, // [40:48] is the sub-list for method output_type
-	32, // [32:40] is the sub-list for method input_type
-	32, // [32:32] is the sub-list for extension type_name
-	32, // [32:32] is the sub-list for extension extendee
-	0,  // [0:32] is the sub-list for field type_name
+	3,  // 1: pawl.v1.Ack.health:type_name -> pawl.v1.HealthMeasurement
+	31, // 2: pawl.v1.Ack.held:type_name -> google.protobuf.Duration
+	32, // 3: pawl.v1.Ack.received_at:type_name -> google.protobuf.Timestamp
+	33, // 4: pawl.v1.Ack.violations:type_name -> pawl.v1.Violation
+	1,  // 5: pawl.v1.Ack.reject_code:type_name -> pawl.v1.RejectCode
+	31, // 6: pawl.v1.HealthMeasurement.p99_latency:type_name -> google.protobuf.Duration
+	2,  // 7: pawl.v1.AckRequest.ack:type_name -> pawl.v1.Ack
+	2,  // 8: pawl.v1.AckResponse.ack:type_name -> pawl.v1.Ack
+	28, // 9: pawl.v1.StageStatus.zones:type_name -> pawl.v1.StageStatus.ZonesEntry
+	29, // 10: pawl.v1.StageStatus.states:type_name -> pawl.v1.StageStatus.StatesEntry
+	32, // 11: pawl.v1.StageStatus.passed_at:type_name -> google.protobuf.Timestamp
+	30, // 12: pawl.v1.ZoneStatus.states:type_name -> pawl.v1.ZoneStatus.StatesEntry
+	7,  // 13: pawl.v1.GetRolloutStatusResponse.stages:type_name -> pawl.v1.StageStatus
+	2,  // 14: pawl.v1.GetRolloutStatusResponse.acks:type_name -> pawl.v1.Ack
+	15, // 15: pawl.v1.GetRolloutStatusResponse.pointer:type_name -> pawl.v1.Pointer
+	11, // 16: pawl.v1.GetRolloutStatusResponse.stop:type_name -> pawl.v1.Stop
+	34, // 17: pawl.v1.GetRolloutStatusResponse.state:type_name -> pawl.v1.ReleaseState
+	10, // 18: pawl.v1.GetRolloutStatusResponse.coverage:type_name -> pawl.v1.Coverage
+	35, // 19: pawl.v1.GetRolloutStatusResponse.retirements:type_name -> pawl.v1.Retirement
+	32, // 20: pawl.v1.Stop.time:type_name -> google.protobuf.Timestamp
+	7,  // 21: pawl.v1.Stop.evidence:type_name -> pawl.v1.StageStatus
+	11, // 22: pawl.v1.StopRolloutResponse.stop:type_name -> pawl.v1.Stop
+	7,  // 23: pawl.v1.Receipt.evidence:type_name -> pawl.v1.StageStatus
+	32, // 24: pawl.v1.Receipt.time:type_name -> google.protobuf.Timestamp
+	35, // 25: pawl.v1.Receipt.retirements:type_name -> pawl.v1.Retirement
+	16, // 26: pawl.v1.PromoteResponse.receipt:type_name -> pawl.v1.Receipt
+	16, // 27: pawl.v1.RollbackResponse.receipt:type_name -> pawl.v1.Receipt
+	16, // 28: pawl.v1.GetPromotionResponse.receipt:type_name -> pawl.v1.Receipt
+	15, // 29: pawl.v1.GetPointerResponse.pointer:type_name -> pawl.v1.Pointer
+	0,  // 30: pawl.v1.AppliedConfig.state:type_name -> pawl.v1.InstanceState
+	32, // 31: pawl.v1.AppliedConfig.reported_at:type_name -> google.protobuf.Timestamp
+	25, // 32: pawl.v1.ListAppliedResponse.applied:type_name -> pawl.v1.AppliedConfig
+	8,  // 33: pawl.v1.StageStatus.ZonesEntry.value:type_name -> pawl.v1.ZoneStatus
+	4,  // 34: pawl.v1.RolloutService.Ack:input_type -> pawl.v1.AckRequest
+	6,  // 35: pawl.v1.RolloutService.GetRolloutStatus:input_type -> pawl.v1.GetRolloutStatusRequest
+	17, // 36: pawl.v1.RolloutService.Promote:input_type -> pawl.v1.PromoteRequest
+	19, // 37: pawl.v1.RolloutService.Rollback:input_type -> pawl.v1.RollbackRequest
+	21, // 38: pawl.v1.RolloutService.GetPromotion:input_type -> pawl.v1.GetPromotionRequest
+	12, // 39: pawl.v1.RolloutService.StopRollout:input_type -> pawl.v1.StopRolloutRequest
+	23, // 40: pawl.v1.RolloutService.GetPointer:input_type -> pawl.v1.GetPointerRequest
+	26, // 41: pawl.v1.RolloutService.ListApplied:input_type -> pawl.v1.ListAppliedRequest
+	5,  // 42: pawl.v1.RolloutService.Ack:output_type -> pawl.v1.AckResponse
+	9,  // 43: pawl.v1.RolloutService.GetRolloutStatus:output_type -> pawl.v1.GetRolloutStatusResponse
+	18, // 44: pawl.v1.RolloutService.Promote:output_type -> pawl.v1.PromoteResponse
+	20, // 45: pawl.v1.RolloutService.Rollback:output_type -> pawl.v1.RollbackResponse
+	22, // 46: pawl.v1.RolloutService.GetPromotion:output_type -> pawl.v1.GetPromotionResponse
+	13, // 47: pawl.v1.RolloutService.StopRollout:output_type -> pawl.v1.StopRolloutResponse
+	24, // 48: pawl.v1.RolloutService.GetPointer:output_type -> pawl.v1.GetPointerResponse
+	27, // 49: pawl.v1.RolloutService.ListApplied:output_type -> pawl.v1.ListAppliedResponse
+	42, // [42:50] is the sub-list for method output_type
+	34, // [34:42] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_pawl_v1_rollout_proto_init() }
@@ -2610,12 +2725,13 @@ func file_pawl_v1_rollout_proto_init() {
 		return
 	}
 	file_pawl_v1_release_proto_init()
+	file_pawl_v1_validator_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pawl_v1_rollout_proto_rawDesc), len(file_pawl_v1_rollout_proto_rawDesc)),
-			NumEnums:      1,
+			NumEnums:      2,
 			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   1,

@@ -19,6 +19,7 @@ import (
 	"github.com/pawlcfg/pawl/server/internal/quorum"
 	"github.com/pawlcfg/pawl/server/internal/release"
 	"github.com/pawlcfg/pawl/server/internal/rollout"
+	"github.com/pawlcfg/pawl/validators/host"
 )
 
 // Rollouts is the RolloutService handler.
@@ -45,6 +46,13 @@ func (h *Rollouts) Ack(ctx context.Context, req *connect.Request[pawlv1.AckReque
 		State:    rollout.AckState(strings.TrimPrefix(a.GetState().String(), "INSTANCE_STATE_")),
 		HealthOK: a.GetHealthOk(), Reason: a.GetReason(), TraceParent: a.GetTraceparent(),
 	}
+	if code := a.GetRejectCode(); code != pawlv1.RejectCode_REJECT_CODE_UNSPECIFIED {
+		if _, ok := pawlv1.RejectCode_name[int32(code)]; !ok {
+			return nil, InvalidArgument("reject_code %d is not a RejectCode", code)
+		}
+		ack.RejectCode = strings.TrimPrefix(code.String(), "REJECT_CODE_")
+	}
+	ack.Violations = fromProtoViolations(a.GetViolations())
 	if held := a.GetHeld(); held != nil {
 		if err := held.CheckValid(); err != nil {
 			return nil, InvalidArgument("held: %v", err)
@@ -243,6 +251,28 @@ func toProtoAck(a rollout.Ack) *pawlv1.Ack {
 	}
 	if a.Held > 0 {
 		out.Held = durationpb.New(a.Held)
+	}
+	if a.RejectCode != "" {
+		out.RejectCode = pawlv1.RejectCode(pawlv1.RejectCode_value["REJECT_CODE_"+a.RejectCode])
+	}
+	if len(a.Violations) > 0 {
+		out.Violations = toProtoViolations(a.Violations)
+	}
+	return out
+}
+
+// fromProtoViolations reads an ACK's violations (nil for none).
+func fromProtoViolations(vs []*pawlv1.Violation) []host.Violation {
+	if len(vs) == 0 {
+		return nil
+	}
+	out := make([]host.Violation, 0, len(vs))
+	for _, v := range vs {
+		hv := host.Violation{Path: v.GetPath(), Message: v.GetMessage(), Severity: "error"}
+		if v.GetSeverity() == pawlv1.Severity_SEVERITY_WARNING {
+			hv.Severity = "warning"
+		}
+		out = append(out, hv)
 	}
 	return out
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/pawlcfg/pawl/server/internal/records"
 	"github.com/pawlcfg/pawl/server/internal/release"
 	"github.com/pawlcfg/pawl/server/internal/store"
+	"github.com/pawlcfg/pawl/validators/host"
 )
 
 // AckState is the state an instance reports for a release.
@@ -82,7 +83,19 @@ type Ack struct {
 	// stage only, never toward the stage that later assigns the release
 	// to it to apply.
 	Shadow bool `json:"shadow,omitempty"`
+	// Violations are, for REJECTED, the validator's violations the
+	// instance reported (at most MaxAckViolations), with the release's
+	// secret values redacted as from Reason.
+	Violations []host.Violation `json:"violations,omitempty"`
+	// RejectCode is, for REJECTED, which step refused the release
+	// (INVALID_CONTENT, VALIDATOR_FAILED, ...; "" when not said).
+	RejectCode string `json:"reject_code,omitempty"`
 }
+
+// MaxAckViolations bounds the violations one ACK carries: those of a
+// validator's verdict that tell an operator what to fix, not a dump the
+// store keeps for every instance (the SDK cuts its list to fit).
+const MaxAckViolations = 256
 
 // check refuses a malformed ACK.
 func (a Ack) check() error {
@@ -104,6 +117,10 @@ func (a Ack) check() error {
 		return bad("health p99 latency %s is negative", a.Health.P99)
 	case a.Held < 0:
 		return bad("held %s is negative: report how long the instance has run the apply", a.Held)
+	case a.State != Rejected && (len(a.Violations) > 0 || a.RejectCode != ""):
+		return bad("violations and reject_code belong to a REJECTED ACK, not %s", a.State)
+	case len(a.Violations) > MaxAckViolations:
+		return bad("violations has %d entries; the limit is %d: send the first %d", len(a.Violations), MaxAckViolations, MaxAckViolations)
 	}
 	return nil
 }
@@ -166,6 +183,14 @@ func (r *Rollouts) recordAck(ctx context.Context, ack Ack) (Ack, int64, error) {
 	// Whoever reads the rollout's status reads the reason: never a secret
 	// value of the release.
 	ack.Reason = av.rel.RedactSecrets(ack.Reason)
+	if len(ack.Violations) > 0 {
+		redacted := make([]host.Violation, len(ack.Violations))
+		for i, v := range ack.Violations {
+			v.Path, v.Message = av.rel.RedactSecrets(v.Path), av.rel.RedactSecrets(v.Message)
+			redacted[i] = v
+		}
+		ack.Violations = redacted
+	}
 	ack.Counted, ack.Why, ack.Breach = judge(av.snapshot, av.plan, ack, av.reg, av.registered, av.prior)
 	ack.Shadow = ack.Counted && reportedInShadow(av.snapshot, av.plan, ack.WorkloadIdentity)
 	b, err := records.Encode(ack)
