@@ -350,52 +350,145 @@ func (g *globals) printList(resp *pawlv1.ListResponse) error {
 
 func watchCommand(g *globals) *cobra.Command {
 	var from int64
-	var progress bool
+	var progress, noRetry bool
 	cmd := &cobra.Command{
 		Use:   "watch [PREFIX]",
-		Short: "Print every change under a prefix, one line per event, until interrupted",
+		Short: "Print every change under a prefix, one line per event, until interrupted; reconnects by itself when the server restarts",
 		Args:  usageArgs(cobra.MaximumNArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			prefix := ""
 			if len(args) == 1 {
 				prefix = args[0]
 			}
-			return g.watch(cmd.Context(), prefix, from, progress)
+			return g.watch(cmd.Context(), prefix, from, progress, noRetry)
 		},
 	}
 	cmd.Flags().Int64Var(&from, "from-revision", 0, "first revision to print (0: changes from now on)")
 	cmd.Flags().BoolVar(&progress, "progress", false, "also print progress notifications (text output)")
+	cmd.Flags().BoolVar(&noRetry, "no-retry", false, "exit when the stream breaks instead of reconnecting, saying the --from-revision to resume from")
 	return cmd
 }
 
-// watch streams until ctx ends (an interrupt), which is a success.
-func (g *globals) watch(ctx context.Context, prefix string, from int64, progress bool) error {
-	stream, err := g.kv().Watch(ctx, connect.NewRequest(&pawlv1.WatchRequest{Prefix: prefix, StartRevision: from}))
+// Reconnection backoff of pawl watch: the first wait, and the cap.
+const (
+	watchRetryFirst = 100 * time.Millisecond
+	watchRetryMax   = 5 * time.Second
+)
+
+// watchCursor is where a watch resumes: the first revision not yet
+// printed (0: from now on) and the store incarnation it followed.
+type watchCursor struct {
+	next        int64
+	incarnation string
+}
+
+// errWatchFinal marks a watch error that a reconnect cannot cure (a
+// compacted revision, a refused request).
+type errWatchFinal struct{ error }
+
+func (e errWatchFinal) Unwrap() error { return e.error }
+
+// watch streams until ctx ends (an interrupt), which is a success. When
+// the stream breaks after it started (a server restart, a lost
+// connection), it reconnects from the revision after the last one it saw,
+// with backoff, unless noRetry: then it exits naming that revision.
+func (g *globals) watch(ctx context.Context, prefix string, from int64, progress, noRetry bool) error {
+	cur := &watchCursor{next: from}
+	wait := watchRetryFirst
+	everStarted := false // a server that never answered is an error at once
+	for {
+		started, err := g.watchOnce(ctx, prefix, cur, progress)
+		if ctx.Err() != nil {
+			return nil
+		}
+		everStarted = everStarted || started
+		var final errWatchFinal
+		if errors.As(err, &final) || !everStarted || !retryableWatch(err) {
+			return err
+		}
+		if noRetry {
+			return fmt.Errorf("%w; resume with --from-revision %d", err, cur.next)
+		}
+		if started {
+			wait = watchRetryFirst
+		}
+		g.stderrMu.Lock()
+		fmt.Fprintf(g.stderr, "pawl: watch interrupted (%v); reconnecting from revision %d in %s\n", err, cur.next, wait)
+		g.stderrMu.Unlock()
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+		wait = min(2*wait, watchRetryMax)
+	}
+}
+
+// retryableWatch reports a broken stream that a reconnect may cure: the
+// server or the connection went away (Unavailable, or a stream cut
+// mid-message), or the server ended the stream cleanly (a graceful stop).
+func retryableWatch(err error) bool {
+	if errors.Is(err, errWatchEnded) {
+		return true
+	}
+	switch connect.CodeOf(err) {
+	case connect.CodeUnavailable, connect.CodeInternal, connect.CodeUnknown, connect.CodeAborted:
+		return true
+	}
+	return false
+}
+
+// errWatchEnded says the server closed a watch stream without an error.
+var errWatchEnded = errors.New("the server ended the watch")
+
+// watchOnce runs one watch stream from cur, moving cur past every
+// revision it prints or is told is current. It reports whether the stream
+// started (its WatchStarted arrived).
+func (g *globals) watchOnce(ctx context.Context, prefix string, cur *watchCursor, progress bool) (bool, error) {
+	stream, err := g.kv().Watch(ctx, connect.NewRequest(&pawlv1.WatchRequest{Prefix: prefix, StartRevision: cur.next, Incarnation: cur.incarnation}))
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer stream.Close()
+	started := false
 	for stream.Receive() {
 		msg := stream.Msg()
 		if g.output == "json" {
 			if err := g.printJSON(msg); err != nil {
-				return err
+				return started, errWatchFinal{err}
 			}
 		} else if err := printWatchText(g.stdout, msg, progress); err != nil {
-			return err
+			return started, errWatchFinal{err}
 		}
-		if c := msg.GetCompacted(); c != nil {
-			return fmt.Errorf("revision %d is compacted (oldest retained change: %d); list at revision %d and watch with --from-revision %d",
-				max(from, 1), c.GetCompactRevision()+1, c.GetSnapshotRevision(), c.GetSnapshotRevision()+1)
+		switch kind := msg.GetKind().(type) {
+		case *pawlv1.WatchResponse_Started:
+			started = true
+			cur.incarnation = kind.Started.GetIncarnation()
+			cur.next = max(cur.next, kind.Started.GetRevision()+1)
+		case *pawlv1.WatchResponse_Events:
+			for _, ev := range kind.Events.GetEvents() {
+				cur.next = max(cur.next, ev.GetKv().GetModRevision()+1)
+			}
+		case *pawlv1.WatchResponse_Progress:
+			cur.next = max(cur.next, kind.Progress.GetRevision()+1)
+		case *pawlv1.WatchResponse_Compacted:
+			c := kind.Compacted
+			return started, errWatchFinal{fmt.Errorf("revision %d is compacted (oldest retained change: %d); list at revision %d and watch with --from-revision %d",
+				max(cur.next, 1), c.GetCompactRevision()+1, c.GetSnapshotRevision(), c.GetSnapshotRevision()+1)}
 		}
 	}
 	if ctx.Err() != nil {
-		return nil
+		return started, nil
 	}
 	if err := stream.Err(); err != nil {
-		return err
+		if !retryableWatch(err) {
+			return started, errWatchFinal{err}
+		}
+		return started, err
 	}
-	return errors.New("the server ended the watch")
+	return started, errWatchEnded
 }
 
 func printWatchText(w io.Writer, msg *pawlv1.WatchResponse, progress bool) error {

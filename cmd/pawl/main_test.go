@@ -14,6 +14,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/pawlcfg/pawl/internal/testkit/pawldtest"
 	"github.com/pawlcfg/pawl/internal/testkit/testserver"
 	"github.com/pawlcfg/pawl/internal/testkit/wasmbuild"
 	"github.com/pawlcfg/pawl/server"
@@ -22,6 +23,7 @@ import (
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
 		wasmbuild.Cleanup()
+		pawldtest.Cleanup()
 		os.Exit(code)
 	}))
 }
@@ -112,11 +114,18 @@ func TestErrorsExitNonZeroWithTheServersMessage(t *testing.T) {
 // lines as they come.
 func startWatch(t *testing.T, srv *testserver.Server, args ...string) (lines <-chan string, stop func() int) {
 	t.Helper()
+	return startWatchAt(t, srv.URL, io.Discard, args...)
+}
+
+// startWatchAt is startWatch against the server at url, writing its
+// standard error to stderr.
+func startWatchAt(t *testing.T, url string, stderr io.Writer, args ...string) (lines <-chan string, stop func() int) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	r, w := io.Pipe()
 	done := make(chan int, 1)
 	go func() {
-		code := run(ctx, append([]string{"--server", srv.URL, "watch"}, args...), nil, w, io.Discard)
+		code := run(ctx, append([]string{"--server", url, "watch"}, args...), nil, w, stderr)
 		w.Close()
 		done <- code
 	}()

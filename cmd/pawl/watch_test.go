@@ -1,0 +1,86 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/pawlcfg/pawl/internal/testkit/pawldtest"
+)
+
+// lockedBuffer is a bytes.Buffer that a command writes from its goroutine
+// while the test reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// putAt runs pawl put against the server at url.
+func putAt(t *testing.T, url, key, value string) {
+	t.Helper()
+	var stderr bytes.Buffer
+	if code := run(context.Background(), []string{"--server", url, "put", key, value}, nil, io.Discard, &stderr); code != 0 {
+		t.Fatalf("put %s = %d, %q", key, code, stderr.String())
+	}
+}
+
+// TestWatchResumesAcrossAServerRestart kills a real pawld under a running
+// `pawl watch`, starts it again on the same data directory and port, and
+// sees the watch reconnect and print the change made after the restart,
+// from the revision after the last one it printed.
+func TestWatchResumesAcrossAServerRestart(t *testing.T) {
+	dir := t.TempDir()
+	first := pawldtest.Start(t, "--data-dir", dir)
+	var stderr lockedBuffer
+	lines, stop := startWatchAt(t, first.URL, &stderr, "/w/")
+	putAt(t, first.URL, "/w/a", "1")
+	if got := next(t, lines); got != "PUT /w/a rev=1 1" {
+		t.Fatalf("watch printed %q", got)
+	}
+	first.Kill()
+	second := pawldtest.Start(t, "--data-dir", dir, "--listen", first.Addr)
+	putAt(t, second.URL, "/w/b", "2")
+	if got := next(t, lines); got != "PUT /w/b rev=2 2" {
+		t.Fatalf("after the restart, watch printed %q (stderr %q)", got, stderr.String())
+	}
+	if code := stop(); code != 0 {
+		t.Fatalf("interrupted watch exited %d", code)
+	}
+	if !strings.Contains(stderr.String(), "reconnecting from revision 2") {
+		t.Fatalf("stderr %q does not say where the watch resumes", stderr.String())
+	}
+}
+
+// TestWatchNoRetrySaysWhereToResume: with --no-retry, a server that dies
+// ends the watch with exit 1 and the --from-revision to resume from.
+func TestWatchNoRetrySaysWhereToResume(t *testing.T) {
+	p := pawldtest.Start(t, "--data-dir", t.TempDir())
+	var stderr lockedBuffer
+	lines, stop := startWatchAt(t, p.URL, &stderr, "/w/", "--no-retry")
+	putAt(t, p.URL, "/w/a", "1")
+	putAt(t, p.URL, "/w/b", "2")
+	for range 2 {
+		next(t, lines)
+	}
+	p.Kill()
+	for range lines { // the watch ends by itself
+	}
+	if code := stop(); code != 1 || !strings.Contains(stderr.String(), "resume with --from-revision 3") {
+		t.Fatalf("watch --no-retry after a kill = %d, %q", code, stderr.String())
+	}
+}
