@@ -56,10 +56,13 @@ type globals struct {
 	output   string
 	protocol string
 	timeout  time.Duration
-	stdin    io.Reader
-	stdout   io.Writer
-	stderr   io.Writer
-	stderrMu sync.Mutex
+	// progressAfter is how long a long command (release create, validator
+	// upload) runs before it says on stderr what it is doing.
+	progressAfter time.Duration
+	stdin         io.Reader
+	stdout        io.Writer
+	stderr        io.Writer
+	stderrMu      sync.Mutex
 }
 
 func newRootCommand(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
@@ -100,6 +103,7 @@ func newRootCommand(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
 	root.PersistentFlags().StringVarP(&g.output, "output", "o", "text", "output format: text or json")
 	root.PersistentFlags().StringVar(&g.protocol, "protocol", "connect", "wire protocol: connect, grpc or grpc-web")
 	root.PersistentFlags().DurationVar(&g.timeout, "timeout", defaultTimeout(), "how long one call to the server may take; watch has none (env PAWL_TIMEOUT)")
+	root.PersistentFlags().DurationVar(&g.progressAfter, "progress-after", time.Second, "how long a long command (release create, validator upload) runs before it says on stderr what it is doing")
 	creds := flag.NewFlagSet("pawl", flag.ContinueOnError)
 	g.creds = clientflags.Register(creds)
 	root.PersistentFlags().AddGoFlagSet(creds)
