@@ -111,7 +111,7 @@ func TestRolloutFromTheCLI(t *testing.T) {
 		"stage canary (passed at ",
 		"): passed, 2/2 healthy",
 		// The zones stage counts the four the canary stage left.
-		"stage zones (reached): waiting, 3/4 healthy, 0 rejected: [zone \"zone-c\" has 0 of 1 healthy, needs 1]",
+		"stage zones (reached): waiting, 3/4 healthy, 0 rejected: zone \"zone-c\" has 0 of 1 healthy, needs 1",
 		"  zone zone-c: 0/1 healthy, 0 rejected (NO_ACK=1)",
 		"  states: HEALTHY_ACKED=3 NO_ACK=1",
 	} {

@@ -97,7 +97,7 @@ func Error(log *slog.Logger, spec connect.Spec, err error) error {
 		return connect.NewError(connect.CodeNotFound, err)
 	case errors.Is(err, rollout.ErrPointerMoved), errors.Is(err, rollout.ErrFenced):
 		return connect.NewError(connect.CodeAborted, err)
-	case errors.Is(err, rollout.ErrNotReady):
+	case errors.Is(err, rollout.ErrNotReady), errors.Is(err, rollout.ErrCannotRollBack):
 		return connect.NewError(connect.CodeFailedPrecondition, err)
 	case errors.Is(err, rollout.ErrNoPromotion), errors.Is(err, rollout.ErrNotMember):
 		return connect.NewError(connect.CodeNotFound, err)
