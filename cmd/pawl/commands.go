@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -89,6 +90,9 @@ func newRootCommand(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
 			if cmd.Annotations[offline] != "" {
 				return nil
 			}
+			if err := checkServerURL(g.server); err != nil {
+				return usageError{err}
+			}
 			return g.loadCredentials()
 		},
 	}
@@ -111,6 +115,17 @@ func newRootCommand(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
 		validatorCommand(g), validateCommand(g), releaseCommand(g), instancesCommand(g),
 		promoteCommand(g), rollbackCommand(g), promotionCommand(g), rolloutCommand(g), tokenCommand(g), auditCommand(g), snapshotCommand(g))
 	return root
+}
+
+// checkServerURL refuses a --server that is not an http:// or https://
+// URL with a host, such as "127.0.0.1:7070" without its scheme, which the
+// HTTP client would otherwise report as the server being unavailable.
+func checkServerURL(server string) error {
+	u, err := url.Parse(server)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("--server %q: want an http:// or https:// URL with a host, e.g. %s (env PAWL_SERVER)", server, DefaultServer)
+	}
+	return nil
 }
 
 // offline is the annotation of commands that call no server, and so read
@@ -345,7 +360,7 @@ func (g *globals) printList(resp *pawlv1.ListResponse) error {
 		return g.printJSON(resp)
 	}
 	for _, kv := range resp.GetKvs() {
-		if _, err := fmt.Fprintf(g.stdout, "%s\t%d\t%s\n", kv.GetKey(), kv.GetModRevision(), printable(kv.GetValue())); err != nil {
+		if _, err := fmt.Fprintf(g.stdout, "%s\t%d\t%s\n", printable([]byte(kv.GetKey())), kv.GetModRevision(), printable(kv.GetValue())); err != nil {
 			return err
 		}
 	}
@@ -504,9 +519,9 @@ func printWatchText(w io.Writer, msg *pawlv1.WatchResponse, progress bool) error
 		for _, ev := range kind.Events.GetEvents() {
 			kv := ev.GetKv()
 			if ev.GetType() == pawlv1.EventType_EVENT_TYPE_DELETE {
-				_, err = fmt.Fprintf(w, "DELETE %s rev=%d\n", kv.GetKey(), kv.GetModRevision())
+				_, err = fmt.Fprintf(w, "DELETE %s rev=%d\n", printable([]byte(kv.GetKey())), kv.GetModRevision())
 			} else {
-				_, err = fmt.Fprintf(w, "PUT %s rev=%d %s\n", kv.GetKey(), kv.GetModRevision(), printable(kv.GetValue()))
+				_, err = fmt.Fprintf(w, "PUT %s rev=%d %s\n", printable([]byte(kv.GetKey())), kv.GetModRevision(), printable(kv.GetValue()))
 			}
 			if err != nil {
 				return err
@@ -520,8 +535,11 @@ func printWatchText(w io.Writer, msg *pawlv1.WatchResponse, progress bool) error
 	return err
 }
 
-// printable returns v as text when it is one line of printable UTF-8, and
-// quoted otherwise, so that each event stays on one line.
+// printable returns v (a value or a key) as text when it is one line of
+// printable UTF-8, and quoted otherwise, so that each event stays on one
+// line and each listing keeps its columns. The server refuses new keys
+// with control characters, but a store written before that rule may hold
+// some.
 func printable(v []byte) string {
 	s := string(v)
 	if utf8.ValidString(s) && strconv.CanBackquote(s) && !strings.ContainsAny(s, "\n\r\t") {

@@ -97,6 +97,8 @@ func TestErrorsExitNonZeroWithTheServersMessage(t *testing.T) {
 		{[]string{"get"}, 2, "accepts 1 arg"},
 		{[]string{"get", "/k", "-o", "yaml"}, 2, `-o "yaml"`},
 		{[]string{"get", "/k", "--bogus"}, 2, "unknown flag"},
+		{[]string{"get", "/k", "--server", "127.0.0.1:7070"}, 2, `--server "127.0.0.1:7070": want an http:// or https:// URL with a host`},
+		{[]string{"get", "/k", "--server", "localhost:7070"}, 2, "want an http:// or https:// URL"},
 	}
 	for _, c := range cases {
 		code, _, errOut := pawl(t, srv, "", c.args...)

@@ -71,6 +71,12 @@ func (g *globals) move(ctx context.Context, config, key string, confirmGen int64
 	if err != nil {
 		return err
 	}
+	return g.printReceipt(config, rc)
+}
+
+// printReceipt prints a receipt: in text, "CONFIG promoted: generation
+// FROM -> TO, epoch E, receipt KEY by ACTOR" (or "rolled back").
+func (g *globals) printReceipt(config string, rc *pawlv1.Receipt) error {
 	if g.output == "json" {
 		return g.printJSON(rc)
 	}
@@ -78,7 +84,7 @@ func (g *globals) move(ctx context.Context, config, key string, confirmGen int64
 	if rc.GetRollback() {
 		kind = "rolled back"
 	}
-	_, err = fmt.Fprintf(g.stdout, "%s %s: generation %d -> %d, epoch %d, receipt %s by %s\n", config, kind,
+	_, err := fmt.Fprintf(g.stdout, "%s %s: generation %d -> %d, epoch %d, receipt %s by %s\n", config, kind,
 		rc.GetFromGeneration(), rc.GetToGeneration(), rc.GetEpoch(), rc.GetIdempotencyKey(), rc.GetActor())
 	return err
 }
@@ -203,14 +209,14 @@ func setActor(req connect.AnyRequest, actor string) {
 func promotionCommand(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "promotion CONFIG IDEMPOTENCY_KEY",
-		Short: "Print the receipt written for an idempotency key",
+		Short: "Print the receipt written for an idempotency key (-o json: the whole receipt)",
 		Args:  usageArgs(cobra.ExactArgs(2)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			resp, err := g.rollouts().GetPromotion(cmd.Context(), connect.NewRequest(&pawlv1.GetPromotionRequest{ConfigId: args[0], IdempotencyKey: args[1]}))
 			if err != nil {
 				return err
 			}
-			return g.printJSON(resp.Msg.GetReceipt())
+			return g.printReceipt(args[0], resp.Msg.GetReceipt())
 		},
 	}
 }

@@ -132,6 +132,10 @@ func TestRolloutFromTheCLI(t *testing.T) {
 	if code != 0 || out != "routing promoted: generation 0 -> 1, epoch 0, receipt first by alice\n" {
 		t.Fatalf("promote = %d, %q, %q", code, out, errOut)
 	}
+	// Generation 1 replaced nothing: a rollback says so, not "not ready for promotion".
+	if code, _, errOut := pawl(t, srv, "", "rollback", "routing"); code != 1 || !strings.Contains(errOut, "failed_precondition: rollout: cannot roll back: generation 1 replaced no earlier") {
+		t.Fatalf("rollback with nowhere to go = %d, %q", code, errOut)
+	}
 	// The same key again is the same promotion.
 	code, out, _ = pawl(t, srv, "", "promote", "routing", "1", "--key", "first")
 	if code != 0 || !strings.Contains(out, "receipt first by alice") {
@@ -148,10 +152,15 @@ func TestRolloutFromTheCLI(t *testing.T) {
 	if code != 0 || out != "routing rolled back: generation 2 -> 1, epoch 1, receipt back by oncall\n" {
 		t.Fatalf("rollback = %d, %q, %q", code, out, errOut)
 	}
-	for key, want := range map[string]string{"first": `"toGeneration":"1"`, "second": `"toGeneration":"2"`, "back": `"rollback":true`} {
-		if code, out, _ := pawl(t, srv, "", "promotion", "routing", key); code != 0 || !strings.Contains(out, want) {
+	// In text, a receipt reads as promote printed it; -o json gives it whole.
+	for key, want := range map[string]string{"first": "routing promoted: generation 0 -> 1, epoch 0, receipt first by alice\n",
+		"second": "routing promoted: generation 1 -> 2, ", "back": "routing rolled back: generation 2 -> 1, epoch 1, receipt back by oncall\n"} {
+		if code, out, _ := pawl(t, srv, "", "promotion", "routing", key); code != 0 || !strings.HasPrefix(out, want) || strings.Contains(out, "{") {
 			t.Fatalf("promotion %s = %d, %q", key, code, out)
 		}
+	}
+	if code, out, _ := pawl(t, srv, "", "promotion", "routing", "back", "-o", "json"); code != 0 || !strings.Contains(out, `"rollback":true`) {
+		t.Fatalf("promotion -o json = %d, %q", code, out)
 	}
 	code, out, _ = pawl(t, srv, "", "rollout", "status", "routing", "--generation", "2")
 	// pay-0's rejection counts against the stage that assigned it
