@@ -163,3 +163,21 @@ func TestPromoteWaitAndRolloutWatch(t *testing.T) {
 		t.Errorf("--watch -o json = %d, %q; want a usage error", code, errOut)
 	}
 }
+
+// TestReleaseWithASelectorThatMatchesNothingIsRefused: a selector that no
+// registered instance matches would make a release that can only fail at
+// promote: create refuses it, naming the selector, and stores nothing.
+func TestReleaseWithASelectorThatMatchesNothingIsRefused(t *testing.T) {
+	srv := testserver.Start(t)
+	is := pawlv1connect.NewInstanceServiceClient(testserver.HTTPClient(t), srv.URL)
+	_, digest, f := registerAndUpload(t, srv, is, "pay-a")
+	code, _, errOut := pawl(t, srv, "", "release", "create", "routing", "--file", f, "--validator", digest, "--stage", "all:all", "--selector", "env=prod,team=pay")
+	if code != 1 || !strings.Contains(errOut, "failed_precondition: release: the selector matches no registered instance: selector env=prod,team=pay") {
+		t.Fatalf("release create with a selector that matches nothing = %d, %q", code, errOut)
+	}
+	expect(t, srv, "", "release", "ls", "routing")
+	// Without the selector, the same release is created.
+	if code, _, errOut := pawl(t, srv, "", "release", "create", "routing", "--file", f, "--validator", digest, "--stage", "all:all"); code != 0 {
+		t.Fatalf("release create = %d, %q", code, errOut)
+	}
+}

@@ -109,6 +109,8 @@ func Error(log *slog.Logger, spec connect.Spec, err error) error {
 		return connect.NewError(connect.CodeInvalidArgument, err)
 	case errors.Is(err, release.ErrNotFound), errors.Is(err, instance.ErrNotFound):
 		return connect.NewError(connect.CodeNotFound, err)
+	case errors.Is(err, release.ErrNoTargets):
+		return connect.NewError(connect.CodeFailedPrecondition, err)
 	case errors.Is(err, release.ErrContended):
 		return connect.NewError(connect.CodeAborted, err)
 	case errors.Is(err, instance.ErrStaleBoot):

@@ -41,6 +41,9 @@ var (
 	// ErrRejected means the validator found the content invalid; the
 	// *RejectedError carries the violations.
 	ErrRejected = errors.New("release: content rejected by its validator")
+	// ErrNoTargets means the spec's selector matches no registered
+	// instance: the release could never be promoted, so it is not created.
+	ErrNoTargets = errors.New("release: the selector matches no registered instance")
 	// ErrNotFound means no such release.
 	ErrNotFound = errors.New("release: not found")
 	// ErrContended means too many concurrent creators raced for the config.
@@ -286,6 +289,10 @@ func (r *Releases) Create(ctx context.Context, spec Spec, actor string) (Release
 	members, epoch, err := r.members(ctx, spec.Selector)
 	if err != nil {
 		return Release{}, fmt.Errorf("release: freeze membership: %w", err)
+	}
+	if len(spec.Selector) > 0 && len(members) == 0 {
+		return Release{}, fmt.Errorf("%w: selector %s (membership epoch %d); a release no instance is part of could only fail at promote: "+
+			"check the labels (pawl instances) or the --selector", ErrNoTargets, formatSelector(spec.Selector), epoch)
 	}
 	if spec.RequireInstanceCredential {
 		members = slices.DeleteFunc(members, func(m quorum.Member) bool { return !m.InstanceCredential })
@@ -575,4 +582,33 @@ func eligible(members []quorum.Member, min string) (in, out []quorum.Member) {
 		}
 	}
 	return in, out
+}
+
+// formatSelector writes a selector as k=v pairs in key order, each quoted
+// when it is not plain text: env=prod,zone="a b".
+func formatSelector(sel map[string]string) string {
+	keys := make([]string, 0, len(sel))
+	for k := range sel {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = plainOrQuoted(k) + "=" + plainOrQuoted(sel[k])
+	}
+	return strings.Join(parts, ",")
+}
+
+// plainOrQuoted returns s, or s quoted when it holds anything but
+// letters, digits and . _ - / :.
+func plainOrQuoted(s string) string {
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("._-/:", r)) {
+			return strconv.Quote(s)
+		}
+	}
+	if s == "" {
+		return `""`
+	}
+	return s
 }
