@@ -18,7 +18,6 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
 	pawlv1 "github.com/pawlcfg/pawl/gen/pawl/v1"
@@ -188,9 +187,10 @@ func (g *globals) transport() (*http.Client, []connect.ClientOption) {
 	return client, opts
 }
 
-// printJSON writes m as one line of JSON.
+// printJSON writes m as one line of JSON, enum values by their short
+// names (marshalJSON).
 func (g *globals) printJSON(m proto.Message) error {
-	b, err := protojson.Marshal(m)
+	b, err := marshalJSON(m)
 	if err != nil {
 		return fmt.Errorf("encode output: %w", err)
 	}

@@ -202,7 +202,7 @@ func TestWatchJSONStartsThenStreams(t *testing.T) {
 		}
 	}
 	got := next(t, lines)
-	if err := json.Unmarshal([]byte(got), &msg); err != nil || len(msg.Events.Events) != 1 || msg.Events.Events[0].KV.Key != "/j" || msg.Events.Events[0].Type != "EVENT_TYPE_PUT" {
+	if err := json.Unmarshal([]byte(got), &msg); err != nil || len(msg.Events.Events) != 1 || msg.Events.Events[0].KV.Key != "/j" || msg.Events.Events[0].Type != "PUT" {
 		t.Fatalf("event line %q (%v)", got, err)
 	}
 }

@@ -149,6 +149,12 @@ func TestPromoteWaitAndRolloutWatch(t *testing.T) {
 		t.Fatalf("rollout status --watch = %d", code)
 	}
 	awaitLine(t, watch.stdout.lines, "routing generation 2 CANDIDATE: all passed 2/2")
+	// -o json names each state one way: as the text and the state counts do.
+	code, out, _ := pawl(t, srv, "", "rollout", "status", "routing", "--generation", "2", "-o", "json", "--acks")
+	if code != 0 || !strings.Contains(out, `"state":"CANDIDATE"`) || !strings.Contains(out, `"state":"HEALTHY_ACKED"`) ||
+		!strings.Contains(out, `"HEALTHY_ACKED":2`) || strings.Contains(out, "_STATE_") || strings.Contains(out, `"kind":"ACK_POLICY_KIND_`) {
+		t.Fatalf("rollout status -o json = %d, %q", code, out)
+	}
 
 	create()
 	if code, _, errOut := pawl(t, srv, "", "rollout", "stop", "routing", "3", "--reason", "p99 up"); code != 0 {
