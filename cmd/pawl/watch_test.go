@@ -46,7 +46,7 @@ func putAt(t *testing.T, url, key, value string) {
 // from the revision after the last one it printed.
 func TestWatchResumesAcrossAServerRestart(t *testing.T) {
 	dir := t.TempDir()
-	first := pawldtest.Start(t, "--data-dir", dir)
+	first := pawldtest.Start(t, "--data", dir)
 	var stderr lockedBuffer
 	lines, stop := startWatchAt(t, first.URL, &stderr, "/w/")
 	putAt(t, first.URL, "/w/a", "1")
@@ -54,7 +54,7 @@ func TestWatchResumesAcrossAServerRestart(t *testing.T) {
 		t.Fatalf("watch printed %q", got)
 	}
 	first.Kill()
-	second := pawldtest.Start(t, "--data-dir", dir, "--listen", first.Addr)
+	second := pawldtest.Start(t, "--data", dir, "--listen", first.Addr)
 	putAt(t, second.URL, "/w/b", "2")
 	if got := next(t, lines); got != "PUT /w/b rev=2 2" {
 		t.Fatalf("after the restart, watch printed %q (stderr %q)", got, stderr.String())
@@ -70,7 +70,7 @@ func TestWatchResumesAcrossAServerRestart(t *testing.T) {
 // TestWatchNoRetrySaysWhereToResume: with --no-retry, a server that dies
 // ends the watch with exit 1 and the --from-revision to resume from.
 func TestWatchNoRetrySaysWhereToResume(t *testing.T) {
-	p := pawldtest.Start(t, "--data-dir", t.TempDir())
+	p := pawldtest.Start(t, "--data", t.TempDir())
 	var stderr lockedBuffer
 	lines, stop := startWatchAt(t, p.URL, &stderr, "/w/", "--no-retry")
 	putAt(t, p.URL, "/w/a", "1")
