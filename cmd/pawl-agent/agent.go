@@ -20,6 +20,7 @@ import (
 
 	"github.com/pawlcfg/pawl/internal/atomicfile"
 	"github.com/pawlcfg/pawl/internal/clientflags"
+	"github.com/pawlcfg/pawl/internal/flagconf"
 	"github.com/pawlcfg/pawl/sdk"
 	"github.com/pawlcfg/pawl/sdk/configid"
 	"github.com/pawlcfg/pawl/validators/host"
@@ -62,6 +63,11 @@ const defaultFileMode = 0o644
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	o, err := parse(args, stderr)
 	if err != nil {
+		var out printOnly
+		if errors.As(err, &out) {
+			fmt.Fprint(stdout, out.text)
+			return 0
+		}
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
@@ -75,6 +81,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	return 0
 }
+
+// printOnly is parse's answer to --version and completion: text to print
+// on standard output before exiting 0.
+type printOnly struct{ text string }
+
+func (p printOnly) Error() string { return "print only" }
 
 func parse(args []string, stderr io.Writer) (options, error) {
 	fs := flag.NewFlagSet("pawl-agent", flag.ContinueOnError)
@@ -117,8 +129,22 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.downloadAttempts, "download-attempts", sdk.DefaultDownloadAttempts, "how many times a release that does not match its digests is downloaded before it is rejected")
 	fs.StringVar(&o.validatorCache, "validator-cache", "", "compiled validator modules, which agents on one host may share (default CACHE-DIR/compiled)")
 	creds := clientflags.Register(fs)
+	showVersion := fs.Bool("version", false, "print the module version and VCS commit pawl-agent was built from, and exit")
+	if len(args) > 0 && args[0] == "completion" {
+		if len(args) != 2 {
+			return o, errors.New("usage: pawl-agent completion bash|zsh|fish")
+		}
+		var b strings.Builder
+		if err := flagconf.Completion(&b, args[1], "pawl-agent", fs, "completion"); err != nil {
+			return o, err
+		}
+		return o, printOnly{b.String()}
+	}
 	if err := fs.Parse(args); err != nil {
 		return o, err
+	}
+	if *showVersion {
+		return o, printOnly{flagconf.Version("pawl-agent") + "\n"}
 	}
 	var err error
 	if o.creds, err = creds.Resolve(os.Getenv); err != nil {

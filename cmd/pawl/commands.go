@@ -23,6 +23,7 @@ import (
 	pawlv1 "github.com/pawlcfg/pawl/gen/pawl/v1"
 	"github.com/pawlcfg/pawl/gen/pawl/v1/pawlv1connect"
 	"github.com/pawlcfg/pawl/internal/clientflags"
+	"github.com/pawlcfg/pawl/internal/flagconf"
 	"github.com/pawlcfg/pawl/sdk/credentials"
 )
 
@@ -95,6 +96,8 @@ func newRootCommand(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
 			return g.loadCredentials()
 		},
 	}
+	root.Version = flagconf.Version("pawl")
+	root.SetVersionTemplate("{{.Version}}\n")
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
@@ -113,6 +116,13 @@ func newRootCommand(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
 	root.AddCommand(putCommand(g), getCommand(g), delCommand(g), txnCommand(g), lsCommand(g), watchCommand(g),
 		validatorCommand(g), validateCommand(g), releaseCommand(g), instancesCommand(g),
 		promoteCommand(g), rollbackCommand(g), promotionCommand(g), rolloutCommand(g), tokenCommand(g), auditCommand(g), snapshotCommand(g))
+	// pawl completion bash|zsh|fish|powershell (cobra's) calls no server.
+	root.InitDefaultCompletionCmd()
+	for _, c := range root.Commands() {
+		if c.Name() == "completion" {
+			markOffline(c)
+		}
+	}
 	return root
 }
 
@@ -125,6 +135,17 @@ func checkServerURL(server string) error {
 		return fmt.Errorf("--server %q: want an http:// or https:// URL with a host, e.g. %s (env PAWL_SERVER)", server, DefaultServer)
 	}
 	return nil
+}
+
+// markOffline annotates c and its subcommands as calling no server.
+func markOffline(c *cobra.Command) {
+	if c.Annotations == nil {
+		c.Annotations = map[string]string{}
+	}
+	c.Annotations[offline] = "true"
+	for _, sub := range c.Commands() {
+		markOffline(sub)
+	}
 }
 
 // offline is the annotation of commands that call no server, and so read
