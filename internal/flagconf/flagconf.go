@@ -27,8 +27,14 @@ import (
 // flag that the go command stamped into it (runtime/debug.ReadBuildInfo).
 // Parts the build did not record read "unknown".
 func Version(name string) string {
+	info, _ := debug.ReadBuildInfo()
+	return versionOf(name, info)
+}
+
+// versionOf is Version for the build info (nil: none).
+func versionOf(name string, info *debug.BuildInfo) string {
 	version, commit, when, modified, goVersion := "unknown", "unknown", "", false, ""
-	if info, ok := debug.ReadBuildInfo(); ok {
+	if info != nil {
 		if info.Main.Version != "" {
 			version = info.Main.Version
 		}
