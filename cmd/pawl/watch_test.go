@@ -110,3 +110,23 @@ func TestKeysArePrintedQuotedAsValuesAre(t *testing.T) {
 		t.Fatalf("printed %q, want %q", out.String(), want)
 	}
 }
+
+// TestVersionAndCompletion: --version names the build and completion
+// prints a script, neither calling a server (a bad --server is fine).
+func TestVersionAndCompletion(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--version"}, "pawl "},
+		{[]string{"completion", "bash"}, "bash completion"},
+		{[]string{"completion", "zsh"}, "#compdef pawl"},
+		{[]string{"completion", "fish"}, "complete -c pawl"},
+	} {
+		var out, errOut bytes.Buffer
+		code := run(context.Background(), append([]string{"--server", "not-a-url"}, c.args...), nil, &out, &errOut)
+		if code != 0 || !strings.HasPrefix(out.String(), c.want) && !strings.Contains(out.String(), c.want) {
+			t.Errorf("pawl %v = %d, %q, %q", c.args, code, out.String(), errOut.String())
+		}
+	}
+}

@@ -110,7 +110,7 @@ func Load(fs *flag.FlagSet, path string, getenv func(string) string, o Options) 
 				continue // the command line or the environment wins
 			}
 			if err := fs.Set(v.Key, v.Value); err != nil {
-				return fmt.Errorf("%s line %d: %s: %w", path, v.Line, v.Key, err)
+				return fmt.Errorf("%s line %d: %s: invalid value %q: %w", path, v.Line, v.Key, v.Value, err)
 			}
 		}
 	}
