@@ -1,11 +1,13 @@
 package main_test
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestConfigFileEnvironmentAndFlags starts the real binary with its
@@ -45,11 +47,13 @@ func TestBadConfigIsAnErrorNamingTheLine(t *testing.T) {
 	if err := os.WriteFile(cfg, []byte("listen: 127.0.0.1:0\n\nlisten-adress: 127.0.0.1:7071\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	out, err := exec.Command(pawldBinary, "--config", cfg).CombinedOutput()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a pawld that started anyway is killed
+	defer cancel()
+	out, err := exec.CommandContext(ctx, pawldBinary, "--config", cfg).CombinedOutput()
 	if err == nil || !strings.Contains(string(out), cfg+` line 3: unknown key "listen-adress"`) {
 		t.Fatalf("pawld with an unknown key = %v, %q", err, out)
 	}
-	cmd := exec.Command(pawldBinary, "--listen", "127.0.0.1:0", "--data", t.TempDir())
+	cmd := exec.CommandContext(ctx, pawldBinary, "--listen", "127.0.0.1:0", "--data", t.TempDir())
 	cmd.Env = append(os.Environ(), "PAWL_MAX_VALUE_BYTES=lots")
 	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), `PAWL_MAX_VALUE_BYTES="lots": --max-value-bytes`) {
 		t.Fatalf("pawld with a bad PAWL_MAX_VALUE_BYTES = %v, %q", err, out)
