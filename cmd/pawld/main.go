@@ -12,6 +12,12 @@
 // (--tls-client-ca) that the file grants it; SIGHUP reads the file again
 // (docs/AUTH.md).
 //
+// Every flag may also come from a PAWL_* environment variable (PAWL_DATA_DIR
+// for --data-dir) or a config file (--config FILE: "flag-name: value" lines);
+// flags win over the environment, which wins over the file
+// (internal/flagconf). --version names the build, and
+// `pawld completion bash|zsh|fish` prints a completion script.
+//
 // `pawld restore FILE --data DIR` creates a data directory from a snapshot
 // that `pawl snapshot save` wrote, and exits:
 //
