@@ -375,21 +375,10 @@ func TestCoverageGateFromTheCLI(t *testing.T) {
 	if code, out, errOut := pawl(t, srv, "", "release", "create", "routing", "--file", f, "--validator", digest, "--health-window", "0s", "--stage", "a@zone=zone-a:all"); code != 0 {
 		t.Fatalf("release create = %d, %q, %q", code, out, errOut)
 	}
-	rel, err := pawlv1connect.NewReleaseServiceClient(client, srv.URL).GetRelease(ctx, connect.NewRequest(&pawlv1.GetReleaseRequest{ConfigId: "routing", Generation: 1}))
-	if err != nil {
-		t.Fatal(err)
-	}
 	ack := func(id string, state pawlv1.InstanceState) {
 		t.Helper()
-		resp, err := rs.Ack(ctx, connect.NewRequest(&pawlv1.AckRequest{Ack: &pawlv1.Ack{
-			ConfigId: "routing", Generation: 1, WorkloadIdentity: id, BootId: "b1", MembershipEpoch: epochs[id], ApplySequence: 1,
-			ContentDigest: rel.Msg.GetRelease().GetContentDigest(), ValidatorDigest: digest, State: state, HealthOk: true,
-		}}))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if id == "pay-a" && !resp.Msg.GetAck().GetCounted() {
-			t.Fatalf("ACK of pay-a = %v", resp.Msg.GetAck())
+		if a := sendAck(t, srv, 1, id, epochs[id], digest, state); id == "pay-a" && !a.GetCounted() {
+			t.Fatalf("ACK of pay-a = %v", a)
 		}
 	}
 	ack("pay-a", pawlv1.InstanceState_INSTANCE_STATE_HEALTHY_ACKED)
@@ -414,6 +403,26 @@ func TestCoverageGateFromTheCLI(t *testing.T) {
 	if code, out, errOut := pawl(t, srv, "", "promote", "routing", "1"); code != 0 {
 		t.Fatalf("promote once every member reported = %d, %q, %q", code, out, errOut)
 	}
+}
+
+// sendAck sends id's report of routing generation gen (boot b1, apply
+// sequence gen, healthy) and returns the ACK as the server kept it.
+func sendAck(t *testing.T, srv *testserver.Server, gen int64, id string, epoch int64, digest string, state pawlv1.InstanceState) *pawlv1.Ack {
+	t.Helper()
+	ctx := context.Background()
+	client := testserver.HTTPClient(t)
+	rel, err := pawlv1connect.NewReleaseServiceClient(client, srv.URL).GetRelease(ctx, connect.NewRequest(&pawlv1.GetReleaseRequest{ConfigId: "routing", Generation: gen}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := pawlv1connect.NewRolloutServiceClient(client, srv.URL).Ack(ctx, connect.NewRequest(&pawlv1.AckRequest{Ack: &pawlv1.Ack{
+		ConfigId: "routing", Generation: gen, WorkloadIdentity: id, BootId: "b1", MembershipEpoch: epoch, ApplySequence: gen,
+		ContentDigest: rel.Msg.GetRelease().GetContentDigest(), ValidatorDigest: digest, State: state, HealthOk: true,
+	}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.Msg.GetAck()
 }
 
 // registerAndUpload registers each instance (boot b1, in the zone its

@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"connectrpc.com/connect"
-
 	pawlv1 "github.com/pawlcfg/pawl/gen/pawl/v1"
 	"github.com/pawlcfg/pawl/gen/pawl/v1/pawlv1connect"
 	"github.com/pawlcfg/pawl/internal/testkit/testserver"
@@ -96,10 +94,7 @@ func (b *background) exitCode(t *testing.T) int {
 // is doing on stderr.
 func TestPromoteWaitAndRolloutWatch(t *testing.T) {
 	srv := testserver.Start(t)
-	client := testserver.HTTPClient(t)
-	is := pawlv1connect.NewInstanceServiceClient(client, srv.URL)
-	rs := pawlv1connect.NewRolloutServiceClient(client, srv.URL)
-	ctx := context.Background()
+	is := pawlv1connect.NewInstanceServiceClient(testserver.HTTPClient(t), srv.URL)
 	epochs, digest, f := registerAndUpload(t, srv, is, "pay-a", "pay-b")
 	create := func() {
 		t.Helper()
@@ -111,17 +106,7 @@ func TestPromoteWaitAndRolloutWatch(t *testing.T) {
 	}
 	ack := func(gen int64, id string) {
 		t.Helper()
-		rel, err := pawlv1connect.NewReleaseServiceClient(client, srv.URL).GetRelease(ctx, connect.NewRequest(&pawlv1.GetReleaseRequest{ConfigId: "routing", Generation: gen}))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := rs.Ack(ctx, connect.NewRequest(&pawlv1.AckRequest{Ack: &pawlv1.Ack{
-			ConfigId: "routing", Generation: gen, WorkloadIdentity: id, BootId: "b1", MembershipEpoch: epochs[id], ApplySequence: gen,
-			ContentDigest: rel.Msg.GetRelease().GetContentDigest(), ValidatorDigest: digest,
-			State: pawlv1.InstanceState_INSTANCE_STATE_HEALTHY_ACKED, HealthOk: true,
-		}})); err != nil {
-			t.Fatal(err)
-		}
+		sendAck(t, srv, gen, id, epochs[id], digest, pawlv1.InstanceState_INSTANCE_STATE_HEALTHY_ACKED)
 	}
 
 	create()

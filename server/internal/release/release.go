@@ -292,7 +292,7 @@ func (r *Releases) Create(ctx context.Context, spec Spec, actor string) (Release
 	}
 	if len(spec.Selector) > 0 && len(members) == 0 {
 		return Release{}, fmt.Errorf("%w: selector %s (membership epoch %d); a release no instance is part of could only fail at promote: "+
-			"check the labels (pawl instances) or the --selector", ErrNoTargets, formatSelector(spec.Selector), epoch)
+			"check the labels (pawl instances) or the --selector", ErrNoTargets, selectorString(spec.Selector), epoch)
 	}
 	if spec.RequireInstanceCredential {
 		members = slices.DeleteFunc(members, func(m quorum.Member) bool { return !m.InstanceCredential })
@@ -582,33 +582,4 @@ func eligible(members []quorum.Member, min string) (in, out []quorum.Member) {
 		}
 	}
 	return in, out
-}
-
-// formatSelector writes a selector as k=v pairs in key order, each quoted
-// when it is not plain text: env=prod,zone="a b".
-func formatSelector(sel map[string]string) string {
-	keys := make([]string, 0, len(sel))
-	for k := range sel {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	parts := make([]string, len(keys))
-	for i, k := range keys {
-		parts[i] = plainOrQuoted(k) + "=" + plainOrQuoted(sel[k])
-	}
-	return strings.Join(parts, ",")
-}
-
-// plainOrQuoted returns s, or s quoted when it holds anything but
-// letters, digits and . _ - / :.
-func plainOrQuoted(s string) string {
-	for _, r := range s {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("._-/:", r)) {
-			return strconv.Quote(s)
-		}
-	}
-	if s == "" {
-		return `""`
-	}
-	return s
 }
