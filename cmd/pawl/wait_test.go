@@ -163,7 +163,7 @@ func TestReleaseWithASelectorThatMatchesNothingIsRefused(t *testing.T) {
 	is := pawlv1connect.NewInstanceServiceClient(testserver.HTTPClient(t), srv.URL)
 	_, digest, f := registerAndUpload(t, srv, is, "pay-a")
 	code, _, errOut := pawl(t, srv, "", "release", "create", "routing", "--file", f, "--validator", digest, "--stage", "all:all", "--selector", "env=prod,team=pay")
-	if code != 1 || !strings.Contains(errOut, "failed_precondition: release: the selector matches no registered instance: selector env=prod,team=pay") {
+	if code != 1 || !strings.Contains(errOut, "failed_precondition: release: the selector matches no registered instance: selector {env=prod,team=pay}") {
 		t.Fatalf("release create with a selector that matches nothing = %d, %q", code, errOut)
 	}
 	expect(t, srv, "", "release", "ls", "routing")
