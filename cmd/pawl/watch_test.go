@@ -48,7 +48,7 @@ func TestWatchResumesAcrossAServerRestart(t *testing.T) {
 	dir := t.TempDir()
 	first := pawldtest.Start(t, "--data", dir)
 	var stderr lockedBuffer
-	lines, stop := startWatchAt(t, first.URL, &stderr, "/w/")
+	lines, stop := startWatchAt(t, first.URL, &stderr, "/w/", "--from-revision", "1") // from 1: no race with the first put
 	putAt(t, first.URL, "/w/a", "1")
 	if got := next(t, lines); got != "PUT /w/a rev=1 1" {
 		t.Fatalf("watch printed %q", got)
@@ -72,7 +72,7 @@ func TestWatchResumesAcrossAServerRestart(t *testing.T) {
 func TestWatchNoRetrySaysWhereToResume(t *testing.T) {
 	p := pawldtest.Start(t, "--data", t.TempDir())
 	var stderr lockedBuffer
-	lines, stop := startWatchAt(t, p.URL, &stderr, "/w/", "--no-retry")
+	lines, stop := startWatchAt(t, p.URL, &stderr, "/w/", "--from-revision", "1", "--no-retry")
 	putAt(t, p.URL, "/w/a", "1")
 	putAt(t, p.URL, "/w/b", "2")
 	for range 2 {
