@@ -20,6 +20,7 @@ import (
 
 	"github.com/pawlcfg/pawl/internal/atomicfile"
 	"github.com/pawlcfg/pawl/internal/clientflags"
+	"github.com/pawlcfg/pawl/internal/flagconf"
 	"github.com/pawlcfg/pawl/sdk"
 	"github.com/pawlcfg/pawl/sdk/configid"
 	"github.com/pawlcfg/pawl/validators/host"
@@ -70,6 +71,11 @@ const defaultFileMode = 0o644
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	o, err := parse(args, stderr)
 	if err != nil {
+		var out printOnly
+		if errors.As(err, &out) {
+			fmt.Fprint(stdout, out.text)
+			return 0
+		}
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
@@ -84,6 +90,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	return 0
 }
+
+// printOnly is parse's answer to --version and completion: text to print
+// on standard output before exiting 0.
+type printOnly struct{ text string }
+
+func (p printOnly) Error() string { return "print only" }
 
 func parse(args []string, stderr io.Writer) (options, error) {
 	fs := flag.NewFlagSet("pawl-agent", flag.ContinueOnError)
@@ -136,8 +148,22 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.once, "once", false, "write the initial sync (each --config, every key under --prefix), render the templates, run --exec once, and exit: 0 if all of it succeeded, 1 if not")
 	fs.StringVar(&o.listen, "listen", "", "a loopback HOST:PORT to serve the snapshot on (GET /v1/configs/ID, /v1/kv/KEY, /ready, /healthz); off by default")
 	creds := clientflags.Register(fs)
+	showVersion := fs.Bool("version", false, "print the module version and VCS commit pawl-agent was built from, and exit")
+	if len(args) > 0 && args[0] == "completion" {
+		if len(args) != 2 {
+			return o, errors.New("usage: pawl-agent completion bash|zsh|fish")
+		}
+		var b strings.Builder
+		if err := flagconf.Completion(&b, args[1], "pawl-agent", fs, "completion"); err != nil {
+			return o, err
+		}
+		return o, printOnly{b.String()}
+	}
 	if err := fs.Parse(args); err != nil {
 		return o, err
+	}
+	if *showVersion {
+		return o, printOnly{flagconf.Version("pawl-agent") + "\n"}
 	}
 	var err error
 	if o.creds, err = creds.Resolve(os.Getenv); err != nil {

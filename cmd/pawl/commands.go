@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -17,12 +18,12 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
 	pawlv1 "github.com/pawlcfg/pawl/gen/pawl/v1"
 	"github.com/pawlcfg/pawl/gen/pawl/v1/pawlv1connect"
 	"github.com/pawlcfg/pawl/internal/clientflags"
+	"github.com/pawlcfg/pawl/internal/flagconf"
 	"github.com/pawlcfg/pawl/sdk/credentials"
 )
 
@@ -56,10 +57,13 @@ type globals struct {
 	output   string
 	protocol string
 	timeout  time.Duration
-	stdin    io.Reader
-	stdout   io.Writer
-	stderr   io.Writer
-	stderrMu sync.Mutex
+	// progressAfter is how long a long command (release create, validator
+	// upload) runs before it says on stderr what it is doing.
+	progressAfter time.Duration
+	stdin         io.Reader
+	stdout        io.Writer
+	stderr        io.Writer
+	stderrMu      sync.Mutex
 }
 
 func newRootCommand(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
@@ -86,9 +90,14 @@ func newRootCommand(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
 			if cmd.Annotations[offline] != "" {
 				return nil
 			}
+			if err := checkServerURL(g.server); err != nil {
+				return usageError{err}
+			}
 			return g.loadCredentials()
 		},
 	}
+	root.Version = flagconf.Version("pawl")
+	root.SetVersionTemplate("{{.Version}}\n")
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
@@ -100,13 +109,43 @@ func newRootCommand(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
 	root.PersistentFlags().StringVarP(&g.output, "output", "o", "text", "output format: text or json")
 	root.PersistentFlags().StringVar(&g.protocol, "protocol", "connect", "wire protocol: connect, grpc or grpc-web")
 	root.PersistentFlags().DurationVar(&g.timeout, "timeout", defaultTimeout(), "how long one call to the server may take; watch has none (env PAWL_TIMEOUT)")
+	root.PersistentFlags().DurationVar(&g.progressAfter, "progress-after", time.Second, "how long a long command (release create, validator upload) runs before it says on stderr what it is doing")
 	creds := flag.NewFlagSet("pawl", flag.ContinueOnError)
 	g.creds = clientflags.Register(creds)
 	root.PersistentFlags().AddGoFlagSet(creds)
 	root.AddCommand(putCommand(g), getCommand(g), delCommand(g), txnCommand(g), lsCommand(g), watchCommand(g),
 		validatorCommand(g), validateCommand(g), releaseCommand(g), instancesCommand(g),
 		promoteCommand(g), rollbackCommand(g), promotionCommand(g), rolloutCommand(g), tokenCommand(g), auditCommand(g), snapshotCommand(g))
+	// pawl completion bash|zsh|fish|powershell (cobra's) calls no server.
+	root.InitDefaultCompletionCmd()
+	for _, c := range root.Commands() {
+		if c.Name() == "completion" {
+			markOffline(c)
+		}
+	}
 	return root
+}
+
+// checkServerURL refuses a --server that is not an http:// or https://
+// URL with a host, such as "127.0.0.1:7070" without its scheme, which the
+// HTTP client would otherwise report as the server being unavailable.
+func checkServerURL(server string) error {
+	u, err := url.Parse(server)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("--server %q: want an http:// or https:// URL with a host, e.g. %s (env PAWL_SERVER)", server, DefaultServer)
+	}
+	return nil
+}
+
+// markOffline annotates c and its subcommands as calling no server.
+func markOffline(c *cobra.Command) {
+	if c.Annotations == nil {
+		c.Annotations = map[string]string{}
+	}
+	c.Annotations[offline] = "true"
+	for _, sub := range c.Commands() {
+		markOffline(sub)
+	}
 }
 
 // offline is the annotation of commands that call no server, and so read
@@ -169,9 +208,10 @@ func (g *globals) transport() (*http.Client, []connect.ClientOption) {
 	return client, opts
 }
 
-// printJSON writes m as one line of JSON.
+// printJSON writes m as one line of JSON, enum values by their short
+// names (marshalJSON).
 func (g *globals) printJSON(m proto.Message) error {
-	b, err := protojson.Marshal(m)
+	b, err := marshalJSON(m)
 	if err != nil {
 		return fmt.Errorf("encode output: %w", err)
 	}
@@ -341,7 +381,7 @@ func (g *globals) printList(resp *pawlv1.ListResponse) error {
 		return g.printJSON(resp)
 	}
 	for _, kv := range resp.GetKvs() {
-		if _, err := fmt.Fprintf(g.stdout, "%s\t%d\t%s\n", kv.GetKey(), kv.GetModRevision(), printable(kv.GetValue())); err != nil {
+		if _, err := fmt.Fprintf(g.stdout, "%s\t%d\t%s\n", printable([]byte(kv.GetKey())), kv.GetModRevision(), printable(kv.GetValue())); err != nil {
 			return err
 		}
 	}
@@ -350,52 +390,145 @@ func (g *globals) printList(resp *pawlv1.ListResponse) error {
 
 func watchCommand(g *globals) *cobra.Command {
 	var from int64
-	var progress bool
+	var progress, noRetry bool
 	cmd := &cobra.Command{
 		Use:   "watch [PREFIX]",
-		Short: "Print every change under a prefix, one line per event, until interrupted",
+		Short: "Print every change under a prefix, one line per event, until interrupted; reconnects by itself when the server restarts",
 		Args:  usageArgs(cobra.MaximumNArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			prefix := ""
 			if len(args) == 1 {
 				prefix = args[0]
 			}
-			return g.watch(cmd.Context(), prefix, from, progress)
+			return g.watch(cmd.Context(), prefix, from, progress, noRetry)
 		},
 	}
 	cmd.Flags().Int64Var(&from, "from-revision", 0, "first revision to print (0: changes from now on)")
 	cmd.Flags().BoolVar(&progress, "progress", false, "also print progress notifications (text output)")
+	cmd.Flags().BoolVar(&noRetry, "no-retry", false, "exit when the stream breaks instead of reconnecting, saying the --from-revision to resume from")
 	return cmd
 }
 
-// watch streams until ctx ends (an interrupt), which is a success.
-func (g *globals) watch(ctx context.Context, prefix string, from int64, progress bool) error {
-	stream, err := g.kv().Watch(ctx, connect.NewRequest(&pawlv1.WatchRequest{Prefix: prefix, StartRevision: from}))
+// Reconnection backoff of pawl watch: the first wait, and the cap.
+const (
+	watchRetryFirst = 100 * time.Millisecond
+	watchRetryMax   = 5 * time.Second
+)
+
+// watchCursor is where a watch resumes: the first revision not yet
+// printed (0: from now on) and the store incarnation it followed.
+type watchCursor struct {
+	next        int64
+	incarnation string
+}
+
+// errWatchFinal marks a watch error that a reconnect cannot cure (a
+// compacted revision, a refused request).
+type errWatchFinal struct{ error }
+
+func (e errWatchFinal) Unwrap() error { return e.error }
+
+// watch streams until ctx ends (an interrupt), which is a success. When
+// the stream breaks after it started (a server restart, a lost
+// connection), it reconnects from the revision after the last one it saw,
+// with backoff, unless noRetry: then it exits naming that revision.
+func (g *globals) watch(ctx context.Context, prefix string, from int64, progress, noRetry bool) error {
+	cur := &watchCursor{next: from}
+	wait := watchRetryFirst
+	everStarted := false // a server that never answered is an error at once
+	for {
+		started, err := g.watchOnce(ctx, prefix, cur, progress)
+		if ctx.Err() != nil {
+			return nil
+		}
+		everStarted = everStarted || started
+		var final errWatchFinal
+		if errors.As(err, &final) || !everStarted || !retryableWatch(err) {
+			return err
+		}
+		if noRetry {
+			return fmt.Errorf("%w; resume with --from-revision %d", err, cur.next)
+		}
+		if started {
+			wait = watchRetryFirst
+		}
+		g.stderrMu.Lock()
+		fmt.Fprintf(g.stderr, "pawl: watch interrupted (%v); reconnecting from revision %d in %s\n", err, cur.next, wait)
+		g.stderrMu.Unlock()
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+		wait = min(2*wait, watchRetryMax)
+	}
+}
+
+// retryableWatch reports a broken stream that a reconnect may cure: the
+// server or the connection went away (Unavailable, or a stream cut
+// mid-message), or the server ended the stream cleanly (a graceful stop).
+func retryableWatch(err error) bool {
+	if errors.Is(err, errWatchEnded) {
+		return true
+	}
+	switch connect.CodeOf(err) {
+	case connect.CodeUnavailable, connect.CodeInternal, connect.CodeUnknown, connect.CodeAborted:
+		return true
+	}
+	return false
+}
+
+// errWatchEnded says the server closed a watch stream without an error.
+var errWatchEnded = errors.New("the server ended the watch")
+
+// watchOnce runs one watch stream from cur, moving cur past every
+// revision it prints or is told is current. It reports whether the stream
+// started (its WatchStarted arrived).
+func (g *globals) watchOnce(ctx context.Context, prefix string, cur *watchCursor, progress bool) (bool, error) {
+	stream, err := g.kv().Watch(ctx, connect.NewRequest(&pawlv1.WatchRequest{Prefix: prefix, StartRevision: cur.next, Incarnation: cur.incarnation}))
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer stream.Close()
+	started := false
 	for stream.Receive() {
 		msg := stream.Msg()
 		if g.output == "json" {
 			if err := g.printJSON(msg); err != nil {
-				return err
+				return started, errWatchFinal{err}
 			}
 		} else if err := printWatchText(g.stdout, msg, progress); err != nil {
-			return err
+			return started, errWatchFinal{err}
 		}
-		if c := msg.GetCompacted(); c != nil {
-			return fmt.Errorf("revision %d is compacted (oldest retained change: %d); list at revision %d and watch with --from-revision %d",
-				max(from, 1), c.GetCompactRevision()+1, c.GetSnapshotRevision(), c.GetSnapshotRevision()+1)
+		switch kind := msg.GetKind().(type) {
+		case *pawlv1.WatchResponse_Started:
+			started = true
+			cur.incarnation = kind.Started.GetIncarnation()
+			cur.next = max(cur.next, kind.Started.GetRevision()+1)
+		case *pawlv1.WatchResponse_Events:
+			for _, ev := range kind.Events.GetEvents() {
+				cur.next = max(cur.next, ev.GetKv().GetModRevision()+1)
+			}
+		case *pawlv1.WatchResponse_Progress:
+			cur.next = max(cur.next, kind.Progress.GetRevision()+1)
+		case *pawlv1.WatchResponse_Compacted:
+			c := kind.Compacted
+			return started, errWatchFinal{fmt.Errorf("revision %d is compacted (oldest retained change: %d); list at revision %d and watch with --from-revision %d",
+				max(cur.next, 1), c.GetCompactRevision()+1, c.GetSnapshotRevision(), c.GetSnapshotRevision()+1)}
 		}
 	}
 	if ctx.Err() != nil {
-		return nil
+		return started, nil
 	}
 	if err := stream.Err(); err != nil {
-		return err
+		if !retryableWatch(err) {
+			return started, errWatchFinal{err}
+		}
+		return started, err
 	}
-	return errors.New("the server ended the watch")
+	return started, errWatchEnded
 }
 
 func printWatchText(w io.Writer, msg *pawlv1.WatchResponse, progress bool) error {
@@ -407,9 +540,9 @@ func printWatchText(w io.Writer, msg *pawlv1.WatchResponse, progress bool) error
 		for _, ev := range kind.Events.GetEvents() {
 			kv := ev.GetKv()
 			if ev.GetType() == pawlv1.EventType_EVENT_TYPE_DELETE {
-				_, err = fmt.Fprintf(w, "DELETE %s rev=%d\n", kv.GetKey(), kv.GetModRevision())
+				_, err = fmt.Fprintf(w, "DELETE %s rev=%d\n", printable([]byte(kv.GetKey())), kv.GetModRevision())
 			} else {
-				_, err = fmt.Fprintf(w, "PUT %s rev=%d %s\n", kv.GetKey(), kv.GetModRevision(), printable(kv.GetValue()))
+				_, err = fmt.Fprintf(w, "PUT %s rev=%d %s\n", printable([]byte(kv.GetKey())), kv.GetModRevision(), printable(kv.GetValue()))
 			}
 			if err != nil {
 				return err
@@ -423,8 +556,11 @@ func printWatchText(w io.Writer, msg *pawlv1.WatchResponse, progress bool) error
 	return err
 }
 
-// printable returns v as text when it is one line of printable UTF-8, and
-// quoted otherwise, so that each event stays on one line.
+// printable returns v (a value or a key) as text when it is one line of
+// printable UTF-8, and quoted otherwise, so that each event stays on one
+// line and each listing keeps its columns. The server refuses new keys
+// with control characters, but a store written before that rule may hold
+// some.
 func printable(v []byte) string {
 	s := string(v)
 	if utf8.ValidString(s) && strconv.CanBackquote(s) && !strings.ContainsAny(s, "\n\r\t") {

@@ -8,7 +8,11 @@
 //
 // The server is --server, or $PAWL_SERVER, or http://127.0.0.1:7070. Every
 // command takes -o json for machine-readable output, and exits non-zero with
-// the server's message when a call fails.
+// the server's message when a call fails. watch reconnects by itself when
+// the server restarts (--no-retry to exit, naming the revision to resume
+// from); promote --wait and rollout status --watch follow a rollout until
+// it is done. --version names the build; completion prints a shell
+// completion script.
 //
 // Every call carries the credentials of --token or --token-file, --ca,
 // --cert and --key (or $PAWL_TOKEN, $PAWL_TOKEN_FILE, $PAWL_CA, $PAWL_CERT,

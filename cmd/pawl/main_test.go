@@ -14,6 +14,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/pawlcfg/pawl/internal/testkit/pawldtest"
 	"github.com/pawlcfg/pawl/internal/testkit/testserver"
 	"github.com/pawlcfg/pawl/internal/testkit/wasmbuild"
 	"github.com/pawlcfg/pawl/server"
@@ -22,6 +23,7 @@ import (
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
 		wasmbuild.Cleanup()
+		pawldtest.Cleanup()
 		os.Exit(code)
 	}))
 }
@@ -95,6 +97,8 @@ func TestErrorsExitNonZeroWithTheServersMessage(t *testing.T) {
 		{[]string{"get"}, 2, "accepts 1 arg"},
 		{[]string{"get", "/k", "-o", "yaml"}, 2, `-o "yaml"`},
 		{[]string{"get", "/k", "--bogus"}, 2, "unknown flag"},
+		{[]string{"get", "/k", "--server", "127.0.0.1:7070"}, 2, `--server "127.0.0.1:7070": want an http:// or https:// URL with a host`},
+		{[]string{"get", "/k", "--server", "localhost:7070"}, 2, "want an http:// or https:// URL"},
 	}
 	for _, c := range cases {
 		code, _, errOut := pawl(t, srv, "", c.args...)
@@ -112,11 +116,18 @@ func TestErrorsExitNonZeroWithTheServersMessage(t *testing.T) {
 // lines as they come.
 func startWatch(t *testing.T, srv *testserver.Server, args ...string) (lines <-chan string, stop func() int) {
 	t.Helper()
+	return startWatchAt(t, srv.URL, io.Discard, args...)
+}
+
+// startWatchAt is startWatch against the server at url, writing its
+// standard error to stderr.
+func startWatchAt(t *testing.T, url string, stderr io.Writer, args ...string) (lines <-chan string, stop func() int) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	r, w := io.Pipe()
 	done := make(chan int, 1)
 	go func() {
-		code := run(ctx, append([]string{"--server", srv.URL, "watch"}, args...), nil, w, io.Discard)
+		code := run(ctx, append([]string{"--server", url, "watch"}, args...), nil, w, stderr)
 		w.Close()
 		done <- code
 	}()
@@ -191,7 +202,7 @@ func TestWatchJSONStartsThenStreams(t *testing.T) {
 		}
 	}
 	got := next(t, lines)
-	if err := json.Unmarshal([]byte(got), &msg); err != nil || len(msg.Events.Events) != 1 || msg.Events.Events[0].KV.Key != "/j" || msg.Events.Events[0].Type != "EVENT_TYPE_PUT" {
+	if err := json.Unmarshal([]byte(got), &msg); err != nil || len(msg.Events.Events) != 1 || msg.Events.Events[0].KV.Key != "/j" || msg.Events.Events[0].Type != "PUT" {
 		t.Fatalf("event line %q (%v)", got, err)
 	}
 }

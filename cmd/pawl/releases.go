@@ -157,7 +157,9 @@ func releaseCommand(g *globals) *cobra.Command {
 			}
 			req := connect.NewRequest(&pawlv1.CreateReleaseRequest{Spec: spec})
 			setActor(req, actor)
+			done := g.slowNotice(fmt.Sprintf("creating release of %s (%d bytes): validating it and freezing the membership", args[0], len(content)))
 			resp, err := g.releases().CreateRelease(cmd.Context(), req)
+			done()
 			if err != nil {
 				return err
 			}

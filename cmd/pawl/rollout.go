@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -36,7 +37,11 @@ type moveFunc func(ctx context.Context, ptr *pawlv1.Pointer, key string) (*pawlv
 // move reads the pointer, sends the move, and when the response is lost
 // (the call failed without an answer from the server) resolves it with
 // GetPromotion: a receipt under the key means the move happened.
-func (g *globals) move(ctx context.Context, config, key string, send moveFunc) error {
+//
+// confirmGen > 0 (promote --wait) waits until the move is known: when the
+// receipt lookup has no answer either, it keeps asking, and a pointer that
+// shows confirmGen also proves the move.
+func (g *globals) move(ctx context.Context, config, key string, confirmGen int64, send moveFunc) error {
 	rs := g.rollouts()
 	ptrResp, err := rs.GetPointer(ctx, connect.NewRequest(&pawlv1.GetPointerRequest{ConfigId: config}))
 	if err != nil {
@@ -56,6 +61,10 @@ func (g *globals) move(ctx context.Context, config, key string, send moveFunc) e
 		case connect.CodeOf(gerr) == connect.CodeNotFound:
 			return fmt.Errorf("%w; the move did not happen (no receipt under key %s, and the lookup fenced the key so that it never will): "+
 				"run the command again, with a new --key or none", err, key)
+		case confirmGen > 0:
+			if rc, err = g.confirmMove(ctx, config, key, confirmGen); err != nil {
+				return err
+			}
 		default:
 			return fmt.Errorf("%w; whether it happened is unknown: run pawl promotion %s %s", err, config, key)
 		}
@@ -63,6 +72,12 @@ func (g *globals) move(ctx context.Context, config, key string, send moveFunc) e
 	if err != nil {
 		return err
 	}
+	return g.printReceipt(config, rc)
+}
+
+// printReceipt prints a receipt: in text, "CONFIG promoted: generation
+// FROM -> TO, epoch E, receipt KEY by ACTOR" (or "rolled back").
+func (g *globals) printReceipt(config string, rc *pawlv1.Receipt) error {
 	if g.output == "json" {
 		return g.printJSON(rc)
 	}
@@ -70,9 +85,40 @@ func (g *globals) move(ctx context.Context, config, key string, send moveFunc) e
 	if rc.GetRollback() {
 		kind = "rolled back"
 	}
-	_, err = fmt.Fprintf(g.stdout, "%s %s: generation %d -> %d, epoch %d, receipt %s by %s\n", config, kind,
+	_, err := fmt.Fprintf(g.stdout, "%s %s: generation %d -> %d, epoch %d, receipt %s by %s\n", config, kind,
 		rc.GetFromGeneration(), rc.GetToGeneration(), rc.GetEpoch(), rc.GetIdempotencyKey(), rc.GetActor())
 	return err
+}
+
+// confirmMove asks, every DefaultInterval until ctx ends, for the receipt
+// under key or a pointer that shows gen, after a promote whose answer was
+// lost: either proves the move; no receipt under the key proves it did not
+// happen.
+func (g *globals) confirmMove(ctx context.Context, config, key string, gen int64) (*pawlv1.Receipt, error) {
+	rs := g.rollouts()
+	for {
+		got, err := rs.GetPromotion(ctx, connect.NewRequest(&pawlv1.GetPromotionRequest{ConfigId: config, IdempotencyKey: key}))
+		switch {
+		case err == nil:
+			g.notef("the receipt exists: the move happened")
+			return got.Msg.GetReceipt(), nil
+		case connect.CodeOf(err) == connect.CodeNotFound:
+			return nil, fmt.Errorf("the promotion did not happen (no receipt under key %s): run the command again", key)
+		}
+		if ptr, perr := rs.GetPointer(ctx, connect.NewRequest(&pawlv1.GetPointerRequest{ConfigId: config})); perr == nil && ptr.Msg.GetPointer().GetGeneration() == gen {
+			g.notef("the pointer shows generation %d: the move happened", gen)
+			p := ptr.Msg.GetPointer()
+			return &pawlv1.Receipt{ConfigId: config, ToGeneration: gen, Epoch: p.GetEpoch(), IdempotencyKey: key}, nil
+		}
+		g.notef("no answer yet about receipt %s (%v); asking again in %s", key, err, DefaultInterval)
+		t := time.NewTimer(DefaultInterval)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("whether the promotion happened is unknown: run pawl promotion %s %s", config, key)
+		case <-t.C:
+		}
+	}
 }
 
 // isLostResponse reports a failure with no answer from the server, after
@@ -85,16 +131,33 @@ func isLostResponse(err error) bool {
 
 func promoteCommand(g *globals) *cobra.Command {
 	var key, actor string
+	var wait bool
+	var interval time.Duration
 	cmd := &cobra.Command{
 		Use:   "promote CONFIG GENERATION",
-		Short: "Move the config's active pointer to a release whose stages passed (compare-and-swap, with a receipt)",
+		Short: "Move the config's active pointer to a release whose stages passed (compare-and-swap, with a receipt); --wait waits for them to pass",
 		Args:  usageArgs(cobra.ExactArgs(2)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			gen, err := strconv.ParseInt(args[1], 10, 64)
 			if err != nil {
 				return usageError{fmt.Errorf("generation %q is not a number", args[1])}
 			}
-			return g.move(cmd.Context(), args[0], key, func(ctx context.Context, ptr *pawlv1.Pointer, key string) (*pawlv1.Receipt, error) {
+			if interval <= 0 {
+				return usageError{fmt.Errorf("--interval %s: must be positive", interval)}
+			}
+			confirm := int64(0)
+			if wait {
+				confirm = gen
+				active, err := g.awaitPromotable(cmd.Context(), args[0], gen, interval)
+				if err != nil {
+					return err
+				}
+				if active {
+					g.notef("%s generation %d is already the active generation", args[0], gen)
+					return nil
+				}
+			}
+			return g.move(cmd.Context(), args[0], key, confirm, func(ctx context.Context, ptr *pawlv1.Pointer, key string) (*pawlv1.Receipt, error) {
 				req := connect.NewRequest(&pawlv1.PromoteRequest{ConfigId: args[0], Generation: gen,
 					ExpectedGeneration: ptr.GetGeneration(), ExpectedEpoch: ptr.GetEpoch(), IdempotencyKey: key})
 				setActor(req, actor)
@@ -108,6 +171,8 @@ func promoteCommand(g *globals) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&key, "key", "", "idempotency key (default: a new random one)")
 	cmd.Flags().StringVar(&actor, "actor", os.Getenv("PAWL_ACTOR"), "who is promoting (env PAWL_ACTOR)")
+	cmd.Flags().BoolVar(&wait, "wait", false, "wait until every stage passed and coverage is met (saying on stderr what it waits on), then promote, and wait until the receipt or the pointer confirms the move; fails at once if the rollout stops")
+	cmd.Flags().DurationVar(&interval, "interval", DefaultInterval, "with --wait, how often to read the rollout's status")
 	return cmd
 }
 
@@ -118,7 +183,7 @@ func rollbackCommand(g *globals) *cobra.Command {
 		Short: "Move the active pointer back to the generation the active one replaced, as a new receipt (epoch + 1)",
 		Args:  usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return g.move(cmd.Context(), args[0], key, func(ctx context.Context, ptr *pawlv1.Pointer, key string) (*pawlv1.Receipt, error) {
+			return g.move(cmd.Context(), args[0], key, 0, func(ctx context.Context, ptr *pawlv1.Pointer, key string) (*pawlv1.Receipt, error) {
 				req := connect.NewRequest(&pawlv1.RollbackRequest{ConfigId: args[0],
 					ExpectedGeneration: ptr.GetGeneration(), ExpectedEpoch: ptr.GetEpoch(), IdempotencyKey: key})
 				setActor(req, actor)
@@ -145,14 +210,14 @@ func setActor(req connect.AnyRequest, actor string) {
 func promotionCommand(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "promotion CONFIG IDEMPOTENCY_KEY",
-		Short: "Print the receipt written for an idempotency key",
+		Short: "Print the receipt written for an idempotency key (-o json: the whole receipt)",
 		Args:  usageArgs(cobra.ExactArgs(2)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			resp, err := g.rollouts().GetPromotion(cmd.Context(), connect.NewRequest(&pawlv1.GetPromotionRequest{ConfigId: args[0], IdempotencyKey: args[1]}))
 			if err != nil {
 				return err
 			}
-			return g.printJSON(resp.Msg.GetReceipt())
+			return g.printReceipt(args[0], resp.Msg.GetReceipt())
 		},
 	}
 }
@@ -160,7 +225,8 @@ func promotionCommand(g *globals) *cobra.Command {
 func rolloutCommand(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "rollout", Short: "Follow rollouts"}
 	var gen int64
-	var showAcks bool
+	var showAcks, watch bool
+	var interval time.Duration
 	status := &cobra.Command{
 		Use:   "status CONFIG",
 		Short: "Show each stage and zone of a release: healthy, rejected, waiting on what",
@@ -173,6 +239,15 @@ func rolloutCommand(g *globals) *cobra.Command {
 					return err
 				}
 				gen = newest.Msg.GetRelease().GetGeneration()
+			}
+			if watch {
+				if interval <= 0 {
+					return usageError{fmt.Errorf("--interval %s: must be positive", interval)}
+				}
+				if g.output == "json" || showAcks {
+					return usageError{errors.New("--watch prints text progress: without -o json and --acks")}
+				}
+				return g.watchStatus(ctx, args[0], gen, interval)
 			}
 			// Every page of ACKs, gathered into one answer, only when they
 			// are asked for: a release of 10,000 members has tens of
@@ -204,6 +279,9 @@ func rolloutCommand(g *globals) *cobra.Command {
 		},
 	}
 	status.Flags().Int64Var(&gen, "generation", 0, "the release (default: the latest)")
+	status.Flags().BoolVar(&watch, "watch", false, "follow the rollout until it is done (every stage passed, or promoted) or stopped: "+
+		"redrawn on a terminal, one line per change of state or stage progress otherwise; exit 1 if it stopped")
+	status.Flags().DurationVar(&interval, "interval", DefaultInterval, "with --watch, how often to read the status")
 	status.Flags().BoolVar(&showAcks, "acks", false, "fetch every page of ACKs and list each: instance, boot, state, apply sequence, whether it counts, and its trace ID (without it: the first page)")
 	cmd.AddCommand(status, stopCommand(g), appliedCommand(g))
 	return cmd

@@ -119,7 +119,7 @@ func TestRolloutFromTheCLI(t *testing.T) {
 		"stage canary (passed at ",
 		"): passed, 2/2 healthy",
 		// The zones stage counts the four the canary stage left.
-		"stage zones (reached): waiting, 3/4 healthy, 0 rejected: [zone \"zone-c\" has 0 of 1 healthy, needs 1]",
+		"stage zones (reached): waiting, 3/4 healthy, 0 rejected: zone \"zone-c\" has 0 of 1 healthy, needs 1",
 		"  zone zone-c: 0/1 healthy, 0 rejected (NO_ACK=1)",
 		"  states: HEALTHY_ACKED=3 NO_ACK=1",
 	} {
@@ -140,6 +140,10 @@ func TestRolloutFromTheCLI(t *testing.T) {
 	if code != 0 || out != "routing promoted: generation 0 -> 1, epoch 0, receipt first by alice\n" {
 		t.Fatalf("promote = %d, %q, %q", code, out, errOut)
 	}
+	// Generation 1 replaced nothing: a rollback says so, not "not ready for promotion".
+	if code, _, errOut := pawl(t, srv, "", "rollback", "routing"); code != 1 || !strings.Contains(errOut, "failed_precondition: rollout: cannot roll back: generation 1 replaced no earlier") {
+		t.Fatalf("rollback with nowhere to go = %d, %q", code, errOut)
+	}
 	// The same key again is the same promotion.
 	code, out, _ = pawl(t, srv, "", "promote", "routing", "1", "--key", "first")
 	if code != 0 || !strings.Contains(out, "receipt first by alice") {
@@ -156,10 +160,15 @@ func TestRolloutFromTheCLI(t *testing.T) {
 	if code != 0 || out != "routing rolled back: generation 2 -> 1, epoch 1, receipt back by oncall\n" {
 		t.Fatalf("rollback = %d, %q, %q", code, out, errOut)
 	}
-	for key, want := range map[string]string{"first": `"toGeneration":"1"`, "second": `"toGeneration":"2"`, "back": `"rollback":true`} {
-		if code, out, _ := pawl(t, srv, "", "promotion", "routing", key); code != 0 || !strings.Contains(out, want) {
+	// In text, a receipt reads as promote printed it; -o json gives it whole.
+	for key, want := range map[string]string{"first": "routing promoted: generation 0 -> 1, epoch 0, receipt first by alice\n",
+		"second": "routing promoted: generation 1 -> 2, ", "back": "routing rolled back: generation 2 -> 1, epoch 1, receipt back by oncall\n"} {
+		if code, out, _ := pawl(t, srv, "", "promotion", "routing", key); code != 0 || !strings.HasPrefix(out, want) || strings.Contains(out, "{") {
 			t.Fatalf("promotion %s = %d, %q", key, code, out)
 		}
+	}
+	if code, out, _ := pawl(t, srv, "", "promotion", "routing", "back", "-o", "json"); code != 0 || !strings.Contains(out, `"rollback":true`) {
+		t.Fatalf("promotion -o json = %d, %q", code, out)
 	}
 	code, out, _ = pawl(t, srv, "", "rollout", "status", "routing", "--generation", "2")
 	// pay-0's rejection counts against the stage that assigned it
@@ -374,21 +383,10 @@ func TestCoverageGateFromTheCLI(t *testing.T) {
 	if code, out, errOut := pawl(t, srv, "", "release", "create", "routing", "--file", f, "--validator", digest, "--health-window", "0s", "--stage", "a@zone=zone-a:all"); code != 0 {
 		t.Fatalf("release create = %d, %q, %q", code, out, errOut)
 	}
-	rel, err := pawlv1connect.NewReleaseServiceClient(client, srv.URL).GetRelease(ctx, connect.NewRequest(&pawlv1.GetReleaseRequest{ConfigId: "routing", Generation: 1}))
-	if err != nil {
-		t.Fatal(err)
-	}
 	ack := func(id string, state pawlv1.InstanceState) {
 		t.Helper()
-		resp, err := rs.Ack(ctx, connect.NewRequest(&pawlv1.AckRequest{Ack: &pawlv1.Ack{
-			ConfigId: "routing", Generation: 1, WorkloadIdentity: id, BootId: "b1", MembershipEpoch: epochs[id], ApplySequence: 1,
-			ContentDigest: rel.Msg.GetRelease().GetContentDigest(), ValidatorDigest: digest, State: state, HealthOk: true,
-		}}))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if id == "pay-a" && !resp.Msg.GetAck().GetCounted() {
-			t.Fatalf("ACK of pay-a = %v", resp.Msg.GetAck())
+		if a := sendAck(t, srv, 1, id, epochs[id], digest, state); id == "pay-a" && !a.GetCounted() {
+			t.Fatalf("ACK of pay-a = %v", a)
 		}
 	}
 	ack("pay-a", pawlv1.InstanceState_INSTANCE_STATE_HEALTHY_ACKED)
@@ -413,6 +411,26 @@ func TestCoverageGateFromTheCLI(t *testing.T) {
 	if code, out, errOut := pawl(t, srv, "", "promote", "routing", "1"); code != 0 {
 		t.Fatalf("promote once every member reported = %d, %q, %q", code, out, errOut)
 	}
+}
+
+// sendAck sends id's report of routing generation gen (boot b1, apply
+// sequence gen, healthy) and returns the ACK as the server kept it.
+func sendAck(t *testing.T, srv *testserver.Server, gen int64, id string, epoch int64, digest string, state pawlv1.InstanceState) *pawlv1.Ack {
+	t.Helper()
+	ctx := context.Background()
+	client := testserver.HTTPClient(t)
+	rel, err := pawlv1connect.NewReleaseServiceClient(client, srv.URL).GetRelease(ctx, connect.NewRequest(&pawlv1.GetReleaseRequest{ConfigId: "routing", Generation: gen}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := pawlv1connect.NewRolloutServiceClient(client, srv.URL).Ack(ctx, connect.NewRequest(&pawlv1.AckRequest{Ack: &pawlv1.Ack{
+		ConfigId: "routing", Generation: gen, WorkloadIdentity: id, BootId: "b1", MembershipEpoch: epoch, ApplySequence: gen,
+		ContentDigest: rel.Msg.GetRelease().GetContentDigest(), ValidatorDigest: digest, State: state, HealthOk: true,
+	}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.Msg.GetAck()
 }
 
 // registerAndUpload registers each instance (boot b1, in the zone its

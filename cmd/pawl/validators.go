@@ -36,7 +36,9 @@ func validatorCommand(g *globals) *cobra.Command {
 			}
 			req := connect.NewRequest(&pawlv1.UploadRequest{Wasm: wasm, Name: name})
 			setActor(req, actor)
+			done := g.slowNotice(fmt.Sprintf("uploading validator %s (%d bytes): the server checks and compiles it", args[0], len(wasm)))
 			resp, err := g.validators().Upload(cmd.Context(), req)
+			done()
 			if err != nil {
 				return err
 			}

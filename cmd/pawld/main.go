@@ -12,6 +12,12 @@
 // (--tls-client-ca) that the file grants it; SIGHUP reads the file again
 // (docs/AUTH.md).
 //
+// Every flag may also come from a PAWL_* environment variable (PAWL_DATA_DIR
+// for --data-dir) or a config file (--config FILE: "flag-name: value" lines);
+// flags win over the environment, which wins over the file
+// (internal/flagconf). --version names the build, and
+// `pawld completion bash|zsh|fish` prints a completion script.
+//
 // `pawld restore FILE --data DIR` creates a data directory from a snapshot
 // that `pawl snapshot save` wrote, and exits:
 //
@@ -36,13 +42,14 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/pawlcfg/pawl/internal/flagconf"
 	"github.com/pawlcfg/pawl/server"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stderr); err != nil {
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			os.Exit(0)
 		}
@@ -51,7 +58,7 @@ func main() {
 	}
 }
 
-func run(ctx context.Context, args []string, stderr io.Writer) error {
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) > 0 && args[0] == "restore" {
 		return restore(ctx, args[1:], stderr)
 	}
@@ -59,6 +66,9 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	listen := fs.String("listen", "127.0.0.1:7070", "address to serve Connect, gRPC and gRPC-Web on")
 	data := fs.String("data", server.DefaultDataDir, "data directory of the embedded store (with --store, of the validator cache only)")
+	fs.StringVar(data, "data-dir", server.DefaultDataDir, "the same as --data")
+	config := fs.String("config", "", "read settings from this file (env PAWL_CONFIG): one \"flag-name: value\" per line, as a flat YAML mapping; flags, then PAWL_* environment variables (PAWL_DATA_DIR for --data-dir), then the file, then the defaults")
+	showVersion := fs.Bool("version", false, "print the module version and VCS commit pawld was built from, and exit")
 	storeURL := fs.String("store", "", "keep the data in Redis at this URL (redis://host:port/db, rediss://, redis+sentinel://h1,h2/master, redis+cluster://h1,h2) instead of the embedded store: replicas given the same URL and prefix serve the same data")
 	redisPrefix := fs.String("redis-prefix", server.DefaultRedisPrefix, "prefix of the store's keys in Redis")
 	replicaAcks := fs.Int("redis-replica-acks", 0, "with --store, acknowledge a write only once this many Redis replicas have it (WAIT), so that a failover cannot lose it")
@@ -108,11 +118,30 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	pprofAddr := fs.String("pprof", "", "serve Go's profiles (net/http/pprof) on this address, e.g. 127.0.0.1:6060; off by default")
+	if len(args) > 0 && args[0] == "completion" {
+		if len(args) != 2 {
+			return errors.New("usage: pawld completion bash|zsh|fish")
+		}
+		return flagconf.Completion(stdout, args[1], "pawld", fs, "restore", "completion")
+	}
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q; pawld takes only flags, or the command restore (see pawld -h)", fs.Args())
+		return fmt.Errorf("unexpected arguments %q; pawld takes only flags, or the command restore or completion (see pawld -h)", fs.Args())
+	}
+	if *showVersion {
+		_, err := fmt.Fprintln(stdout, flagconf.Version("pawld"))
+		return err
+	}
+	configPath := *config
+	if configPath == "" {
+		configPath = os.Getenv("PAWL_CONFIG")
+	}
+	if err := flagconf.Load(fs, configPath, os.Getenv, flagconf.Options{
+		Skip: []string{"config", "version"}, Aliases: map[string]string{"data-dir": "data"},
+	}); err != nil {
+		return err
 	}
 	log, err := newLogger(stderr, *logLevel, *logFormat)
 	if err != nil {

@@ -97,7 +97,7 @@ func Error(log *slog.Logger, spec connect.Spec, err error) error {
 		return connect.NewError(connect.CodeNotFound, err)
 	case errors.Is(err, rollout.ErrPointerMoved), errors.Is(err, rollout.ErrFenced):
 		return connect.NewError(connect.CodeAborted, err)
-	case errors.Is(err, rollout.ErrNotReady):
+	case errors.Is(err, rollout.ErrNotReady), errors.Is(err, rollout.ErrCannotRollBack):
 		return connect.NewError(connect.CodeFailedPrecondition, err)
 	case errors.Is(err, rollout.ErrNoPromotion), errors.Is(err, rollout.ErrNotMember):
 		return connect.NewError(connect.CodeNotFound, err)
@@ -109,6 +109,8 @@ func Error(log *slog.Logger, spec connect.Spec, err error) error {
 		return connect.NewError(connect.CodeInvalidArgument, err)
 	case errors.Is(err, release.ErrNotFound), errors.Is(err, instance.ErrNotFound):
 		return connect.NewError(connect.CodeNotFound, err)
+	case errors.Is(err, release.ErrNoTargets):
+		return connect.NewError(connect.CodeFailedPrecondition, err)
 	case errors.Is(err, release.ErrContended):
 		return connect.NewError(connect.CodeAborted, err)
 	case errors.Is(err, instance.ErrStaleBoot):

@@ -50,7 +50,10 @@ func TestEvaluate(t *testing.T) {
 		{"critical role absent", Policy{Kind: CriticalRole, Role: "db"}, healthy(0, 5), Failed, `no member has the critical role "db"`},
 		{"traffic weight passed", Policy{Kind: TrafficWeight, Fraction: 0.5}, healthy(9, 8, 7, 6), Passed, ""},
 		{"traffic weight short", Policy{Kind: TrafficWeight, Fraction: 0.5}, healthy(9, 8), Waiting, "19 of 55"},
-		{"a rejection over the threshold", Policy{Kind: Fraction, Fraction: 0.5}, withRejects, Failed, "1 members rejected; the stage tolerates 0"},
+		{"a rejection over the threshold", Policy{Kind: Fraction, Fraction: 0.5}, withRejects, Failed, "1 member rejected; the stage tolerates 0"},
+		{"one member needed", Policy{Kind: Fraction, Fraction: 0.1}, healthy(), Waiting, "0 of 10 members healthy; 1 is needed"},
+		{"two zones short, in words", Policy{Kind: ZoneQuorum, Fraction: 0.5}, healthy(0, 1), Waiting,
+			`zone "b" has 0 of 3 healthy, needs 2; zone "c" has 0 of 4 healthy, needs 2`},
 		{"a rejection within the threshold", Policy{Kind: Fraction, Fraction: 0.5, MaxRejected: 1}, withRejects, Passed, ""},
 		{"bad policy", Policy{Kind: Fraction, Fraction: 1.5}, healthy(), Failed, "fraction in (0, 1]"},
 	}

@@ -3,6 +3,7 @@ package quorum
 import (
 	"fmt"
 	"sort"
+	"strings"
 )
 
 // Tally is a stage's evaluation kept up to date one member at a time: a
@@ -90,7 +91,7 @@ func (t *Tally) Evaluate() Evaluation {
 	}
 	if ev.Rejected > p.MaxRejected {
 		ev.Outcome = Failed
-		ev.Reason = fmt.Sprintf("%d members rejected; the stage tolerates %d", ev.Rejected, p.MaxRejected)
+		ev.Reason = fmt.Sprintf("%s rejected; the stage tolerates %d", countOf(ev.Rejected, "member", "members"), p.MaxRejected)
 		return ev
 	}
 	switch p.Kind {
@@ -98,7 +99,7 @@ func (t *Tally) Evaluate() Evaluation {
 		ev.decide(ev.Healthy == ev.Members, fmt.Sprintf("%d of %d members healthy; all are needed", ev.Healthy, ev.Members))
 	case Fraction:
 		need := AtLeast(p.Fraction, ev.Members)
-		ev.decide(ev.Healthy >= need, fmt.Sprintf("%d of %d members healthy; %d are needed", ev.Healthy, ev.Members, need))
+		ev.decide(ev.Healthy >= need, fmt.Sprintf("%d of %d members healthy; %s needed", ev.Healthy, ev.Members, countOf(need, "is", "are")))
 	case ZoneQuorum:
 		var short []string
 		for name, z := range ev.Zones {
@@ -111,7 +112,7 @@ func (t *Tally) Evaluate() Evaluation {
 		sort.Strings(short)
 		reason := fmt.Sprintf("every zone has its quorum (%d zones)", len(ev.Zones))
 		if len(short) > 0 {
-			reason = fmt.Sprint(short)
+			reason = strings.Join(short, "; ")
 		}
 		ev.decide(len(short) == 0, reason)
 	case CriticalRole:
@@ -130,4 +131,13 @@ func (t *Tally) Evaluate() Evaluation {
 			fmt.Sprintf("healthy members carry %.4g of %.4g traffic weight; %.4g is needed", ev.HealthyWeight, ev.TotalWeight, need))
 	}
 	return ev
+}
+
+// countOf writes n followed by the word for one or for many: "1 member",
+// "3 members", "1 is", "3 are".
+func countOf(n int, one, many string) string {
+	if n == 1 {
+		return fmt.Sprintf("%d %s", n, one)
+	}
+	return fmt.Sprintf("%d %s", n, many)
 }

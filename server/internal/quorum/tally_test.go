@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"strings"
 	"testing"
 
 	"pgregory.net/rapid"
@@ -47,7 +48,7 @@ func reference(p Policy, membership []Member, states map[string]State) Evaluatio
 	}
 	if ev.Rejected > p.MaxRejected {
 		ev.Outcome = Failed
-		ev.Reason = fmt.Sprintf("%d members rejected; the stage tolerates %d", ev.Rejected, p.MaxRejected)
+		ev.Reason = fmt.Sprintf("%s rejected; the stage tolerates %d", countOf(ev.Rejected, "member", "members"), p.MaxRejected)
 		return ev
 	}
 	switch p.Kind {
@@ -55,7 +56,7 @@ func reference(p Policy, membership []Member, states map[string]State) Evaluatio
 		ev.decide(ev.Healthy == ev.Members, fmt.Sprintf("%d of %d members healthy; all are needed", ev.Healthy, ev.Members))
 	case Fraction:
 		need := AtLeast(p.Fraction, ev.Members)
-		ev.decide(ev.Healthy >= need, fmt.Sprintf("%d of %d members healthy; %d are needed", ev.Healthy, ev.Members, need))
+		ev.decide(ev.Healthy >= need, fmt.Sprintf("%d of %d members healthy; %s needed", ev.Healthy, ev.Members, countOf(need, "is", "are")))
 	case ZoneQuorum:
 		var short []string
 		for name, z := range ev.Zones {
@@ -68,7 +69,7 @@ func reference(p Policy, membership []Member, states map[string]State) Evaluatio
 		sort.Strings(short)
 		reason := fmt.Sprintf("every zone has its quorum (%d zones)", len(ev.Zones))
 		if len(short) > 0 {
-			reason = fmt.Sprint(short)
+			reason = strings.Join(short, "; ")
 		}
 		ev.decide(len(short) == 0, reason)
 	case CriticalRole:

@@ -41,6 +41,9 @@ var (
 	// ErrRejected means the validator found the content invalid; the
 	// *RejectedError carries the violations.
 	ErrRejected = errors.New("release: content rejected by its validator")
+	// ErrNoTargets means the spec's selector matches no registered
+	// instance: the release could never be promoted, so it is not created.
+	ErrNoTargets = errors.New("release: the selector matches no registered instance")
 	// ErrNotFound means no such release.
 	ErrNotFound = errors.New("release: not found")
 	// ErrContended means too many concurrent creators raced for the config.
@@ -286,6 +289,10 @@ func (r *Releases) Create(ctx context.Context, spec Spec, actor string) (Release
 	members, epoch, err := r.members(ctx, spec.Selector)
 	if err != nil {
 		return Release{}, fmt.Errorf("release: freeze membership: %w", err)
+	}
+	if len(spec.Selector) > 0 && len(members) == 0 {
+		return Release{}, fmt.Errorf("%w: selector %s (membership epoch %d); a release no instance is part of could only fail at promote: "+
+			"check the labels (pawl instances) or the --selector", ErrNoTargets, selectorString(spec.Selector), epoch)
 	}
 	if spec.RequireInstanceCredential {
 		members = slices.DeleteFunc(members, func(m quorum.Member) bool { return !m.InstanceCredential })

@@ -144,7 +144,7 @@ func (r *Rollouts) Rollback(ctx context.Context, m Move) (Receipt, error) {
 		return Receipt{}, &PointerError{Pointer: ptr}
 	}
 	if ptr.Generation == 0 {
-		return Receipt{}, fmt.Errorf("%w: config %s has never been promoted", ErrNotReady, m.ConfigID)
+		return Receipt{}, fmt.Errorf("%w: config %s has never been promoted", ErrCannotRollBack, m.ConfigID)
 	}
 	receipts, err := r.Receipts(ctx, m.ConfigID)
 	if err != nil {
@@ -157,7 +157,7 @@ func (r *Rollouts) Rollback(ctx context.Context, m Move) (Receipt, error) {
 		}
 	}
 	if target == 0 {
-		return Receipt{}, fmt.Errorf("%w: generation %d replaced no earlier active generation; there is nothing to roll back to", ErrNotReady, ptr.Generation)
+		return Receipt{}, fmt.Errorf("%w: generation %d replaced no earlier active generation; there is nothing to roll back to", ErrCannotRollBack, ptr.Generation)
 	}
 	if err := r.checkRollbackTarget(ctx, m.ConfigID, target, ptr.Generation); err != nil {
 		return Receipt{}, err
@@ -496,5 +496,5 @@ func (r *Rollouts) checkRollbackTarget(ctx context.Context, config string, targe
 		return err
 	}
 	return fmt.Errorf("%w: generation %d, which generation %d replaced, was revoked at %s by %s: %s; there is nothing to roll back to: promote a new release",
-		ErrNotReady, target, from, rv.Time.Format(time.RFC3339), rv.Actor, rv.Reason)
+		ErrCannotRollBack, target, from, rv.Time.Format(time.RFC3339), rv.Actor, rv.Reason)
 }

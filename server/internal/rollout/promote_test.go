@@ -253,7 +253,7 @@ func TestRevokeRefusesTheActiveGenerationAndBadRequests(t *testing.T) {
 	if _, err := e.rollouts.Revoke(ctx, "routing", 1, "leaks a token", "sec"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.rollouts.Rollback(ctx, rollout.Move{ConfigID: "routing", ExpectedGeneration: 3, ExpectedEpoch: 1, IdempotencyKey: "back-again"}); !errors.Is(err, rollout.ErrNotReady) ||
+	if _, err := e.rollouts.Rollback(ctx, rollout.Move{ConfigID: "routing", ExpectedGeneration: 3, ExpectedEpoch: 1, IdempotencyKey: "back-again"}); !errors.Is(err, rollout.ErrCannotRollBack) ||
 		!strings.Contains(err.Error(), "generation 1, which generation 3 replaced, was revoked") {
 		t.Fatalf("rollback onto a revoked generation = %v", err)
 	}

@@ -68,6 +68,10 @@ var (
 	// ErrNotReady means the release does not meet the conditions of
 	// promotion (its stages, digests or deadline), or its rollout is over.
 	ErrNotReady = errors.New("rollout: release not ready for promotion")
+	// ErrCannotRollBack means a rollback has no generation to go back to
+	// (the config was never promoted, the active generation replaced none,
+	// or the one it replaced was revoked).
+	ErrCannotRollBack = errors.New("rollout: cannot roll back")
 	// ErrNoPromotion means no receipt has that idempotency key.
 	ErrNoPromotion = errors.New("rollout: no promotion with that idempotency key")
 	// ErrKeyReused means an idempotency key already names a receipt of a

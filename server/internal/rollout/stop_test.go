@@ -160,7 +160,7 @@ func TestRollbackReturnsToTheGenerationThePromotionReplaced(t *testing.T) {
 	if _, err := e.rollouts.Rollback(ctx, rollout.Move{ConfigID: "routing", ExpectedGeneration: 4, ExpectedEpoch: 1, IdempotencyKey: "rb4"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.rollouts.Rollback(ctx, rollout.Move{ConfigID: "routing", ExpectedGeneration: 1, ExpectedEpoch: 2, IdempotencyKey: "rb1"}); !errors.Is(err, rollout.ErrNotReady) {
+	if _, err := e.rollouts.Rollback(ctx, rollout.Move{ConfigID: "routing", ExpectedGeneration: 1, ExpectedEpoch: 2, IdempotencyKey: "rb1"}); !errors.Is(err, rollout.ErrCannotRollBack) {
 		t.Fatalf("Rollback past the first promotion = %v", err)
 	}
 }
