@@ -28,16 +28,16 @@ type options struct {
 type ModuleLimits = wasmcheck.Limits
 
 // DefaultModuleLimits are generous for real modules and stop compile bombs.
-// The Go example validators (3-6 MB) define at most 3,307 functions; the
-// largest has 20 locals, 51 KB, 2,620 blocks (control constructs, else,
-// br_if and br_table targets) and 26,622 block joins, all at least 4 times
-// below these limits. wazero's compiler takes time that grows with a
+// The Go example validators (3-6 MB) define at most 3,307 functions, of
+// at most 20 locals, 51 KB, 2,620 blocks (control constructs, else, br_if
+// and br_table targets) and 26,622 block joins, all at least 4 times below
+// these limits. wazero's compiler takes time that grows with a
 // function's blocks squared times its locals, and cannot stop within a
 // function: 40,000 empty if/else diamonds with 2 locals took two minutes,
 // 5,000 locals across 8,000 of them 4 GB, 20 locals in 10,000 nested loops
 // six minutes. On a 2-core machine the costliest function these limits
-// allow (8 locals across 12,000 nested ifs, or one block left by 12,000
-// br_if) compiles in about 8s of CPU and 100 MB (docs/LIMITS.md).
+// allow (8 locals across 10,500 nested ifs, or one block left by 10,500
+// br_if) compiles in 6-8s of CPU and under 100 MB (docs/LIMITS.md).
 var DefaultModuleLimits = ModuleLimits{
 	Functions:      100_000,
 	FunctionLocals: 5_000,
@@ -46,8 +46,8 @@ var DefaultModuleLimits = ModuleLimits{
 	CodeBytes:      32 << 20,
 	LoopDepth:      32,
 	LoopJoins:      10_000,
-	Blocks:         12_000,
-	BlockJoins:     120_000,
+	Blocks:         10_500,
+	BlockJoins:     110_000,
 }
 
 const (
