@@ -99,6 +99,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&lim.CodeBytes, "validator-max-code-bytes", lim.CodeBytes, "largest code section of a validator module, in bytes (0: no limit)")
 	fs.IntVar(&lim.LoopDepth, "validator-max-loop-depth", lim.LoopDepth, "deepest nesting of loops in one function of a validator module (0: no limit)")
 	fs.IntVar(&lim.LoopJoins, "validator-max-loop-joins", lim.LoopJoins, "most loops times locals (parameters included) of one function of a validator module: what makes compilation slow (0: no limit)")
+	fs.IntVar(&lim.Blocks, "validator-max-blocks", lim.Blocks, "most blocks (block, loop, if, else, br_if and br_table targets) of one function of a validator module: compilation time grows with their square (0: no limit)")
+	fs.IntVar(&lim.BlockJoins, "validator-max-block-joins", lim.BlockJoins, "most blocks times locals (parameters included) of one function of a validator module (0: no limit)")
 	instanceLease := fs.Duration("instance-lease", server.DefaultInstanceLease, "how long a registration or heartbeat keeps an instance live")
 	validatorCache := fs.String("validator-cache", "", "compilation cache of validators (default: wasm-cache in the data directory)")
 	tlsCert := fs.String("tls-cert", "", "PEM certificate file; with --tls-key, serve TLS")

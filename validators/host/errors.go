@@ -50,6 +50,8 @@ const (
 	LimitCodeBytes      = wasmcheck.LimitCodeBytes
 	LimitLoopDepth      = wasmcheck.LimitLoopDepth
 	LimitLoopJoins      = wasmcheck.LimitLoopJoins
+	LimitBlocks         = wasmcheck.LimitBlocks
+	LimitBlockJoins     = wasmcheck.LimitBlockJoins
 	// LimitCompileTime is WithCompileTimeout.
 	LimitCompileTime Limit = "compile time"
 	// LimitCompiles is WithMaxCompiles.

@@ -191,6 +191,8 @@ var limitFlags = map[host.Limit]string{
 	host.LimitCodeBytes:      "--validator-max-code-bytes",
 	host.LimitLoopDepth:      "--validator-max-loop-depth",
 	host.LimitLoopJoins:      "--validator-max-loop-joins",
+	host.LimitBlocks:         "--validator-max-blocks",
+	host.LimitBlockJoins:     "--validator-max-block-joins",
 	host.LimitCompileTime:    "--validator-compile-timeout",
 	host.LimitCompiles:       "--validator-max-compiles",
 	host.LimitMemoryBudget:   "--validator-memory-budget",
