@@ -317,7 +317,7 @@ func (s *Server) routes() http.Handler {
 	reflector := grpcreflect.NewStaticReflector(append([]string{grpchealth.HealthV1ServiceName}, services...)...)
 	mux.Handle(grpcreflect.NewHandlerV1(reflector))
 	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
-	return withAuthContext(s.limitBodies(mux, readMax, kvReadMax, wasmReadMax))
+	return withCORS(withAuthContext(s.limitBodies(mux, readMax, kvReadMax, wasmReadMax)), s.cfg.corsOrigins)
 }
 
 // limitBodies guards every request body (api.LimitBody) with the read
