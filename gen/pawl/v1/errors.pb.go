@@ -37,7 +37,7 @@ type LimitExceeded struct {
 	Value uint64 `protobuf:"varint,3,opt,name=value,proto3" json:"value,omitempty"`
 	// The unit of value and limit_value: "bytes", "ops", "streams",
 	// "watchers", "functions", "locals", "loops", "loop joins",
-	// "milliseconds" or "compilations".
+	// "milliseconds", "compilations" or "instances".
 	Unit          string `protobuf:"bytes,4,opt,name=unit,proto3" json:"unit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
