@@ -65,6 +65,8 @@ type config struct {
 	reservedConns     int
 	adminNetworks     []netip.Prefix
 	streamLimits      api.StreamLimits
+	// corsOrigins may call from a browser (WithCORSOrigins).
+	corsOrigins []string
 	// wrapStore, set only by tests (export_test.go), wraps the opened store
 	// to inject faults between what a request reads and what it writes.
 	wrapStore func(store.Store) store.Store
@@ -230,6 +232,9 @@ func defaultConfig() config {
 }
 
 func (c config) validate() error {
+	if err := checkCORSOrigins(c.corsOrigins); err != nil {
+		return err
+	}
 	switch {
 	case c.dataDir == "":
 		return fmt.Errorf("server: WithDataDir: the data directory is empty")

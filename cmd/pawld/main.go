@@ -117,6 +117,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	adminNetworks := fs.String("admin-networks", "127.0.0.0/8,::1/128", "comma-separated networks (CIDR) whose connections may use --reserved-conns and have no per-address limit; empty for none")
 	maxStreams := fs.Int("max-streams-per-principal", server.DefaultMaxStreamsPerPrincipal, "most streams (watches, downloads, snapshots) one principal, or one address without --auth-file, may hold open (0: no limit); admins are exempt")
 	maxWatchers := fs.Int("max-watchers-per-principal", server.DefaultMaxWatchersPerPrincipal, "most watch streams (KV and assignment watches) one principal, or one address without --auth-file, may hold open (0: no limit); admins are exempt")
+	var corsOrigins flagconf.List
+	fs.Var(&corsOrigins, "cors-origin", "let pages of this origin (scheme://host[:port], exact) call pawld from a browser; repeat it or separate origins with commas; \"*\" alone allows every origin, without credentials. Off by default (the console at /ui is same-origin)")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	pprofAddr := fs.String("pprof", "", "serve Go's profiles (net/http/pprof) on this address, e.g. 127.0.0.1:6060; off by default")
@@ -189,6 +191,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		server.WithConnLimits(*maxConns, *maxConnsPerAddr, *reservedConns),
 		server.WithAdminNetworks(admins...),
 		server.WithStreamLimits(*maxStreams, *maxWatchers),
+		server.WithCORSOrigins(corsOrigins...),
 		server.WithLogger(log),
 	}, redisOpts...)...)
 	if err != nil {

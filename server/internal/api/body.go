@@ -27,10 +27,12 @@ import (
 // that this guard speaks first; Connect still bounds what a compressed
 // message inflates to. The guard reads nothing ahead: it counts and checks
 // what Connect reads.
-func LimitBody(next http.Handler, max int, limits string) http.Handler {
+//
+// A refusal's LimitExceeded detail names flag, the main flag behind max.
+func LimitBody(next http.Handler, max int, flag, limits string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Body != nil && r.Body != http.NoBody {
-			r.Body = newGuardedBody(r, int64(max), limits)
+			r.Body = newGuardedBody(r, int64(max), flag, limits)
 		}
 		next.ServeHTTP(w, r)
 	})
@@ -41,6 +43,7 @@ func LimitBody(next http.Handler, max int, limits string) http.Handler {
 type guardedBody struct {
 	body   io.ReadCloser
 	max    int64
+	flag   string
 	limits string
 	// enveloped says the body is a sequence of messages, each behind a
 	// 5-byte prefix (flags, big-endian length); otherwise the body is one
@@ -57,9 +60,9 @@ type guardedBody struct {
 	err       error   // sticky: once refused, every read fails the same way
 }
 
-func newGuardedBody(r *http.Request, max int64, limits string) *guardedBody {
+func newGuardedBody(r *http.Request, max int64, flag, limits string) *guardedBody {
 	ct := strings.ToLower(r.Header.Get("Content-Type"))
-	g := &guardedBody{body: r.Body, max: max, limits: limits}
+	g := &guardedBody{body: r.Body, max: max, flag: flag, limits: limits}
 	switch {
 	case strings.HasPrefix(ct, "application/grpc"): // gRPC and gRPC-Web
 		g.enveloped = true
@@ -102,7 +105,7 @@ func (g *guardedBody) check(b []byte) error {
 	g.read += int64(len(b))
 	if !g.enveloped {
 		if g.read > g.max {
-			return g.tooLarge(fmt.Sprintf("the request body is more than %d bytes", g.max))
+			return g.tooLarge(fmt.Sprintf("the request body is more than %d bytes", g.max), g.read)
 		}
 		return nil
 	}
@@ -123,7 +126,7 @@ func (g *guardedBody) check(b []byte) error {
 		flags, size := g.prefix[0], int64(binary.BigEndian.Uint32(g.prefix[1:]))
 		switch {
 		case size > g.max:
-			return g.tooLarge(fmt.Sprintf("the request message is %d bytes", size))
+			return g.tooLarge(fmt.Sprintf("the request message is %d bytes", size), size)
 		case flags&^1 != 0:
 			return InvalidArgument("malformed request: a message has flags 0x%02x; a client sends 0x00, or 0x01 for a compressed message", flags)
 		case flags == 1 && !g.compressed:
@@ -134,8 +137,10 @@ func (g *guardedBody) check(b []byte) error {
 	return nil
 }
 
-func (g *guardedBody) tooLarge(what string) error {
-	return ResourceExhausted("%s; the server reads at most %d bytes of one request here: %s", what, g.max, g.limits)
+// tooLarge refuses a body or a message of size bytes (as far as read).
+func (g *guardedBody) tooLarge(what string, size int64) error {
+	return LimitExceeded(g.flag, uint64(size), uint64(g.max), "bytes",
+		"%s; the server reads at most %d bytes of one request here: %s", what, g.max, g.limits)
 }
 
 func (g *guardedBody) truncated() error {
