@@ -30,5 +30,6 @@ if not _found:
     sys.path.insert(0, _gen_path())
 
 from . import canonical  # noqa: E402
+from .client import Applied, Client, DigestMismatch, channel, traceparent, verify  # noqa: E402
 
-__all__ = ["canonical"]
+__all__ = ["Applied", "Client", "DigestMismatch", "canonical", "channel", "traceparent", "verify"]
