@@ -163,10 +163,11 @@ class ServerTest(unittest.TestCase):
         self.await_live("py-tamper")
         rel = self.release("py-tampered", b'{"upstreams":[{"host":"a","weight":50},{"host":"b","weight":50}]}', "tamper")
 
-        def rejected():
-            return any(a.state == State.INSTANCE_STATE_REJECTED for a in self.acks_of("py-tampered", rel.generation, c.boot_id))
+        def settled():  # rejected, or (the guard broken) applied
+            return any(a.state in (State.INSTANCE_STATE_REJECTED, State.INSTANCE_STATE_APPLIED)
+                       for a in self.acks_of("py-tampered", rel.generation, c.boot_id))
 
-        self.await_kv("/_pawl/acks/", rejected)
+        self.await_kv("/_pawl/acks/", settled)
         acks = self.acks_of("py-tampered", rel.generation, c.boot_id)
         self.assertEqual([State.Name(a.state) for a in acks], [
             "INSTANCE_STATE_DISCOVERED", "INSTANCE_STATE_DOWNLOADED", "INSTANCE_STATE_REJECTED"])
