@@ -338,15 +338,9 @@ class Client:
         release, digest, err = None, None, None
         for attempt in range(1, self.download_attempts + 1):
             try:
-                release = self.releases.GetRelease(
-                    release_pb2.GetReleaseRequest(
-                        config_id=a.config_id,
-                        generation=a.generation,
-                        omit_membership=True,
-                        workload_identity=self.instance.workload_identity,
-                    ),
-                    timeout=self._timeout,
-                ).release
+                release = self._download(a)
+            except _Closed:
+                return False
             except grpc.RpcError as e:
                 return rep.reject(f"download {a.config_id} generation {a.generation}: {e.details()}",
                                   rollout_pb2.REJECT_CODE_DOWNLOAD_FAILED)
@@ -394,6 +388,30 @@ class Client:
                 health_ok, reason = False, f"health check failed: {e}"
         rep.healthy(health_ok, reason, applied_at)
         return True
+
+    def _download(self, a):
+        """GetRelease of the assignment (without the membership, naming
+        the instance), retrying UNAVAILABLE and DEADLINE_EXCEEDED with
+        backoff until the client closes; another failure is raised."""
+        delay = self._backoff[0]
+        while True:
+            try:
+                return self.releases.GetRelease(
+                    release_pb2.GetReleaseRequest(
+                        config_id=a.config_id,
+                        generation=a.generation,
+                        omit_membership=True,
+                        workload_identity=self.instance.workload_identity,
+                    ),
+                    timeout=self._timeout,
+                ).release
+            except grpc.RpcError as e:
+                if e.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+                    raise
+                log.warning("pawl: downloading %s@%d failed; trying again: %s", a.config_id, a.generation, e.details())
+            if self._stop.wait(delay):
+                raise _Closed()
+            delay = min(delay * 2, self._backoff[1])
 
     def _moved_past(self, a, seq, digest, trace_id):
         """Report STALE for the config's previous apply of this boot when
