@@ -108,6 +108,16 @@ class PutResponse(_message.Message):
     revision: int
     def __init__(self, revision: _Optional[int] = ..., prev_kv: _Optional[_Union[KeyValue, _Mapping]] = ...) -> None: ...
 
+class RevisionMismatch(_message.Message):
+    __slots__ = ["current_mod_revision", "expected_mod_revision", "key"]
+    CURRENT_MOD_REVISION_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_MOD_REVISION_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    current_mod_revision: int
+    expected_mod_revision: int
+    key: str
+    def __init__(self, key: _Optional[str] = ..., expected_mod_revision: _Optional[int] = ..., current_mod_revision: _Optional[int] = ...) -> None: ...
+
 class TxnCompare(_message.Message):
     __slots__ = ["key", "mod_revision"]
     KEY_FIELD_NUMBER: _ClassVar[int]

@@ -17,11 +17,13 @@ class KVServiceStub(object):
     - INVALID_ARGUMENT: a bad key (empty, no leading "/", over 1 KiB, not
     UTF-8, containing NUL), a negative revision, a revision after the
     current one, a malformed page token.
-    - RESOURCE_EXHAUSTED: a value over the server's limit (1 MiB by default).
+    - RESOURCE_EXHAUSTED: a value over the server's limit (1 MiB by default;
+    the LimitExceeded detail names the limit).
     - NOT_FOUND: the key does not exist (at the requested revision).
     - FAILED_PRECONDITION: a compare-and-swap mismatch (the message names the
-    key's current revision), or a read at a revision that was compacted
-    (the message names the oldest readable revision).
+    key's current revision, and so does the RevisionMismatch detail), or a
+    read at a revision that was compacted (the message names the oldest
+    readable revision).
     - PERMISSION_DENIED: a Put or Delete of a key under "/_pawl/", where
     Pawl keeps its own records (releases, pointers, receipts); they can be
     read and watched, and change only through their services.
@@ -79,11 +81,13 @@ class KVServiceServicer(object):
     - INVALID_ARGUMENT: a bad key (empty, no leading "/", over 1 KiB, not
     UTF-8, containing NUL), a negative revision, a revision after the
     current one, a malformed page token.
-    - RESOURCE_EXHAUSTED: a value over the server's limit (1 MiB by default).
+    - RESOURCE_EXHAUSTED: a value over the server's limit (1 MiB by default;
+    the LimitExceeded detail names the limit).
     - NOT_FOUND: the key does not exist (at the requested revision).
     - FAILED_PRECONDITION: a compare-and-swap mismatch (the message names the
-    key's current revision), or a read at a revision that was compacted
-    (the message names the oldest readable revision).
+    key's current revision, and so does the RevisionMismatch detail), or a
+    read at a revision that was compacted (the message names the oldest
+    readable revision).
     - PERMISSION_DENIED: a Put or Delete of a key under "/_pawl/", where
     Pawl keeps its own records (releases, pointers, receipts); they can be
     read and watched, and change only through their services.
@@ -198,11 +202,13 @@ class KVService(object):
     - INVALID_ARGUMENT: a bad key (empty, no leading "/", over 1 KiB, not
     UTF-8, containing NUL), a negative revision, a revision after the
     current one, a malformed page token.
-    - RESOURCE_EXHAUSTED: a value over the server's limit (1 MiB by default).
+    - RESOURCE_EXHAUSTED: a value over the server's limit (1 MiB by default;
+    the LimitExceeded detail names the limit).
     - NOT_FOUND: the key does not exist (at the requested revision).
     - FAILED_PRECONDITION: a compare-and-swap mismatch (the message names the
-    key's current revision), or a read at a revision that was compacted
-    (the message names the oldest readable revision).
+    key's current revision, and so does the RevisionMismatch detail), or a
+    read at a revision that was compacted (the message names the oldest
+    readable revision).
     - PERMISSION_DENIED: a Put or Delete of a key under "/_pawl/", where
     Pawl keeps its own records (releases, pointers, receipts); they can be
     read and watched, and change only through their services.

@@ -241,6 +241,18 @@ class Pointer(_message.Message):
     receipt_key: str
     def __init__(self, generation: _Optional[int] = ..., epoch: _Optional[int] = ..., receipt_key: _Optional[str] = ...) -> None: ...
 
+class PointerMoved(_message.Message):
+    __slots__ = ["config_id", "current", "expected_epoch", "expected_generation"]
+    CONFIG_ID_FIELD_NUMBER: _ClassVar[int]
+    CURRENT_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_GENERATION_FIELD_NUMBER: _ClassVar[int]
+    config_id: str
+    current: Pointer
+    expected_epoch: int
+    expected_generation: int
+    def __init__(self, config_id: _Optional[str] = ..., expected_generation: _Optional[int] = ..., expected_epoch: _Optional[int] = ..., current: _Optional[_Union[Pointer, _Mapping]] = ...) -> None: ...
+
 class PromoteRequest(_message.Message):
     __slots__ = ["config_id", "expected_epoch", "expected_generation", "generation", "idempotency_key"]
     CONFIG_ID_FIELD_NUMBER: _ClassVar[int]

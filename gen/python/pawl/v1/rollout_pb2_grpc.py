@@ -12,8 +12,8 @@ class RolloutServiceStub(object):
     Errors: INVALID_ARGUMENT for a malformed request; NOT_FOUND for an
     unknown release or idempotency key; ABORTED when the pointer is not
     where the caller expected (another promotion won: the message says where
-    it is; read it with GetPointer), or when a GetPromotion of the move's key
-    answered NOT_FOUND while the move was in flight (it never commits; send
+    it is, and so does the PointerMoved detail; read it with GetPointer), or
+    when a GetPromotion of the move's key answered NOT_FOUND while the move was in flight (it never commits; send
     it again); FAILED_PRECONDITION when the release is not ready (a stage
     not passed, members that have not reported what they run, the deadline
     gone, revoked, or cut before a rollback).
@@ -78,8 +78,8 @@ class RolloutServiceServicer(object):
     Errors: INVALID_ARGUMENT for a malformed request; NOT_FOUND for an
     unknown release or idempotency key; ABORTED when the pointer is not
     where the caller expected (another promotion won: the message says where
-    it is; read it with GetPointer), or when a GetPromotion of the move's key
-    answered NOT_FOUND while the move was in flight (it never commits; send
+    it is, and so does the PointerMoved detail; read it with GetPointer), or
+    when a GetPromotion of the move's key answered NOT_FOUND while the move was in flight (it never commits; send
     it again); FAILED_PRECONDITION when the release is not ready (a stage
     not passed, members that have not reported what they run, the deadline
     gone, revoked, or cut before a rollback).
@@ -212,8 +212,8 @@ class RolloutService(object):
     Errors: INVALID_ARGUMENT for a malformed request; NOT_FOUND for an
     unknown release or idempotency key; ABORTED when the pointer is not
     where the caller expected (another promotion won: the message says where
-    it is; read it with GetPointer), or when a GetPromotion of the move's key
-    answered NOT_FOUND while the move was in flight (it never commits; send
+    it is, and so does the PointerMoved detail; read it with GetPointer), or
+    when a GetPromotion of the move's key answered NOT_FOUND while the move was in flight (it never commits; send
     it again); FAILED_PRECONDITION when the release is not ready (a stage
     not passed, members that have not reported what they run, the deadline
     gone, revoked, or cut before a rollback).
