@@ -277,6 +277,9 @@ func (s *Server) routes() http.Handler {
 	registry := s.registry
 	releases := release.New(s.store, s.vals.Run, registry.Members, release.WithClock(s.cfg.now))
 	rollouts := rollout.New(s.store, releases, registry, rollout.WithClock(s.cfg.now), rollout.WithLogger(s.cfg.log))
+	// One limiter for every service, reflection and health too, so that a
+	// principal's streams count together.
+	streamLimit := api.StreamLimitInterceptor(s.cfg.streamLimits)
 	opts := []connect.HandlerOption{
 		// One byte above the limit that api.LimitBody enforces (below),
 		// which refuses what is over it with a message naming the flags.
@@ -292,7 +295,7 @@ func (s *Server) routes() http.Handler {
 		// The stream limits count by the principal the auth interceptor
 		// found, so they come after it.
 		connect.WithInterceptors(api.LogInterceptor(s.cfg.log), api.AuditInterceptor(s.audit, api.Caller(s.authn != nil), s.cfg.now, s.cfg.log),
-			api.AuthInterceptor(s.authn, registry, rollouts, s.cfg.log), api.StreamLimitInterceptor(s.cfg.streamLimits), api.TextInterceptor(s.cfg.maxTextBytes)),
+			api.AuthInterceptor(s.authn, registry, rollouts, s.cfg.log), streamLimit, api.TextInterceptor(s.cfg.maxTextBytes)),
 	}
 	// What many clients receive alike (a change fanned out to watch
 	// streams, a release or a validator module downloaded by a fleet) is
@@ -313,10 +316,15 @@ func (s *Server) routes() http.Handler {
 	mux.Handle(pawlv1connect.NewRolloutServiceHandler(api.NewRollouts(rollouts, releases, s.cfg.log), opts...))
 	mux.Handle(pawlv1connect.NewAuditServiceHandler(api.NewAudit(s.audit, s.cfg.log), opts...))
 	mux.Handle(pawlv1connect.NewMaintenanceServiceHandler(api.NewMaintenance(s.store, s.usage, s.cfg.log), opts...))
-	mux.Handle(grpchealth.NewHandler(s.health))
+	// Health checks need no credential (load balancers carry none), but
+	// their watch streams count against the caller's stream limit.
+	mux.Handle(grpchealth.NewHandler(s.health, connect.WithInterceptors(api.LogInterceptor(s.cfg.log), streamLimit)))
+	// Reflection streams are bidirectional and live as long as their
+	// client: they get every interceptor, so that they need a credential
+	// (any principal's) and count against the stream limit.
 	reflector := grpcreflect.NewStaticReflector(append([]string{grpchealth.HealthV1ServiceName}, services...)...)
-	mux.Handle(grpcreflect.NewHandlerV1(reflector))
-	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
+	mux.Handle(grpcreflect.NewHandlerV1(reflector, opts...))
+	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector, opts...))
 	return withAuthContext(s.limitBodies(mux, readMax, kvReadMax, wasmReadMax))
 }
 
