@@ -65,23 +65,7 @@ func TestSilentBidiStreamIsClosed(t *testing.T) {
 
 	body, bodyW := io.Pipe()
 	defer bodyW.Close()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/"+grpcreflect.ReflectV1ServiceName+"/ServerReflectionInfo", body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/grpc")
-	req.Header.Set("TE", "trailers")
-	answered := make(chan string, 1)
-	go func() {
-		resp, err := testserver.HTTPClient(t).Do(req)
-		if err != nil {
-			answered <- "failed: " + err.Error()
-			return
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		_ = resp.Body.Close()
-		answered <- fmt.Sprintf("grpc-status %s %s", resp.Trailer.Get("Grpc-Status"), resp.Trailer.Get("Grpc-Message"))
-	}()
+	answered := rawGRPC(t, testserver.HTTPClient(t), srv.URL+"/"+grpcreflect.ReflectV1ServiceName+"/ServerReflectionInfo", body)
 	select {
 	case got := <-answered:
 		for _, want := range []string{"grpc-status 4 ", "first message", "--read-timeout"} {
