@@ -301,14 +301,19 @@ func (s *Server) routes() http.Handler {
 	// streams, a release or a validator module downloaded by a fleet) is
 	// compressed once, not once per client; listings and statuses, each
 	// their own, keep the plain gzip and its memory.
-	shared := append(slices.Clone(opts), s.gzip.HandlerOption())
+	// gzip requests inflate up to each route's read limit, and are refused
+	// past it with the message that names the flags (api.GzipRequests).
+	msgs := s.bodyLimitMessages()
+	opts = append(opts, api.GzipRequests(readMax, msgs.other, api.GzipCompressor))
+	shared := append(slices.Clone(opts), api.GzipRequests(readMax, msgs.other, s.gzip.Compressor))
 	mux := http.NewServeMux()
 	kv := api.NewKV(s.store, s.hub, s.cfg.maxValueBytes, api.TxnLimits{Ops: s.cfg.maxTxnOps, Bytes: s.cfg.maxTxnBytes}, s.cfg.log)
-	kvPath, kvHandler := pawlv1connect.NewKVServiceHandler(kv, append(slices.Clone(opts), connect.WithReadMaxBytes(kvReadMax+1))...)
+	kvPath, kvHandler := pawlv1connect.NewKVServiceHandler(kv, append(slices.Clone(opts), connect.WithReadMaxBytes(kvReadMax+1),
+		api.GzipRequests(kvReadMax, msgs.kv, api.GzipCompressor))...)
 	mux.Handle(kvPath, kvHandler)
 	_, watchHandler := pawlv1connect.NewKVServiceHandler(kv, shared...)
 	mux.Handle(pawlv1connect.KVServiceWatchProcedure, watchHandler) // the exact path wins over the service's
-	validatorOpts := append(slices.Clone(shared), connect.WithReadMaxBytes(wasmReadMax+1))
+	validatorOpts := append(slices.Clone(shared), connect.WithReadMaxBytes(wasmReadMax+1), api.GzipRequests(wasmReadMax, msgs.wasm, s.gzip.Compressor))
 	mux.Handle(pawlv1connect.NewValidatorServiceHandler(api.NewValidators(s.vals, s.cfg.maxValueBytes, s.cfg.log), validatorOpts...))
 	s.startBackground(rollouts)
 	mux.Handle(pawlv1connect.NewReleaseServiceHandler(api.NewReleases(releases, rollouts, s.cfg.log), shared...))
@@ -332,12 +337,10 @@ func (s *Server) routes() http.Handler {
 // limit of its route: KV calls, validator calls, and every other call,
 // each refused over it with a message naming the flags that make it up.
 func (s *Server) limitBodies(next http.Handler, readMax, kvReadMax, wasmReadMax int) http.Handler {
-	values := fmt.Sprintf("a value or a release's content may be up to %d bytes (pawld --max-value-bytes)", s.cfg.maxValueBytes)
-	other := api.LimitBody(next, readMax, values+"; raise it to send larger ones")
-	kv := api.LimitBody(next, kvReadMax, fmt.Sprintf("%s, and a transaction up to %d bytes of keys and values in %d ops "+
-		"(--max-txn-bytes, --max-txn-ops); raise them to send larger ones", values, s.cfg.maxTxnBytes, s.cfg.maxTxnOps))
-	wasm := api.LimitBody(next, wasmReadMax, fmt.Sprintf("a validator module may be up to %d bytes (pawld --max-validator-bytes); "+
-		"raise it to upload larger ones", s.cfg.maxWasmBytes))
+	msgs := s.bodyLimitMessages()
+	other := api.LimitBody(next, readMax, msgs.other)
+	kv := api.LimitBody(next, kvReadMax, msgs.kv)
+	wasm := api.LimitBody(next, wasmReadMax, msgs.wasm)
 	kvPrefix := "/" + pawlv1connect.KVServiceName + "/"
 	validatorPrefix := "/" + pawlv1connect.ValidatorServiceName + "/"
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -350,6 +353,21 @@ func (s *Server) limitBodies(next http.Handler, readMax, kvReadMax, wasmReadMax 
 			other.ServeHTTP(w, r)
 		}
 	})
+}
+
+// bodyLimitMessages say what the read limit of each route is made of:
+// the pawld flags behind it.
+type bodyLimitMessages struct{ other, kv, wasm string }
+
+func (s *Server) bodyLimitMessages() bodyLimitMessages {
+	values := fmt.Sprintf("a value or a release's content may be up to %d bytes (pawld --max-value-bytes)", s.cfg.maxValueBytes)
+	return bodyLimitMessages{
+		other: values + "; raise it to send larger ones",
+		kv: fmt.Sprintf("%s, and a transaction up to %d bytes of keys and values in %d ops "+
+			"(--max-txn-bytes, --max-txn-ops); raise them to send larger ones", values, s.cfg.maxTxnBytes, s.cfg.maxTxnOps),
+		wasm: fmt.Sprintf("a validator module may be up to %d bytes (pawld --max-validator-bytes); "+
+			"raise it to upload larger ones", s.cfg.maxWasmBytes),
+	}
 }
 
 // withAuthContext puts on each request's context the client certificate
