@@ -1,18 +1,9 @@
 package server_test
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"math/big"
-	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -25,6 +16,7 @@ import (
 	pawlv1 "github.com/pawlcfg/pawl/gen/pawl/v1"
 	"github.com/pawlcfg/pawl/gen/pawl/v1/pawlv1connect"
 	"github.com/pawlcfg/pawl/internal/testkit/testserver"
+	"github.com/pawlcfg/pawl/internal/testkit/testtls"
 	"github.com/pawlcfg/pawl/server"
 )
 
@@ -100,83 +92,20 @@ func contains(s string, parts ...string) bool {
 	return true
 }
 
-// certAuthority signs certificates for tests.
-type certAuthority struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-}
-
-func newCA(t *testing.T, name string) *certAuthority {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name}, IsCA: true, BasicConstraintsValid: true,
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &certAuthority{cert: cert, key: key}
-}
-
-// issue signs a certificate valid from notBefore to notAfter: a server's
-// for 127.0.0.1, or a client's with the URI SAN uri (if any).
-func (ca *certAuthority) issue(t *testing.T, server bool, cn, uri string, notBefore, notAfter time.Time) tls.Certificate {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	serial, _ := rand.Int(rand.Reader, big.NewInt(1<<62))
-	tmpl := &x509.Certificate{SerialNumber: serial, Subject: pkix.Name{CommonName: cn}, NotBefore: notBefore, NotAfter: notAfter,
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
-	if server {
-		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
-		tmpl.IPAddresses = []net.IP{net.ParseIP("127.0.0.1")}
-	}
-	if uri != "" {
-		u, err := url.Parse(uri)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tmpl.URIs = []*url.URL{u}
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
-}
-
-func writePEM(t *testing.T, path, kind string, der []byte) {
-	t.Helper()
-	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: kind, Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // TestMutualTLS: a client certificate from the client CA is its URI SAN's
 // principal, with the certificates section's grants; one from an unknown
 // CA, or expired, fails the handshake; one whose principal the file does
 // not name is UNAUTHENTICATED; a bearer token still works over TLS.
 func TestMutualTLS(t *testing.T) {
 	dir := t.TempDir()
-	ca, stranger := newCA(t, "clients"), newCA(t, "stranger")
-	serverCert := ca.issue(t, true, "pawld", "", time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
-	certFile, keyFile, caFile := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem"), filepath.Join(dir, "ca.pem")
-	writePEM(t, certFile, "CERTIFICATE", serverCert.Certificate[0])
-	keyDER, err := x509.MarshalECPrivateKey(serverCert.PrivateKey.(*ecdsa.PrivateKey))
-	if err != nil {
-		t.Fatal(err)
+	ca, stranger := testtls.NewCA(t, "clients"), testtls.NewCA(t, "stranger")
+	issue := func(ca *testtls.CA, cn, uri string, notBefore, notAfter time.Time) tls.Certificate {
+		return ca.Issue(t, testtls.Leaf{CommonName: cn, URI: uri, NotBefore: notBefore, NotAfter: notAfter})
 	}
-	writePEM(t, keyFile, "EC PRIVATE KEY", keyDER)
-	writePEM(t, caFile, "CERTIFICATE", ca.cert.Raw)
+	serverCert := ca.Issue(t, testtls.Leaf{CommonName: "pawld", Server: true, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)})
+	certFile, keyFile := testtls.WriteKeyPair(t, dir, "server", serverCert)
+	caFile := filepath.Join(dir, "ca.pem")
+	ca.WriteCA(t, caFile)
 
 	token, hash := testserver.NewToken(t)
 	const spiffe = "spiffe://test.example/ns/app/sa/app-1"
@@ -195,8 +124,7 @@ certificates:
         prefixes: ["/app/"]
 `, hash, spiffe))
 	srv := testserver.Start(t, server.WithTLS(certFile, keyFile), server.WithTLSClientCA(caFile), server.WithAuthFile(authFile))
-	roots := x509.NewCertPool()
-	roots.AddCert(ca.cert)
+	roots := ca.Pool()
 	base := "https://" + srv.Addr
 	kvWith := func(cert *tls.Certificate, token string) pawlv1connect.KVServiceClient {
 		cfg := &tls.Config{RootCAs: roots}
@@ -220,25 +148,25 @@ certificates:
 		return resp.Msg, nil
 	}
 
-	good := ca.issue(t, false, "app-1", spiffe, now.Add(-time.Hour), now.Add(time.Hour))
+	good := issue(ca, "app-1", spiffe, now.Add(-time.Hour), now.Add(time.Hour))
 	if _, err := put(kvWith(&good, ""), "/app/a"); err != nil {
 		t.Fatalf("a good certificate: %v", err)
 	}
-	_, err = put(kvWith(&good, ""), "/other/a")
+	_, err := put(kvWith(&good, ""), "/other/a")
 	wantCode(t, "a good certificate outside its grant", err, connect.CodePermissionDenied, `principal "`+spiffe+`"`)
-	subject := ca.issue(t, false, "subject-only", "", now.Add(-time.Hour), now.Add(time.Hour))
+	subject := issue(ca, "subject-only", "", now.Add(-time.Hour), now.Add(time.Hour))
 	_, err = put(kvWith(&subject, ""), "/app/a")
 	wantCode(t, "a subject's reader grant", err, connect.CodePermissionDenied, `principal "CN=subject-only"`)
 
-	unknownCA := stranger.issue(t, false, "app-1", spiffe, now.Add(-time.Hour), now.Add(time.Hour))
+	unknownCA := issue(stranger, "app-1", spiffe, now.Add(-time.Hour), now.Add(time.Hour))
 	if _, err := put(kvWith(&unknownCA, ""), "/app/a"); err == nil {
 		t.Errorf("a certificate of an unknown CA was accepted")
 	}
-	expired := ca.issue(t, false, "app-1", spiffe, now.Add(-2*time.Hour), now.Add(-time.Hour))
+	expired := issue(ca, "app-1", spiffe, now.Add(-2*time.Hour), now.Add(-time.Hour))
 	if _, err := put(kvWith(&expired, ""), "/app/a"); err == nil {
 		t.Errorf("an expired certificate was accepted")
 	}
-	unnamed := ca.issue(t, false, "app-9", "spiffe://test.example/ns/app/sa/app-9", now.Add(-time.Hour), now.Add(time.Hour))
+	unnamed := issue(ca, "app-9", "spiffe://test.example/ns/app/sa/app-9", now.Add(-time.Hour), now.Add(time.Hour))
 	_, err = put(kvWith(&unnamed, ""), "/app/a")
 	wantCode(t, "a certificate the file does not name", err, connect.CodeUnauthenticated, "app-9", "not in the server's auth file")
 	_, err = put(kvWith(nil, ""), "/app/a")

@@ -152,24 +152,8 @@ func TestTricklingBodyIsCutWhileWatchLivesOn(t *testing.T) {
 	t.Run("http2", func(t *testing.T) {
 		body, bodyW := io.Pipe()
 		defer bodyW.Close()
-		req, err := http.NewRequest(http.MethodPost, srv.URL+pawlv1connect.KVServicePutProcedure, body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set("Content-Type", "application/grpc")
-		req.Header.Set("TE", "trailers")
 		client := testserver.HTTPClient(t)
-		answered := make(chan string, 1)
-		go func() {
-			resp, err := client.Do(req)
-			if err != nil {
-				answered <- "failed: " + err.Error()
-				return
-			}
-			_, _ = io.Copy(io.Discard, resp.Body)
-			_ = resp.Body.Close()
-			answered <- fmt.Sprintf("grpc-status %s %s", resp.Trailer.Get("Grpc-Status"), resp.Trailer.Get("Grpc-Message"))
-		}()
+		answered := rawGRPC(t, client, srv.URL+pawlv1connect.KVServicePutProcedure, body)
 		var envelope [5]byte
 		binary.BigEndian.PutUint32(envelope[1:], 100_000)
 		if _, err := bodyW.Write(envelope[:]); err != nil {
@@ -198,6 +182,31 @@ func TestTricklingBodyIsCutWhileWatchLivesOn(t *testing.T) {
 			t.Errorf("watch %d: last event %v, want /trickle/k at %d", i, got, rev)
 		}
 	}
+}
+
+// rawGRPC sends a gRPC request with body to url through client, and
+// returns a channel that says how the server answered once it did:
+// "grpc-status CODE MESSAGE", or "failed: ..." if the request failed.
+func rawGRPC(t *testing.T, client *http.Client, url string, body io.Reader) <-chan string {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, url, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/grpc")
+	req.Header.Set("TE", "trailers")
+	answered := make(chan string, 1)
+	go func() {
+		resp, err := client.Do(req)
+		if err != nil {
+			answered <- "failed: " + err.Error()
+			return
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		answered <- fmt.Sprintf("grpc-status %s %s", resp.Trailer.Get("Grpc-Status"), resp.Trailer.Get("Grpc-Message"))
+	}()
+	return answered
 }
 
 // trickle writes a byte of body every 10ms until the server answers (or

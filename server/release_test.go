@@ -10,11 +10,13 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	pawlv1 "github.com/pawlcfg/pawl/gen/pawl/v1"
 	"github.com/pawlcfg/pawl/gen/pawl/v1/pawlv1connect"
 	"github.com/pawlcfg/pawl/internal/testkit/testserver"
+	"github.com/pawlcfg/pawl/server/internal/release"
 )
 
 func register(t *testing.T, is pawlv1connect.InstanceServiceClient, id, boot, zone string, labels map[string]string) {
@@ -285,6 +287,7 @@ func TestRolloutBadRequestsChangeNothing(t *testing.T) {
 	noEpoch.MembershipEpoch = 0
 	badHealth := healthy("pay-1")
 	badHealth.Health = &pawlv1.HealthMeasurement{ErrorRate: -0.5}
+	bigParams := []byte(`{"pad":"` + strings.Repeat("x", release.MaxValidatorParamsBytes) + `"}`)
 	bad := []struct {
 		name string
 		call func() error
@@ -327,6 +330,25 @@ func TestRolloutBadRequestsChangeNothing(t *testing.T) {
 			_, err := ro.ListApplied(ctx, connect.NewRequest(&pawlv1.ListAppliedRequest{ConfigId: "payments.routing", PageSize: -1}))
 			return err
 		}, connect.CodeInvalidArgument, "page_size"},
+		{"a release of more stages than the limit", func() error {
+			many := proto.Clone(spec).(*pawlv1.ReleaseSpec)
+			many.Stages = nil
+			for i := range release.MaxStages + 1 {
+				many.Stages = append(many.Stages, &pawlv1.Stage{Name: fmt.Sprintf("s%d", i), Policy: &pawlv1.AckPolicy{Kind: pawlv1.AckPolicyKind_ACK_POLICY_KIND_ALL}})
+			}
+			_, err := rs.CreateRelease(ctx, connect.NewRequest(&pawlv1.CreateReleaseRequest{Spec: many}))
+			return err
+		}, connect.CodeInvalidArgument, fmt.Sprintf("the stage plan has %d stages; the limit is %d", release.MaxStages+1, release.MaxStages)},
+		{"a release's validator_params over the limit", func() error {
+			big := proto.Clone(spec).(*pawlv1.ReleaseSpec)
+			big.ValidatorParams = bigParams
+			_, err := rs.CreateRelease(ctx, connect.NewRequest(&pawlv1.CreateReleaseRequest{Spec: big}))
+			return err
+		}, connect.CodeInvalidArgument, fmt.Sprintf("validator_params is %d bytes; the limit is %d bytes", len(bigParams), release.MaxValidatorParamsBytes)},
+		{"a dry run's params over the limit", func() error {
+			_, err := newValidators(t, srv).Validate(ctx, connect.NewRequest(&pawlv1.ValidateRequest{Digest: digest, Content: spec.GetContent(), Params: bigParams}))
+			return err
+		}, connect.CodeInvalidArgument, fmt.Sprintf("params is %d bytes; the limit is %d bytes", len(bigParams), release.MaxValidatorParamsBytes)},
 		{"stop the active release", func() error {
 			_, err := ro.StopRollout(ctx, connect.NewRequest(&pawlv1.StopRolloutRequest{ConfigId: "payments.routing", Generation: 1, Reason: "x"}))
 			return err

@@ -277,6 +277,9 @@ func (s *Server) routes() http.Handler {
 	registry := s.registry
 	releases := release.New(s.store, s.vals.Run, registry.Members, release.WithClock(s.cfg.now))
 	rollouts := rollout.New(s.store, releases, registry, rollout.WithClock(s.cfg.now), rollout.WithLogger(s.cfg.log))
+	// One limiter for every service, reflection and health too, so that a
+	// principal's streams count together.
+	streamLimit := api.StreamLimitInterceptor(s.cfg.streamLimits)
 	opts := []connect.HandlerOption{
 		// One byte above the limit that api.LimitBody enforces (below),
 		// which refuses what is over it with a message naming the flags.
@@ -292,20 +295,25 @@ func (s *Server) routes() http.Handler {
 		// The stream limits count by the principal the auth interceptor
 		// found, so they come after it.
 		connect.WithInterceptors(api.LogInterceptor(s.cfg.log), api.AuditInterceptor(s.audit, api.Caller(s.authn != nil), s.cfg.now, s.cfg.log),
-			api.AuthInterceptor(s.authn, registry, rollouts, s.cfg.log), api.StreamLimitInterceptor(s.cfg.streamLimits), api.TextInterceptor(s.cfg.maxTextBytes)),
+			api.AuthInterceptor(s.authn, registry, rollouts, s.cfg.log), streamLimit, api.TextInterceptor(s.cfg.maxTextBytes)),
 	}
 	// What many clients receive alike (a change fanned out to watch
 	// streams, a release or a validator module downloaded by a fleet) is
 	// compressed once, not once per client; listings and statuses, each
 	// their own, keep the plain gzip and its memory.
-	shared := append(slices.Clone(opts), s.gzip.HandlerOption())
+	// gzip requests inflate up to each route's read limit, and are refused
+	// past it with the message that names the flags (api.GzipRequests).
+	msgs := s.bodyLimitMessages()
+	opts = append(opts, api.GzipRequests(readMax, msgs.other.flag, msgs.other.limits, api.GzipCompressor))
+	shared := append(slices.Clone(opts), api.GzipRequests(readMax, msgs.other.flag, msgs.other.limits, s.gzip.Compressor))
 	mux := http.NewServeMux()
 	kv := api.NewKV(s.store, s.hub, s.cfg.maxValueBytes, api.TxnLimits{Ops: s.cfg.maxTxnOps, Bytes: s.cfg.maxTxnBytes}, s.cfg.log)
-	kvPath, kvHandler := pawlv1connect.NewKVServiceHandler(kv, append(slices.Clone(opts), connect.WithReadMaxBytes(kvReadMax+1))...)
+	kvPath, kvHandler := pawlv1connect.NewKVServiceHandler(kv, append(slices.Clone(opts), connect.WithReadMaxBytes(kvReadMax+1),
+		api.GzipRequests(kvReadMax, msgs.kv.flag, msgs.kv.limits, api.GzipCompressor))...)
 	mux.Handle(kvPath, kvHandler)
 	_, watchHandler := pawlv1connect.NewKVServiceHandler(kv, shared...)
 	mux.Handle(pawlv1connect.KVServiceWatchProcedure, watchHandler) // the exact path wins over the service's
-	validatorOpts := append(slices.Clone(shared), connect.WithReadMaxBytes(wasmReadMax+1))
+	validatorOpts := append(slices.Clone(shared), connect.WithReadMaxBytes(wasmReadMax+1), api.GzipRequests(wasmReadMax, msgs.wasm.flag, msgs.wasm.limits, s.gzip.Compressor))
 	mux.Handle(pawlv1connect.NewValidatorServiceHandler(api.NewValidators(s.vals, s.cfg.maxValueBytes, s.cfg.log), validatorOpts...))
 	s.startBackground(rollouts)
 	mux.Handle(pawlv1connect.NewReleaseServiceHandler(api.NewReleases(releases, rollouts, s.cfg.log), shared...))
@@ -313,10 +321,15 @@ func (s *Server) routes() http.Handler {
 	mux.Handle(pawlv1connect.NewRolloutServiceHandler(api.NewRollouts(rollouts, releases, s.cfg.log), opts...))
 	mux.Handle(pawlv1connect.NewAuditServiceHandler(api.NewAudit(s.audit, s.cfg.log), opts...))
 	mux.Handle(pawlv1connect.NewMaintenanceServiceHandler(api.NewMaintenance(s.store, s.usage, s.cfg.log), opts...))
-	mux.Handle(grpchealth.NewHandler(s.health))
+	// Health checks need no credential (load balancers carry none), but
+	// their watch streams count against the caller's stream limit.
+	mux.Handle(grpchealth.NewHandler(s.health, connect.WithInterceptors(api.LogInterceptor(s.cfg.log), streamLimit)))
+	// Reflection streams are bidirectional and live as long as their
+	// client: they get every interceptor, so that they need a credential
+	// (any principal's) and count against the stream limit.
 	reflector := grpcreflect.NewStaticReflector(append([]string{grpchealth.HealthV1ServiceName}, services...)...)
-	mux.Handle(grpcreflect.NewHandlerV1(reflector))
-	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
+	mux.Handle(grpcreflect.NewHandlerV1(reflector, opts...))
+	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector, opts...))
 	return withCORS(withAuthContext(s.limitBodies(mux, readMax, kvReadMax, wasmReadMax)), s.cfg.corsOrigins)
 }
 
@@ -324,16 +337,10 @@ func (s *Server) routes() http.Handler {
 // limit of its route: KV calls, validator calls, and every other call,
 // each refused over it with a message naming the flags that make it up.
 func (s *Server) limitBodies(next http.Handler, readMax, kvReadMax, wasmReadMax int) http.Handler {
-	values := fmt.Sprintf("a value or a release's content may be up to %d bytes (pawld --max-value-bytes)", s.cfg.maxValueBytes)
-	other := api.LimitBody(next, readMax, "--max-value-bytes", values+"; raise it to send larger ones")
-	kvFlag := "--max-value-bytes"
-	if s.cfg.maxTxnBytes > s.cfg.maxValueBytes {
-		kvFlag = "--max-txn-bytes"
-	}
-	kv := api.LimitBody(next, kvReadMax, kvFlag, fmt.Sprintf("%s, and a transaction up to %d bytes of keys and values in %d ops "+
-		"(--max-txn-bytes, --max-txn-ops); raise them to send larger ones", values, s.cfg.maxTxnBytes, s.cfg.maxTxnOps))
-	wasm := api.LimitBody(next, wasmReadMax, "--max-validator-bytes", fmt.Sprintf("a validator module may be up to %d bytes (pawld --max-validator-bytes); "+
-		"raise it to upload larger ones", s.cfg.maxWasmBytes))
+	msgs := s.bodyLimitMessages()
+	other := api.LimitBody(next, readMax, msgs.other.flag, msgs.other.limits)
+	kv := api.LimitBody(next, kvReadMax, msgs.kv.flag, msgs.kv.limits)
+	wasm := api.LimitBody(next, wasmReadMax, msgs.wasm.flag, msgs.wasm.limits)
 	kvPrefix := "/" + pawlv1connect.KVServiceName + "/"
 	validatorPrefix := "/" + pawlv1connect.ValidatorServiceName + "/"
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -346,6 +353,29 @@ func (s *Server) limitBodies(next http.Handler, readMax, kvReadMax, wasmReadMax 
 			other.ServeHTTP(w, r)
 		}
 	})
+}
+
+// bodyLimitMessages say what the read limit of each route is made of:
+// the pawld flags behind it.
+type bodyLimitMessages struct{ other, kv, wasm bodyLimit }
+
+// bodyLimit is one route's read limit: the main flag behind it (named in
+// the refusal's LimitExceeded detail) and what it is made of.
+type bodyLimit struct{ flag, limits string }
+
+func (s *Server) bodyLimitMessages() bodyLimitMessages {
+	values := fmt.Sprintf("a value or a release's content may be up to %d bytes (pawld --max-value-bytes)", s.cfg.maxValueBytes)
+	kvFlag := "--max-value-bytes"
+	if s.cfg.maxTxnBytes > s.cfg.maxValueBytes {
+		kvFlag = "--max-txn-bytes"
+	}
+	return bodyLimitMessages{
+		other: bodyLimit{"--max-value-bytes", values + "; raise it to send larger ones"},
+		kv: bodyLimit{kvFlag, fmt.Sprintf("%s, and a transaction up to %d bytes of keys and values in %d ops "+
+			"(--max-txn-bytes, --max-txn-ops); raise them to send larger ones", values, s.cfg.maxTxnBytes, s.cfg.maxTxnOps)},
+		wasm: bodyLimit{"--max-validator-bytes", fmt.Sprintf("a validator module may be up to %d bytes (pawld --max-validator-bytes); "+
+			"raise it to upload larger ones", s.cfg.maxWasmBytes)},
+	}
 }
 
 // withAuthContext puts on each request's context the client certificate

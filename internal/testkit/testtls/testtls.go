@@ -48,53 +48,117 @@ type PKI struct {
 func New(t testing.TB) *PKI {
 	t.Helper()
 	dir := t.TempDir()
-	caKey := newKey(t)
-	caTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "pawl test CA"},
+	ca := NewCA(t, "pawl test CA")
+	p := &PKI{CA: filepath.Join(dir, "ca.pem"), pool: ca.Pool()}
+	ca.WriteCA(t, p.CA)
+	now := time.Now()
+	server := ca.Issue(t, Leaf{CommonName: "server", Server: true, NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour)})
+	p.ServerCert, p.ServerKey = WriteKeyPair(t, dir, "server", server)
+	client := ca.Issue(t, Leaf{CommonName: "client", URI: ClientID, NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour)})
+	p.ClientCert, p.ClientKey = WriteKeyPair(t, dir, "client", client)
+	p.server = server
+	return p
+}
+
+// RootCAs is a pool that trusts the PKI's CA: a client's RootCAs.
+func (p *PKI) RootCAs() *x509.CertPool { return p.pool }
+
+// CA is a certificate authority that issues certificates on demand: for
+// tests that need certificates of their own (several CAs, expired ones,
+// chosen names).
+type CA struct {
+	// Cert is the CA's certificate.
+	Cert *x509.Certificate
+	key  *ecdsa.PrivateKey
+}
+
+// NewCA makes a CA named name, valid from an hour ago for a day.
+func NewCA(t testing.TB, name string) *CA {
+	t.Helper()
+	key := newKey(t)
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
 		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
 	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ca, err := x509.ParseCertificate(caDER)
+	cert, err := x509.ParseCertificate(der)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &PKI{CA: filepath.Join(dir, "ca.pem"), pool: x509.NewCertPool()}
-	p.pool.AddCert(ca)
-	writePEM(t, p.CA, "CERTIFICATE", caDER)
-	spiffe, _ := url.Parse(ClientID)
-	issue := func(name string, serial int64, tmpl *x509.Certificate) (certFile, keyFile string) {
-		key := newKey(t)
-		tmpl.SerialNumber, tmpl.Subject = big.NewInt(serial), pkix.Name{CommonName: name}
-		tmpl.NotBefore, tmpl.NotAfter = time.Now().Add(-time.Hour), time.Now().Add(24*time.Hour)
-		tmpl.KeyUsage = x509.KeyUsageDigitalSignature
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-		if err != nil {
-			t.Fatal(err)
-		}
-		keyDER, err := x509.MarshalECPrivateKey(key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		certFile, keyFile = filepath.Join(dir, name+".pem"), filepath.Join(dir, name+"-key.pem")
-		writePEM(t, certFile, "CERTIFICATE", der)
-		writePEM(t, keyFile, "EC PRIVATE KEY", keyDER)
-		return certFile, keyFile
-	}
-	p.ServerCert, p.ServerKey = issue("server", 2, &x509.Certificate{
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}, DNSNames: []string{"localhost"},
-	})
-	p.ClientCert, p.ClientKey = issue("client", 3, &x509.Certificate{
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, URIs: []*url.URL{spiffe},
-	})
-	if p.server, err = tls.LoadX509KeyPair(p.ServerCert, p.ServerKey); err != nil {
+	return &CA{Cert: cert, key: key}
+}
+
+// Pool is a pool that trusts the CA.
+func (ca *CA) Pool() *x509.CertPool {
+	pool := x509.NewCertPool()
+	pool.AddCert(ca.Cert)
+	return pool
+}
+
+// Leaf says what certificate to issue.
+type Leaf struct {
+	// CommonName is its subject's common name.
+	CommonName string
+	// URI is its URI SAN ("": none).
+	URI string
+	// Server makes it a server's certificate for 127.0.0.1, ::1 and
+	// localhost; otherwise it is a client's.
+	Server bool
+	// NotBefore and NotAfter bound its validity.
+	NotBefore, NotAfter time.Time
+}
+
+// Issue signs a certificate for leaf with a new key.
+func (ca *CA) Issue(t testing.TB, leaf Leaf) tls.Certificate {
+	t.Helper()
+	key := newKey(t)
+	serial, err := rand.Int(rand.Reader, big.NewInt(1<<62))
+	if err != nil {
 		t.Fatal(err)
 	}
-	return p
+	tmpl := &x509.Certificate{SerialNumber: serial, Subject: pkix.Name{CommonName: leaf.CommonName},
+		NotBefore: leaf.NotBefore, NotAfter: leaf.NotAfter, KeyUsage: x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
+	if leaf.Server {
+		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
+		tmpl.IPAddresses, tmpl.DNSNames = []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}, []string{"localhost"}
+	}
+	if leaf.URI != "" {
+		u, err := url.Parse(leaf.URI)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tmpl.URIs = []*url.URL{u}
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &key.PublicKey, ca.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+}
+
+// WriteKeyPair writes cert's certificate and EC key as PEM files NAME.pem
+// and NAME-key.pem in dir, and returns their paths.
+func WriteKeyPair(t testing.TB, dir, name string, cert tls.Certificate) (certFile, keyFile string) {
+	t.Helper()
+	keyDER, err := x509.MarshalECPrivateKey(cert.PrivateKey.(*ecdsa.PrivateKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile = filepath.Join(dir, name+".pem"), filepath.Join(dir, name+"-key.pem")
+	writePEM(t, certFile, "CERTIFICATE", cert.Certificate[0])
+	writePEM(t, keyFile, "EC PRIVATE KEY", keyDER)
+	return certFile, keyFile
+}
+
+// WriteCA writes the CA's certificate as a PEM file at path.
+func (ca *CA) WriteCA(t testing.TB, path string) {
+	t.Helper()
+	writePEM(t, path, "CERTIFICATE", ca.Cert.Raw)
 }
 
 func newKey(t testing.TB) *ecdsa.PrivateKey {

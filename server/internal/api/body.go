@@ -1,12 +1,15 @@
 package api
 
 import (
+	"compress/gzip"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"strings"
+
+	"connectrpc.com/connect"
 )
 
 // LimitBody guards the request bodies of a Connect handler, next, before
@@ -148,4 +151,46 @@ func (g *guardedBody) truncated() error {
 		return InvalidArgument("malformed request: the body ends inside a message's 5-byte prefix (%d of 5 bytes)", g.prefixLen)
 	}
 	return InvalidArgument("malformed request: the body ends %d bytes before the end of the message its prefix announced", g.remaining)
+}
+
+// GzipRequests is a handler option for gzip, the compression every client
+// may use: responses are compressed by newCompressor, and a request
+// message that inflates past max bytes is refused with ResourceExhausted
+// and the message and LimitExceeded detail (naming flag) LimitBody gives,
+// naming limits, instead of Connect's
+// "message size N is larger than configured max M". Give it the max and
+// limits of the route's LimitBody (which sees only the compressed bytes),
+// and a Connect read limit above max, so that this guard speaks first.
+func GzipRequests(max int, flag, limits string, newCompressor func() connect.Compressor) connect.HandlerOption {
+	return connect.WithCompression("gzip", func() connect.Decompressor {
+		return &inflateGuard{max: int64(max), flag: flag, limits: limits}
+	}, newCompressor)
+}
+
+// GzipCompressor is the standard library's gzip writer as a Connect
+// compressor, as Connect's own gzip compresses.
+func GzipCompressor() connect.Compressor { return gzip.NewWriter(io.Discard) }
+
+// inflateGuard is a gzip reader that refuses to inflate one message past
+// max bytes.
+type inflateGuard struct {
+	gzip.Reader
+	max, n int64
+	flag   string
+	limits string
+}
+
+func (g *inflateGuard) Read(p []byte) (int, error) {
+	n, err := g.Reader.Read(p)
+	if g.n += int64(n); g.n > g.max {
+		return 0, LimitExceeded(g.flag, uint64(g.n), uint64(g.max), "bytes",
+			"the request message inflates to more than %d bytes; the server reads at most %d bytes of one request here: %s", g.max, g.max, g.limits)
+	}
+	return n, err
+}
+
+// Reset starts on the next message.
+func (g *inflateGuard) Reset(r io.Reader) error {
+	g.n = 0
+	return g.Reader.Reset(r)
 }

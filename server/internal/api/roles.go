@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 
+	"connectrpc.com/grpcreflect"
+
 	"github.com/pawlcfg/pawl/gen/pawl/v1/pawlv1connect"
 	"github.com/pawlcfg/pawl/server/internal/auth"
 )
@@ -100,6 +102,16 @@ var RoleTable = map[string][]Permit{
 	// The audit log, and a copy of the whole store: an admin's alone.
 	pawlv1connect.AuditServiceListAuditProcedure:      nil,
 	pawlv1connect.MaintenanceServiceSnapshotProcedure: nil,
+}
+
+// AnyPrincipal are the procedures every authenticated principal may call,
+// whatever its grants: gRPC server reflection, which describes the API
+// (the same for every caller) and which tools such as grpcurl use. Without
+// a credential they are Unauthenticated, as every other procedure; gRPC
+// health checking alone needs none.
+var AnyPrincipal = map[string]bool{
+	"/" + grpcreflect.ReflectV1ServiceName + "/ServerReflectionInfo":      true,
+	"/" + grpcreflect.ReflectV1AlphaServiceName + "/ServerReflectionInfo": true,
 }
 
 // RoleTableMarkdown renders RoleTable as the Markdown table of

@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/netip"
 	"sync"
 
 	"connectrpc.com/connect"
 
 	"github.com/pawlcfg/pawl/gen/pawl/v1/pawlv1connect"
 	"github.com/pawlcfg/pawl/server/internal/auth"
+	"github.com/pawlcfg/pawl/server/internal/connlimit"
 )
 
 // StreamLimits bound what one principal holds open at once: streams of
@@ -95,7 +97,13 @@ func holder(ctx context.Context, peer connect.Peer) (key, who string, exempt boo
 	if err != nil {
 		host = peer.Addr
 	}
-	return "address " + host, "address " + host + " (without --auth-file, the limits hold per remote address)", false
+	key = host
+	if addr, err := netip.ParseAddr(host); err == nil && addr.Unmap().Is6() {
+		// A client with an IPv6 /64 has 2^64 addresses: they count as one.
+		key = connlimit.Block(addr).String()
+		host += " (its /64, " + key + ")"
+	}
+	return "address " + key, "address " + host + " (without --auth-file, the limits hold per remote address)", false
 }
 
 // take counts a stream against key, or refuses it over a limit.

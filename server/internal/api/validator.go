@@ -12,6 +12,7 @@ import (
 
 	pawlv1 "github.com/pawlcfg/pawl/gen/pawl/v1"
 	"github.com/pawlcfg/pawl/gen/pawl/v1/pawlv1connect"
+	"github.com/pawlcfg/pawl/server/internal/release"
 	"github.com/pawlcfg/pawl/server/internal/validator"
 	"github.com/pawlcfg/pawl/validators/host"
 )
@@ -105,6 +106,9 @@ func (h *Validators) Validate(ctx context.Context, req *connect.Request[pawlv1.V
 	m := req.Msg
 	if len(m.GetContent()) > h.maxValueBytes {
 		return nil, sizeLimit("--max-value-bytes", "the content", len(m.GetContent()), h.maxValueBytes)
+	}
+	if len(m.GetParams()) > release.MaxValidatorParamsBytes {
+		return nil, InvalidArgument("params is %d bytes; the limit is %d bytes (a release's validator_params)", len(m.GetParams()), release.MaxValidatorParamsBytes)
 	}
 	if len(m.GetParams()) > 0 && !json.Valid(m.GetParams()) {
 		return nil, InvalidArgument("params must be a JSON document")

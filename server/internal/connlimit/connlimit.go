@@ -49,7 +49,7 @@ type Listener struct {
 
 	mu     sync.Mutex
 	open   int
-	byAddr map[netip.Addr]int
+	byAddr map[netip.Prefix]int
 	// lastLog is when a refusal was last logged; quiet counts the
 	// refusals since, which the next log line reports.
 	lastLog time.Time
@@ -84,7 +84,7 @@ func New(ln net.Listener, limits Limits, opts ...Option) (*Listener, error) {
 	case limits.Reserved < 0:
 		return nil, fmt.Errorf("connlimit: the reserve (%s) is %d; it must be 0 or positive", limits.ReservedFlag, limits.Reserved)
 	}
-	l := &Listener{Listener: ln, limits: limits, log: slog.Default(), every: DefaultLogInterval, byAddr: map[netip.Addr]int{}}
+	l := &Listener{Listener: ln, limits: limits, log: slog.Default(), every: DefaultLogInterval, byAddr: map[netip.Prefix]int{}}
 	for _, opt := range opts {
 		opt(l)
 	}
@@ -149,14 +149,30 @@ func (l *Listener) classify(remote net.Addr) (netip.Addr, bool) {
 	return addr, false
 }
 
+// Block is what one remote address counts as in the limits per address:
+// an IPv4 address alone (/32), and an IPv6 address's /64, the block one
+// host or site is given (RFC 6177), so that a client with a /64 cannot
+// take 2^64 addresses' worth of slots. An IPv4-mapped IPv6 address is its
+// IPv4 address.
+func Block(addr netip.Addr) netip.Prefix {
+	addr = addr.Unmap()
+	if addr.Is6() {
+		p, _ := addr.WithZone("").Prefix(64)
+		return p
+	}
+	return netip.PrefixFrom(addr, addr.BitLen())
+}
+
 // admit takes a slot for a connection from addr, or says which limit
 // refuses it.
 func (l *Listener) admit(addr netip.Addr, trusted bool) (why string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	block := Block(addr)
 	switch {
-	case !trusted && l.limits.PerAddress > 0 && l.byAddr[addr] >= l.limits.PerAddress:
-		return fmt.Sprintf("the address has %d connections open, the limit per address (%s)", l.byAddr[addr], l.limits.PerAddressFlag)
+	case !trusted && l.limits.PerAddress > 0 && l.byAddr[block] >= l.limits.PerAddress:
+		return fmt.Sprintf("the address's block %s has %d connections open, the limit per address (%s; an IPv6 address counts as its /64)",
+			block, l.byAddr[block], l.limits.PerAddressFlag)
 	case trusted && l.open >= l.limits.Total+l.limits.Reserved:
 		return fmt.Sprintf("%d connections are open: the total (%s) and the reserve of trusted networks (%s) are taken",
 			l.open, l.limits.TotalFlag, l.limits.ReservedFlag)
@@ -166,7 +182,7 @@ func (l *Listener) admit(addr netip.Addr, trusted bool) (why string) {
 	}
 	l.open++
 	if !trusted {
-		l.byAddr[addr]++
+		l.byAddr[block]++
 	}
 	return ""
 }
@@ -178,8 +194,9 @@ func (l *Listener) release(addr netip.Addr, trusted bool) {
 	if trusted {
 		return
 	}
-	if l.byAddr[addr]--; l.byAddr[addr] <= 0 {
-		delete(l.byAddr, addr)
+	block := Block(addr)
+	if l.byAddr[block]--; l.byAddr[block] <= 0 {
+		delete(l.byAddr, block)
 	}
 }
 

@@ -154,6 +154,25 @@ func Ack(c string, g int64, id string, nanos int64) string {
 	return AcksOf(c, g, id) + fmt.Sprintf("%020d", nanos)
 }
 
+// ParseAck reads an ACK's key: its config, generation, instance and
+// arrival nanosecond.
+func ParseAck(key string) (c string, g int64, id string, nanos int64, err error) {
+	rest, ok := strings.CutPrefix(key, AcksPrefix)
+	c, rest, ok2 := strings.Cut(rest, "/")
+	gs, rest, ok3 := strings.Cut(rest, "/")
+	i := strings.LastIndexByte(rest, '/')
+	if !ok || !ok2 || !ok3 || i <= 0 {
+		return "", 0, "", 0, fmt.Errorf("records: %s is not an ACK's key", key)
+	}
+	if g, err = strconv.ParseInt(gs, 10, 64); err != nil {
+		return "", 0, "", 0, fmt.Errorf("records: ACK key %s: %w", key, err)
+	}
+	if nanos, err = AckArrival(key); err != nil {
+		return "", 0, "", 0, err
+	}
+	return c, g, rest[:i], nanos, nil
+}
+
 // AckArrival reads the arrival nanosecond from an ACK's key.
 func AckArrival(key string) (int64, error) {
 	n, err := strconv.ParseInt(key[strings.LastIndexByte(key, '/')+1:], 10, 64)

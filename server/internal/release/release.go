@@ -496,6 +496,18 @@ func decode(kv store.KeyValue) (Release, error) {
 	return rel, nil
 }
 
+// Bounds of a release's spec besides the request's size: what a stage
+// plan and a validator's parameters need, far below what a request body
+// may carry, so that a release stays cheap to store, judge and send to
+// every instance.
+const (
+	// MaxStages is how many stages a release's plan may have.
+	MaxStages = 32
+	// MaxValidatorParamsBytes is how large a release's validator
+	// parameters (JSON) may be.
+	MaxValidatorParamsBytes = 64 << 10
+)
+
 func checkSpec(s Spec) error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
@@ -507,6 +519,10 @@ func checkSpec(s Spec) error {
 		return bad("a validator digest is required: every release names the validator that passed it")
 	case len(s.Stages) == 0:
 		return bad("the stage plan is empty")
+	case len(s.Stages) > MaxStages:
+		return bad("the stage plan has %d stages; the limit is %d", len(s.Stages), MaxStages)
+	case len(s.ValidatorParams) > MaxValidatorParamsBytes:
+		return bad("validator_params is %d bytes; the limit is %d bytes", len(s.ValidatorParams), MaxValidatorParamsBytes)
 	case s.HealthWindow < 0 || s.Deadline <= 0:
 		return bad("the health window must be 0 or more and the deadline positive")
 	case s.MinCoverage != nil && !(*s.MinCoverage >= 0 && *s.MinCoverage <= 1):

@@ -213,6 +213,11 @@ func (r *Rollouts) recordAck(ctx context.Context, ack Ack) (Ack, int64, error) {
 	} else if ok {
 		puts = append(puts, ev)
 	}
+	// The instance's oldest ACKs beyond the bound go in the same write.
+	var deletes []string
+	for _, arrival := range evicted(av.stored) {
+		deletes = append(deletes, records.Ack(ack.ConfigID, ack.Generation, ack.WorkloadIdentity, arrival))
+	}
 	// Stored only if nothing the judgement read changed since: the pointer,
 	// the newest release, the rollout's stop record, progress and
 	// retirements, the instance's registration, its ACKs and its applied
@@ -229,12 +234,45 @@ func (r *Rollouts) recordAck(ctx context.Context, ack Ack) (Ack, int64, error) {
 			{Prefix: records.AcksOf(ack.ConfigID, ack.Generation, ack.WorkloadIdentity), Since: rev},
 			{Prefix: records.Applied(ack.ConfigID, ack.WorkloadIdentity), Since: rev},
 		},
-		Puts: puts,
+		Puts:    puts,
+		Deletes: deletes,
 	})
 	if err != nil {
 		return Ack{}, 0, fmt.Errorf("rollout: store ACK: %w", err)
 	}
 	return ack, res.Revision, nil
+}
+
+// MaxAcksPerInstance bounds the ACKs the store keeps of one instance for
+// one release (config and generation): a newer ACK replaces the oldest
+// beyond it, uncounted ones (duplicates, late, out of order, ...) first,
+// then counted ones. A normal apply counts at most seven reports (one per
+// state), so the reports judgement rests on stay while an instance that
+// sends the same report again and again, or retries in a loop, keeps only
+// its latest few: it cannot fill the store, and judging its next report
+// reads at most this many.
+const MaxAcksPerInstance = 16
+
+// evicted are the arrivals of the stored ACKs (in arrival order) that a
+// new one replaces: those beyond MaxAcksPerInstance - 1, the oldest
+// uncounted first, then the oldest counted.
+func evicted(stored []storedAck) []int64 {
+	n := len(stored) + 1 - MaxAcksPerInstance
+	if n <= 0 {
+		return nil
+	}
+	var out []int64
+	for _, counted := range []bool{false, true} {
+		for _, s := range stored {
+			if len(out) == n {
+				return out
+			}
+			if s.counted == counted {
+				out = append(out, s.arrival)
+			}
+		}
+	}
+	return out
 }
 
 // AckKey is the key a stored ACK lives at, for listings that continue

@@ -3,6 +3,7 @@ package rollout
 import (
 	"context"
 	"errors"
+	"slices"
 
 	"github.com/pawlcfg/pawl/server/internal/instance"
 	"github.com/pawlcfg/pawl/server/internal/quorum"
@@ -130,6 +131,8 @@ type ackView struct {
 	prior []Ack
 	// arrival is its last ACK's arrival nanosecond (0: none).
 	arrival int64
+	// stored are its stored ACKs of the release, in arrival order.
+	stored []storedAck
 	// applied is what it last reported applying of the config (nil: none).
 	applied *applyInfo
 }
@@ -147,7 +150,7 @@ func (r *Rollouts) ackViewOf(ctx context.Context, config string, gen int64, iden
 		cv := v.configs[config]
 		av := ackView{releaseView: releaseView{snapshot: snapshot{rev: v.rev, rel: t.rel, latest: max(cv.head, gen), ptr: cv.ptr, stop: t.stop,
 			progress: t.progress, retired: t.retired, now: r.now()}, plan: t.plan},
-			prior: t.prior(identity), arrival: t.arrivals[identity]}
+			prior: t.prior(identity), arrival: t.arrivals[identity], stored: slices.Clone(t.stored[identity])}
 		av.reg, av.registered = v.regs[identity]
 		if info, ok := v.applied[config][identity]; ok {
 			av.applied = &info
@@ -180,6 +183,7 @@ func (r *Rollouts) ackViewOf(ctx context.Context, config string, gen int64, iden
 	}
 	for _, a := range prev {
 		av.arrival = max(av.arrival, a.arrival)
+		av.stored = append(av.stored, storedAck{arrival: a.arrival, counted: a.Counted})
 		if a.Counted && av.registered && a.BootID == av.reg.boot && a.MembershipEpoch == av.reg.epoch {
 			av.prior = append(av.prior, a)
 		}

@@ -2,6 +2,7 @@ package rollout
 
 import (
 	"maps"
+	"slices"
 	"time"
 
 	"github.com/pawlcfg/pawl/server/internal/instance"
@@ -50,6 +51,16 @@ type tracked struct {
 	// arrivals is the arrival nanosecond of each identity's last ACK of
 	// the release, counted or not: the next one's key comes after it.
 	arrivals map[string]int64
+	// stored is each identity's stored ACKs of the release, counted or
+	// not, in arrival order: at most MaxAcksPerInstance of them.
+	stored map[string][]storedAck
+}
+
+// storedAck is what the bound on an instance's stored ACKs needs to know
+// of one: its key's arrival, and whether it counted.
+type storedAck struct {
+	arrival int64
+	counted bool
 }
 
 // memberView is a member's counted ACKs of its current registration.
@@ -143,7 +154,8 @@ func (mv *memberView) stateIn(role stageRole) quorum.State {
 }
 
 func newTracked(rel release.Release, progress Progress, stop *Stop, retired map[string]Retirement) *tracked {
-	t := &tracked{rel: rel, progress: progress, stop: stop, members: map[string]*memberView{}, arrivals: map[string]int64{}}
+	t := &tracked{rel: rel, progress: progress, stop: stop, members: map[string]*memberView{}, arrivals: map[string]int64{},
+		stored: map[string][]storedAck{}}
 	t.replan(retired)
 	return t
 }
@@ -204,6 +216,7 @@ func (t *tracked) moveFrom(id string, from [2]quorum.State) {
 // the member's current registration.
 func (t *tracked) addAck(a Ack, reg registration, registered bool) {
 	t.arrivals[a.WorkloadIdentity] = max(t.arrivals[a.WorkloadIdentity], a.arrival)
+	t.stored[a.WorkloadIdentity] = append(t.stored[a.WorkloadIdentity], storedAck{arrival: a.arrival, counted: a.Counted})
 	if _, member := t.plan.members[a.WorkloadIdentity]; !a.Counted || !member || !registered ||
 		reg.boot != a.BootID || reg.epoch != a.MembershipEpoch {
 		return
@@ -216,6 +229,37 @@ func (t *tracked) addAck(a Ack, reg registration, registered bool) {
 	}
 	mv.take(a)
 	t.moveFrom(a.WorkloadIdentity, from)
+}
+
+// removeAck forgets the ACK of id that arrived at arrival: it was deleted
+// (an instance's newer ACKs replaced it, see MaxAcksPerInstance). When it
+// counted, the member's state is what its remaining counted ACKs say, as
+// if it had never been stored.
+func (t *tracked) removeAck(id string, arrival int64) {
+	t.stored[id] = slices.DeleteFunc(t.stored[id], func(s storedAck) bool { return s.arrival == arrival })
+	if len(t.stored[id]) == 0 {
+		delete(t.stored, id)
+	}
+	mv := t.members[id]
+	if mv == nil {
+		return
+	}
+	i := slices.IndexFunc(mv.acks, func(a Ack) bool { return a.arrival == arrival })
+	if i < 0 {
+		return
+	}
+	from := t.states(id)
+	rest := slices.Delete(slices.Clone(mv.acks), i, i+1)
+	if len(rest) == 0 {
+		delete(t.members, id)
+	} else {
+		nv := &memberView{}
+		for _, a := range rest {
+			nv.take(a)
+		}
+		t.members[id] = nv
+	}
+	t.moveFrom(id, from)
 }
 
 // reregistered forgets what a member reported: it registered again, and

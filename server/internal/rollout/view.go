@@ -246,6 +246,14 @@ func (v *views) applyLocked(ev store.Event, load *tracked) error {
 				}
 			}
 		}
+	case strings.HasPrefix(key, records.AcksPrefix) && ev.Type == store.EventDelete:
+		c, g, id, arrival, err := records.ParseAck(key)
+		if err != nil {
+			return err
+		}
+		if t := v.findLocked(c, g); t != nil {
+			t.removeAck(id, arrival)
+		}
 	case strings.HasPrefix(key, records.AcksPrefix):
 		a, err := decodeAck(ev.KV)
 		if err != nil {

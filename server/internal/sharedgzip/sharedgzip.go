@@ -50,13 +50,10 @@ func NewCache(maxEntries, maxBytes int) *Cache {
 	return &Cache{maxEntries: maxEntries, maxBytes: maxBytes, entries: map[uint64]*entry{}, inflight: map[uint64]*flight{}}
 }
 
-// HandlerOption makes a Connect handler compress with the cache and
-// decompress with the standard library.
-func (c *Cache) HandlerOption() connect.HandlerOption {
-	return connect.WithCompression(Name,
-		func() connect.Decompressor { return &gzipReader{} },
-		func() connect.Compressor { return &compressor{cache: c} })
-}
+// Compressor returns a compressor that compresses through the cache:
+// give it to a handler as its gzip compressor (connect.WithCompression,
+// with any gzip decompressor).
+func (c *Cache) Compressor() connect.Compressor { return &compressor{cache: c} }
 
 // compress returns the gzip of in, from the cache when it has it.
 func (c *Cache) compress(in []byte) ([]byte, error) {
@@ -164,34 +161,4 @@ func (z *compressor) Reset(dst io.Writer) {
 		z.buf = nil // a pooled compressor does not keep a large buffer
 	}
 	z.buf = z.buf[:0]
-}
-
-// gzipReader is the standard library's gzip reader as a Connect
-// Decompressor.
-type gzipReader struct{ r *gzip.Reader }
-
-func (g *gzipReader) Read(p []byte) (int, error) {
-	if g.r == nil {
-		return 0, io.EOF
-	}
-	return g.r.Read(p)
-}
-
-func (g *gzipReader) Close() error {
-	if g.r == nil {
-		return nil
-	}
-	return g.r.Close()
-}
-
-func (g *gzipReader) Reset(r io.Reader) error {
-	if g.r == nil {
-		zr, err := gzip.NewReader(r)
-		if err != nil {
-			return err
-		}
-		g.r = zr
-		return nil
-	}
-	return g.r.Reset(r)
 }
