@@ -138,7 +138,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.cacheDir, "cache-dir", "", "the last known good state, outside DIR (default $XDG_CACHE_HOME/pawl-agent/NAME-HASH, by DIR's absolute path)")
 	fileMode := fs.String("file-mode", fmt.Sprintf("%04o", defaultFileMode), "the mode of every file written under DIR, in octal; directories get the same with search bits (0640: 0750)")
 	fs.IntVar(&o.downloadAttempts, "download-attempts", sdk.DefaultDownloadAttempts, "how many times a release that does not match its digests is downloaded before it is rejected")
-	fs.StringVar(&o.validatorCache, "validator-cache", "", "compiled validator modules, which agents on one host may share (default CACHE-DIR/compiled)")
+	fs.StringVar(&o.validatorCache, "validator-cache", "", "compiled validator modules, which agents of one user on a host may share; refused if another user could write it (default CACHE-DIR/compiled)")
 	fs.Func("template", "SRC:DEST: render the Go text/template in file SRC to DIR/DEST after every batch, with functions key KEY, keys PREFIX (or ls), config ID, json TEXT and toJSON VALUE; keys under --prefix only (repeatable)", func(v string) error {
 		t, err := parseTemplate(v)
 		if err == nil {
