@@ -178,8 +178,26 @@ func (l escapedLayer) find(v string, spans []span) []span {
 // carried over to text: linear in the lengths of both).
 func prefixMatches(text, p string) []int {
 	p = p[:min(len(p), len(text))]
-	z := zArray(p)
 	out := make([]int, len(text))
+	matchPrefix(text, p, zArray(p), out)
+	return out
+}
+
+// zArray returns for each i the length of the longest common prefix of
+// p[i:] and p (z[0] is len(p)).
+func zArray(p string) []int {
+	z := make([]int, len(p))
+	if len(p) > 0 {
+		z[0] = len(p)
+		matchPrefix(p[1:], p, z, z[1:]) // z[i] needs only z[1:i]
+	}
+	return z
+}
+
+// matchPrefix sets out[i] to the length of the longest common prefix of
+// text[i:] and p, given z, p's Z array, or as much of it as the matches
+// before i reach.
+func matchPrefix(text, p string, z, out []int) {
 	l, r := 0, 0 // text[l:r] == p[:r-l], the match reaching furthest right
 	for i := range text {
 		n := 0
@@ -198,36 +216,6 @@ func prefixMatches(text, p string) []int {
 			l, r = i, i+n
 		}
 	}
-	return out
-}
-
-// zArray returns for each i the length of the longest common prefix of
-// p[i:] and p (z[0] is len(p)).
-func zArray(p string) []int {
-	z := make([]int, len(p))
-	if len(p) == 0 {
-		return z
-	}
-	z[0] = len(p)
-	l, r := 0, 0
-	for i := 1; i < len(p); i++ {
-		n := 0
-		if i < r {
-			if k := z[i-l]; k < r-i {
-				z[i] = k
-				continue
-			}
-			n = r - i
-		}
-		for i+n < len(p) && p[n] == p[i+n] {
-			n++
-		}
-		z[i] = n
-		if i+n > r {
-			l, r = i, i+n
-		}
-	}
-	return z
 }
 
 // unescape reads l as the inside of an escaped string literal, keeping

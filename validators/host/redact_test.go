@@ -118,3 +118,23 @@ func TestRedactIsLinear(t *testing.T) {
 		t.Fatalf("Redact of %d bytes took %s", len(text), d)
 	}
 }
+
+// TestPrefixMatches checks the Z algorithm against the plain search it
+// stands for, on texts with many overlapping near-matches.
+func TestPrefixMatches(t *testing.T) {
+	for _, c := range []struct{ text, p string }{
+		{"aaaaaaaaaab", "aaaaaaaab"}, {"abababcabababab", "ababab"}, {"xabcabcabd", "abcabd"}, {"", "abc"}, {"abc", "a"},
+		{strings.Repeat("abaab", 20), "abaababaabaab"}, {"mississippi", "issip"},
+	} {
+		got := prefixMatches(c.text, c.p)
+		for i := range c.text {
+			n := 0
+			for i+n < len(c.text) && n < len(c.p) && c.text[i+n] == c.p[n] {
+				n++
+			}
+			if got[i] != n {
+				t.Fatalf("prefixMatches(%q, %q)[%d] = %d; want %d", c.text, c.p, i, got[i], n)
+			}
+		}
+	}
+}
