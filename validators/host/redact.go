@@ -102,8 +102,8 @@ func leaves(v any, add func(string)) {
 //     message was cut in the middle of it; a value shorter than that only
 //     whole.
 //
-// Overlapping or adjacent places become one Redacted. It takes time
-// linear in the lengths of text and values.
+// Overlapping or adjacent places become one Redacted. For each value it
+// takes time linear in the length of text.
 func Redact(text string, values []string) string {
 	if len(values) == 0 || text == "" {
 		return text
