@@ -3,6 +3,7 @@ package host
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -81,7 +82,9 @@ func checkEntries(dir string) error {
 			if !f.Type().IsRegular() {
 				return fmt.Errorf("%w: %s is not a regular file (%s), which the runtime never writes: remove it", ErrUnsafeCacheDir, p, f.Type())
 			}
-			if err := checkOwned(p, false); err != nil {
+			// A file another process of the user just renamed (wazero writes
+			// an entry as a temporary file, then renames it) is gone: skip it.
+			if err := checkOwned(p, false); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				return err
 			}
 		}
