@@ -274,8 +274,9 @@ func WithCacheDir(dir string) Option { return func(c *config) { c.cacheDir = dir
 func WithDownloadAttempts(n int) Option { return func(c *config) { c.downloadAttempts = n } }
 
 // WithCompiledCacheDir keeps validators' compiled code in dir rather than
-// in the cache directory's compiled/ folder: processes on one host can
-// share it, so each module is compiled once per host.
+// in the cache directory's compiled/ folder: processes of one user on a
+// host can share it, so each module is compiled once per host. New refuses
+// a directory another user could write (host.ErrUnsafeCacheDir).
 func WithCompiledCacheDir(dir string) Option { return func(c *config) { c.compiledDir = dir } }
 
 // WithValidatorTimeout bounds each local validation in wall-clock time

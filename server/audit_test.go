@@ -327,3 +327,39 @@ func TestTwoRedisReplicasAuditToOneChain(t *testing.T) {
 		t.Errorf("%d records, want %d", n, 2*per)
 	}
 }
+
+// TestActorHeaderThatBreaksDisplayRefused: a Pawl-Actor header holding a
+// control or an invisible format character (a zero width space, a tag
+// character) is refused with InvalidArgument naming the character, with
+// or without an auth file; nothing is written, and the record of the
+// refusal names the caller's address, not the header.
+func TestActorHeaderThatBreaksDisplayRefused(t *testing.T) {
+	srv := testserver.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, c := range []struct{ actor, says string }{
+		{"ali\u200bce", "the Pawl-Actor header holds U+200B (zero width space) at byte 3"},
+		{"bob\U000E0041", "the Pawl-Actor header holds U+E0041 (tag character) at byte 3"},
+		{"eve\tx", "the Pawl-Actor header holds U+0009 (tab) at byte 3"},
+		{strings.Repeat("a", 257), "the Pawl-Actor header is 257 bytes"},
+	} {
+		cl := &calls{actor: c.actor, ids: map[string][]string{}}
+		kv := pawlv1connect.NewKVServiceClient(testserver.HTTPClient(t), srv.URL, connect.WithInterceptors(cl))
+		_, err := kv.Put(ctx, connect.NewRequest(&pawlv1.PutRequest{Key: "/app/a", Value: []byte("1")}))
+		wantCode(t, "Put", err, connect.CodeInvalidArgument, c.says, "without control or format characters")
+		plain := pawlv1connect.NewKVServiceClient(testserver.HTTPClient(t), srv.URL)
+		if _, err := plain.Get(ctx, connect.NewRequest(&pawlv1.GetRequest{Key: "/app/a"})); connect.CodeOf(err) != connect.CodeNotFound {
+			t.Fatalf("Get after a refused Put: %v", err)
+		}
+		records := auditRecords(t, ctx, pawlv1connect.NewAuditServiceClient(testserver.HTTPClient(t), srv.URL), 100)
+		rec, ok := records[cl.ids[pawlv1connect.KVServicePutProcedure][0]]
+		if !ok || rec.Principal == "" || strings.Contains(rec.Principal, c.actor[:3]) {
+			t.Errorf("the record of the refused Put: %+v (recorded %v)", rec, ok)
+		}
+	}
+	f := newAuthFixture(t)
+	req := connect.NewRequest(&pawlv1.GetRequest{Key: "/app/a"})
+	req.Header().Set("Pawl-Actor", "ali\u200bce")
+	_, err := f.as("admin").kv.Get(f.ctx, req)
+	wantCode(t, "Get with an auth file", err, connect.CodeInvalidArgument, "U+200B (zero width space) at byte 3")
+}

@@ -38,6 +38,8 @@ func TestControlCharacterKeysRefused(t *testing.T) {
 		{"/app/\x1b[2Jx", "U+001B (escape) at byte 5"},
 		{"/app/\u202eexe.txt", "U+202E (bidirectional formatting character) at byte 5"},
 		{"/app/\u0085", "U+0085 (C1 control character)"},
+		{"/app/admin\u200b", "U+200B (zero width space) at byte 10"},
+		{"/app/\U000E0041x", "U+E0041 (tag character) at byte 5"},
 	}
 	overConnectAndGRPC(t, func(t *testing.T, ctx context.Context, p protocol) {
 		kv := pawlv1connect.NewKVServiceClient(p.client(t), srv.URL, p.opts...)
@@ -307,7 +309,8 @@ func FuzzRequestDecoding(f *testing.F) {
 }
 
 // TestRequestTextBounded: an ACK reason of 500 KB, a stop reason with an
-// escape sequence and a label with a newline are refused with
+// escape sequence or invisible format characters, a label with a newline
+// and an identity with a word joiner are refused with
 // InvalidArgument naming the field and the limit, over Connect and gRPC,
 // before anything is stored.
 func TestRequestTextBounded(t *testing.T) {
@@ -319,10 +322,14 @@ func TestRequestTextBounded(t *testing.T) {
 		wantCode(t, "Ack", err, connect.CodeInvalidArgument, "ack.reason is 500000 bytes", "the limit is 4096 bytes (pawld --max-text-bytes)")
 		_, err = rollouts.StopRollout(ctx, connect.NewRequest(&pawlv1.StopRolloutRequest{ConfigId: "web", Generation: 1, Reason: "ok\x1b[2Jforged"}))
 		wantCode(t, "StopRollout", err, connect.CodeInvalidArgument, "reason holds U+001B (escape) at byte 2")
+		_, err = rollouts.StopRollout(ctx, connect.NewRequest(&pawlv1.StopRolloutRequest{ConfigId: "web", Generation: 1, Reason: "approved\u00adby\u200dops"}))
+		wantCode(t, "StopRollout", err, connect.CodeInvalidArgument, "reason holds U+00AD (soft hyphen) at byte 8", "format characters (Unicode Cf")
 		instances := pawlv1connect.NewInstanceServiceClient(p.client(t), srv.URL, p.opts...)
 		_, err = instances.Register(ctx, connect.NewRequest(&pawlv1.RegisterRequest{Instance: &pawlv1.Instance{WorkloadIdentity: "web-1", BootId: "b",
 			Labels: map[string]string{"team": "a\nb"}}}))
 		wantCode(t, "Register", err, connect.CodeInvalidArgument, `instance.labels["team"] holds U+000A (line feed) at byte 1`)
+		_, err = instances.Register(ctx, connect.NewRequest(&pawlv1.RegisterRequest{Instance: &pawlv1.Instance{WorkloadIdentity: "web\u20601", BootId: "b"}}))
+		wantCode(t, "Register", err, connect.CodeInvalidArgument, `instance.workload_identity holds U+2060 (word joiner) at byte 3`)
 		list, err := instances.ListInstances(ctx, connect.NewRequest(&pawlv1.ListInstancesRequest{}))
 		if err != nil || len(list.Msg.GetInstances()) != 0 {
 			t.Fatalf("ListInstances after a refused registration: %v, %v", list, err)

@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"os"
@@ -137,7 +138,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.cacheDir, "cache-dir", "", "the last known good state, outside DIR (default $XDG_CACHE_HOME/pawl-agent/NAME-HASH, by DIR's absolute path)")
 	fileMode := fs.String("file-mode", fmt.Sprintf("%04o", defaultFileMode), "the mode of every file written under DIR, in octal; directories get the same with search bits (0640: 0750)")
 	fs.IntVar(&o.downloadAttempts, "download-attempts", sdk.DefaultDownloadAttempts, "how many times a release that does not match its digests is downloaded before it is rejected")
-	fs.StringVar(&o.validatorCache, "validator-cache", "", "compiled validator modules, which agents on one host may share (default CACHE-DIR/compiled)")
+	fs.StringVar(&o.validatorCache, "validator-cache", "", "compiled validator modules, which agents of one user on a host may share; refused if another user could write it (default CACHE-DIR/compiled)")
 	fs.Func("template", "SRC:DEST: render the Go text/template in file SRC to DIR/DEST after every batch, with functions key KEY, keys PREFIX (or ls), config ID, json TEXT and toJSON VALUE; keys under --prefix only (repeatable)", func(v string) error {
 		t, err := parseTemplate(v)
 		if err == nil {
@@ -218,10 +219,78 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	if o.cacheDir, err = filepath.Abs(o.cacheDir); err != nil {
 		return o, fmt.Errorf("--cache-dir: %w", err)
 	}
-	if rel, err := filepath.Rel(o.dir, o.cacheDir); err == nil && filepath.IsLocal(rel) || o.cacheDir == o.dir {
+	if inside(o.dir, o.cacheDir) {
 		return o, fmt.Errorf("--cache-dir %s is inside --dir %s: the application's directory must not hold the cache it could rewrite", o.cacheDir, o.dir)
 	}
+	// Through symbolic links too: a link can make two unrelated paths one.
+	realDir, err := realPath(o.dir)
+	if err != nil {
+		return o, fmt.Errorf("--dir: %w", err)
+	}
+	realCache, err := realPath(o.cacheDir)
+	if err != nil {
+		return o, fmt.Errorf("--cache-dir: %w", err)
+	}
+	if inside(realDir, realCache) {
+		return o, fmt.Errorf("--cache-dir %s is inside --dir %s through symbolic links (%s is %s, inside %s): the application's directory must not hold the cache it could rewrite",
+			o.cacheDir, o.dir, o.cacheDir, realCache, realDir)
+	}
 	return o, nil
+}
+
+// inside reports whether path is dir or under it (both absolute and
+// clean), by their names alone.
+func inside(dir, path string) bool {
+	rel, err := filepath.Rel(dir, path)
+	return err == nil && (rel == "." || filepath.IsLocal(rel))
+}
+
+// maxLinks bounds the symbolic links realPath follows by hand, as the
+// kernel bounds a lookup's (Linux's ELOOP after 40).
+const maxLinks = 40
+
+// realPath is the absolute path p names once every symbolic link on the
+// way is followed (filepath.EvalSymlinks), also when p does not exist
+// yet: the real path of its nearest existing ancestor, followed by the
+// rest, where a dangling link on the way counts as where it points.
+func realPath(p string) (string, error) {
+	links := maxLinks
+	return realPathLinks(p, &links)
+}
+
+// realPathLinks is realPath, following at most *links more links by
+// hand (a cycle through dangling links ends there).
+func realPathLinks(p string, links *int) (string, error) {
+	for ; *links > 0; *links-- {
+		real, err := filepath.EvalSymlinks(p)
+		if err == nil {
+			return real, nil
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			return "", err
+		}
+		if fi, lerr := os.Lstat(p); lerr == nil && fi.Mode()&fs.ModeSymlink != 0 {
+			target, err := os.Readlink(p) // a dangling link: where it would lead
+			if err != nil {
+				return "", err
+			}
+			if !filepath.IsAbs(target) {
+				target = filepath.Join(filepath.Dir(p), target)
+			}
+			p = target
+			continue
+		}
+		parent := filepath.Dir(p)
+		if parent == p {
+			return p, nil
+		}
+		realParent, err := realPathLinks(parent, links)
+		if err != nil {
+			return "", err
+		}
+		return filepath.Join(realParent, filepath.Base(p)), nil
+	}
+	return "", fmt.Errorf("%s: more than %d symbolic links", p, maxLinks)
 }
 
 // defaultCacheDir is the cache of the agent keeping dir (an absolute

@@ -261,3 +261,57 @@ func TestFileFlagsUsageErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestCacheDirInsideDirThroughSymlinksRefused: a --cache-dir that is
+// --dir, or under it, through a real symbolic link (to the directory, to
+// a folder that does not exist yet, a dangling link, or a --dir given by
+// a link) is refused as the plain path is; a link that leads elsewhere is
+// accepted.
+func TestCacheDirInsideDirThroughSymlinksRefused(t *testing.T) {
+	base := t.TempDir()
+	dir := filepath.Join(base, "app")
+	outside := filepath.Join(base, "cache")
+	for _, d := range []string{dir, outside} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	link := func(name, target string) string {
+		p := filepath.Join(base, name)
+		if err := os.Symlink(target, p); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	toDir := link("to-app", dir)
+	relToDir := link("rel-to-app", "app")
+	dangling := link("dangling", filepath.Join(dir, "not-yet", "cache"))
+	dirLink := link("dir-link", dir)
+	toOutside := link("to-cache", outside)
+	for _, c := range []struct{ dir, cache string }{
+		{dir, toDir},
+		{dir, relToDir},
+		{dir, filepath.Join(toDir, ".cache")},
+		{dir, filepath.Join(toDir, "a", "b")},
+		{dir, dangling},
+		{dir, filepath.Join(dangling, "deeper")},
+		{dirLink, filepath.Join(dir, ".cache")},
+		{dirLink, toDir},
+	} {
+		_, err := parse([]string{"--dir", c.dir, "--identity", "x", "--cache-dir", c.cache}, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), "through symbolic links") {
+			t.Errorf("--dir %s --cache-dir %s: %v; want a refusal", c.dir, c.cache, err)
+		}
+	}
+	// Dangling links that lead to each other end in an error, not a hang.
+	loop := link("loop-a", filepath.Join(base, "loop-b", "x"))
+	link("loop-b", filepath.Join(base, "loop-a", "y"))
+	if _, err := parse([]string{"--dir", dir, "--identity", "x", "--cache-dir", loop}, io.Discard); err == nil || !strings.Contains(err.Error(), "links") {
+		t.Errorf("--cache-dir through a cycle of dangling links: %v", err)
+	}
+	for _, cache := range []string{toOutside, filepath.Join(toOutside, "new"), filepath.Join(base, "fresh", "cache")} {
+		if _, err := parse([]string{"--dir", dir, "--identity", "x", "--cache-dir", cache}, io.Discard); err != nil {
+			t.Errorf("--cache-dir %s: %v", cache, err)
+		}
+	}
+}

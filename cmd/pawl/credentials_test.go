@@ -184,10 +184,16 @@ func TestTokenCreate(t *testing.T) {
 	if code, out, errOut := pawlAt("", "token", "create", "--principal", "spiffe://prod/ns/a", "-o", "json"); code != 0 || !strings.Contains(out, `"principal":"spiffe://prod/ns/a"`) || !strings.Contains(errOut, "- principal: spiffe://prod/ns/a\n") {
 		t.Fatalf("-o json: exit %d, %q %q", code, out, errOut)
 	}
+	if code, _, errOut := pawlAt("", "token", "create", "--principal", "ci\u200bdeployer"); code != 2 || !strings.Contains(errOut, "U+200B (zero width space) at byte 2") {
+		t.Errorf("a principal with a zero width space: exit %d, %s", code, errOut)
+	}
 	for _, args := range [][]string{
 		{"token", "create"},
 		{"token", "create", "--principal", ""},
 		{"token", "create", "--principal", "a\nb"},
+		{"token", "create", "--principal", "ci\u200bdeployer"},
+		{"token", "create", "--principal", "d\u00e9ployeur"},
+		{"token", "create", "--principal", strings.Repeat("a", 256)},
 		{"token", "create", "--principal", "a", "--expires", "-1h"},
 		{"token", "create", "--principal", "a", "--expires", "0d"},
 		{"token", "create", "--principal", "a", "--expires", "soon"},

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/pawlcfg/pawl/sdk/credentials"
+	"github.com/pawlcfg/pawl/sdk/textsafe"
 )
 
 func tokenCommand(g *globals) *cobra.Command {
@@ -24,8 +25,8 @@ func tokenCommand(g *globals) *cobra.Command {
 }
 
 // maxPrincipalBytes bounds a principal's name: it is written into every
-// record the principal makes.
-const maxPrincipalBytes = 256
+// record the principal makes. pawld's auth file takes 255.
+const maxPrincipalBytes = 255
 
 func tokenCreateCommand(g *globals) *cobra.Command {
 	var principal, expires string
@@ -141,10 +142,20 @@ func checkPrincipal(name string) error {
 		return fmt.Errorf("--principal is %d bytes long; the limit is %d", len(name), maxPrincipalBytes)
 	case !utf8.ValidString(name):
 		return errors.New("--principal is not valid UTF-8")
-	case strings.ContainsFunc(name, unicode.IsControl):
-		return fmt.Errorf("--principal %q holds a control character", name)
 	case strings.TrimSpace(name) != name:
 		return fmt.Errorf("--principal %q begins or ends with white space", name)
+	}
+	// pawld's auth file takes printable ASCII only: say which character is
+	// not, by code point, since a format character (U+200B) is invisible.
+	for i, r := range name {
+		if r >= 0x20 && r <= 0x7e {
+			continue
+		}
+		kind := textsafe.Breaking(r)
+		if kind == "" {
+			kind = "not ASCII"
+		}
+		return fmt.Errorf("--principal %q holds %U (%s) at byte %d; pawld's auth file takes printable ASCII only", name, r, kind, i)
 	}
 	return nil
 }

@@ -9,14 +9,20 @@ package textsafe
 import (
 	"fmt"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 )
 
 // Breaking names r when it breaks how text is shown, and returns ""
 // otherwise: C0 controls (NUL, tab, newline, escape...), DEL, C1 controls,
-// the Unicode line and paragraph separators, the byte order mark, and the
+// the Unicode line and paragraph separators, the byte order mark, the
 // bidirectional marks, embeddings, overrides and isolates ("Trojan
-// Source", CVE-2021-42574).
+// Source", CVE-2021-42574), and every other format character (Unicode
+// category Cf), which is invisible or changes how its neighbours are
+// shown: zero width spaces and joiners, the word joiner, the soft hyphen,
+// interlinear annotation characters, tag characters (which can spell
+// hidden text) and the rest, so that two keys or names that look the
+// same are the same.
 func Breaking(r rune) string {
 	switch {
 	case r == 0:
@@ -43,6 +49,26 @@ func Breaking(r rune) string {
 		return "byte order mark"
 	case r == 0x200e || r == 0x200f || r == 0x061c || (r >= 0x202a && r <= 0x202e) || (r >= 0x2066 && r <= 0x2069):
 		return "bidirectional formatting character"
+	case r < 0xad:
+		return "" // the common case: no format character below U+00AD
+	case r == 0xad:
+		return "soft hyphen"
+	case r == 0x200b:
+		return "zero width space"
+	case r == 0x200c:
+		return "zero width non-joiner"
+	case r == 0x200d:
+		return "zero width joiner"
+	case r == 0x2060:
+		return "word joiner"
+	case r == 0x180e:
+		return "Mongolian vowel separator"
+	case r >= 0xfff9 && r <= 0xfffb:
+		return "interlinear annotation character"
+	case r >= 0xe0000 && r <= 0xe007f:
+		return "tag character"
+	case unicode.Is(unicode.Cf, r):
+		return "format character"
 	}
 	return ""
 }

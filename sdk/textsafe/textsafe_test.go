@@ -1,8 +1,10 @@
 package textsafe
 
 import (
+	"fmt"
 	"strings"
 	"testing"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -39,5 +41,52 @@ func TestProblem(t *testing.T) {
 	}
 	if p := Problem("a\xffb", FreeTextBreaking); p != "an invalid UTF-8 byte at byte 1" {
 		t.Fatal(p)
+	}
+}
+
+// TestFormatCharactersBreak: every format character (Unicode Cf) breaks
+// how text is shown, named by code point and kind, in keys and free text
+// alike, and Clean replaces it; the visible characters around them do not.
+func TestFormatCharactersBreak(t *testing.T) {
+	for _, c := range []struct {
+		r    rune
+		name string
+	}{
+		{0x00ad, "soft hyphen"},
+		{0x180e, "Mongolian vowel separator"},
+		{0x200b, "zero width space"},
+		{0x200c, "zero width non-joiner"},
+		{0x200d, "zero width joiner"},
+		{0x2060, "word joiner"},
+		{0xfff9, "interlinear annotation character"},
+		{0xfffb, "interlinear annotation character"},
+		{0xe0001, "tag character"},
+		{0xe0041, "tag character"},
+		{0xe007f, "tag character"},
+		{0x0600, "format character"},
+		{0x2064, "format character"},
+		{0xfeff, "byte order mark"},
+		{0x202e, "bidirectional formatting character"},
+	} {
+		s := "ab" + string(c.r) + "c"
+		want := fmt.Sprintf("%U (%s) at byte 2", c.r, c.name)
+		for _, breaking := range []func(rune) string{Breaking, FreeTextBreaking} {
+			if p := Problem(s, breaking); p != want {
+				t.Errorf("Problem(%q) = %q; want %q", s, p, want)
+			}
+		}
+		if got := Clean(s, 100); got != "ab\ufffdc" {
+			t.Errorf("Clean(%q) = %q", s, got)
+		}
+	}
+	for r := rune(0); r <= unicode.MaxRune; r++ {
+		if unicode.Is(unicode.Cf, r) && Breaking(r) == "" {
+			t.Errorf("Breaking(%U) = \"\"; it is a format character", r)
+		}
+	}
+	for _, r := range "aü日😀\u00a0\u00ac\u00ae\ufe0f" {
+		if Breaking(r) != "" {
+			t.Errorf("Breaking(%U) = %q; want \"\"", r, Breaking(r))
+		}
 	}
 }

@@ -103,10 +103,24 @@ func New(ctx context.Context, opts ...Option) (*Runtime, error) {
 	}
 	r.ctx, r.stop = context.WithCancel(context.WithoutCancel(ctx))
 	if o.cacheDir != "" {
-		cache, err := wazero.NewCompilationCacheWithDir(o.cacheDir)
+		// The cache holds native code the runtime runs unchecked: only this
+		// process's user may be able to change it, before and after wazero
+		// makes its directory in it.
+		dir, err := prepareCacheDir(o.cacheDir)
 		if err != nil {
 			r.stop()
-			return nil, fmt.Errorf("validator: compilation cache in %s: %w", o.cacheDir, err)
+			return nil, err
+		}
+		cache, err := wazero.NewCompilationCacheWithDir(dir)
+		if err != nil {
+			err = fmt.Errorf("validator: compilation cache in %s: %w", o.cacheDir, err)
+		} else {
+			err = checkEntries(dir)
+		}
+		if err != nil {
+			_ = cache.Close(ctx)
+			r.stop()
+			return nil, err
 		}
 		r.cache = cache
 		cfg = cfg.WithCompilationCache(cache)

@@ -126,7 +126,13 @@ func WithMaxOutput(n int) Option { return func(o *options) { o.maxOutput = n } }
 func WithPoolSize(n int) Option { return func(o *options) { o.poolSize = n } }
 
 // WithCacheDir keeps compiled code in dir, so that a restart does not
-// compile the same modules again.
+// compile the same modules again. New makes dir (mode 0700) if it does not
+// exist, and refuses it with ErrUnsafeCacheDir unless only this process's
+// user can change what it holds: on Unix, dir owned by the user and not
+// writable by group or others, its ancestors owned by the user or root
+// and not writable by group or others unless sticky (/tmp), and the
+// compiled code in it owned by the user and writable by nobody else.
+// Processes of one user may share dir.
 func WithCacheDir(dir string) Option { return func(o *options) { o.cacheDir = dir } }
 
 // WithModuleLimits bounds the shape of the modules Load accepts (default

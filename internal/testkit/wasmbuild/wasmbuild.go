@@ -99,13 +99,15 @@ func Cleanup() {
 }
 
 // CacheDir is a wazero compilation cache directory shared by every test
-// process on the machine, kept between runs: wazero keys entries by module
-// hash and wazero version and writes them atomically, so sharing is safe,
-// and each module is compiled once per machine rather than once per test.
+// process of the user on the machine, kept between runs: wazero keys
+// entries by module hash and wazero version and writes them atomically, so
+// sharing is safe, and each module is compiled once per machine rather
+// than once per test. It is the user's own (named by uid, mode 0700): the
+// runtime refuses a cache directory others could write.
 func CacheDir(tb testing.TB) string {
 	tb.Helper()
-	d := filepath.Join(os.TempDir(), "pawl-test-wasm-cache")
-	if err := os.MkdirAll(d, 0o755); err != nil {
+	d := filepath.Join(os.TempDir(), fmt.Sprintf("pawl-test-wasm-cache-%d", os.Getuid()))
+	if err := os.MkdirAll(d, 0o700); err != nil {
 		tb.Fatal(err)
 	}
 	return d

@@ -28,8 +28,11 @@ func actor(ctx context.Context, req connect.AnyRequest) string {
 	return actorOf(req.Header(), req.Peer())
 }
 
+// actorOf is the Pawl-Actor header, or the peer's address when there is
+// none or it is refused (actorProblem: the call is refused, and the record
+// of the refusal names the address rather than what would break it).
 func actorOf(h http.Header, peer connect.Peer) string {
-	if a := h.Get(ActorHeader); a != "" {
+	if a := h.Get(ActorHeader); a != "" && actorProblem(a) == "" {
 		return a
 	}
 	return peer.Addr

@@ -7,12 +7,11 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
-	"unicode"
-	"unicode/utf8"
 
 	"connectrpc.com/connect"
 
 	pawlv1 "github.com/pawlcfg/pawl/gen/pawl/v1"
+	"github.com/pawlcfg/pawl/sdk/textsafe"
 	"github.com/pawlcfg/pawl/server/internal/auth"
 	"github.com/pawlcfg/pawl/server/internal/instance"
 	"github.com/pawlcfg/pawl/server/internal/rollout"
@@ -108,9 +107,27 @@ func (c *authConn) Send(msg any) error {
 // maxActorBytes bounds the Pawl-Actor header: a name or an address.
 const maxActorBytes = 256
 
+// actorProblem says what is wrong with a Pawl-Actor header, which records
+// and `pawl audit` show: longer than maxActorBytes, or holding invalid
+// UTF-8 or a character that breaks display (textsafe.Breaking); "" when
+// nothing is.
+func actorProblem(a string) string {
+	if len(a) > maxActorBytes {
+		return fmt.Sprintf("is %d bytes", len(a))
+	}
+	if p := textsafe.Problem(a, textsafe.Breaking); p != "" {
+		return "holds " + p
+	}
+	return ""
+}
+
 // authenticate finds the caller's principal: a bearer token's, else a
 // verified client certificate's; with Pawl-Actor as its on-behalf-of note.
 func (a *authInterceptor) authenticate(ctx context.Context, authorization, onBehalfOf string) (auth.Principal, error) {
+	if p := actorProblem(onBehalfOf); p != "" {
+		return auth.Principal{}, InvalidArgument("the %s header %s; it must be at most %d bytes of UTF-8 without control or format characters",
+			ActorHeader, p, maxActorBytes)
+	}
 	if a.authn == nil {
 		p := auth.Open()
 		p.OnBehalfOf = onBehalfOf
@@ -130,9 +147,6 @@ func (a *authInterceptor) authenticate(ctx context.Context, authorization, onBeh
 	}
 	if err != nil {
 		return auth.Principal{}, connect.NewError(connect.CodeUnauthenticated, errors.New(strings.TrimPrefix(err.Error(), auth.ErrUnauthenticated.Error()+": ")))
-	}
-	if len(onBehalfOf) > maxActorBytes || !utf8.ValidString(onBehalfOf) || strings.IndexFunc(onBehalfOf, unicode.IsControl) >= 0 {
-		return auth.Principal{}, InvalidArgument("the %s header must be at most %d bytes of printable UTF-8", ActorHeader, maxActorBytes)
 	}
 	p.OnBehalfOf = onBehalfOf
 	return p, nil

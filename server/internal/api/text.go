@@ -146,7 +146,7 @@ func (i *textInterceptor) text(name, s string, free bool) error {
 	}
 	if p := textsafe.Problem(s, breaking); p != "" {
 		return InvalidArgument("%s holds %s; text may not hold control characters, line or paragraph separators, "+
-			"or bidirectional formatting characters", name, p)
+			"or format characters (Unicode Cf: bidirectional, zero width, tag...)", name, p)
 	}
 	return nil
 }

@@ -62,7 +62,7 @@ func keyProblem(key string) string {
 	for i, r := range key {
 		if name := textsafe.Breaking(r); name != "" {
 			return fmt.Sprintf("key %q holds %U (%s) at byte %d; keys may not hold control characters, "+
-				"line or paragraph separators, or bidirectional formatting characters", key, r, name, i)
+				"line or paragraph separators, or format characters (Unicode Cf: bidirectional, zero width, tag...)", key, r, name, i)
 		}
 	}
 	return ""

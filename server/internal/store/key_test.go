@@ -38,6 +38,18 @@ var keyCases = []struct {
 	{"/admin\u202e/txt.exe", "U+202E (bidirectional formatting character) at byte 6"},
 	{"/a\u2066b", "U+2066 (bidirectional formatting character)"},
 	{"/a\u200fb", "U+200F"},
+	{"/admin\u200b", "U+200B (zero width space) at byte 6"},
+	{"/a\u200cb", "U+200C (zero width non-joiner)"},
+	{"/a\u200db", "U+200D (zero width joiner)"},
+	{"/a\u2060b", "U+2060 (word joiner)"},
+	{"/pass\u00adword", "U+00AD (soft hyphen) at byte 5"},
+	{"/a\u180eb", "U+180E (Mongolian vowel separator)"},
+	{"/a\ufff9b", "U+FFF9 (interlinear annotation character)"},
+	{"/a\ufffbb", "U+FFFB (interlinear annotation character)"},
+	{"/a\U000e0001b", "U+E0001 (tag character)"},
+	{"/a\U000e007fb", "U+E007F (tag character)"},
+	{"/a\u0600b", "U+0600 (format character)"},
+	{"/a\U0001d173b", "U+1D173 (format character)"},
 }
 
 func TestValidateKey(t *testing.T) {
