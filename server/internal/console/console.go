@@ -42,10 +42,6 @@ var types = map[string]string{
 // headers that keep browsers from sniffing, framing or caching stale
 // copies. Anything else is 404; methods other than GET and HEAD are 405.
 func Handler() http.Handler {
-	files, err := fs.Sub(dist, "dist")
-	if err != nil {
-		panic("console: embedded dist is missing: " + err.Error()) // a build without dist/ cannot happen: go:embed requires it
-	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		hdr := w.Header()
 		hdr.Set("Content-Security-Policy", CSP)
@@ -66,7 +62,7 @@ func Handler() http.Handler {
 			http.NotFound(w, r)
 			return
 		}
-		body, err := fs.ReadFile(files, name)
+		body, err := File(name)
 		if err != nil {
 			http.NotFound(w, r)
 			return
@@ -79,4 +75,9 @@ func Handler() http.Handler {
 			_, _ = w.Write(body)
 		}
 	})
+}
+
+// File returns one embedded file of the bundle, by name.
+func File(name string) ([]byte, error) {
+	return fs.ReadFile(dist, path.Join("dist", name))
 }
