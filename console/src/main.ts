@@ -230,8 +230,12 @@ function counts(states: Record<string, number>): HTMLElement {
 
 function bar(healthy: number, rejected: number, members: number): HTMLElement {
   const pct = (n: number) => (members ? (100 * n) / members : 0).toFixed(1) + "%";
-  return h("div.bar", { title: `${healthy} healthy, ${rejected} rejected of ${members}` },
-    h("div.healthy", { style: `width:${pct(healthy)}` }), h("div.rejected", { style: `width:${pct(rejected)}` }));
+  // Widths set through the CSSOM: the CSP refuses style attributes.
+  const ok = h("div.healthy");
+  ok.style.width = pct(healthy);
+  const bad = h("div.rejected");
+  bad.style.width = pct(rejected);
+  return h("div.bar", { title: `${healthy} healthy, ${rejected} rejected of ${members}` }, ok, bad);
 }
 
 function renderRollout(config: string, gen: bigint, st: GetRolloutStatusResponse): void {
