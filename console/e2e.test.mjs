@@ -88,7 +88,7 @@ try {
   await page.locator("#release-state", { hasText: "ACTIVE" }).waitFor();
   await page.locator("table.receipts tbody tr").first().waitFor();
   check(await page.evaluate(() => window.__notReloaded === true), "the page reloaded");
-  if (SCREENSHOT) await page.screenshot({ path: SCREENSHOT, fullPage: true });
+  if (SCREENSHOT) await page.screenshot({ path: SCREENSHOT });
   check(errors.length === 0, `page errors: ${errors.join("; ")}`);
   console.log("OK");
 } finally {
