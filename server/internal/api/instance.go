@@ -287,14 +287,9 @@ func (h *Instances) ListInstances(ctx context.Context, req *connect.Request[pawl
 	if err != nil {
 		return nil, err
 	}
-	var revision int64
-	var after string
-	if t := req.Msg.GetPageToken(); t != "" {
-		tok, err := pagetoken.Decode(t)
-		if err != nil || tok.Scope != instancesScope {
-			return nil, InvalidArgument("page_token is not a token of the instance listing; start again without it")
-		}
-		revision, after = tok.Revision, tok.After
+	revision, after, err := PageStart(req.Msg.GetPageToken(), instancesScope, "page_token", "the instance listing")
+	if err != nil {
+		return nil, err
 	}
 	page, err := h.registry.ListPage(ctx, revision, after, size)
 	if err != nil {
