@@ -31,6 +31,7 @@ import (
 	"github.com/pawlcfg/pawl/server/internal/audit"
 	"github.com/pawlcfg/pawl/server/internal/auth"
 	"github.com/pawlcfg/pawl/server/internal/connlimit"
+	"github.com/pawlcfg/pawl/server/internal/console"
 	"github.com/pawlcfg/pawl/server/internal/instance"
 	"github.com/pawlcfg/pawl/server/internal/records"
 	"github.com/pawlcfg/pawl/server/internal/release"
@@ -321,6 +322,7 @@ func (s *Server) routes() http.Handler {
 	mux.Handle(pawlv1connect.NewRolloutServiceHandler(api.NewRollouts(rollouts, releases, s.cfg.log), opts...))
 	mux.Handle(pawlv1connect.NewAuditServiceHandler(api.NewAudit(s.audit, s.cfg.log), opts...))
 	mux.Handle(pawlv1connect.NewMaintenanceServiceHandler(api.NewMaintenance(s.store, s.usage, s.cfg.log), opts...))
+	mux.Handle(console.Path, console.Handler()) // the operator console (its API calls go through the interceptors above)
 	// Health checks need no credential (load balancers carry none), but
 	// their watch streams count against the caller's stream limit.
 	mux.Handle(grpchealth.NewHandler(s.health, connect.WithInterceptors(api.LogInterceptor(s.cfg.log), streamLimit)))

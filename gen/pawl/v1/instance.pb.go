@@ -440,9 +440,15 @@ func (x *HeartbeatResponse) GetRecord() *InstanceRecord {
 	return nil
 }
 
-// ListInstancesRequest asks for the registry.
+// ListInstancesRequest asks for the registry, whole or one page at a time.
 type ListInstancesRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// At most this many (at most 1000). 0 without a page_token: every
+	// instance in one response, as before pages existed.
+	PageSize int32 `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// From a previous response, for the next page; every page is read at the
+	// store revision of the first.
+	PageToken     string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -477,11 +483,27 @@ func (*ListInstancesRequest) Descriptor() ([]byte, []int) {
 	return file_pawl_v1_instance_proto_rawDescGZIP(), []int{6}
 }
 
-// ListInstancesResponse is the registry.
+func (x *ListInstancesRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListInstancesRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// ListInstancesResponse is the registry, or one page of it.
 type ListInstancesResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Every registered instance, by workload identity.
-	Instances     []*InstanceRecord `protobuf:"bytes,1,rep,name=instances,proto3" json:"instances,omitempty"`
+	// The registered instances, by workload identity.
+	Instances []*InstanceRecord `protobuf:"bytes,1,rep,name=instances,proto3" json:"instances,omitempty"`
+	// Set when more follow: pass it as page_token.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -521,6 +543,13 @@ func (x *ListInstancesResponse) GetInstances() []*InstanceRecord {
 		return x.Instances
 	}
 	return nil
+}
+
+func (x *ListInstancesResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 // WatchAssignmentsRequest names the instance.
@@ -821,10 +850,14 @@ const file_pawl_v1_instance_proto_rawDesc = "" +
 	"\x11workload_identity\x18\x01 \x01(\tR\x10workloadIdentity\x12\x17\n" +
 	"\aboot_id\x18\x02 \x01(\tR\x06bootId\"D\n" +
 	"\x11HeartbeatResponse\x12/\n" +
-	"\x06record\x18\x01 \x01(\v2\x17.pawl.v1.InstanceRecordR\x06record\"\x16\n" +
-	"\x14ListInstancesRequest\"N\n" +
+	"\x06record\x18\x01 \x01(\v2\x17.pawl.v1.InstanceRecordR\x06record\"R\n" +
+	"\x14ListInstancesRequest\x12\x1b\n" +
+	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x02 \x01(\tR\tpageToken\"v\n" +
 	"\x15ListInstancesResponse\x125\n" +
-	"\tinstances\x18\x01 \x03(\v2\x17.pawl.v1.InstanceRecordR\tinstances\"\x9e\x01\n" +
+	"\tinstances\x18\x01 \x03(\v2\x17.pawl.v1.InstanceRecordR\tinstances\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x9e\x01\n" +
 	"\x17WatchAssignmentsRequest\x12+\n" +
 	"\x11workload_identity\x18\x01 \x01(\tR\x10workloadIdentity\x12\x16\n" +
 	"\x06deltas\x18\x02 \x01(\bR\x06deltas\x12%\n" +

@@ -11,6 +11,7 @@ import (
 
 	pawlv1 "github.com/pawlcfg/pawl/gen/pawl/v1"
 	"github.com/pawlcfg/pawl/server/internal/instance"
+	"github.com/pawlcfg/pawl/server/internal/pagetoken"
 	"github.com/pawlcfg/pawl/server/internal/release"
 	"github.com/pawlcfg/pawl/server/internal/rollout"
 	"github.com/pawlcfg/pawl/server/internal/store"
@@ -192,6 +193,21 @@ func PageSize(requested int32) (int, error) {
 		return DefaultPageSize, nil
 	}
 	return min(int(requested), MaxPageSize), nil
+}
+
+// PageStart reads a listing's page token ("": the first page): the store
+// revision of the first page and the key to continue after. A token that
+// is malformed or continues another listing than scope is an
+// InvalidArgument error naming the field and the listing it must be of.
+func PageStart(token, scope, field, listing string) (revision int64, after string, err error) {
+	if token == "" {
+		return 0, "", nil
+	}
+	tok, err := pagetoken.Decode(token)
+	if err != nil || tok.Scope != scope {
+		return 0, "", InvalidArgument("%s is not a token of %s; start again without it", field, listing)
+	}
+	return tok.Revision, tok.After, nil
 }
 
 // InvalidArgument is a shorthand for a CodeInvalidArgument error.

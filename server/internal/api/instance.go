@@ -18,6 +18,7 @@ import (
 	"github.com/pawlcfg/pawl/gen/pawl/v1/pawlv1connect"
 	"github.com/pawlcfg/pawl/server/internal/auth"
 	"github.com/pawlcfg/pawl/server/internal/instance"
+	"github.com/pawlcfg/pawl/server/internal/pagetoken"
 	"github.com/pawlcfg/pawl/server/internal/records"
 	"github.com/pawlcfg/pawl/server/internal/rollout"
 	"github.com/pawlcfg/pawl/server/internal/store"
@@ -267,17 +268,44 @@ func (h *Instances) Heartbeat(ctx context.Context, req *connect.Request[pawlv1.H
 }
 
 // ListInstances implements pawl.v1.InstanceService.ListInstances.
+// A request without page_size or page_token gets every instance, as
+// before pages existed; otherwise one page, every page read at the
+// revision of the first.
 func (h *Instances) ListInstances(ctx context.Context, req *connect.Request[pawlv1.ListInstancesRequest]) (*connect.Response[pawlv1.ListInstancesResponse], error) {
-	recs, err := h.registry.List(ctx)
+	resp := &pawlv1.ListInstancesResponse{}
+	if req.Msg.GetPageSize() == 0 && req.Msg.GetPageToken() == "" {
+		recs, err := h.registry.List(ctx)
+		if err != nil {
+			return nil, Error(h.log, req.Spec(), err)
+		}
+		for _, rec := range recs {
+			resp.Instances = append(resp.Instances, h.toProto(rec))
+		}
+		return connect.NewResponse(resp), nil
+	}
+	size, err := PageSize(req.Msg.GetPageSize())
+	if err != nil {
+		return nil, err
+	}
+	revision, after, err := PageStart(req.Msg.GetPageToken(), instancesScope, "page_token", "the instance listing")
+	if err != nil {
+		return nil, err
+	}
+	page, err := h.registry.ListPage(ctx, revision, after, size)
 	if err != nil {
 		return nil, Error(h.log, req.Spec(), err)
 	}
-	resp := &pawlv1.ListInstancesResponse{}
-	for _, rec := range recs {
+	for _, rec := range page.Records {
 		resp.Instances = append(resp.Instances, h.toProto(rec))
+	}
+	if page.More && len(page.Records) > 0 {
+		resp.NextPageToken = pagetoken.Token{Scope: instancesScope, Revision: page.Revision, After: page.Records[len(page.Records)-1].WorkloadIdentity}.Encode()
 	}
 	return connect.NewResponse(resp), nil
 }
+
+// instancesScope is the scope of the instance listing's page tokens.
+const instancesScope = "instances"
 
 func (h *Instances) toProto(rec instance.Record) *pawlv1.InstanceRecord {
 	return &pawlv1.InstanceRecord{

@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -77,14 +78,9 @@ func (h *Rollouts) GetRolloutStatus(ctx context.Context, req *connect.Request[pa
 		return nil, err
 	}
 	scope := config + "@" + strconv.FormatInt(gen, 10)
-	var ackRevision int64
-	var after string
-	if t := req.Msg.GetAckPageToken(); t != "" {
-		tok, err := pagetoken.Decode(t)
-		if err != nil || tok.Scope != scope {
-			return nil, InvalidArgument("ack_page_token is not a token of the ACKs of %s generation %d; start again without it", config, gen)
-		}
-		ackRevision, after = tok.Revision, tok.After
+	ackRevision, after, err := PageStart(req.Msg.GetAckPageToken(), scope, "ack_page_token", fmt.Sprintf("the ACKs of %s generation %d", config, gen))
+	if err != nil {
+		return nil, err
 	}
 	// Every page is read at the revision of the first: the stages, the
 	// state and the ACKs alike.
@@ -188,14 +184,9 @@ func (h *Rollouts) ListApplied(ctx context.Context, req *connect.Request[pawlv1.
 	if err != nil {
 		return nil, err
 	}
-	var revision int64
-	var after string
-	if t := req.Msg.GetPageToken(); t != "" {
-		tok, err := pagetoken.Decode(t)
-		if err != nil || tok.Scope != config {
-			return nil, InvalidArgument("page_token is not a token of the applied listing of config %q; start again without it", config)
-		}
-		revision, after = tok.Revision, tok.After
+	revision, after, err := PageStart(req.Msg.GetPageToken(), config, "page_token", fmt.Sprintf("the applied listing of config %q", config))
+	if err != nil {
+		return nil, err
 	}
 	page, err := h.rollouts.ListApplied(ctx, config, revision, after, size)
 	if err != nil {

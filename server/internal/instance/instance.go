@@ -607,6 +607,44 @@ func (r *Registry) ListAt(ctx context.Context, revision int64) ([]Record, int64,
 	return out, rev, nil
 }
 
+// RecordPage is one page of the registry.
+type RecordPage struct {
+	// Records are the page's registrations, by workload identity.
+	Records []Record
+	// Revision is the store revision every page of the listing is read at.
+	Revision int64
+	// More says whether registrations follow the last one.
+	More bool
+}
+
+// ListPage returns up to limit registrations, live or not, after the
+// workload identity after ("" for the first page), as of one store revision
+// (0: the current one), so that every page of a listing is one snapshot.
+// Leases are as they are now.
+func (r *Registry) ListPage(ctx context.Context, revision int64, after string, limit int) (RecordPage, error) {
+	start := ""
+	if after != "" {
+		start = records.Instance(after)
+	}
+	page, err := r.store.List(ctx, records.InstancesPrefix, revision, start, limit)
+	if err != nil {
+		return RecordPage{}, fmt.Errorf("instance: list registrations: %w", err)
+	}
+	others, err := r.othersLeases(ctx)
+	if err != nil {
+		return RecordPage{}, err
+	}
+	out := RecordPage{Revision: page.Revision, More: page.More}
+	for _, kv := range page.KVs {
+		rec, err := decode(kv)
+		if err != nil {
+			return RecordPage{}, err
+		}
+		out.Records = append(out.Records, r.withLease(rec, others))
+	}
+	return out, nil
+}
+
 // Registrations returns every registration (without its lease) as of
 // revision (0: current), by identity: the boot and membership epoch that
 // an instance's ACKs must come from to count.

@@ -85,14 +85,20 @@ class InstanceRecord(_message.Message):
     def __init__(self, instance: _Optional[_Union[Instance, _Mapping]] = ..., lease_expires_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., live: bool = ..., registered_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., membership_epoch: _Optional[int] = ..., registered_by: _Optional[str] = ..., auth_method: _Optional[str] = ..., instance_credential: bool = ...) -> None: ...
 
 class ListInstancesRequest(_message.Message):
-    __slots__ = []
-    def __init__(self) -> None: ...
+    __slots__ = ["page_size", "page_token"]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    page_size: int
+    page_token: str
+    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
 
 class ListInstancesResponse(_message.Message):
-    __slots__ = ["instances"]
+    __slots__ = ["instances", "next_page_token"]
     INSTANCES_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     instances: _containers.RepeatedCompositeFieldContainer[InstanceRecord]
-    def __init__(self, instances: _Optional[_Iterable[_Union[InstanceRecord, _Mapping]]] = ...) -> None: ...
+    next_page_token: str
+    def __init__(self, instances: _Optional[_Iterable[_Union[InstanceRecord, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class RegisterRequest(_message.Message):
     __slots__ = ["instance"]
