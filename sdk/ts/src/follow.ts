@@ -107,7 +107,18 @@ interface AckExtra {
   rejectCode?: RejectCode;
 }
 
-const transient = new Set([Code.Unavailable, Code.DeadlineExceeded, Code.ResourceExhausted, Code.Aborted, Code.Unknown, Code.Internal]);
+// permanent are the codes of failures that trying again does not mend (as
+// in the Go SDK's sdk/backoff.go); any other failure of a call is retried.
+const permanent = new Set([
+  Code.InvalidArgument,
+  Code.NotFound,
+  Code.AlreadyExists,
+  Code.PermissionDenied,
+  Code.FailedPrecondition,
+  Code.Unauthenticated,
+  Code.Unimplemented,
+  Code.OutOfRange,
+]);
 
 /** follow starts following the instance's assignments over transport. */
 export function follow(transport: Transport, opts: FollowOptions): Follower {
@@ -396,7 +407,8 @@ export class Follower {
     let appliedAt = -1;
     const report = (state: InstanceState, extra: AckExtra = {}) =>
       this.sendAck(a, seq, digest, state, given ?? childTraceparent(traceId), extra, signal, () =>
-        state === InstanceState.HEALTHY_ACKED && appliedAt >= 0 ? durationFromMs(performance.now() - appliedAt) : undefined,
+        // Whole milliseconds, rounded down: the time held can only fall short.
+        state === InstanceState.HEALTHY_ACKED && appliedAt >= 0 ? durationFromMs(Math.floor(performance.now() - appliedAt)) : undefined,
       );
     const reject = async (code: RejectCode, reason: string) => {
       this.emit({ kind: "rejected", config: a.configId, generation: a.generation, code, reason });
@@ -666,13 +678,12 @@ export class Follower {
       try {
         return await fn();
       } catch (e) {
-        const err = ConnectError.from(e);
-        if (signal.aborted || !transient.has(err.code)) {
-          throw err;
+        if (signal.aborted || !(e instanceof ConnectError) || permanent.has(e.code)) {
+          throw e; // an error of this process, not of the call, is not retried either
         }
         await backoff.wait(signal);
         if (signal.aborted) {
-          throw err;
+          throw e;
         }
       }
     }

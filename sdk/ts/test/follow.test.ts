@@ -39,6 +39,7 @@ function start(id: string, group: string, url: string, more: { traceparent?: str
     },
     onEvent: (e) => {
       if (e.kind === "error") {
+        console.error(`${id}: ${e.what}: ${e.error.message}`);
         errors.push(e);
       }
     },
@@ -85,6 +86,9 @@ async function release(config: string, group: string, weight: number) {
 // done (HEALTHY_ACKED or REJECTED), and returns each id's ACKs in order.
 async function acksOf(config: string, gen: bigint, ids: string[], done: InstanceState, signal: AbortSignal) {
   const byId = new Map<string, Ack[]>();
+  const seen = () =>
+    [...byId].map(([id, acks]) => `${id}: ${acks.map((a) => `${InstanceState[a.state]}${a.counted ? "" : ` (not counted: ${a.notCountedReason})`}`).join(", ")}`);
+  signal.addEventListener("abort", () => console.error(`waiting for ${InstanceState[done]} of ${config} generation ${gen}; ACKs:\n${seen().join("\n")}`));
   await awaitKV(
     "/_pawl/acks/",
     async () => {
