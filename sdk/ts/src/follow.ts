@@ -415,16 +415,24 @@ export class Follower {
       await report(InstanceState.REJECTED, { rejectCode: code, reason });
       return true;
     };
+    // download fetches the release; a failure for good rejects it. It
+    // returns undefined when the apply ends (rejected or cancelled).
+    let rejected = false;
+    const download = async (): Promise<Release | undefined> => {
+      try {
+        return await this.download(a, signal);
+      } catch (e) {
+        if (!signal.aborted) {
+          rejected = await reject(RejectCode.DOWNLOAD_FAILED, `download ${a.configId} generation ${a.generation}: ${ConnectError.from(e).message}`);
+        }
+        return undefined;
+      }
+    };
     try {
       await report(InstanceState.DISCOVERED);
-      let release: Release;
-      try {
-        release = await this.download(a, signal);
-      } catch (e) {
-        if (signal.aborted) {
-          return false;
-        }
-        return await reject(RejectCode.DOWNLOAD_FAILED, `download ${a.configId} generation ${a.generation}: ${ConnectError.from(e).message}`);
+      let release = await download();
+      if (release === undefined) {
+        return rejected;
       }
       await report(InstanceState.DOWNLOADED);
       const attempts = this.opts.downloadAttempts ?? DEFAULT_DOWNLOAD_ATTEMPTS;
@@ -447,13 +455,9 @@ export class Follower {
         if (signal.aborted) {
           return false;
         }
-        try {
-          release = await this.download(a, signal);
-        } catch (e) {
-          if (signal.aborted) {
-            return false;
-          }
-          return await reject(RejectCode.DOWNLOAD_FAILED, `download ${a.configId} generation ${a.generation}: ${ConnectError.from(e).message}`);
+        release = await download();
+        if (release === undefined) {
+          return rejected;
         }
       }
       const spec = release.spec!;
