@@ -39,7 +39,7 @@ func TestMain(m *testing.M) {
 }
 
 // tests are the compiled test files, run in this order.
-var tests = []string{"canonical.test.js", "kv.test.js", "follow.test.js"}
+var tests = []string{"canonical.test.js", "traceparent.test.js", "kv.test.js", "follow.test.js"}
 
 func TestTypeScriptClient(t *testing.T) {
 	root, err := filepath.Abs(filepath.Join("..", ".."))
