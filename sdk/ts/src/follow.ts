@@ -335,8 +335,8 @@ export class Follower {
 
   // offer moves config's applies to its newest assignments: an assignment
   // of a lower epoch than one seen is ignored, the same release keeps its
-  // apply, a completed one is not repeated, and another cancels the apply
-  // in flight and starts its own.
+  // apply, a completed one that is what runs is not repeated, and another
+  // cancels the apply in flight and starts its own.
   private offer(config: string, run: Assignment | undefined, shadow: Assignment | undefined): void {
     let c = this.configs.get(config);
     if (c === undefined) {
@@ -365,11 +365,15 @@ export class Follower {
     if (cur?.key === key) {
       return cur;
     }
-    if (c.completed.has(key)) {
-      cur?.abort.abort();
-      return undefined;
-    }
     cur?.abort.abort();
+    if (c.completed.has(key)) {
+      // Done already, and what runs (a release assigned again after a
+      // rollback is applied again).
+      const s = this.applied.get(a.configId);
+      if (shadow || (s !== undefined && s.generation === a.generation && s.contentDigest === a.contentDigest)) {
+        return undefined;
+      }
+    }
     const abort = new AbortController();
     const onClose = () => abort.abort();
     this.abort.signal.addEventListener("abort", onClose);

@@ -82,13 +82,16 @@ async function release(config: string, group: string, weight: number) {
   return resp.release;
 }
 
+const ended = (s?: InstanceState): boolean => s === InstanceState.HEALTHY_ACKED || s === InstanceState.REJECTED;
+
 // acksOf waits until every id's last ACK of config's generation gen ends
-// its apply (HEALTHY_ACKED or REJECTED), and returns each id's ACKs in order.
-async function acksOf(config: string, gen: bigint, ids: string[], signal: AbortSignal) {
+// its apply (HEALTHY_ACKED or REJECTED; or whatever until says), and
+// returns each id's ACKs in order.
+async function acksOf(config: string, gen: bigint, ids: string[], signal: AbortSignal, until = ended) {
   const byId = new Map<string, Ack[]>();
   const seen = () =>
     [...byId].map(([id, acks]) => `${id}: ${acks.map((a) => `${InstanceState[a.state]}${a.counted ? "" : ` (not counted: ${a.notCountedReason})`}`).join(", ")}`);
-  signal.addEventListener("abort", () => console.error(`waiting for the end of the applies of ${config} generation ${gen}; ACKs:\n${seen().join("\n")}`));
+  signal.addEventListener("abort", () => console.error(`waiting on the ACKs of ${config} generation ${gen}; ACKs:\n${seen().join("\n")}`));
   await awaitKV(
     "/_pawl/acks/",
     async () => {
@@ -97,8 +100,7 @@ async function acksOf(config: string, gen: bigint, ids: string[], signal: AbortS
       for (const a of st.acks) {
         byId.set(a.workloadIdentity, [...(byId.get(a.workloadIdentity) ?? []), a]);
       }
-      const done = (s?: InstanceState) => s === InstanceState.HEALTHY_ACKED || s === InstanceState.REJECTED;
-      return ids.every((id) => done(byId.get(id)?.at(-1)?.state));
+      return ids.every((id) => until(byId.get(id)?.at(-1)?.state));
     },
     signal,
   );
@@ -181,4 +183,35 @@ test("a download a man in the middle changed is rejected with DIGEST_MISMATCH an
   assert.equal(rejected.counted, false);
   assert.deepEqual(tampered.applied, []);
   assert.equal(tampered.f.current("ts-tampered"), undefined);
+});
+
+// pointer returns config's active generation and epoch.
+async function pointer(config: string) {
+  const p = (await rollouts.getPointer({ configId: config })).pointer;
+  return { expectedGeneration: p?.generation ?? 0n, expectedEpoch: p?.epoch ?? 0n };
+}
+
+test("a newer release makes the follower report STALE for the one it ran, and a rollback applies that one again", { timeout: 40_000 }, async () => {
+  const signal = AbortSignal.timeout(30_000);
+  const { f } = start("ts-stale", "stale", env.url);
+  await registered(["ts-stale"], signal);
+  const isStale = (s?: InstanceState): boolean => s === InstanceState.STALE;
+
+  const first = await release("ts-stale", "stale", 10);
+  await acksOf("ts-stale", first.generation, ["ts-stale"], signal);
+  await rollouts.promote({ configId: "ts-stale", generation: first.generation, ...(await pointer("ts-stale")), idempotencyKey: "ts-promote-1" });
+  const second = await release("ts-stale", "stale", 20);
+  const healthy2 = (await acksOf("ts-stale", second.generation, ["ts-stale"], signal)).get("ts-stale")!;
+  assert.equal(InstanceState[healthy2.at(-1)!.state], "HEALTHY_ACKED");
+  const stale1 = (await acksOf("ts-stale", first.generation, ["ts-stale"], signal, isStale)).get("ts-stale")!.at(-1)!;
+  assert.ok(stale1.counted, stale1.notCountedReason);
+  assert.equal(stale1.reason, `the assignment moved past generation ${first.generation}: generation ${second.generation} is applied`);
+
+  await rollouts.promote({ configId: "ts-stale", generation: second.generation, ...(await pointer("ts-stale")), idempotencyKey: "ts-promote-2" });
+  const { expectedGeneration, expectedEpoch } = await pointer("ts-stale");
+  await rollouts.rollback({ configId: "ts-stale", expectedGeneration, expectedEpoch, idempotencyKey: "ts-rollback" });
+  const s = await f.waitFor("ts-stale", (s) => s.generation === first.generation, signal);
+  assert.equal(dec.decode(s.content), dec.decode(routing(10)));
+  const stale2 = (await acksOf("ts-stale", second.generation, ["ts-stale"], signal, isStale)).get("ts-stale")!.at(-1)!;
+  assert.equal(stale2.reason, `the assignment moved past generation ${second.generation}: generation ${first.generation} is applied`);
 });
