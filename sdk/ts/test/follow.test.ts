@@ -91,7 +91,8 @@ async function acksOf(config: string, gen: bigint, ids: string[], signal: AbortS
   const byId = new Map<string, Ack[]>();
   const seen = () =>
     [...byId].map(([id, acks]) => `${id}: ${acks.map((a) => `${InstanceState[a.state]}${a.counted ? "" : ` (not counted: ${a.notCountedReason})`}`).join(", ")}`);
-  signal.addEventListener("abort", () => console.error(`waiting on the ACKs of ${config} generation ${gen}; ACKs:\n${seen().join("\n")}`));
+  const report = () => console.error(`waiting on the ACKs of ${config} generation ${gen}; ACKs:\n${seen().join("\n")}`);
+  signal.addEventListener("abort", report);
   await awaitKV(
     "/_pawl/acks/",
     async () => {
@@ -103,7 +104,7 @@ async function acksOf(config: string, gen: bigint, ids: string[], signal: AbortS
       return ids.every((id) => until(byId.get(id)?.at(-1)?.state));
     },
     signal,
-  );
+  ).finally(() => signal.removeEventListener("abort", report));
   return byId;
 }
 
