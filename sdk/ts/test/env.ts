@@ -51,8 +51,8 @@ export async function awaitKV(prefix: string, cond: () => Promise<boolean>, sign
   const ctl = new AbortController();
   const stop = () => ctl.abort(signal.reason);
   signal.addEventListener("abort", stop);
+  const stream = kv.watch({ prefix }, { signal: ctl.signal })[Symbol.asyncIterator]();
   try {
-    const stream = kv.watch({ prefix }, { signal: ctl.signal })[Symbol.asyncIterator]();
     await stream.next(); // started: changes after it are seen
     while (!(await cond())) {
       const r = await stream.next();
@@ -63,5 +63,6 @@ export async function awaitKV(prefix: string, cond: () => Promise<boolean>, sign
   } finally {
     signal.removeEventListener("abort", stop);
     ctl.abort();
+    await stream.return?.();
   }
 }
