@@ -27,6 +27,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -64,6 +65,11 @@ type Runtime struct {
 	cache wazero.CompilationCache
 	opts  options
 
+	// cacheDir is the compilation cache's directory, and tempCache says
+	// the runtime made it for its compile process and removes it on Close.
+	cacheDir  string
+	tempCache bool
+
 	// ctx ends when the runtime closes, stopping its compilations; wg
 	// counts the goroutines that run them.
 	ctx  context.Context
@@ -80,6 +86,7 @@ type Runtime struct {
 	closed     bool
 	flights    map[string]*flight      // running compilations, by digest
 	validators map[*Validator]struct{} // loaded, whose idle instances may be evicted
+	children   map[int]struct{}        // pids of running compile processes
 }
 
 // New starts a runtime.
@@ -100,13 +107,26 @@ func New(ctx context.Context, opts ...Option) (*Runtime, error) {
 		memory:       make(chan struct{}, o.budget/o.memoryLimit),
 		flights:      map[string]*flight{},
 		validators:   map[*Validator]struct{}{},
+		children:     map[int]struct{}{},
+		cacheDir:     o.cacheDir,
 	}
 	r.ctx, r.stop = context.WithCancel(context.WithoutCancel(ctx))
-	if o.cacheDir != "" {
-		cache, err := wazero.NewCompilationCacheWithDir(o.cacheDir)
+	if r.cacheDir == "" && o.compileProcess != nil {
+		dir, err := os.MkdirTemp("", "pawl-wasm-cache-") // 0700
 		if err != nil {
 			r.stop()
-			return nil, fmt.Errorf("validator: compilation cache in %s: %w", o.cacheDir, err)
+			return nil, fmt.Errorf("validator: compilation cache for the compile process: %w", err)
+		}
+		r.cacheDir, r.tempCache = dir, true
+	}
+	if r.cacheDir != "" {
+		cache, err := wazero.NewCompilationCacheWithDir(r.cacheDir)
+		if err != nil {
+			r.stop()
+			if r.tempCache {
+				_ = os.RemoveAll(r.cacheDir)
+			}
+			return nil, fmt.Errorf("validator: compilation cache in %s: %w", r.cacheDir, err)
 		}
 		r.cache = cache
 		cfg = cfg.WithCompilationCache(cache)
@@ -138,6 +158,9 @@ func (r *Runtime) Close(ctx context.Context) error {
 	if r.cache != nil {
 		err = errors.Join(err, r.cache.Close(ctx))
 	}
+	if r.tempCache {
+		err = errors.Join(err, os.RemoveAll(r.cacheDir))
+	}
 	return err
 }
 
@@ -155,6 +178,9 @@ type Stats struct {
 	PeakInstances int64
 	// MaxInstances is how many the memory budget allows.
 	MaxInstances int
+	// CompileProcesses are the pids of the running compile processes
+	// (WithCompileProcess).
+	CompileProcesses []int
 }
 
 // Stats returns the runtime's counters.
@@ -164,7 +190,12 @@ func (r *Runtime) Stats() Stats {
 	for _, f := range r.flights {
 		waiters += f.waiters
 	}
+	var pids []int
+	for pid := range r.children {
+		pids = append(pids, pid)
+	}
 	r.mu.Unlock()
+	slices.Sort(pids)
 	return Stats{
 		CompileWaiters: waiters,
 		Compiles:       r.compiles.Load(),
@@ -172,6 +203,8 @@ func (r *Runtime) Stats() Stats {
 		Instances:      len(r.memory),
 		PeakInstances:  r.peak.Load(),
 		MaxInstances:   cap(r.memory),
+
+		CompileProcesses: pids,
 	}
 }
 

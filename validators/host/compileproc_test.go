@@ -1,0 +1,178 @@
+package host_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/pawlcfg/pawl/internal/testkit/wasmbuild"
+	"github.com/pawlcfg/pawl/internal/testkit/wasmgen"
+	"github.com/pawlcfg/pawl/validators/host"
+)
+
+// compileChildEnv, set in the environment, makes the test binary the
+// compile process (TestMain).
+const compileChildEnv = "PAWL_HOST_TEST_COMPILE_CHILD=1"
+
+// compileProcess is the option that compiles in the test binary itself.
+func compileProcess(t *testing.T) host.Option {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return host.WithCompileProcess([]string{exe}, compileChildEnv)
+}
+
+// slowModule is the costliest function the default limits allow: seconds
+// of CPU to compile without -race, minutes with it.
+func slowModule() []byte {
+	return wasmgen.Branchy(wasmgen.NestedIfs, 8, host.DefaultModuleLimits.Blocks)
+}
+
+// smallModule compiles in milliseconds; tag makes it a module of its own.
+func smallModule(tag string) []byte {
+	return wasmgen.WithCustom(wasmgen.Bomb(2, 2), tag)
+}
+
+// awaitChild waits for r's one compile process to run and returns its pid.
+func awaitChild(t *testing.T, r *host.Runtime) int {
+	t.Helper()
+	wasmbuild.AwaitStats(t, r.Stats, "compiling in a child", func(s host.Stats) bool { return len(s.CompileProcesses) == 1 })
+	return r.Stats().CompileProcesses[0]
+}
+
+// assertGone fails unless the process pid no longer exists, reaped.
+func assertGone(t *testing.T, r *host.Runtime, pid int) {
+	t.Helper()
+	if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+		t.Fatalf("compile process %d: kill(pid, 0) = %v; want it gone (ESRCH)", pid, err)
+	}
+	if pids := r.Stats().CompileProcesses; len(pids) != 0 {
+		t.Fatalf("compile processes %v listed", pids)
+	}
+}
+
+// assertHealthy loads a small module through the child after a stopped
+// compilation.
+func assertHealthy(t *testing.T, r *host.Runtime, tag string) {
+	t.Helper()
+	wasm := smallModule(tag)
+	v, err := r.Load(context.Background(), host.Digest(wasm), wasm)
+	if err != nil {
+		t.Fatalf("Load of a small module after the stop: %v", err)
+	}
+	_ = v.Close(context.Background())
+}
+
+// stopBound is how long after its timeout or cancel a compilation in a
+// child may go on: killing and reaping a process, on a loaded machine.
+const stopBound = 3 * time.Second
+
+// TestCompileProcessStopsAtTheTimeout compiles the costliest module the
+// limits allow in a child under a 2s timeout: the child is killed at the
+// timeout, not at the end of the function, and the runtime goes on.
+func TestCompileProcessStopsAtTheTimeout(t *testing.T) {
+	const timeout = 2 * time.Second
+	r := uncachedRuntime(t, compileProcess(t), host.WithCompileTimeout(timeout))
+	wasm := slowModule()
+	began := time.Now()
+	var pid int
+	done := make(chan error, 1)
+	go func() {
+		_, err := r.Load(context.Background(), host.Digest(wasm), wasm)
+		done <- err
+	}()
+	pid = awaitChild(t, r)
+	err := <-done
+	took := time.Since(began)
+	var limit *host.LimitError
+	if !errors.As(err, &limit) || limit.Limit != host.LimitCompileTime {
+		t.Fatalf("Load = %v; want the compile time limit", err)
+	}
+	t.Logf("stopped %s after the %s timeout", took-timeout, timeout)
+	if took > timeout+stopBound {
+		t.Fatalf("Load took %s with a %s timeout", took, timeout)
+	}
+	assertGone(t, r, pid)
+	assertHealthy(t, r, "after the timeout")
+}
+
+// TestCompileProcessStopsWhenTheCallerGoes cancels the only Load of a
+// module compiling in a child: the child is killed at once.
+func TestCompileProcessStopsWhenTheCallerGoes(t *testing.T) {
+	r := uncachedRuntime(t, compileProcess(t))
+	wasm := slowModule()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := r.Load(ctx, host.Digest(wasm), wasm)
+		done <- err
+	}()
+	pid := awaitChild(t, r)
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Load after its cancel = %v", err)
+	}
+	idle := wasmbuild.AwaitStats(t, r.Stats, "idle", func(s host.Stats) bool { return s.Compiling == 0 })
+	t.Logf("compile process stopped %s after the caller went", idle)
+	if idle > stopBound {
+		t.Fatalf("the compilation ran on %s after the caller went", idle)
+	}
+	assertGone(t, r, pid)
+	assertHealthy(t, r, "after the cancel")
+}
+
+// TestCompileProcessStopsOnClose closes a runtime compiling in a child:
+// Close returns at once, and the child is gone.
+func TestCompileProcessStopsOnClose(t *testing.T) {
+	r, err := host.New(context.Background(), compileProcess(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wasm := slowModule()
+	done := make(chan error, 1)
+	go func() {
+		_, err := r.Load(context.Background(), host.Digest(wasm), wasm)
+		done <- err
+	}()
+	pid := awaitChild(t, r)
+	began := time.Now()
+	if err := r.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(began); took > stopBound {
+		t.Fatalf("Close took %s", took)
+	}
+	if err := <-done; !errors.Is(err, host.ErrClosed) {
+		t.Fatalf("Load after Close = %v", err)
+	}
+	if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+		t.Fatalf("compile process %d after Close: kill(pid, 0) = %v", pid, err)
+	}
+}
+
+// TestCompileProcessCompilesAndValidates loads the routing example and a
+// small module through the child, and a module that does not compile.
+func TestCompileProcessCompilesAndValidates(t *testing.T) {
+	r := newRuntime(t, compileProcess(t))
+	v := load(t, r, "routing")
+	res, err := v.Validate(context.Background(), host.Input{Config: []byte(`{"upstreams":[{"host":"a:443","weight":100}]}`)})
+	if err != nil || !res.Valid {
+		t.Fatalf("Validate = %+v, %v", res, err)
+	}
+	// An i32.add with nothing on the stack: its shape passes the checks.
+	bad := wasmgen.ABI(0, []byte{0x6a}).Encode()
+	_, err = r.Load(context.Background(), host.Digest(bad), bad)
+	if !errors.Is(err, host.ErrNotWasm) {
+		t.Fatalf("Load of a module that does not compile = %v; want ErrNotWasm", err)
+	}
+	t.Logf("compile error: %v", err)
+	if n := r.Stats().Compiles; n != 2 {
+		t.Fatalf("%d compilations", n)
+	}
+}
