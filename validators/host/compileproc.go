@@ -79,7 +79,8 @@ func (r *Runtime) compileInProcess(ctx context.Context, wasm []byte) error {
 	secs := max(1, int64(math.Ceil(cpu.Seconds())))*compileWorkers + 1
 	argv := r.opts.compileProcess
 	cmd := exec.Command(argv[0], append(slices.Clone(argv[1:]),
-		"-cache", r.cacheDir, "-cpu", strconv.FormatInt(secs, 10), "-memory", strconv.Itoa(DefaultCompileMemory))...)
+		"-cache", r.cacheDir, "-cpu", strconv.FormatInt(secs, 10), "-memory", strconv.Itoa(DefaultCompileMemory),
+		"-memory-limit", strconv.Itoa(r.opts.memoryLimit))...)
 	cmd.Env = r.opts.compileEnv
 	if cmd.Env == nil {
 		cmd.Env = []string{}
@@ -144,11 +145,12 @@ func RunCompileProcess(args []string, stdin io.Reader, stderr io.Writer) int {
 	cacheDir := fs.String("cache", "", "compilation cache directory")
 	cpu := fs.Int64("cpu", 0, "RLIMIT_CPU, in seconds")
 	memory := fs.Int64("memory", 0, "resident memory limit, in bytes")
+	memoryLimit := fs.Int("memory-limit", 0, "the runtime's WithMemoryLimit")
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
 	}
-	if *cacheDir == "" || *cpu <= 0 || *memory <= 0 {
-		fmt.Fprintln(stderr, "validator compile process: -cache, -cpu and -memory are required")
+	if *cacheDir == "" || *cpu <= 0 || *memory <= 0 || *memoryLimit <= 0 {
+		fmt.Fprintln(stderr, "validator compile process: -cache, -cpu, -memory and -memory-limit are required")
 		return exitUsage
 	}
 	// At the soft limit Linux sends SIGXCPU, which the Go runtime ignores;
@@ -173,7 +175,7 @@ func RunCompileProcess(args []string, stdin io.Reader, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "validator compile process:", err)
 		return exitUsage
 	}
-	rt := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfig().WithCompilationCache(cache))
+	rt := wazero.NewRuntimeWithConfig(ctx, runtimeConfig(*memoryLimit).WithCompilationCache(cache))
 	mod, err := rt.CompileModule(experimental.WithCompilationWorkers(ctx, compileWorkers), wasm)
 	if err != nil {
 		fmt.Fprintln(stderr, err)

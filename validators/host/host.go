@@ -98,9 +98,7 @@ func New(ctx context.Context, opts ...Option) (*Runtime, error) {
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
-	cfg := wazero.NewRuntimeConfig().
-		WithCloseOnContextDone(true).
-		WithMemoryLimitPages(uint32(o.memoryLimit / wasmPageSize))
+	cfg := runtimeConfig(o.memoryLimit)
 	r := &Runtime{
 		opts:         o,
 		compileSlots: make(chan struct{}, o.compiles),
@@ -137,6 +135,16 @@ func New(ctx context.Context, opts ...Option) (*Runtime, error) {
 		return nil, fmt.Errorf("validator: instantiate WASI: %w", err)
 	}
 	return r, nil
+}
+
+// runtimeConfig is the configuration of a runtime's wazero runtime, and of
+// its compile process: what the compilation cache keys entries by (wazero
+// hashes in whether calls end with their context) must not differ between
+// the two, or the runtime would compile again what the child compiled.
+func runtimeConfig(memoryLimit int) wazero.RuntimeConfig {
+	return wazero.NewRuntimeConfig().
+		WithCloseOnContextDone(true).
+		WithMemoryLimitPages(uint32(memoryLimit / wasmPageSize))
 }
 
 // Close stops the runtime's compilations, waits for them, and closes every
