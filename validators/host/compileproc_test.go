@@ -1,9 +1,15 @@
 package host_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"io/fs"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -175,4 +181,58 @@ func TestCompileProcessCompilesAndValidates(t *testing.T) {
 	if n := r.Stats().Compiles; n != 2 {
 		t.Fatalf("%d compilations", n)
 	}
+}
+
+// TestCompileProcessFillsTheRuntimesCache loads modules through the child
+// into an empty cache: each is one cache entry, so the runtime found what
+// the child compiled (a different key, from a different wazero config,
+// would make the runtime compile it again, in process, and add a second).
+func TestCompileProcessFillsTheRuntimesCache(t *testing.T) {
+	dir := t.TempDir()
+	r := uncachedRuntime(t, compileProcess(t), host.WithCacheDir(dir))
+	for _, tag := range []string{"a", "b"} {
+		wasm := smallModule(tag)
+		v, err := r.Load(context.Background(), host.Digest(wasm), wasm)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = v.Close(context.Background())
+	}
+	var entries []string
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			entries = append(entries, path)
+		}
+		return err
+	})
+	if err != nil || len(entries) != 2 {
+		t.Fatalf("cache entries %v, %v; want 2, one per module", entries, err)
+	}
+}
+
+// TestCompileProcessLimitsItself runs the compile process alone on the
+// slow module: over its memory limit it exits with its own code, and past
+// its CPU limit the kernel kills it.
+func TestCompileProcessLimitsItself(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(cpu, memory string) (*os.ProcessState, string) {
+		var stderr strings.Builder
+		cmd := exec.Command(exe, "-cache", t.TempDir(), "-cpu", cpu, "-memory", memory, "-memory-limit", "65536")
+		cmd.Env = []string{compileChildEnv}
+		cmd.Stdin = bytes.NewReader(slowModule())
+		cmd.Stderr = &stderr
+		_ = cmd.Run()
+		return cmd.ProcessState, stderr.String()
+	}
+	if st, stderr := run("600", "1"); st.ExitCode() != 4 || !strings.Contains(stderr, "over the 0 MiB limit") {
+		t.Fatalf("with a 1-byte memory limit: %v, %q; want exit status 4", st, stderr)
+	}
+	st, stderr := run("1", strconv.Itoa(host.DefaultCompileMemory))
+	if ws := st.Sys().(syscall.WaitStatus); !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+		t.Fatalf("with a 1s CPU limit: %v, %q; want killed", st, stderr)
+	}
+	t.Logf("killed after %s of CPU", st.UserTime()+st.SystemTime())
 }
