@@ -25,8 +25,9 @@ import (
 // it relies on process groups, RLIMIT_CPU and /proc/self/statm.
 
 // DefaultCompileMemory bounds the resident memory of a compile process
-// (WithCompileProcess): the 6 MB Go example validator compiles in under
-// 600 MB, the costliest function the module limits allow in under 100 MB.
+// (WithCompileProcess): the 6 MB Go example validator compiles in a
+// process of 160 MB, the costliest function the module limits allow in
+// under 100 MB.
 const DefaultCompileMemory = 2 << 30
 
 // Exit codes of the compile process, besides 0 (compiled) and death by a
