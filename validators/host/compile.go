@@ -133,7 +133,7 @@ func (r *Runtime) run(fctx context.Context, digest string, wasm []byte, f *fligh
 	if r.opts.compileProcess != nil {
 		// Compiled in a child process that fctx's end kills; the runtime
 		// then finds the module in the compilation cache.
-		err = r.compileInProcess(fctx, wasm)
+		err = r.compileInChild(fctx, wasm)
 	}
 	if err == nil {
 		mod, err = r.rt.CompileModule(experimental.WithCompilationWorkers(fctx, compileWorkers), wasm)

@@ -65,11 +65,11 @@ func WithCompileProcess(argv []string, env ...string) Option {
 	}
 }
 
-// compileInProcess compiles wasm in a child process into the runtime's
+// compileInChild compiles wasm in a child process into the runtime's
 // cache directory. It returns nil once the child compiled it; when ctx ends
 // first it kills the child and returns ctx's error; a child that failed
 // returns its reason.
-func (r *Runtime) compileInProcess(ctx context.Context, wasm []byte) error {
+func (r *Runtime) compileInChild(ctx context.Context, wasm []byte) error {
 	cpu := r.opts.compileTime
 	if d, ok := ctx.Deadline(); ok {
 		cpu = time.Until(d)
