@@ -236,3 +236,33 @@ func TestCompileProcessLimitsItself(t *testing.T) {
 	}
 	t.Logf("killed after %s of CPU", st.UserTime()+st.SystemTime())
 }
+
+// TestCompileProcessPrivateCache: without a cache directory, the runtime
+// makes a private one (0700) for its compile process, and Close removes it.
+func TestCompileProcessPrivateCache(t *testing.T) {
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	r, err := host.New(context.Background(), compileProcess(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wasm := smallModule("private")
+	v, err := r.Load(context.Background(), host.Digest(wasm), wasm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = v.Close(context.Background())
+	dirs, _ := filepath.Glob(filepath.Join(tmp, "pawl-wasm-cache-*"))
+	if len(dirs) != 1 {
+		t.Fatalf("cache directories %v; want one", dirs)
+	}
+	if fi, err := os.Stat(dirs[0]); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Fatalf("cache directory: %v, %v; want mode 0700", fi.Mode(), err)
+	}
+	if err := r.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(dirs[0]); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("cache directory after Close: %v; want it removed", err)
+	}
+}
