@@ -51,6 +51,7 @@ type config struct {
 	validatorLimits  host.ModuleLimits
 	compileTimeout   time.Duration
 	maxCompiles      int
+	compileProcess   []string
 	instanceLease    time.Duration
 	rolloutCheck     time.Duration
 	now              func() time.Time
@@ -502,6 +503,14 @@ func WithValidatorMemoryBudget(n int) Option { return func(c *config) { c.valida
 // DefaultValidatorModuleLimits).
 func WithValidatorModuleLimits(l host.ModuleLimits) Option {
 	return func(c *config) { c.validatorLimits = l }
+}
+
+// WithValidatorCompileProcess compiles each validator in a child process,
+// argv plus the arguments host.RunCompileProcess takes, so that the compile
+// timeout, a cancelled upload and Close stop it at once
+// (host.WithCompileProcess; Linux). pawld passes itself.
+func WithValidatorCompileProcess(argv ...string) Option {
+	return func(c *config) { c.compileProcess = argv }
 }
 
 // WithValidatorCompileTimeout bounds one validator's compilation (default

@@ -181,6 +181,9 @@ func New(ctx context.Context, opts ...Option) (*Server, error) {
 	if cfg.maxCompiles != 0 {
 		hostOpts = append(hostOpts, host.WithMaxCompiles(cfg.maxCompiles))
 	}
+	if cfg.compileProcess != nil {
+		hostOpts = append(hostOpts, host.WithCompileProcess(cfg.compileProcess))
+	}
 	rt, err := host.New(ctx, hostOpts...)
 	if err != nil {
 		return fail(err)

@@ -44,6 +44,7 @@ import (
 
 	"github.com/pawlcfg/pawl/internal/flagconf"
 	"github.com/pawlcfg/pawl/server"
+	"github.com/pawlcfg/pawl/validators/host"
 )
 
 func main() {
@@ -53,6 +54,10 @@ func main() {
 		if errors.Is(err, flag.ErrHelp) {
 			os.Exit(0)
 		}
+		var code exitCode
+		if errors.As(err, &code) {
+			os.Exit(int(code))
+		}
 		fmt.Fprintln(os.Stderr, "pawld:", err)
 		os.Exit(1)
 	}
@@ -61,6 +66,13 @@ func main() {
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) > 0 && args[0] == "restore" {
 		return restore(ctx, args[1:], stderr)
+	}
+	if len(args) > 0 && args[0] == compileCommand {
+		// Hidden: the child that compiles one validator (compileProcess).
+		if code := host.RunCompileProcess(args[1:], os.Stdin, stderr); code != 0 {
+			return exitCode(code)
+		}
+		return nil
 	}
 	fs := flag.NewFlagSet("pawld", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -182,6 +194,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		server.WithValidatorMemoryBudget(*validatorBudget),
 		server.WithValidatorCompileTimeout(*compileTimeout),
 		server.WithValidatorMaxCompiles(*maxCompiles),
+		server.WithValidatorCompileProcess(compileProcess()...),
 		server.WithValidatorModuleLimits(lim),
 		server.WithInstanceLease(*instanceLease),
 		server.WithTLS(*tlsCert, *tlsKey),
@@ -386,3 +399,26 @@ func serveProfiles(addr string, log *slog.Logger) (func(), error) {
 		<-done
 	}, nil
 }
+
+// compileCommand is the hidden command of the child that compiles one
+// validator module: pawld compiles each module in a re-execution of itself,
+// which the compile timeout, a cancelled upload and shutdown kill at once
+// (host.WithCompileProcess).
+const compileCommand = "__compile-validator"
+
+// compileProcess is the argv of pawld's compile process: this executable
+// with compileCommand, or none (compiling in process) when the executable
+// cannot be found.
+func compileProcess() []string {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil
+	}
+	return []string{exe, compileCommand}
+}
+
+// exitCode is an error that makes pawld exit with the code, saying nothing
+// more (the compile process already wrote its reason to stderr).
+type exitCode int
+
+func (c exitCode) Error() string { return fmt.Sprintf("exit status %d", int(c)) }

@@ -128,9 +128,20 @@ func (r *Runtime) run(fctx context.Context, digest string, wasm []byte, f *fligh
 	defer func() { <-r.compileSlots }()
 	defer f.cancel()
 	began := time.Now()
-	mod, err := r.rt.CompileModule(experimental.WithCompilationWorkers(fctx, compileWorkers), wasm)
+	var mod wazero.CompiledModule
+	var err error
+	if r.opts.compileProcess != nil {
+		// Compiled in a child process that fctx's end kills; the runtime
+		// then finds the module in the compilation cache.
+		err = r.compileInChild(fctx, wasm)
+	}
+	if err == nil {
+		mod, err = r.rt.CompileModule(experimental.WithCompilationWorkers(fctx, compileWorkers), wasm)
+	}
+	var limit *LimitError
 	switch {
 	case err == nil:
+	case errors.As(err, &limit), errors.Is(err, ErrLimit) && fctx.Err() == nil:
 	case errors.Is(fctx.Err(), context.DeadlineExceeded):
 		err = &LimitError{Limit: LimitCompileTime, Msg: fmt.Sprintf("compiling the module took longer than the %s limit and was stopped", r.opts.compileTime),
 			Max: uint64(r.opts.compileTime.Milliseconds()), Got: uint64(time.Since(began).Milliseconds())}
@@ -138,6 +149,7 @@ func (r *Runtime) run(fctx context.Context, digest string, wasm []byte, f *fligh
 		err = ErrClosed
 	case fctx.Err() != nil:
 		err = fmt.Errorf("validator: compilation stopped after %s: no caller waits for it: %w", time.Since(began).Round(time.Millisecond), context.Canceled)
+	case errors.Is(err, ErrNotWasm):
 	default:
 		err = fmt.Errorf("%w: %v", ErrNotWasm, err)
 	}

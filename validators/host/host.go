@@ -27,6 +27,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -64,6 +65,11 @@ type Runtime struct {
 	cache wazero.CompilationCache
 	opts  options
 
+	// cacheDir is the compilation cache's directory, and tempCache says
+	// the runtime made it for its compile process and removes it on Close.
+	cacheDir  string
+	tempCache bool
+
 	// ctx ends when the runtime closes, stopping its compilations; wg
 	// counts the goroutines that run them.
 	ctx  context.Context
@@ -80,6 +86,7 @@ type Runtime struct {
 	closed     bool
 	flights    map[string]*flight      // running compilations, by digest
 	validators map[*Validator]struct{} // loaded, whose idle instances may be evicted
+	children   map[int]struct{}        // pids of running compile processes
 }
 
 // New starts a runtime.
@@ -91,36 +98,48 @@ func New(ctx context.Context, opts ...Option) (*Runtime, error) {
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
-	cfg := wazero.NewRuntimeConfig().
-		WithCloseOnContextDone(true).
-		WithMemoryLimitPages(uint32(o.memoryLimit / wasmPageSize))
+	cfg := runtimeConfig(o.memoryLimit)
 	r := &Runtime{
 		opts:         o,
 		compileSlots: make(chan struct{}, o.compiles),
 		memory:       make(chan struct{}, o.budget/o.memoryLimit),
 		flights:      map[string]*flight{},
 		validators:   map[*Validator]struct{}{},
+		children:     map[int]struct{}{},
+		cacheDir:     o.cacheDir,
 	}
 	r.ctx, r.stop = context.WithCancel(context.WithoutCancel(ctx))
-	if o.cacheDir != "" {
+	if r.cacheDir == "" && o.compileProcess != nil {
+		dir, err := os.MkdirTemp("", "pawl-wasm-cache-") // 0700
+		if err != nil {
+			r.stop()
+			return nil, fmt.Errorf("validator: compilation cache for the compile process: %w", err)
+		}
+		r.cacheDir, r.tempCache = dir, true
+	}
+	if r.cacheDir != "" {
 		// The cache holds native code the runtime runs unchecked: only this
 		// process's user may be able to change it, before and after wazero
 		// makes its directory in it.
-		dir, err := prepareCacheDir(o.cacheDir)
-		if err != nil {
+		fail := func(err error) (*Runtime, error) {
 			r.stop()
+			if r.tempCache {
+				_ = os.RemoveAll(r.cacheDir)
+			}
 			return nil, err
 		}
+		dir, err := prepareCacheDir(r.cacheDir)
+		if err != nil {
+			return fail(err)
+		}
+		r.cacheDir = dir
 		cache, err := wazero.NewCompilationCacheWithDir(dir)
 		if err != nil {
-			err = fmt.Errorf("validator: compilation cache in %s: %w", o.cacheDir, err)
-		} else {
-			err = checkEntries(dir)
+			return fail(fmt.Errorf("validator: compilation cache in %s: %w", dir, err))
 		}
-		if err != nil {
+		if err := checkEntries(dir); err != nil {
 			_ = cache.Close(ctx)
-			r.stop()
-			return nil, err
+			return fail(err)
 		}
 		r.cache = cache
 		cfg = cfg.WithCompilationCache(cache)
@@ -131,6 +150,16 @@ func New(ctx context.Context, opts ...Option) (*Runtime, error) {
 		return nil, fmt.Errorf("validator: instantiate WASI: %w", err)
 	}
 	return r, nil
+}
+
+// runtimeConfig is the configuration of a runtime's wazero runtime, and of
+// its compile process: what the compilation cache keys entries by (wazero
+// hashes in whether calls end with their context) must not differ between
+// the two, or the runtime would compile again what the child compiled.
+func runtimeConfig(memoryLimit int) wazero.RuntimeConfig {
+	return wazero.NewRuntimeConfig().
+		WithCloseOnContextDone(true).
+		WithMemoryLimitPages(uint32(memoryLimit / wasmPageSize))
 }
 
 // Close stops the runtime's compilations, waits for them, and closes every
@@ -152,6 +181,9 @@ func (r *Runtime) Close(ctx context.Context) error {
 	if r.cache != nil {
 		err = errors.Join(err, r.cache.Close(ctx))
 	}
+	if r.tempCache {
+		err = errors.Join(err, os.RemoveAll(r.cacheDir))
+	}
 	return err
 }
 
@@ -169,6 +201,9 @@ type Stats struct {
 	PeakInstances int64
 	// MaxInstances is how many the memory budget allows.
 	MaxInstances int
+	// CompileProcesses are the pids of the running compile processes
+	// (WithCompileProcess).
+	CompileProcesses []int
 }
 
 // Stats returns the runtime's counters.
@@ -178,7 +213,12 @@ func (r *Runtime) Stats() Stats {
 	for _, f := range r.flights {
 		waiters += f.waiters
 	}
+	var pids []int
+	for pid := range r.children {
+		pids = append(pids, pid)
+	}
 	r.mu.Unlock()
+	slices.Sort(pids)
 	return Stats{
 		CompileWaiters: waiters,
 		Compiles:       r.compiles.Load(),
@@ -186,6 +226,8 @@ func (r *Runtime) Stats() Stats {
 		Instances:      len(r.memory),
 		PeakInstances:  r.peak.Load(),
 		MaxInstances:   cap(r.memory),
+
+		CompileProcesses: pids,
 	}
 }
 

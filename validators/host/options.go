@@ -21,6 +21,11 @@ type options struct {
 	compileTime time.Duration
 	compiles    int
 	budget      int
+
+	// compileProcess is the argv of the compile process, nil to compile
+	// in process; compileEnv its environment.
+	compileProcess []string
+	compileEnv     []string
 }
 
 // ModuleLimits bound the shape of a module, checked before it is compiled.
@@ -101,6 +106,8 @@ func (o options) validate() error {
 		return fmt.Errorf("validator: WithCompileTimeout(%s): must be positive", o.compileTime)
 	case o.compiles <= 0:
 		return fmt.Errorf("validator: WithMaxCompiles(%d): must be positive", o.compiles)
+	case o.compileProcess != nil && len(o.compileProcess) == 0:
+		return fmt.Errorf("validator: WithCompileProcess: argv is empty")
 	case o.budget < o.memoryLimit:
 		return fmt.Errorf("validator: WithMemoryBudget(%d): must hold at least one instance of the memory limit (%d bytes)", o.budget, o.memoryLimit)
 	}
