@@ -117,6 +117,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	maxWatchers := fs.Int("max-watchers-per-principal", server.DefaultMaxWatchersPerPrincipal, "most watch streams (KV and assignment watches) one principal, or one address without --auth-file, may hold open (0: no limit); admins are exempt")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
+	otlpEndpoint := fs.String("otlp-endpoint", "", "trace every call and export the spans over OTLP/gRPC to the collector at this URL: http://host:4317 (plaintext) or https://host:4317 (TLS); off by default. An ACK's span continues the SDK's trace")
+	metricsAuth := fs.Bool("metrics-auth", false, "answer /metrics only with a bearer token or client certificate of --auth-file (any principal); without it /metrics is open, as etcd's and Consul's are. /healthz and /readyz stay open")
 	pprofAddr := fs.String("pprof", "", "serve Go's profiles (net/http/pprof) on this address, e.g. 127.0.0.1:6060; off by default")
 	if len(args) > 0 && args[0] == "completion" {
 		if len(args) != 2 {
@@ -152,6 +154,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	var redisOpts []server.Option
+	if *metricsAuth {
+		redisOpts = append(redisOpts, server.WithMetricsAuth())
+	}
 	if *acceptRollback {
 		redisOpts = append(redisOpts, server.WithRedisAcceptRollback())
 	}
@@ -188,6 +193,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		server.WithAdminNetworks(admins...),
 		server.WithStreamLimits(*maxStreams, *maxWatchers),
 		server.WithLogger(log),
+		server.WithOTLPEndpoint(*otlpEndpoint),
 	}, redisOpts...)...)
 	if err != nil {
 		return err

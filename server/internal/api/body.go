@@ -7,6 +7,10 @@ import (
 	"io"
 	"net/http"
 	"strings"
+
+	"connectrpc.com/connect"
+
+	"github.com/pawlcfg/pawl/server/internal/metrics"
 )
 
 // LimitBody guards the request bodies of a Connect handler, next, before
@@ -50,6 +54,9 @@ type guardedBody struct {
 	// be flagged compressed.
 	compressed bool
 
+	// metrics counts a refusal (nil: none).
+	metrics *metrics.Metrics
+
 	read      int64   // bytes of the body read so far
 	prefix    [5]byte // the prefix being read
 	prefixLen int     // bytes of prefix read
@@ -59,7 +66,7 @@ type guardedBody struct {
 
 func newGuardedBody(r *http.Request, max int64, limits string) *guardedBody {
 	ct := strings.ToLower(r.Header.Get("Content-Type"))
-	g := &guardedBody{body: r.Body, max: max, limits: limits}
+	g := &guardedBody{body: r.Body, max: max, limits: limits, metrics: metrics.FromContext(r.Context())}
 	switch {
 	case strings.HasPrefix(ct, "application/grpc"): // gRPC and gRPC-Web
 		g.enveloped = true
@@ -134,8 +141,12 @@ func (g *guardedBody) check(b []byte) error {
 	return nil
 }
 
+// tooLarge refuses the body, and counts the refusal here: Connect
+// answers a unary call whose body it cannot read before any interceptor
+// runs.
 func (g *guardedBody) tooLarge(what string) error {
-	return ResourceExhausted("%s; the server reads at most %d bytes of one request here: %s", what, g.max, g.limits)
+	return connect.NewError(connect.CodeResourceExhausted, g.metrics.CountRefusal(
+		fmt.Errorf("%s; the server reads at most %d bytes of one request here: %s", what, g.max, g.limits)))
 }
 
 func (g *guardedBody) truncated() error {
