@@ -153,15 +153,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	var redisOpts []server.Option
+	var extraOpts []server.Option
 	if *metricsAuth {
-		redisOpts = append(redisOpts, server.WithMetricsAuth())
+		extraOpts = append(extraOpts, server.WithMetricsAuth())
 	}
 	if *acceptRollback {
-		redisOpts = append(redisOpts, server.WithRedisAcceptRollback())
+		extraOpts = append(extraOpts, server.WithRedisAcceptRollback())
 	}
 	if *waitAOF {
-		redisOpts = append(redisOpts, server.WithRedisWaitAOF(*replicaWait))
+		extraOpts = append(extraOpts, server.WithRedisWaitAOF(*replicaWait))
 	}
 	srv, err := server.New(ctx, append([]server.Option{
 		server.WithDataDir(*data),
@@ -194,7 +194,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		server.WithStreamLimits(*maxStreams, *maxWatchers),
 		server.WithLogger(log),
 		server.WithOTLPEndpoint(*otlpEndpoint),
-	}, redisOpts...)...)
+	}, extraOpts...)...)
 	if err != nil {
 		return err
 	}

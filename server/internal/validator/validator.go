@@ -102,7 +102,7 @@ func New(st store.Store, rt *host.Runtime, maxBytes int, opts ...Option) *Valida
 // compile loads wasm in the runtime, timed.
 func (v *Validators) compile(ctx context.Context, digest string, wasm []byte) (*host.Validator, error) {
 	start := time.Now()
-	m, err := v.compile(ctx, digest, wasm)
+	m, err := v.runtime.Load(ctx, digest, wasm)
 	v.metrics.ValidatorLoaded(time.Since(start), err)
 	return m, err
 }
