@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -129,6 +130,10 @@ func (s *Server) authenticated(next http.Handler) http.Handler {
 		next.ServeHTTP(w, r)
 	})
 }
+
+// refusedConn counts a connection that a limit refused, by the limit's
+// flag.
+func (s *Server) refusedConn(flag string) { s.metrics.Refused(strings.TrimPrefix(flag, "--")) }
 
 // answer writes a plain-text answer and the status.
 func answer(w http.ResponseWriter, status int, text string) {

@@ -496,7 +496,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		IdleTimeout: s.cfg.idleTimeout,
 		ErrorLog:    slog.NewLogLogger(s.cfg.log.Handler(), slog.LevelWarn),
 	}
-	limited, err := connlimit.New(ln, s.connLimits, connlimit.WithLogger(s.cfg.log))
+	limited, err := connlimit.New(ln, s.connLimits, connlimit.WithLogger(s.cfg.log), connlimit.WithRefusalHook(s.refusedConn))
 	if err != nil {
 		return fmt.Errorf("server: %w", err)
 	}
