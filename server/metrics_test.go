@@ -215,6 +215,11 @@ func TestMetricsMoveWithTraffic(t *testing.T) {
 	if _, err := ro.Ack(ctx, connect.NewRequest(&pawlv1.AckRequest{Ack: ack})); err == nil {
 		t.Fatal("an ACK of a release that does not exist was taken")
 	}
+	// A state outside the enum gets no label of its own.
+	ack.Generation, ack.State = rel.GetGeneration(), pawlv1.InstanceState(1234)
+	if _, err := ro.Ack(ctx, connect.NewRequest(&pawlv1.AckRequest{Ack: ack})); err == nil {
+		t.Fatal("an ACK of state 1234 was taken")
+	}
 	// Status waits until the rollout views have every write before it.
 	if _, err := ro.GetRolloutStatus(ctx, connect.NewRequest(&pawlv1.GetRolloutStatusRequest{ConfigId: rel.GetSpec().GetConfigId(), Generation: rel.GetGeneration()})); err != nil {
 		t.Fatal(err)
@@ -226,6 +231,11 @@ func TestMetricsMoveWithTraffic(t *testing.T) {
 		series("pawl_acks_total", "state=VALIDATED", "outcome=refused"):     1,
 		series("pawl_validator_run_seconds_count", "outcome=accepted"):      1, // the release's content, checked at creation
 	})
+	for s := range after {
+		if strings.Contains(s, "1234") {
+			t.Errorf("series %s: a client's number became a label", s)
+		}
+	}
 	for state, want := range map[string]float64{"waiting": 1, "pending": 1, "passed": 0, "failed": 0, "stopped": 0} {
 		if got := after[series("pawl_rollout_stages", "state="+state)]; got != want {
 			t.Errorf("rollout stages %s = %v, want %v", state, got, want)
