@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -124,8 +125,11 @@ func TestTheServerSpanOfAnACKIsInTheSDKTrace(t *testing.T) {
 		want[a.GetTraceId()] = strings.TrimPrefix(a.GetState().String(), "INSTANCE_STATE_")
 	}
 	ackSpan := strings.TrimPrefix(pawlv1connect.RolloutServiceAckProcedure, "/")
+	// The server exports in batches, every 5 seconds.
+	ctx, cancel := context.WithTimeout(h.ctx, 30*time.Second)
+	defer cancel()
 	var missing []string
-	found := recv.await(h.ctx, func(spans []receivedSpan) bool {
+	found := recv.await(ctx, func(spans []receivedSpan) bool {
 		seen := map[string]bool{}
 		for _, s := range spans {
 			trace, parent := hex.EncodeToString(s.span.GetTraceId()), hex.EncodeToString(s.span.GetParentSpanId())
