@@ -20,7 +20,7 @@ func newStateCollector(src Sources) *stateCollector {
 		return prometheus.NewDesc(prometheus.BuildFQName(namespace, "", name), help, labels, nil)
 	}
 	return &stateCollector{src: src,
-		watchers: d("watch_streams", "Watch streams open now (KV watches and the rollout views' own)."),
+		watchers: d("watch_streams", "Watchers of the watch hub open now: KV watch streams, and the server's own followers of the store."),
 		revision: d("store_revision", "The store revision this server's watch hub has seen."),
 		used:     d("store_size_bytes", "The store's size as counted against its quota."),
 		quota:    d("store_quota_bytes", "The storage quota (--quota-bytes); 0 when there is none."),
