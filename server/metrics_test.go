@@ -242,3 +242,42 @@ func TestMetricsMoveWithTraffic(t *testing.T) {
 		}
 	}
 }
+
+// TestNoSpaceAlarmIsAGauge: puts into a small quota until one is refused;
+// the refusal is counted by its limit, and the NOSPACE alarm it raised
+// reads 1, with the size near the quota.
+func TestNoSpaceAlarmIsAGauge(t *testing.T) {
+	// Large enough that a put costs less than a tenth of it: a put refused
+	// under nine tenths is refused alone, without the alarm.
+	const quota = 256 << 10
+	srv := testserver.Start(t, server.WithQuota(quota))
+	kv := newKV(t, srv)
+	before := scrapeMetrics(t, srv)
+	if before[series("pawl_store_nospace_alarm")] != 0 || before[series("pawl_store_quota_bytes")] != quota {
+		t.Fatalf("before: alarm %v, quota %v", before[series("pawl_store_nospace_alarm")], before[series("pawl_store_quota_bytes")])
+	}
+	value := make([]byte, 1000)
+	refused := false
+	for i := 0; i < 1000 && !refused; i++ {
+		_, err := kv.Put(context.Background(), connect.NewRequest(&pawlv1.PutRequest{Key: fmt.Sprintf("/fill/%d", i), Value: value}))
+		switch {
+		case connect.CodeOf(err) == connect.CodeResourceExhausted:
+			refused = true
+		case err != nil:
+			t.Fatalf("put %d: %v", i, err)
+		}
+	}
+	if !refused {
+		t.Fatalf("1000 puts of %d bytes fit in a quota of %d bytes", len(value), quota)
+	}
+	after := scrapeMetrics(t, srv)
+	moved(t, before, after, map[string]float64{
+		series("pawl_limit_refusals_total", "limit=quota-bytes"):                                                      1,
+		series("pawl_store_nospace_alarm"):                                                                            1,
+		series("pawl_store_commit_seconds_count", "outcome=error"):                                                    1,
+		series("pawl_rpc_handled_total", "procedure="+pawlv1connect.KVServicePutProcedure, "code=resource_exhausted"): 1,
+	})
+	if used := after[series("pawl_store_size_bytes")]; used < quota*9/10 {
+		t.Errorf("size %v with the alarm raised; want at least nine tenths of %d", used, quota)
+	}
+}
