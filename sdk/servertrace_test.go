@@ -9,14 +9,11 @@ import (
 	"testing"
 	"time"
 
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	tracev1 "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/grpc"
 
 	"github.com/pawlcfg/pawl/gen/pawl/v1/pawlv1connect"
-	"github.com/pawlcfg/pawl/sdk"
 	"github.com/pawlcfg/pawl/server"
 )
 
@@ -104,13 +101,7 @@ func (r *otlpReceiver) await(ctx context.Context, ok func([]receivedSpan) bool) 
 func TestTheServerSpanOfAnACKIsInTheSDKTrace(t *testing.T) {
 	recv := startOTLPReceiver(t)
 	h := newHarness(t, server.WithOTLPEndpoint("http://"+recv.addr))
-	recorder := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(recorder))
-	defer tp.Shutdown(h.ctx)
-	h.client("i0", sdk.WithTracerProvider(tp))
-	h.waitRegistered("i0")
-	h.release(50, nil)
-	h.awaitAcks(1, func(s map[string][]string) bool { return reported(s, "i0", "HEALTHY_ACKED") })
+	recorder := tracedApply(h)
 
 	sdkSpans := map[string]string{} // span ID -> name
 	for _, s := range recorder.Started() {
