@@ -118,6 +118,20 @@ func TestMetricsMoveWithTraffic(t *testing.T) {
 	if !stream.Receive() || len(stream.Msg().GetEvents().GetEvents()) != 1 {
 		t.Fatalf("watch: %v, %v", stream.Msg(), stream.Err())
 	}
+	// A watch from the first revision replays history: not fan-out lag.
+	replay, err := kv.Watch(ctx, connect.NewRequest(&pawlv1.WatchRequest{Prefix: "/m/", StartRevision: 1}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for seen := int64(0); seen < rev; {
+		if !replay.Receive() {
+			t.Fatalf("replay: %v", replay.Err())
+		}
+		for _, ev := range replay.Msg().GetEvents().GetEvents() {
+			seen = ev.GetKv().GetModRevision()
+		}
+	}
+	defer replay.Close()
 	// Over --max-value-bytes: the handler refuses it.
 	_, err = kv.Put(ctx, connect.NewRequest(&pawlv1.PutRequest{Key: "/m/big", Value: make([]byte, maxValue+1)}))
 	if connect.CodeOf(err) != connect.CodeResourceExhausted {
@@ -153,10 +167,10 @@ func TestMetricsMoveWithTraffic(t *testing.T) {
 		series("pawl_rpc_handled_total", "procedure="+putProc, "code=ok"):                   2,
 		series("pawl_rpc_handled_total", "procedure="+putProc, "code=resource_exhausted"):   1, // the guard's unary refusal is Connect's alone
 		series("pawl_rpc_duration_seconds_count", "procedure="+putProc):                     3,
-		series("pawl_rpc_started_total", "procedure="+watchProc):                            2,
+		series("pawl_rpc_started_total", "procedure="+watchProc):                            3,
 		series("pawl_rpc_handled_total", "procedure="+watchProc, "code=resource_exhausted"): 1,
-		series("pawl_rpc_streams_open", "procedure="+watchProc):                             1,
-		series("pawl_watch_streams"):                                                        1,
+		series("pawl_rpc_streams_open", "procedure="+watchProc):                             2, // the live watch and the replay, both open
+		series("pawl_watch_streams"):                                                        2,
 		series("pawl_watch_fanout_lag_seconds_count"):                                       1,
 		series("pawl_limit_refusals_total", "limit=max-value-bytes"):                        3,
 		series("pawl_rpc_handled_total", "procedure="+uploadProc, "code=ok"):                1,
