@@ -77,6 +77,11 @@
 // them, and refuses to send a token in clear text to a server beyond
 // loopback.
 //
+// Package pawlerr reads the details of the server's errors (the limit
+// that was hit, a key's revision after a failed compare-and-swap, the
+// violations of rejected content, the pointer after a lost race) for the
+// programs that call the API directly; docs/ERRORS.md lists them.
+//
 // The package imports no server code: its dependencies are the generated
 // API (gen), validators/host, sdk/canonical, sdk/appversion, sdk/configid and sdk/credentials, connect,
 // and OpenTelemetry's API.

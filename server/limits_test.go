@@ -23,6 +23,7 @@ import (
 	pawlv1 "github.com/pawlcfg/pawl/gen/pawl/v1"
 	"github.com/pawlcfg/pawl/gen/pawl/v1/pawlv1connect"
 	"github.com/pawlcfg/pawl/internal/testkit/testserver"
+	"github.com/pawlcfg/pawl/sdk/pawlerr"
 	"github.com/pawlcfg/pawl/server"
 )
 
@@ -436,6 +437,11 @@ func TestStreamFloodOverOneConnection(t *testing.T) {
 				opened = append(opened, cancel)
 			case connect.CodeOf(err) == connect.CodeResourceExhausted && strings.Contains(err.Error(), "--max-streams-per-principal 20") &&
 				strings.Contains(err.Error(), "address 127.0.0.2"):
+				if l, ok := pawlerr.LimitFrom(err); !ok || l.GetLimit() != "--max-streams-per-principal" || l.GetLimitValue() != 20 ||
+					l.GetValue() != 20 || l.GetUnit() != "streams" {
+					other = append(other, fmt.Errorf("%w: detail %v, want LimitExceeded{--max-streams-per-principal, 20 of 20 streams}", err, l))
+					return
+				}
 				exhausted++
 			default:
 				other = append(other, err)

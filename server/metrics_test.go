@@ -172,7 +172,8 @@ func TestMetricsMoveWithTraffic(t *testing.T) {
 		series("pawl_rpc_streams_open", "procedure="+watchProc):                             2, // the live watch and the replay, both open
 		series("pawl_watch_streams"):                                                        2,
 		series("pawl_watch_fanout_lag_seconds_count"):                                       1,
-		series("pawl_limit_refusals_total", "limit=max-value-bytes"):                        3,
+		series("pawl_limit_refusals_total", "limit=max-value-bytes"):                        2, // the handler's, and the guard's of the watch
+		series("pawl_limit_refusals_total", "limit=max-txn-bytes"):                          1, // the guard's of the put: the larger of the KV limits
 		series("pawl_rpc_handled_total", "procedure="+uploadProc, "code=ok"):                1,
 		series("pawl_validator_compile_seconds_count", "outcome=ok"):                        1,
 		series("pawl_rpc_handled_total", "procedure="+validateProc, "code=ok"):              2,

@@ -66,6 +66,8 @@ type config struct {
 	reservedConns     int
 	adminNetworks     []netip.Prefix
 	streamLimits      api.StreamLimits
+	// corsOrigins may call from a browser (WithCORSOrigins).
+	corsOrigins []string
 
 	// Observability (docs/METRICS.md).
 	metricsAuth  bool
@@ -235,6 +237,9 @@ func defaultConfig() config {
 }
 
 func (c config) validate() error {
+	if err := checkCORSOrigins(c.corsOrigins); err != nil {
+		return err
+	}
 	switch {
 	case c.dataDir == "":
 		return fmt.Errorf("server: WithDataDir: the data directory is empty")

@@ -16,6 +16,7 @@ import (
 	"github.com/pawlcfg/pawl/gen/pawl/v1/pawlv1connect"
 	"github.com/pawlcfg/pawl/internal/testkit/testserver"
 	"github.com/pawlcfg/pawl/internal/testkit/wasmbuild"
+	"github.com/pawlcfg/pawl/sdk/pawlerr"
 	"github.com/pawlcfg/pawl/server"
 )
 
@@ -65,6 +66,13 @@ func wantQuotaRefusal(t *testing.T, what string, err error, quota int64) {
 	if !errors.As(err, &ce) || ce.Code() != connect.CodeResourceExhausted ||
 		!strings.Contains(ce.Message(), "--quota-bytes") || !strings.Contains(ce.Message(), fmt.Sprint(quota)) {
 		t.Fatalf("%s over the quota: %v; want RESOURCE_EXHAUSTED naming the %d-byte quota and --quota-bytes", what, err, quota)
+	}
+	// The detail says the same to a program: the quota, or the quota and
+	// its reserve for reports, and where the store is or would be.
+	l, ok := pawlerr.LimitFrom(err)
+	if !ok || l.GetLimit() != "--quota-bytes" || l.GetUnit() != "bytes" ||
+		(l.GetLimitValue() != uint64(quota) && l.GetLimitValue() != uint64(quota+quota/10)) || l.GetValue() < uint64(quota)*9/10 {
+		t.Fatalf("%s over the quota: detail %v; want LimitExceeded{--quota-bytes} of the %d-byte quota", what, l, quota)
 	}
 }
 

@@ -334,7 +334,7 @@ func (s *Server) routes() http.Handler {
 	mux.Handle(grpcreflect.NewHandlerV1(reflector))
 	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
 	s.mountOps(mux, rollouts)
-	return s.metrics.Middleware(withAuthContext(s.limitBodies(mux, readMax, kvReadMax, wasmReadMax)))
+	return s.metrics.Middleware(withCORS(withAuthContext(s.limitBodies(mux, readMax, kvReadMax, wasmReadMax)), s.cfg.corsOrigins))
 }
 
 // limitBodies guards every request body (api.LimitBody) with the read
@@ -342,10 +342,14 @@ func (s *Server) routes() http.Handler {
 // each refused over it with a message naming the flags that make it up.
 func (s *Server) limitBodies(next http.Handler, readMax, kvReadMax, wasmReadMax int) http.Handler {
 	values := fmt.Sprintf("a value or a release's content may be up to %d bytes (pawld --max-value-bytes)", s.cfg.maxValueBytes)
-	other := api.LimitBody(next, readMax, values+"; raise it to send larger ones")
-	kv := api.LimitBody(next, kvReadMax, fmt.Sprintf("%s, and a transaction up to %d bytes of keys and values in %d ops "+
+	other := api.LimitBody(next, readMax, "--max-value-bytes", values+"; raise it to send larger ones")
+	kvFlag := "--max-value-bytes"
+	if s.cfg.maxTxnBytes > s.cfg.maxValueBytes {
+		kvFlag = "--max-txn-bytes"
+	}
+	kv := api.LimitBody(next, kvReadMax, kvFlag, fmt.Sprintf("%s, and a transaction up to %d bytes of keys and values in %d ops "+
 		"(--max-txn-bytes, --max-txn-ops); raise them to send larger ones", values, s.cfg.maxTxnBytes, s.cfg.maxTxnOps))
-	wasm := api.LimitBody(next, wasmReadMax, fmt.Sprintf("a validator module may be up to %d bytes (pawld --max-validator-bytes); "+
+	wasm := api.LimitBody(next, wasmReadMax, "--max-validator-bytes", fmt.Sprintf("a validator module may be up to %d bytes (pawld --max-validator-bytes); "+
 		"raise it to upload larger ones", s.cfg.maxWasmBytes))
 	kvPrefix := "/" + pawlv1connect.KVServiceName + "/"
 	validatorPrefix := "/" + pawlv1connect.ValidatorServiceName + "/"

@@ -33,6 +33,8 @@ func TestCompileBombUploadIsRefused(t *testing.T) {
 		{"nested loops", wasmgen.Bomb(20, 2000), "function 2 has 2000 nested loops; the limit is 32 (pawld --validator-max-loop-depth)"},
 		{"locals in loops", wasmgen.Bomb(2000, 30), "the limit is 10000 (pawld --validator-max-loop-joins)"},
 		{"locals", wasmgen.Bomb(6000, 1), "function 2 has 6000 locals per function; the limit is 5000 (pawld --validator-max-function-locals)"},
+		{"if/else diamonds", wasmgen.Branchy(wasmgen.Diamonds, 2, 40_000), "function 2 has 80000 blocks (block, loop, if, else, br_if and br_table targets); the limit is 10500 (pawld --validator-max-blocks)"},
+		{"locals across diamonds", wasmgen.Branchy(wasmgen.Diamonds, 5000, 1000), "function 2 has 10004000 block joins (blocks times locals); the limit is 110000 (pawld --validator-max-block-joins)"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			began := time.Now()

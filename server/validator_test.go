@@ -15,6 +15,7 @@ import (
 	"github.com/pawlcfg/pawl/gen/pawl/v1/pawlv1connect"
 	"github.com/pawlcfg/pawl/internal/testkit/testserver"
 	"github.com/pawlcfg/pawl/internal/testkit/wasmbuild"
+	"github.com/pawlcfg/pawl/sdk/pawlerr"
 	"github.com/pawlcfg/pawl/server"
 	"github.com/pawlcfg/pawl/validators/host"
 )
@@ -136,6 +137,10 @@ func TestValidatorRefusals(t *testing.T) {
 			if connect.CodeOf(err) != u.code || !strings.Contains(err.Error(), u.msg) {
 				t.Fatalf("Upload = %v; want %v saying %q", err, u.code, u.msg)
 			}
+			if l, ok := pawlerr.LimitFrom(err); (u.code == connect.CodeResourceExhausted) != ok ||
+				ok && (l.GetLimit() != "--max-validator-bytes" || l.GetValue() != 4<<20+1 || l.GetLimitValue() != 4<<20) {
+				t.Fatalf("Upload = %v with detail %v; want LimitExceeded{--max-validator-bytes} only over the limit", err, l)
+			}
 		})
 	}
 	list, err := vs.ListValidators(ctx, connect.NewRequest(&pawlv1.ListValidatorsRequest{}))
@@ -159,18 +164,28 @@ func TestValidatorRefusals(t *testing.T) {
 		name, digest string
 		code         connect.Code
 		msg          string
+		// limit and max are the LimitExceeded detail of a limit's refusal.
+		limit string
+		max   uint64
 	}{
-		{"unknown digest", unknown, connect.CodeNotFound, "no validator has digest " + unknown},
-		{"malformed digest", "md5:abc", connect.CodeInvalidArgument, "sha256:<64 lowercase hex digits>"},
-		{"membomb", digests["hostile/membomb"], connect.CodeResourceExhausted, "the module needed more than 32 MiB"},
-		{"trap", digests["hostile/trap"], connect.CodeInvalidArgument, "validator gave up on purpose"},
-		{"bigoutput", digests["hostile/bigoutput"], connect.CodeResourceExhausted, "output too large"},
+		{"unknown digest", unknown, connect.CodeNotFound, "no validator has digest " + unknown, "", 0},
+		{"malformed digest", "md5:abc", connect.CodeInvalidArgument, "sha256:<64 lowercase hex digits>", "", 0},
+		{"membomb", digests["hostile/membomb"], connect.CodeResourceExhausted, "the module needed more than 32 MiB (pawld --validator-memory-bytes)",
+			"--validator-memory-bytes", 32 << 20},
+		{"trap", digests["hostile/trap"], connect.CodeInvalidArgument, "validator gave up on purpose", "", 0},
+		{"bigoutput", digests["hostile/bigoutput"], connect.CodeResourceExhausted, "output too large", "validator output bytes", host.DefaultMaxOutput},
 	}
 	for _, v := range validations {
 		t.Run("validate "+v.name, func(t *testing.T) {
 			_, err := validate(vs, v.digest, "{}")
 			if connect.CodeOf(err) != v.code || !strings.Contains(err.Error(), v.msg) {
 				t.Fatalf("Validate = %v; want %v saying %q", err, v.code, v.msg)
+			}
+			if v.limit != "" {
+				l, ok := pawlerr.LimitFrom(err)
+				if !ok || l.GetLimit() != v.limit || l.GetLimitValue() != v.max || l.GetUnit() != "bytes" {
+					t.Fatalf("Validate = %v with detail %v; want LimitExceeded{%s, %d bytes}", err, l, v.limit, v.max)
+				}
 			}
 		})
 	}

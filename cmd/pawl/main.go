@@ -48,6 +48,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			return 1 // the violations are already printed
 		}
 		fmt.Fprintln(stderr, "pawl:", err)
+		printDetails(stderr, err)
 		if isUsage(err) {
 			return 2
 		}

@@ -89,7 +89,9 @@ func TestErrorsExitNonZeroWithTheServersMessage(t *testing.T) {
 	}{
 		{[]string{"put", "nokey", "v"}, 1, `invalid_argument: invalid key: key "nokey" does not start with "/"`},
 		{[]string{"put", "/k", "v", "--expect-revision", "9"}, 1, "failed_precondition: compare-and-swap failed"},
+		{[]string{"put", "/k", "v", "--expect-revision", "9"}, 1, "\n  key /k: mod revision 1, expected 9\n"},
 		{[]string{"put", "/k", "123456789"}, 1, "resource_exhausted: the value is 9 bytes; the limit is 8 bytes"},
+		{[]string{"put", "/k", "123456789"}, 1, "\n  limit --max-value-bytes: 8 bytes, the request 9\n"},
 		{[]string{"get", "/missing"}, 1, "not_found"},
 		{[]string{"get", "/k", "--revision", "7"}, 1, "revision 7 is in the future"},
 		{[]string{"del", "/missing"}, 1, "not_found"},

@@ -45,8 +45,8 @@ func TestReleaseCreateLsShowAndInstances(t *testing.T) {
 	}
 	bad := writeFile(t, "bad.json", []byte(`{"upstreams":[{"host":"a","weight":99}]}`))
 	code, _, errOut = pawl(t, srv, "", append([]string{"release", "create", "payments.routing", "--file", bad, "--validator", digest}, stages...)...)
-	if code != 1 || !strings.Contains(errOut, "weights sum to 99; they must sum to 100") {
-		t.Fatalf("release create of a rejected config = %d, %q", code, errOut)
+	if code != 1 || !strings.Contains(errOut, "\n  error /upstreams: weights sum to 99; they must sum to 100\n") {
+		t.Fatalf("release create of a rejected config = %d, %q; want each violation on its own line", code, errOut)
 	}
 	code, _, errOut = pawl(t, srv, "", "release", "create", "payments.routing", "--file", good, "--validator", digest, "--stage", "canary:sometimes")
 	if code != 2 || !strings.Contains(errOut, `kind "sometimes" is not one of`) {

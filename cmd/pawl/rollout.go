@@ -463,11 +463,7 @@ func printRejection(w io.Writer, a *pawlv1.Ack) {
 	}
 	fmt.Fprintf(w, "rejected by %s%s: %d %s\n", a.GetWorkloadIdentity(), code, len(vs), noun)
 	for _, v := range vs {
-		path := v.GetPath()
-		if path == "" {
-			path = "(document)"
-		}
-		fmt.Fprintf(w, "  %s %s: %s\n", strings.ToLower(strings.TrimPrefix(v.GetSeverity().String(), "SEVERITY_")), path, v.GetMessage())
+		fmt.Fprintln(w, violationLine(v))
 	}
 }
 

@@ -2,6 +2,7 @@ package main_test
 
 import (
 	"context"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -76,4 +77,51 @@ func TestVersionAndCompletion(t *testing.T) {
 	if out, err := exec.Command(pawldBinary, "completion", "tcsh").CombinedOutput(); err == nil || !strings.Contains(string(out), "want bash, zsh or fish") {
 		t.Errorf("pawld completion tcsh = %v, %q", err, out)
 	}
+}
+
+// TestCORSOriginFromEveryPlace: --cors-origin may be repeated and hold
+// commas, and PAWL_CORS_ORIGIN and the config file set it like any flag;
+// each listed origin's preflight is answered for a browser, and no other.
+func TestCORSOriginFromEveryPlace(t *testing.T) {
+	allowed := func(p *pawld, origin string) bool {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodOptions, "http://"+p.addr+"/pawl.v1.KVService/Put", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Origin", origin)
+		req.Header.Set("Access-Control-Request-Method", "POST")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode == http.StatusNoContent && resp.Header.Get("Access-Control-Allow-Origin") == origin
+	}
+	check := func(p *pawld, want []string, deny ...string) {
+		t.Helper()
+		for _, o := range want {
+			if !allowed(p, o) {
+				t.Errorf("origin %s is not allowed", o)
+			}
+		}
+		for _, o := range append(deny, "https://evil.example") {
+			if allowed(p, o) {
+				t.Errorf("unlisted origin %s is allowed", o)
+			}
+		}
+		p.stop(t)
+	}
+	check(startPawldWith(t, "--listen", "127.0.0.1:0", "--data", t.TempDir(),
+		"--cors-origin", "https://a.example", "--cors-origin", "https://b.example, http://localhost:5173"),
+		[]string{"https://a.example", "https://b.example", "http://localhost:5173"})
+
+	cfg := filepath.Join(t.TempDir(), "pawld.yaml")
+	if err := os.WriteFile(cfg, []byte("cors-origin: https://file.example\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	check(startPawldWith(t, "--listen", "127.0.0.1:0", "--data", t.TempDir(), "--config", cfg), []string{"https://file.example"})
+	t.Setenv("PAWL_CORS_ORIGIN", "https://env.example,https://env2.example")
+	check(startPawldWith(t, "--listen", "127.0.0.1:0", "--data", t.TempDir(), "--config", cfg),
+		[]string{"https://env.example", "https://env2.example"}, "https://file.example")
 }

@@ -99,6 +99,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&lim.CodeBytes, "validator-max-code-bytes", lim.CodeBytes, "largest code section of a validator module, in bytes (0: no limit)")
 	fs.IntVar(&lim.LoopDepth, "validator-max-loop-depth", lim.LoopDepth, "deepest nesting of loops in one function of a validator module (0: no limit)")
 	fs.IntVar(&lim.LoopJoins, "validator-max-loop-joins", lim.LoopJoins, "most loops times locals (parameters included) of one function of a validator module: what makes compilation slow (0: no limit)")
+	fs.IntVar(&lim.Blocks, "validator-max-blocks", lim.Blocks, "most blocks (block, loop, if, else, br_if and br_table targets) of one function of a validator module: compilation time grows with their square (0: no limit)")
+	fs.IntVar(&lim.BlockJoins, "validator-max-block-joins", lim.BlockJoins, "most blocks times locals (parameters included) of one function of a validator module (0: no limit)")
 	instanceLease := fs.Duration("instance-lease", server.DefaultInstanceLease, "how long a registration or heartbeat keeps an instance live")
 	validatorCache := fs.String("validator-cache", "", "compilation cache of validators (default: wasm-cache in the data directory)")
 	tlsCert := fs.String("tls-cert", "", "PEM certificate file; with --tls-key, serve TLS")
@@ -115,6 +117,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	adminNetworks := fs.String("admin-networks", "127.0.0.0/8,::1/128", "comma-separated networks (CIDR) whose connections may use --reserved-conns and have no per-address limit; empty for none")
 	maxStreams := fs.Int("max-streams-per-principal", server.DefaultMaxStreamsPerPrincipal, "most streams (watches, downloads, snapshots) one principal, or one address without --auth-file, may hold open (0: no limit); admins are exempt")
 	maxWatchers := fs.Int("max-watchers-per-principal", server.DefaultMaxWatchersPerPrincipal, "most watch streams (KV and assignment watches) one principal, or one address without --auth-file, may hold open (0: no limit); admins are exempt")
+	var corsOrigins flagconf.List
+	fs.Var(&corsOrigins, "cors-origin", "let pages of this origin (scheme://host[:port], exact) call pawld from a browser; repeat it or separate origins with commas; \"*\" alone allows every origin, without credentials. Off by default (the console at /ui is same-origin)")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	otlpEndpoint := fs.String("otlp-endpoint", "", "trace every call and export the spans over OTLP/gRPC to the collector at this URL: http://host:4317 (plaintext) or https://host:4317 (TLS); off by default. An ACK's span continues the SDK's trace")
@@ -192,6 +196,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		server.WithConnLimits(*maxConns, *maxConnsPerAddr, *reservedConns),
 		server.WithAdminNetworks(admins...),
 		server.WithStreamLimits(*maxStreams, *maxWatchers),
+		server.WithCORSOrigins(corsOrigins...),
 		server.WithLogger(log),
 		server.WithOTLPEndpoint(*otlpEndpoint),
 	}, extraOpts...)...)

@@ -299,3 +299,23 @@ func zshEscape(s string) string {
 func fishQuote(s string) string {
 	return "'" + strings.NewReplacer(`\`, `\\`, "'", `\'`).Replace(s) + "'"
 }
+
+// List is a flag.Value of strings that a flag may be given many times,
+// each time one or more of them separated by commas (--cors-origin a
+// --cors-origin b,c); blanks around them are dropped. From the
+// environment or a config file, where a flag is given once, the commas
+// list them all.
+type List []string
+
+// String returns the strings separated by commas.
+func (l *List) String() string { return strings.Join(*l, ",") }
+
+// Set adds the comma-separated strings of v.
+func (l *List) Set(v string) error {
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			*l = append(*l, s)
+		}
+	}
+	return nil
+}

@@ -142,3 +142,28 @@ func TestCompletionListsEveryFlag(t *testing.T) {
 		t.Errorf("tcsh completion: %v", err)
 	}
 }
+
+// TestListIsRepeatableAndCommaSeparated: a List flag given twice, with
+// commas, holds every string in order; from the environment the commas
+// list them all.
+func TestListIsRepeatableAndCommaSeparated(t *testing.T) {
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	var l List
+	fs.Var(&l, "origin", "")
+	if err := fs.Parse([]string{"--origin", "a", "--origin", " b ,c,"}); err != nil {
+		t.Fatal(err)
+	}
+	if l.String() != "a,b,c" {
+		t.Fatalf("from flags: %q", l.String())
+	}
+	fs = flag.NewFlagSet("t", flag.ContinueOnError)
+	var fromEnv List
+	fs.Var(&fromEnv, "origin", "")
+	if err := fs.Parse(nil); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"PAWL_ORIGIN": "x, y"}
+	if err := Load(fs, "", func(k string) string { return env[k] }, Options{}); err != nil || fromEnv.String() != "x,y" {
+		t.Fatalf("from the environment: %q, %v", fromEnv.String(), err)
+	}
+}

@@ -36,7 +36,7 @@ func (r *Runtime) acquireMemory(ctx context.Context) error {
 		case <-timer.C:
 			return &LimitError{Limit: LimitMemoryBudget, Msg: fmt.Sprintf(
 				"no validator instance was free within %s: all %d that the memory budget of %d MiB allows (%d MiB each) are running; retry later",
-				r.opts.timeout, cap(r.memory), r.opts.budget>>20, r.opts.memoryLimit>>20)}
+				r.opts.timeout, cap(r.memory), r.opts.budget>>20, r.opts.memoryLimit>>20), Max: uint64(cap(r.memory)), Got: uint64(cap(r.memory))}
 		}
 	}
 }

@@ -132,7 +132,8 @@ func (r *Runtime) run(fctx context.Context, digest string, wasm []byte, f *fligh
 	switch {
 	case err == nil:
 	case errors.Is(fctx.Err(), context.DeadlineExceeded):
-		err = &LimitError{Limit: LimitCompileTime, Msg: fmt.Sprintf("compiling the module took longer than the %s limit and was stopped", r.opts.compileTime)}
+		err = &LimitError{Limit: LimitCompileTime, Msg: fmt.Sprintf("compiling the module took longer than the %s limit and was stopped", r.opts.compileTime),
+			Max: uint64(r.opts.compileTime.Milliseconds()), Got: uint64(time.Since(began).Milliseconds())}
 	case fctx.Err() != nil && r.ctx.Err() != nil:
 		err = ErrClosed
 	case fctx.Err() != nil:
@@ -172,6 +173,7 @@ func (r *Runtime) acquireCompileSlot(ctx context.Context) error {
 	case <-r.ctx.Done():
 		return ErrClosed
 	case <-timer.C:
-		return &LimitError{Limit: LimitCompiles, Msg: fmt.Sprintf("%d compilations are running, the limit, and none finished within %s; retry later", cap(r.compileSlots), r.opts.compileTime)}
+		return &LimitError{Limit: LimitCompiles, Msg: fmt.Sprintf("%d compilations are running, the limit, and none finished within %s; retry later", cap(r.compileSlots), r.opts.compileTime),
+			Max: uint64(cap(r.compileSlots)), Got: uint64(cap(r.compileSlots))}
 	}
 }

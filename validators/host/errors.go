@@ -50,27 +50,64 @@ const (
 	LimitCodeBytes      = wasmcheck.LimitCodeBytes
 	LimitLoopDepth      = wasmcheck.LimitLoopDepth
 	LimitLoopJoins      = wasmcheck.LimitLoopJoins
+	LimitBlocks         = wasmcheck.LimitBlocks
+	LimitBlockJoins     = wasmcheck.LimitBlockJoins
 	// LimitCompileTime is WithCompileTimeout.
 	LimitCompileTime Limit = "compile time"
 	// LimitCompiles is WithMaxCompiles.
 	LimitCompiles Limit = "concurrent compilations"
 	// LimitMemoryBudget is WithMemoryBudget.
 	LimitMemoryBudget Limit = "memory budget"
+	// LimitMemory is WithMemoryLimit: its error also matches
+	// ErrMemoryLimit.
+	LimitMemory Limit = "memory"
+	// LimitOutput is WithMaxOutput: its error also matches
+	// ErrOutputTooLarge.
+	LimitOutput Limit = "output bytes"
 )
 
+// units are the units of the limits' values, as LimitError.Unit says.
+var units = map[Limit]string{
+	LimitFunctions: "functions", LimitFunctionLocals: "locals", LimitLocals: "locals",
+	LimitFunctionBytes: "bytes", LimitCodeBytes: "bytes", LimitLoopDepth: "loops", LimitLoopJoins: "loop joins",
+	LimitCompileTime: "milliseconds", LimitCompiles: "compilations", LimitMemoryBudget: "instances",
+	LimitMemory: "bytes", LimitOutput: "bytes",
+}
+
 // LimitError says which limit was hit, and by how much. It matches
-// ErrLimit.
+// ErrLimit, and the memory and output limits' errors also ErrMemoryLimit
+// and ErrOutputTooLarge.
 type LimitError struct {
 	// Limit is the limit that was hit.
 	Limit Limit
 	// Msg says what was over it.
 	Msg string
+	// Max is the limit's value, in Unit.
+	Max uint64
+	// Got is what the module or the call had or needed, in Unit; 0 when
+	// it is not known (the runtime stopped it at the limit).
+	Got uint64
 }
 
 func (e *LimitError) Error() string { return "validator: " + e.Msg }
 
-// Is reports whether target is ErrLimit.
-func (e *LimitError) Is(target error) bool { return target == ErrLimit }
+// Unit is the unit of Max and Got: "bytes", "functions", "locals",
+// "loops", "loop joins", "milliseconds", "compilations" or "instances".
+func (e *LimitError) Unit() string { return units[e.Limit] }
+
+// Is reports whether target is ErrLimit, or the sentinel of the memory or
+// output limit.
+func (e *LimitError) Is(target error) bool {
+	switch target {
+	case ErrLimit:
+		return true
+	case ErrMemoryLimit:
+		return e.Limit == LimitMemory
+	case ErrOutputTooLarge:
+		return e.Limit == LimitOutput
+	}
+	return false
+}
 
 // ABIError lists every way a module departs from ABI v1. It matches ErrABI.
 type ABIError struct {

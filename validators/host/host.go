@@ -244,7 +244,7 @@ func (r *Runtime) check(wasm []byte) error {
 	var limit *wasmcheck.LimitError
 	switch {
 	case errors.As(err, &limit):
-		return &LimitError{Limit: limit.Limit, Msg: limit.Error()}
+		return &LimitError{Limit: limit.Limit, Msg: limit.Error(), Max: uint64(limit.Max), Got: limit.Got}
 	case err != nil:
 		return fmt.Errorf("%w: %v", ErrNotWasm, err)
 	}

@@ -28,13 +28,16 @@ type options struct {
 type ModuleLimits = wasmcheck.Limits
 
 // DefaultModuleLimits are generous for real modules and stop compile bombs.
-// The Go example validators (3-6 MB) define at most 3,307 functions of at
-// most 20 locals and 51 KB, with one loop each; on a 2-core machine the
-// worst function these limits allow (5,000 locals and 2 loops, or 310
-// locals in 32 nested loops) compiles in under a second, where 2,000
-// locals in 50 nested loops took 7s and 20 locals in 10,000 nested loops
-// six minutes: wazero's compiler joins every local at every loop header, so
-// its time grows with locals squared times loops to a power near 2.
+// The Go example validators (3-6 MB) define at most 3,307 functions, of
+// at most 20 locals, 51 KB, 2,620 blocks (control constructs, else, br_if
+// and br_table targets) and 26,622 block joins, all at least 4 times below
+// these limits. wazero's compiler takes time that grows with a
+// function's blocks squared times its locals, and cannot stop within a
+// function: 40,000 empty if/else diamonds with 2 locals took two minutes,
+// 5,000 locals across 8,000 of them 4 GB, 20 locals in 10,000 nested loops
+// six minutes. On a 2-core machine the costliest function these limits
+// allow (8 locals across 10,500 nested ifs, or one block left by 10,500
+// br_if) compiles in 6-8s of CPU and under 100 MB (docs/LIMITS.md).
 var DefaultModuleLimits = ModuleLimits{
 	Functions:      100_000,
 	FunctionLocals: 5_000,
@@ -43,6 +46,8 @@ var DefaultModuleLimits = ModuleLimits{
 	CodeBytes:      32 << 20,
 	LoopDepth:      32,
 	LoopJoins:      10_000,
+	Blocks:         10_500,
+	BlockJoins:     110_000,
 }
 
 const (
@@ -56,8 +61,8 @@ const (
 	// DefaultCompileTimeout bounds one module's compilation. The 6 MB Go
 	// example compiles in 9s on a 2-core machine under a load of 8; the
 	// limit leaves room for a 16 MB module there. Compilation stops between
-	// functions, and DefaultModuleLimits keep each function's share under a
-	// second.
+	// functions, and DefaultModuleLimits keep each function's share to
+	// seconds.
 	DefaultCompileTimeout = 2 * time.Minute
 	// DefaultMemoryBudget bounds the memory of all instances of all modules
 	// together, counted as instances times the memory limit: 16 instances
@@ -100,7 +105,7 @@ func (o options) validate() error {
 		return fmt.Errorf("validator: WithMemoryBudget(%d): must hold at least one instance of the memory limit (%d bytes)", o.budget, o.memoryLimit)
 	}
 	l := o.limits
-	if min(l.Functions, l.FunctionLocals, l.Locals, l.FunctionBytes, l.CodeBytes, l.LoopDepth, l.LoopJoins) < 0 {
+	if min(l.Functions, l.FunctionLocals, l.Locals, l.FunctionBytes, l.CodeBytes, l.LoopDepth, l.LoopJoins, l.Blocks, l.BlockJoins) < 0 {
 		return fmt.Errorf("validator: WithModuleLimits(%+v): limits must be 0 (none) or positive", l)
 	}
 	return nil

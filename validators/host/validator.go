@@ -64,12 +64,13 @@ func (v *Validator) Close(ctx context.Context) error {
 	return nil
 }
 
-// Validate runs the module on in. Errors: *TimeoutError, ErrMemoryLimit,
-// ErrOutputTooLarge, *TrapError, ErrBadOutput, a *LimitError when the
-// runtime's memory budget has no room for an instance within the call's
-// time limit, or ctx's error while waiting for a free instance. The
-// instance of a failed call is discarded; that of a call that succeeded
-// is kept for the next, unless another call waits for memory.
+// Validate runs the module on in. Errors: *TimeoutError, a *LimitError
+// matching ErrMemoryLimit or ErrOutputTooLarge, *TrapError, ErrBadOutput,
+// a *LimitError when the runtime's memory budget has no room for an
+// instance within the call's time limit, or ctx's error while waiting for
+// a free instance. The instance of a failed call is discarded; that of a
+// call that succeeded is kept for the next, unless another call waits for
+// memory.
 func (v *Validator) Validate(ctx context.Context, in Input) (Result, error) {
 	select {
 	case v.slots <- struct{}{}:
@@ -176,7 +177,8 @@ func (i *instance) validate(ctx context.Context, in Input, o options) (Result, e
 	}
 	outPtr, outLen := uint32(res[0]>>32), uint32(res[0])
 	if int64(outLen) > int64(o.maxOutput) {
-		return Result{}, fmt.Errorf("%w: the module returned %d bytes; the limit is %d", ErrOutputTooLarge, outLen, o.maxOutput)
+		return Result{}, &LimitError{Limit: LimitOutput, Msg: fmt.Sprintf("output too large: the module returned %d bytes; the limit is %d", outLen, o.maxOutput),
+			Max: uint64(o.maxOutput), Got: uint64(outLen)}
 	}
 	out, ok := i.mod.Memory().Read(outPtr, outLen)
 	if !ok {
@@ -209,7 +211,7 @@ func callError(ctx context.Context, err error, mod api.Module, stderr *limitedBu
 		}
 	}
 	if outOfMemory {
-		return fmt.Errorf("%w: the module needed more than %d MiB", ErrMemoryLimit, o.memoryLimit>>20)
+		return &LimitError{Limit: LimitMemory, Msg: fmt.Sprintf("memory limit exceeded: the module needed more than %d MiB", o.memoryLimit>>20), Max: uint64(o.memoryLimit)}
 	}
 	return &TrapError{Cause: err, Detail: detail}
 }

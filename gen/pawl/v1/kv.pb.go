@@ -1472,6 +1472,72 @@ func (x *WatchCompacted) GetReason() WatchResyncReason {
 	return WatchResyncReason_WATCH_RESYNC_REASON_UNSPECIFIED
 }
 
+// RevisionMismatch is the error detail of a FAILED_PRECONDITION
+// compare-and-swap: the key compared and its mod_revision now. Read the key
+// again (or use current_mod_revision) and retry.
+type RevisionMismatch struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The key compared.
+	Key string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// The mod_revision the caller expected; 0 means absent.
+	ExpectedModRevision int64 `protobuf:"varint,2,opt,name=expected_mod_revision,json=expectedModRevision,proto3" json:"expected_mod_revision,omitempty"`
+	// The key's mod_revision now; 0 means it does not exist.
+	CurrentModRevision int64 `protobuf:"varint,3,opt,name=current_mod_revision,json=currentModRevision,proto3" json:"current_mod_revision,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *RevisionMismatch) Reset() {
+	*x = RevisionMismatch{}
+	mi := &file_pawl_v1_kv_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevisionMismatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevisionMismatch) ProtoMessage() {}
+
+func (x *RevisionMismatch) ProtoReflect() protoreflect.Message {
+	mi := &file_pawl_v1_kv_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevisionMismatch.ProtoReflect.Descriptor instead.
+func (*RevisionMismatch) Descriptor() ([]byte, []int) {
+	return file_pawl_v1_kv_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *RevisionMismatch) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *RevisionMismatch) GetExpectedModRevision() int64 {
+	if x != nil {
+		return x.ExpectedModRevision
+	}
+	return 0
+}
+
+func (x *RevisionMismatch) GetCurrentModRevision() int64 {
+	if x != nil {
+		return x.CurrentModRevision
+	}
+	return 0
+}
+
 var File_pawl_v1_kv_proto protoreflect.FileDescriptor
 
 const file_pawl_v1_kv_proto_rawDesc = "" +
@@ -1559,7 +1625,11 @@ const file_pawl_v1_kv_proto_rawDesc = "" +
 	"\x0eWatchCompacted\x12)\n" +
 	"\x10compact_revision\x18\x01 \x01(\x03R\x0fcompactRevision\x12+\n" +
 	"\x11snapshot_revision\x18\x02 \x01(\x03R\x10snapshotRevision\x122\n" +
-	"\x06reason\x18\x03 \x01(\x0e2\x1a.pawl.v1.WatchResyncReasonR\x06reason*R\n" +
+	"\x06reason\x18\x03 \x01(\x0e2\x1a.pawl.v1.WatchResyncReasonR\x06reason\"\x8a\x01\n" +
+	"\x10RevisionMismatch\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x122\n" +
+	"\x15expected_mod_revision\x18\x02 \x01(\x03R\x13expectedModRevision\x120\n" +
+	"\x14current_mod_revision\x18\x03 \x01(\x03R\x12currentModRevision*R\n" +
 	"\tEventType\x12\x1a\n" +
 	"\x16EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eEVENT_TYPE_PUT\x10\x01\x12\x15\n" +
@@ -1589,31 +1659,32 @@ func file_pawl_v1_kv_proto_rawDescGZIP() []byte {
 }
 
 var file_pawl_v1_kv_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_pawl_v1_kv_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_pawl_v1_kv_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_pawl_v1_kv_proto_goTypes = []any{
-	(EventType)(0),         // 0: pawl.v1.EventType
-	(WatchResyncReason)(0), // 1: pawl.v1.WatchResyncReason
-	(*KeyValue)(nil),       // 2: pawl.v1.KeyValue
-	(*PutRequest)(nil),     // 3: pawl.v1.PutRequest
-	(*PutResponse)(nil),    // 4: pawl.v1.PutResponse
-	(*TxnRequest)(nil),     // 5: pawl.v1.TxnRequest
-	(*TxnCompare)(nil),     // 6: pawl.v1.TxnCompare
-	(*TxnOp)(nil),          // 7: pawl.v1.TxnOp
-	(*TxnResponse)(nil),    // 8: pawl.v1.TxnResponse
-	(*GetRequest)(nil),     // 9: pawl.v1.GetRequest
-	(*GetResponse)(nil),    // 10: pawl.v1.GetResponse
-	(*DeleteRequest)(nil),  // 11: pawl.v1.DeleteRequest
-	(*DeleteResponse)(nil), // 12: pawl.v1.DeleteResponse
-	(*ListRequest)(nil),    // 13: pawl.v1.ListRequest
-	(*ListResponse)(nil),   // 14: pawl.v1.ListResponse
-	(*WatchRequest)(nil),   // 15: pawl.v1.WatchRequest
-	(*WatchResponse)(nil),  // 16: pawl.v1.WatchResponse
-	(*WatchStarted)(nil),   // 17: pawl.v1.WatchStarted
-	(*WatchEvents)(nil),    // 18: pawl.v1.WatchEvents
-	(*Event)(nil),          // 19: pawl.v1.Event
-	(*WatchProgress)(nil),  // 20: pawl.v1.WatchProgress
-	(*WatchStale)(nil),     // 21: pawl.v1.WatchStale
-	(*WatchCompacted)(nil), // 22: pawl.v1.WatchCompacted
+	(EventType)(0),           // 0: pawl.v1.EventType
+	(WatchResyncReason)(0),   // 1: pawl.v1.WatchResyncReason
+	(*KeyValue)(nil),         // 2: pawl.v1.KeyValue
+	(*PutRequest)(nil),       // 3: pawl.v1.PutRequest
+	(*PutResponse)(nil),      // 4: pawl.v1.PutResponse
+	(*TxnRequest)(nil),       // 5: pawl.v1.TxnRequest
+	(*TxnCompare)(nil),       // 6: pawl.v1.TxnCompare
+	(*TxnOp)(nil),            // 7: pawl.v1.TxnOp
+	(*TxnResponse)(nil),      // 8: pawl.v1.TxnResponse
+	(*GetRequest)(nil),       // 9: pawl.v1.GetRequest
+	(*GetResponse)(nil),      // 10: pawl.v1.GetResponse
+	(*DeleteRequest)(nil),    // 11: pawl.v1.DeleteRequest
+	(*DeleteResponse)(nil),   // 12: pawl.v1.DeleteResponse
+	(*ListRequest)(nil),      // 13: pawl.v1.ListRequest
+	(*ListResponse)(nil),     // 14: pawl.v1.ListResponse
+	(*WatchRequest)(nil),     // 15: pawl.v1.WatchRequest
+	(*WatchResponse)(nil),    // 16: pawl.v1.WatchResponse
+	(*WatchStarted)(nil),     // 17: pawl.v1.WatchStarted
+	(*WatchEvents)(nil),      // 18: pawl.v1.WatchEvents
+	(*Event)(nil),            // 19: pawl.v1.Event
+	(*WatchProgress)(nil),    // 20: pawl.v1.WatchProgress
+	(*WatchStale)(nil),       // 21: pawl.v1.WatchStale
+	(*WatchCompacted)(nil),   // 22: pawl.v1.WatchCompacted
+	(*RevisionMismatch)(nil), // 23: pawl.v1.RevisionMismatch
 }
 var file_pawl_v1_kv_proto_depIdxs = []int32{
 	2,  // 0: pawl.v1.PutResponse.prev_kv:type_name -> pawl.v1.KeyValue
@@ -1670,7 +1741,7 @@ func file_pawl_v1_kv_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pawl_v1_kv_proto_rawDesc), len(file_pawl_v1_kv_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   21,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1404,6 +1404,81 @@ func (x *PromotionUnknown) GetIdempotencyKey() string {
 	return ""
 }
 
+// PointerMoved is the error detail of an ABORTED Promote or Rollback whose
+// expected pointer is not the active one: the pointer as it is now, for
+// the caller to decide again on and send with a new idempotency key.
+type PointerMoved struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The config.
+	ConfigId string `protobuf:"bytes,1,opt,name=config_id,json=configId,proto3" json:"config_id,omitempty"`
+	// The active generation the caller expected.
+	ExpectedGeneration int64 `protobuf:"varint,2,opt,name=expected_generation,json=expectedGeneration,proto3" json:"expected_generation,omitempty"`
+	// The epoch the caller expected.
+	ExpectedEpoch int64 `protobuf:"varint,3,opt,name=expected_epoch,json=expectedEpoch,proto3" json:"expected_epoch,omitempty"`
+	// The active pointer now.
+	Current       *Pointer `protobuf:"bytes,4,opt,name=current,proto3" json:"current,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PointerMoved) Reset() {
+	*x = PointerMoved{}
+	mi := &file_pawl_v1_rollout_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PointerMoved) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PointerMoved) ProtoMessage() {}
+
+func (x *PointerMoved) ProtoReflect() protoreflect.Message {
+	mi := &file_pawl_v1_rollout_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PointerMoved.ProtoReflect.Descriptor instead.
+func (*PointerMoved) Descriptor() ([]byte, []int) {
+	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *PointerMoved) GetConfigId() string {
+	if x != nil {
+		return x.ConfigId
+	}
+	return ""
+}
+
+func (x *PointerMoved) GetExpectedGeneration() int64 {
+	if x != nil {
+		return x.ExpectedGeneration
+	}
+	return 0
+}
+
+func (x *PointerMoved) GetExpectedEpoch() int64 {
+	if x != nil {
+		return x.ExpectedEpoch
+	}
+	return 0
+}
+
+func (x *PointerMoved) GetCurrent() *Pointer {
+	if x != nil {
+		return x.Current
+	}
+	return nil
+}
+
 // Pointer is a config's active pointer.
 type Pointer struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1419,7 +1494,7 @@ type Pointer struct {
 
 func (x *Pointer) Reset() {
 	*x = Pointer{}
-	mi := &file_pawl_v1_rollout_proto_msgTypes[13]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1431,7 +1506,7 @@ func (x *Pointer) String() string {
 func (*Pointer) ProtoMessage() {}
 
 func (x *Pointer) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_rollout_proto_msgTypes[13]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1444,7 +1519,7 @@ func (x *Pointer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pointer.ProtoReflect.Descriptor instead.
 func (*Pointer) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{13}
+	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Pointer) GetGeneration() int64 {
@@ -1508,7 +1583,7 @@ type Receipt struct {
 
 func (x *Receipt) Reset() {
 	*x = Receipt{}
-	mi := &file_pawl_v1_rollout_proto_msgTypes[14]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1520,7 +1595,7 @@ func (x *Receipt) String() string {
 func (*Receipt) ProtoMessage() {}
 
 func (x *Receipt) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_rollout_proto_msgTypes[14]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1533,7 +1608,7 @@ func (x *Receipt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Receipt.ProtoReflect.Descriptor instead.
 func (*Receipt) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{14}
+	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Receipt) GetConfigId() string {
@@ -1654,7 +1729,7 @@ type PromoteRequest struct {
 
 func (x *PromoteRequest) Reset() {
 	*x = PromoteRequest{}
-	mi := &file_pawl_v1_rollout_proto_msgTypes[15]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1666,7 +1741,7 @@ func (x *PromoteRequest) String() string {
 func (*PromoteRequest) ProtoMessage() {}
 
 func (x *PromoteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_rollout_proto_msgTypes[15]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1679,7 +1754,7 @@ func (x *PromoteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromoteRequest.ProtoReflect.Descriptor instead.
 func (*PromoteRequest) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{15}
+	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *PromoteRequest) GetConfigId() string {
@@ -1728,7 +1803,7 @@ type PromoteResponse struct {
 
 func (x *PromoteResponse) Reset() {
 	*x = PromoteResponse{}
-	mi := &file_pawl_v1_rollout_proto_msgTypes[16]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1740,7 +1815,7 @@ func (x *PromoteResponse) String() string {
 func (*PromoteResponse) ProtoMessage() {}
 
 func (x *PromoteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_rollout_proto_msgTypes[16]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1753,7 +1828,7 @@ func (x *PromoteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromoteResponse.ProtoReflect.Descriptor instead.
 func (*PromoteResponse) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{16}
+	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *PromoteResponse) GetReceipt() *Receipt {
@@ -1780,7 +1855,7 @@ type RollbackRequest struct {
 
 func (x *RollbackRequest) Reset() {
 	*x = RollbackRequest{}
-	mi := &file_pawl_v1_rollout_proto_msgTypes[17]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1792,7 +1867,7 @@ func (x *RollbackRequest) String() string {
 func (*RollbackRequest) ProtoMessage() {}
 
 func (x *RollbackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_rollout_proto_msgTypes[17]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1805,7 +1880,7 @@ func (x *RollbackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollbackRequest.ProtoReflect.Descriptor instead.
 func (*RollbackRequest) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{17}
+	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *RollbackRequest) GetConfigId() string {
@@ -1847,7 +1922,7 @@ type RollbackResponse struct {
 
 func (x *RollbackResponse) Reset() {
 	*x = RollbackResponse{}
-	mi := &file_pawl_v1_rollout_proto_msgTypes[18]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1859,7 +1934,7 @@ func (x *RollbackResponse) String() string {
 func (*RollbackResponse) ProtoMessage() {}
 
 func (x *RollbackResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_rollout_proto_msgTypes[18]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1872,7 +1947,7 @@ func (x *RollbackResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollbackResponse.ProtoReflect.Descriptor instead.
 func (*RollbackResponse) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{18}
+	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RollbackResponse) GetReceipt() *Receipt {
@@ -1895,7 +1970,7 @@ type GetPromotionRequest struct {
 
 func (x *GetPromotionRequest) Reset() {
 	*x = GetPromotionRequest{}
-	mi := &file_pawl_v1_rollout_proto_msgTypes[19]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1907,7 +1982,7 @@ func (x *GetPromotionRequest) String() string {
 func (*GetPromotionRequest) ProtoMessage() {}
 
 func (x *GetPromotionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_rollout_proto_msgTypes[19]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1920,7 +1995,7 @@ func (x *GetPromotionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPromotionRequest.ProtoReflect.Descriptor instead.
 func (*GetPromotionRequest) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{19}
+	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GetPromotionRequest) GetConfigId() string {
@@ -1948,7 +2023,7 @@ type GetPromotionResponse struct {
 
 func (x *GetPromotionResponse) Reset() {
 	*x = GetPromotionResponse{}
-	mi := &file_pawl_v1_rollout_proto_msgTypes[20]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1960,7 +2035,7 @@ func (x *GetPromotionResponse) String() string {
 func (*GetPromotionResponse) ProtoMessage() {}
 
 func (x *GetPromotionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_rollout_proto_msgTypes[20]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1973,7 +2048,7 @@ func (x *GetPromotionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPromotionResponse.ProtoReflect.Descriptor instead.
 func (*GetPromotionResponse) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{20}
+	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *GetPromotionResponse) GetReceipt() *Receipt {
@@ -1994,7 +2069,7 @@ type GetPointerRequest struct {
 
 func (x *GetPointerRequest) Reset() {
 	*x = GetPointerRequest{}
-	mi := &file_pawl_v1_rollout_proto_msgTypes[21]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2006,7 +2081,7 @@ func (x *GetPointerRequest) String() string {
 func (*GetPointerRequest) ProtoMessage() {}
 
 func (x *GetPointerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_rollout_proto_msgTypes[21]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2019,7 +2094,7 @@ func (x *GetPointerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPointerRequest.ProtoReflect.Descriptor instead.
 func (*GetPointerRequest) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{21}
+	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *GetPointerRequest) GetConfigId() string {
@@ -2040,7 +2115,7 @@ type GetPointerResponse struct {
 
 func (x *GetPointerResponse) Reset() {
 	*x = GetPointerResponse{}
-	mi := &file_pawl_v1_rollout_proto_msgTypes[22]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2052,7 +2127,7 @@ func (x *GetPointerResponse) String() string {
 func (*GetPointerResponse) ProtoMessage() {}
 
 func (x *GetPointerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_rollout_proto_msgTypes[22]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2065,7 +2140,7 @@ func (x *GetPointerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPointerResponse.ProtoReflect.Descriptor instead.
 func (*GetPointerResponse) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{22}
+	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *GetPointerResponse) GetPointer() *Pointer {
@@ -2114,7 +2189,7 @@ type AppliedConfig struct {
 
 func (x *AppliedConfig) Reset() {
 	*x = AppliedConfig{}
-	mi := &file_pawl_v1_rollout_proto_msgTypes[23]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2126,7 +2201,7 @@ func (x *AppliedConfig) String() string {
 func (*AppliedConfig) ProtoMessage() {}
 
 func (x *AppliedConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_rollout_proto_msgTypes[23]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2139,7 +2214,7 @@ func (x *AppliedConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppliedConfig.ProtoReflect.Descriptor instead.
 func (*AppliedConfig) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{23}
+	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *AppliedConfig) GetConfigId() string {
@@ -2255,7 +2330,7 @@ type ListAppliedRequest struct {
 
 func (x *ListAppliedRequest) Reset() {
 	*x = ListAppliedRequest{}
-	mi := &file_pawl_v1_rollout_proto_msgTypes[24]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2267,7 +2342,7 @@ func (x *ListAppliedRequest) String() string {
 func (*ListAppliedRequest) ProtoMessage() {}
 
 func (x *ListAppliedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_rollout_proto_msgTypes[24]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2280,7 +2355,7 @@ func (x *ListAppliedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAppliedRequest.ProtoReflect.Descriptor instead.
 func (*ListAppliedRequest) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{24}
+	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListAppliedRequest) GetConfigId() string {
@@ -2319,7 +2394,7 @@ type ListAppliedResponse struct {
 
 func (x *ListAppliedResponse) Reset() {
 	*x = ListAppliedResponse{}
-	mi := &file_pawl_v1_rollout_proto_msgTypes[25]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2331,7 +2406,7 @@ func (x *ListAppliedResponse) String() string {
 func (*ListAppliedResponse) ProtoMessage() {}
 
 func (x *ListAppliedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_rollout_proto_msgTypes[25]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2344,7 +2419,7 @@ func (x *ListAppliedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAppliedResponse.ProtoReflect.Descriptor instead.
 func (*ListAppliedResponse) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{25}
+	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListAppliedResponse) GetApplied() []*AppliedConfig {
@@ -2499,7 +2574,12 @@ const file_pawl_v1_rollout_proto_rawDesc = "" +
 	"\x04stop\x18\x01 \x01(\v2\r.pawl.v1.StopR\x04stop\"X\n" +
 	"\x10PromotionUnknown\x12\x1b\n" +
 	"\tconfig_id\x18\x01 \x01(\tR\bconfigId\x12'\n" +
-	"\x0fidempotency_key\x18\x02 \x01(\tR\x0eidempotencyKey\"`\n" +
+	"\x0fidempotency_key\x18\x02 \x01(\tR\x0eidempotencyKey\"\xaf\x01\n" +
+	"\fPointerMoved\x12\x1b\n" +
+	"\tconfig_id\x18\x01 \x01(\tR\bconfigId\x12/\n" +
+	"\x13expected_generation\x18\x02 \x01(\x03R\x12expectedGeneration\x12%\n" +
+	"\x0eexpected_epoch\x18\x03 \x01(\x03R\rexpectedEpoch\x12*\n" +
+	"\acurrent\x18\x04 \x01(\v2\x10.pawl.v1.PointerR\acurrent\"`\n" +
 	"\aPointer\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x01 \x01(\x03R\n" +
@@ -2622,7 +2702,7 @@ func file_pawl_v1_rollout_proto_rawDescGZIP() []byte {
 }
 
 var file_pawl_v1_rollout_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_pawl_v1_rollout_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_pawl_v1_rollout_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_pawl_v1_rollout_proto_goTypes = []any{
 	(InstanceState)(0),               // 0: pawl.v1.InstanceState
 	(RejectCode)(0),                  // 1: pawl.v1.RejectCode
@@ -2639,84 +2719,86 @@ var file_pawl_v1_rollout_proto_goTypes = []any{
 	(*StopRolloutRequest)(nil),       // 12: pawl.v1.StopRolloutRequest
 	(*StopRolloutResponse)(nil),      // 13: pawl.v1.StopRolloutResponse
 	(*PromotionUnknown)(nil),         // 14: pawl.v1.PromotionUnknown
-	(*Pointer)(nil),                  // 15: pawl.v1.Pointer
-	(*Receipt)(nil),                  // 16: pawl.v1.Receipt
-	(*PromoteRequest)(nil),           // 17: pawl.v1.PromoteRequest
-	(*PromoteResponse)(nil),          // 18: pawl.v1.PromoteResponse
-	(*RollbackRequest)(nil),          // 19: pawl.v1.RollbackRequest
-	(*RollbackResponse)(nil),         // 20: pawl.v1.RollbackResponse
-	(*GetPromotionRequest)(nil),      // 21: pawl.v1.GetPromotionRequest
-	(*GetPromotionResponse)(nil),     // 22: pawl.v1.GetPromotionResponse
-	(*GetPointerRequest)(nil),        // 23: pawl.v1.GetPointerRequest
-	(*GetPointerResponse)(nil),       // 24: pawl.v1.GetPointerResponse
-	(*AppliedConfig)(nil),            // 25: pawl.v1.AppliedConfig
-	(*ListAppliedRequest)(nil),       // 26: pawl.v1.ListAppliedRequest
-	(*ListAppliedResponse)(nil),      // 27: pawl.v1.ListAppliedResponse
-	nil,                              // 28: pawl.v1.StageStatus.ZonesEntry
-	nil,                              // 29: pawl.v1.StageStatus.StatesEntry
-	nil,                              // 30: pawl.v1.ZoneStatus.StatesEntry
-	(*durationpb.Duration)(nil),      // 31: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),    // 32: google.protobuf.Timestamp
-	(*Violation)(nil),                // 33: pawl.v1.Violation
-	(ReleaseState)(0),                // 34: pawl.v1.ReleaseState
-	(*Retirement)(nil),               // 35: pawl.v1.Retirement
+	(*PointerMoved)(nil),             // 15: pawl.v1.PointerMoved
+	(*Pointer)(nil),                  // 16: pawl.v1.Pointer
+	(*Receipt)(nil),                  // 17: pawl.v1.Receipt
+	(*PromoteRequest)(nil),           // 18: pawl.v1.PromoteRequest
+	(*PromoteResponse)(nil),          // 19: pawl.v1.PromoteResponse
+	(*RollbackRequest)(nil),          // 20: pawl.v1.RollbackRequest
+	(*RollbackResponse)(nil),         // 21: pawl.v1.RollbackResponse
+	(*GetPromotionRequest)(nil),      // 22: pawl.v1.GetPromotionRequest
+	(*GetPromotionResponse)(nil),     // 23: pawl.v1.GetPromotionResponse
+	(*GetPointerRequest)(nil),        // 24: pawl.v1.GetPointerRequest
+	(*GetPointerResponse)(nil),       // 25: pawl.v1.GetPointerResponse
+	(*AppliedConfig)(nil),            // 26: pawl.v1.AppliedConfig
+	(*ListAppliedRequest)(nil),       // 27: pawl.v1.ListAppliedRequest
+	(*ListAppliedResponse)(nil),      // 28: pawl.v1.ListAppliedResponse
+	nil,                              // 29: pawl.v1.StageStatus.ZonesEntry
+	nil,                              // 30: pawl.v1.StageStatus.StatesEntry
+	nil,                              // 31: pawl.v1.ZoneStatus.StatesEntry
+	(*durationpb.Duration)(nil),      // 32: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),    // 33: google.protobuf.Timestamp
+	(*Violation)(nil),                // 34: pawl.v1.Violation
+	(ReleaseState)(0),                // 35: pawl.v1.ReleaseState
+	(*Retirement)(nil),               // 36: pawl.v1.Retirement
 }
 var file_pawl_v1_rollout_proto_depIdxs = []int32{
 	0,  // 0: pawl.v1.Ack.state:type_name -> pawl.v1.InstanceState
 	3,  // 1: pawl.v1.Ack.health:type_name -> pawl.v1.HealthMeasurement
-	31, // 2: pawl.v1.Ack.held:type_name -> google.protobuf.Duration
-	32, // 3: pawl.v1.Ack.received_at:type_name -> google.protobuf.Timestamp
-	33, // 4: pawl.v1.Ack.violations:type_name -> pawl.v1.Violation
+	32, // 2: pawl.v1.Ack.held:type_name -> google.protobuf.Duration
+	33, // 3: pawl.v1.Ack.received_at:type_name -> google.protobuf.Timestamp
+	34, // 4: pawl.v1.Ack.violations:type_name -> pawl.v1.Violation
 	1,  // 5: pawl.v1.Ack.reject_code:type_name -> pawl.v1.RejectCode
-	31, // 6: pawl.v1.HealthMeasurement.p99_latency:type_name -> google.protobuf.Duration
+	32, // 6: pawl.v1.HealthMeasurement.p99_latency:type_name -> google.protobuf.Duration
 	2,  // 7: pawl.v1.AckRequest.ack:type_name -> pawl.v1.Ack
 	2,  // 8: pawl.v1.AckResponse.ack:type_name -> pawl.v1.Ack
-	28, // 9: pawl.v1.StageStatus.zones:type_name -> pawl.v1.StageStatus.ZonesEntry
-	29, // 10: pawl.v1.StageStatus.states:type_name -> pawl.v1.StageStatus.StatesEntry
-	32, // 11: pawl.v1.StageStatus.passed_at:type_name -> google.protobuf.Timestamp
-	30, // 12: pawl.v1.ZoneStatus.states:type_name -> pawl.v1.ZoneStatus.StatesEntry
+	29, // 9: pawl.v1.StageStatus.zones:type_name -> pawl.v1.StageStatus.ZonesEntry
+	30, // 10: pawl.v1.StageStatus.states:type_name -> pawl.v1.StageStatus.StatesEntry
+	33, // 11: pawl.v1.StageStatus.passed_at:type_name -> google.protobuf.Timestamp
+	31, // 12: pawl.v1.ZoneStatus.states:type_name -> pawl.v1.ZoneStatus.StatesEntry
 	7,  // 13: pawl.v1.GetRolloutStatusResponse.stages:type_name -> pawl.v1.StageStatus
 	2,  // 14: pawl.v1.GetRolloutStatusResponse.acks:type_name -> pawl.v1.Ack
-	15, // 15: pawl.v1.GetRolloutStatusResponse.pointer:type_name -> pawl.v1.Pointer
+	16, // 15: pawl.v1.GetRolloutStatusResponse.pointer:type_name -> pawl.v1.Pointer
 	11, // 16: pawl.v1.GetRolloutStatusResponse.stop:type_name -> pawl.v1.Stop
-	34, // 17: pawl.v1.GetRolloutStatusResponse.state:type_name -> pawl.v1.ReleaseState
+	35, // 17: pawl.v1.GetRolloutStatusResponse.state:type_name -> pawl.v1.ReleaseState
 	10, // 18: pawl.v1.GetRolloutStatusResponse.coverage:type_name -> pawl.v1.Coverage
-	35, // 19: pawl.v1.GetRolloutStatusResponse.retirements:type_name -> pawl.v1.Retirement
-	32, // 20: pawl.v1.Stop.time:type_name -> google.protobuf.Timestamp
+	36, // 19: pawl.v1.GetRolloutStatusResponse.retirements:type_name -> pawl.v1.Retirement
+	33, // 20: pawl.v1.Stop.time:type_name -> google.protobuf.Timestamp
 	7,  // 21: pawl.v1.Stop.evidence:type_name -> pawl.v1.StageStatus
 	11, // 22: pawl.v1.StopRolloutResponse.stop:type_name -> pawl.v1.Stop
-	7,  // 23: pawl.v1.Receipt.evidence:type_name -> pawl.v1.StageStatus
-	32, // 24: pawl.v1.Receipt.time:type_name -> google.protobuf.Timestamp
-	35, // 25: pawl.v1.Receipt.retirements:type_name -> pawl.v1.Retirement
-	16, // 26: pawl.v1.PromoteResponse.receipt:type_name -> pawl.v1.Receipt
-	16, // 27: pawl.v1.RollbackResponse.receipt:type_name -> pawl.v1.Receipt
-	16, // 28: pawl.v1.GetPromotionResponse.receipt:type_name -> pawl.v1.Receipt
-	15, // 29: pawl.v1.GetPointerResponse.pointer:type_name -> pawl.v1.Pointer
-	0,  // 30: pawl.v1.AppliedConfig.state:type_name -> pawl.v1.InstanceState
-	32, // 31: pawl.v1.AppliedConfig.reported_at:type_name -> google.protobuf.Timestamp
-	25, // 32: pawl.v1.ListAppliedResponse.applied:type_name -> pawl.v1.AppliedConfig
-	8,  // 33: pawl.v1.StageStatus.ZonesEntry.value:type_name -> pawl.v1.ZoneStatus
-	4,  // 34: pawl.v1.RolloutService.Ack:input_type -> pawl.v1.AckRequest
-	6,  // 35: pawl.v1.RolloutService.GetRolloutStatus:input_type -> pawl.v1.GetRolloutStatusRequest
-	17, // 36: pawl.v1.RolloutService.Promote:input_type -> pawl.v1.PromoteRequest
-	19, // 37: pawl.v1.RolloutService.Rollback:input_type -> pawl.v1.RollbackRequest
-	21, // 38: pawl.v1.RolloutService.GetPromotion:input_type -> pawl.v1.GetPromotionRequest
-	12, // 39: pawl.v1.RolloutService.StopRollout:input_type -> pawl.v1.StopRolloutRequest
-	23, // 40: pawl.v1.RolloutService.GetPointer:input_type -> pawl.v1.GetPointerRequest
-	26, // 41: pawl.v1.RolloutService.ListApplied:input_type -> pawl.v1.ListAppliedRequest
-	5,  // 42: pawl.v1.RolloutService.Ack:output_type -> pawl.v1.AckResponse
-	9,  // 43: pawl.v1.RolloutService.GetRolloutStatus:output_type -> pawl.v1.GetRolloutStatusResponse
-	18, // 44: pawl.v1.RolloutService.Promote:output_type -> pawl.v1.PromoteResponse
-	20, // 45: pawl.v1.RolloutService.Rollback:output_type -> pawl.v1.RollbackResponse
-	22, // 46: pawl.v1.RolloutService.GetPromotion:output_type -> pawl.v1.GetPromotionResponse
-	13, // 47: pawl.v1.RolloutService.StopRollout:output_type -> pawl.v1.StopRolloutResponse
-	24, // 48: pawl.v1.RolloutService.GetPointer:output_type -> pawl.v1.GetPointerResponse
-	27, // 49: pawl.v1.RolloutService.ListApplied:output_type -> pawl.v1.ListAppliedResponse
-	42, // [42:50] is the sub-list for method output_type
-	34, // [34:42] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	16, // 23: pawl.v1.PointerMoved.current:type_name -> pawl.v1.Pointer
+	7,  // 24: pawl.v1.Receipt.evidence:type_name -> pawl.v1.StageStatus
+	33, // 25: pawl.v1.Receipt.time:type_name -> google.protobuf.Timestamp
+	36, // 26: pawl.v1.Receipt.retirements:type_name -> pawl.v1.Retirement
+	17, // 27: pawl.v1.PromoteResponse.receipt:type_name -> pawl.v1.Receipt
+	17, // 28: pawl.v1.RollbackResponse.receipt:type_name -> pawl.v1.Receipt
+	17, // 29: pawl.v1.GetPromotionResponse.receipt:type_name -> pawl.v1.Receipt
+	16, // 30: pawl.v1.GetPointerResponse.pointer:type_name -> pawl.v1.Pointer
+	0,  // 31: pawl.v1.AppliedConfig.state:type_name -> pawl.v1.InstanceState
+	33, // 32: pawl.v1.AppliedConfig.reported_at:type_name -> google.protobuf.Timestamp
+	26, // 33: pawl.v1.ListAppliedResponse.applied:type_name -> pawl.v1.AppliedConfig
+	8,  // 34: pawl.v1.StageStatus.ZonesEntry.value:type_name -> pawl.v1.ZoneStatus
+	4,  // 35: pawl.v1.RolloutService.Ack:input_type -> pawl.v1.AckRequest
+	6,  // 36: pawl.v1.RolloutService.GetRolloutStatus:input_type -> pawl.v1.GetRolloutStatusRequest
+	18, // 37: pawl.v1.RolloutService.Promote:input_type -> pawl.v1.PromoteRequest
+	20, // 38: pawl.v1.RolloutService.Rollback:input_type -> pawl.v1.RollbackRequest
+	22, // 39: pawl.v1.RolloutService.GetPromotion:input_type -> pawl.v1.GetPromotionRequest
+	12, // 40: pawl.v1.RolloutService.StopRollout:input_type -> pawl.v1.StopRolloutRequest
+	24, // 41: pawl.v1.RolloutService.GetPointer:input_type -> pawl.v1.GetPointerRequest
+	27, // 42: pawl.v1.RolloutService.ListApplied:input_type -> pawl.v1.ListAppliedRequest
+	5,  // 43: pawl.v1.RolloutService.Ack:output_type -> pawl.v1.AckResponse
+	9,  // 44: pawl.v1.RolloutService.GetRolloutStatus:output_type -> pawl.v1.GetRolloutStatusResponse
+	19, // 45: pawl.v1.RolloutService.Promote:output_type -> pawl.v1.PromoteResponse
+	21, // 46: pawl.v1.RolloutService.Rollback:output_type -> pawl.v1.RollbackResponse
+	23, // 47: pawl.v1.RolloutService.GetPromotion:output_type -> pawl.v1.GetPromotionResponse
+	13, // 48: pawl.v1.RolloutService.StopRollout:output_type -> pawl.v1.StopRolloutResponse
+	25, // 49: pawl.v1.RolloutService.GetPointer:output_type -> pawl.v1.GetPointerResponse
+	28, // 50: pawl.v1.RolloutService.ListApplied:output_type -> pawl.v1.ListAppliedResponse
+	43, // [43:51] is the sub-list for method output_type
+	35, // [35:43] is the sub-list for method input_type
+	35, // [35:35] is the sub-list for extension type_name
+	35, // [35:35] is the sub-list for extension extendee
+	0,  // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_pawl_v1_rollout_proto_init() }
@@ -2732,7 +2814,7 @@ func file_pawl_v1_rollout_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pawl_v1_rollout_proto_rawDesc), len(file_pawl_v1_rollout_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   29,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -162,6 +162,78 @@ func Bombs(funcs, locals, loops int) Module {
 	return m
 }
 
+// Shape is a control-flow shape of Branchy's function.
+type Shape int
+
+// The shapes of Branchy. Each says how many blocks (control constructs,
+// else, br_if and br_table targets, as validators/host counts them) n of
+// it make.
+const (
+	// Diamonds is n if/else/end in a row, each setting a local: 2n blocks.
+	Diamonds Shape = iota
+	// NestedIfs is n ifs nested in one another: n blocks.
+	NestedIfs
+	// BrIfs is one block that n br_if leave: n+1 blocks.
+	BrIfs
+	// BrTable is n nested blocks and one br_table with a target in each:
+	// 2n blocks.
+	BrTable
+)
+
+// Branchy returns an ABI-shaped module whose pawl_validate declares locals
+// i32 locals, has n of shape s, and then adds one to every local. wazero's
+// optimizing compiler takes time that grows with the blocks squared times
+// the locals joined where they meet, and memory with blocks times locals.
+func Branchy(s Shape, locals, n int) []byte {
+	var body []byte
+	test := LocalGet(nil, 0) // branch on the first parameter
+	switch s {
+	case Diamonds:
+		for i := range n {
+			body = append(append(body, test...), 0x04, 0x40) // if
+			if locals > 0 {
+				body = I32Const(body, 1)
+				body = uleb(append(body, 0x21), 2+i%locals) // local.set
+			}
+			body = append(body, 0x05, 0x0b) // else, end
+		}
+	case NestedIfs:
+		for range n {
+			body = append(append(body, test...), 0x04, 0x40)
+		}
+		for range n {
+			body = append(body, 0x0b)
+		}
+	case BrIfs:
+		body = append(body, 0x02, 0x40) // block
+		for range n {
+			body = append(append(body, test...), 0x0d, 0x00) // br_if 0
+		}
+		body = append(body, 0x0b)
+	case BrTable:
+		for range n {
+			body = append(body, 0x02, 0x40)
+		}
+		body = append(append(body, test...), 0x0e) // br_table
+		body = uleb(body, n-1)
+		for i := range n {
+			body = uleb(body, i)
+		}
+		for range n {
+			body = append(body, 0x0b)
+		}
+	}
+	for i := range locals {
+		idx := 2 + i
+		body = LocalGet(body, idx)
+		body = I32Const(body, 1)
+		body = append(body, 0x6a, 0x21) // i32.add, local.set
+		body = uleb(body, idx)
+	}
+	body = append(body, 0x42, 0x00) // i64.const 0
+	return ABI(locals, body).Encode()
+}
+
 // WithCustom returns wasm with a custom section holding tag appended: the
 // same code under another digest.
 func WithCustom(wasm []byte, tag string) []byte {

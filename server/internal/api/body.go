@@ -1,14 +1,13 @@
 package api
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"strings"
-
-	"connectrpc.com/connect"
 
 	"github.com/pawlcfg/pawl/server/internal/metrics"
 )
@@ -31,10 +30,12 @@ import (
 // that this guard speaks first; Connect still bounds what a compressed
 // message inflates to. The guard reads nothing ahead: it counts and checks
 // what Connect reads.
-func LimitBody(next http.Handler, max int, limits string) http.Handler {
+//
+// A refusal's LimitExceeded detail names flag, the main flag behind max.
+func LimitBody(next http.Handler, max int, flag, limits string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Body != nil && r.Body != http.NoBody {
-			r.Body = newGuardedBody(r, int64(max), limits)
+			r.Body = newGuardedBody(r, int64(max), flag, limits)
 		}
 		next.ServeHTTP(w, r)
 	})
@@ -45,6 +46,7 @@ func LimitBody(next http.Handler, max int, limits string) http.Handler {
 type guardedBody struct {
 	body   io.ReadCloser
 	max    int64
+	flag   string
 	limits string
 	// enveloped says the body is a sequence of messages, each behind a
 	// 5-byte prefix (flags, big-endian length); otherwise the body is one
@@ -54,8 +56,9 @@ type guardedBody struct {
 	// be flagged compressed.
 	compressed bool
 
-	// metrics counts a refusal (nil: none).
-	metrics *metrics.Metrics
+	// ctx is the request's, where a refusal is counted
+	// (metrics.RefusedBody).
+	ctx context.Context
 
 	read      int64   // bytes of the body read so far
 	prefix    [5]byte // the prefix being read
@@ -64,9 +67,9 @@ type guardedBody struct {
 	err       error   // sticky: once refused, every read fails the same way
 }
 
-func newGuardedBody(r *http.Request, max int64, limits string) *guardedBody {
+func newGuardedBody(r *http.Request, max int64, flag, limits string) *guardedBody {
 	ct := strings.ToLower(r.Header.Get("Content-Type"))
-	g := &guardedBody{body: r.Body, max: max, limits: limits, metrics: metrics.FromContext(r.Context())}
+	g := &guardedBody{body: r.Body, max: max, flag: flag, limits: limits, ctx: r.Context()}
 	switch {
 	case strings.HasPrefix(ct, "application/grpc"): // gRPC and gRPC-Web
 		g.enveloped = true
@@ -109,7 +112,7 @@ func (g *guardedBody) check(b []byte) error {
 	g.read += int64(len(b))
 	if !g.enveloped {
 		if g.read > g.max {
-			return g.tooLarge(fmt.Sprintf("the request body is more than %d bytes", g.max))
+			return g.tooLarge(fmt.Sprintf("the request body is more than %d bytes", g.max), g.read)
 		}
 		return nil
 	}
@@ -130,7 +133,7 @@ func (g *guardedBody) check(b []byte) error {
 		flags, size := g.prefix[0], int64(binary.BigEndian.Uint32(g.prefix[1:]))
 		switch {
 		case size > g.max:
-			return g.tooLarge(fmt.Sprintf("the request message is %d bytes", size))
+			return g.tooLarge(fmt.Sprintf("the request message is %d bytes", size), size)
 		case flags&^1 != 0:
 			return InvalidArgument("malformed request: a message has flags 0x%02x; a client sends 0x00, or 0x01 for a compressed message", flags)
 		case flags == 1 && !g.compressed:
@@ -141,12 +144,13 @@ func (g *guardedBody) check(b []byte) error {
 	return nil
 }
 
-// tooLarge refuses the body, and counts the refusal here: Connect
-// answers a unary call whose body it cannot read before any interceptor
-// runs.
-func (g *guardedBody) tooLarge(what string) error {
-	return connect.NewError(connect.CodeResourceExhausted, g.metrics.CountRefusal(
-		fmt.Errorf("%s; the server reads at most %d bytes of one request here: %s", what, g.max, g.limits)))
+// tooLarge refuses a body or a message of size bytes (as far as read),
+// and counts the refusal here: Connect answers a unary call whose body it
+// cannot read before any interceptor runs.
+func (g *guardedBody) tooLarge(what string, size int64) error {
+	metrics.RefusedBody(g.ctx, strings.TrimPrefix(g.flag, "--"))
+	return LimitExceeded(g.flag, uint64(size), uint64(g.max), "bytes",
+		"%s; the server reads at most %d bytes of one request here: %s", what, g.max, g.limits)
 }
 
 func (g *guardedBody) truncated() error {

@@ -25,7 +25,9 @@ import (
 // errors wrapped with %w and call Error once, so a wrapped error still maps
 // to the right code. A *connect.Error passes through unchanged. A
 // rejected release carries a ReleaseRejected detail, an unknown promotion a
-// PromotionUnknown detail. Errors with no mapping become Internal, logged on
+// PromotionUnknown detail, a limit a LimitExceeded detail, a failed
+// compare-and-swap a RevisionMismatch or PointerMoved detail
+// (docs/ERRORS.md). Errors with no mapping become Internal, logged on
 // log with the procedure name.
 func Error(log *slog.Logger, spec connect.Spec, err error) error {
 	if err == nil {
@@ -44,28 +46,33 @@ func Error(log *slog.Logger, spec connect.Spec, err error) error {
 		// Not the store's code: the caller must learn that the outcome is
 		// unknown and how to resolve it.
 		log.Warn("promotion outcome unknown", "procedure", spec.Procedure, "config", unknown.ConfigID, "key", unknown.IdempotencyKey, "error", unknown.Err)
-		ce := connect.NewError(connect.CodeUnknown, err)
-		if d, derr := connect.NewErrorDetail(&pawlv1.PromotionUnknown{ConfigId: unknown.ConfigID, IdempotencyKey: unknown.IdempotencyKey}); derr == nil {
-			ce.AddDetail(d)
-		}
-		return ce
+		return withDetail(connect.NewError(connect.CodeUnknown, err),
+			&pawlv1.PromotionUnknown{ConfigId: unknown.ConfigID, IdempotencyKey: unknown.IdempotencyKey})
 	}
 	// A validator's *host.TimeoutError matches context.DeadlineExceeded.
 	if code, ok := contextCode(err); ok {
 		return connect.NewError(code, err)
 	}
-	var quota *store.QuotaError
-	if errors.As(err, &quota) {
-		return quotaError(quota)
-	}
 	var (
+		quota     *store.QuotaError
 		notFound  *store.NotFoundError
 		compacted *store.CompactedError
 		future    *store.FutureRevisionError
 		mismatch  *store.RevisionMismatchError
 		badKey    *store.InvalidKeyError
+		hostLimit *host.LimitError
+		tooLarge  *validator.TooLargeError
+		moved     *rollout.PointerError
 	)
 	switch {
+	case errors.As(err, &quota):
+		return quotaError(quota)
+	case errors.As(err, &hostLimit):
+		return hostLimitError(err, hostLimit)
+	case errors.As(err, &tooLarge):
+		return tooLargeModule(err, tooLarge)
+	case errors.As(err, &moved):
+		return pointerMovedError(err, moved)
 	case errors.As(err, &notFound):
 		return newError(connect.CodeNotFound, "key %q does not exist at revision %d", notFound.Key, notFound.Revision)
 	case errors.As(err, &compacted):
@@ -76,21 +83,12 @@ func Error(log *slog.Logger, spec connect.Spec, err error) error {
 		return newError(connect.CodeInvalidArgument,
 			"revision %d is in the future: the current revision is %d", future.Requested, future.Revision)
 	case errors.As(err, &mismatch):
-		if mismatch.Actual == 0 {
-			return newError(connect.CodeFailedPrecondition,
-				"compare-and-swap failed: key %q does not exist (expected mod revision %d)", mismatch.Key, mismatch.Expected)
-		}
-		return newError(connect.CodeFailedPrecondition,
-			"compare-and-swap failed: key %q is at mod revision %d, not %d; read it again and retry",
-			mismatch.Key, mismatch.Actual, mismatch.Expected)
+		return mismatchError(mismatch)
 	case errors.As(err, &badKey):
 		return newError(connect.CodeInvalidArgument, "invalid %s: %s", badKey.Field, badKey.Reason)
 	case errors.Is(err, host.ErrNotWasm), errors.Is(err, host.ErrABI), errors.Is(err, host.ErrTrap),
 		errors.Is(err, host.ErrBadOutput), errors.Is(err, host.ErrDigestMismatch):
 		return connect.NewError(connect.CodeInvalidArgument, err)
-	case errors.Is(err, host.ErrMemoryLimit), errors.Is(err, host.ErrOutputTooLarge), errors.Is(err, validator.ErrTooLarge),
-		errors.Is(err, host.ErrLimit):
-		return connect.NewError(connect.CodeResourceExhausted, err)
 	case errors.Is(err, validator.ErrInvalid):
 		return connect.NewError(connect.CodeInvalidArgument, err)
 	case errors.Is(err, validator.ErrNotFound):
@@ -137,21 +135,24 @@ func Error(log *slog.Logger, spec connect.Spec, err error) error {
 
 // quotaError says which limit a write hit, how full the store is, and
 // what to do: free space (deletes, then compaction drops their history)
-// or raise the quota.
+// or raise the quota. Its LimitExceeded detail says where the write would
+// have taken the store (value) against the quota, or the quota and the
+// reserve (limit_value).
 func quotaError(e *store.QuotaError) error {
 	const remedy = "delete keys you no longer need and let compaction drop their history (pawld --retain-revisions, --retain-for), or raise pawld --quota-bytes"
 	low := store.Quota{Bytes: e.Quota}.LowWater()
+	const flag, unit = "--quota-bytes", "bytes"
 	switch {
 	case e.Alarmed:
-		return newError(connect.CodeResourceExhausted,
+		return LimitExceeded(flag, uint64(e.Used), uint64(e.Quota), unit,
 			"storage quota: the NOSPACE alarm is raised (the store holds %d bytes of its %d-byte quota, --quota-bytes); writes are refused until the store is under %d bytes (nine tenths of the quota): %s",
 			e.Used, e.Quota, low, remedy)
 	case e.Reserved:
-		return newError(connect.CodeResourceExhausted,
+		return LimitExceeded(flag, uint64(e.Used+e.Cost), uint64(e.Quota+e.Reserve), unit,
 			"storage quota: this write of %d bytes would take the store from %d bytes past its %d-byte quota (--quota-bytes) and the %d-byte reserve for reports: %s",
 			e.Cost, e.Used, e.Quota, e.Reserve, remedy)
 	}
-	return newError(connect.CodeResourceExhausted,
+	return LimitExceeded(flag, uint64(e.Used+e.Cost), uint64(e.Quota), unit,
 		"storage quota: this write of %d bytes would take the store from %d bytes past its %d-byte quota (--quota-bytes): %s",
 		e.Cost, e.Used, e.Quota, remedy)
 }
@@ -164,12 +165,8 @@ func rejectedError(r *release.RejectedError) error {
 	for _, v := range r.Violations {
 		lines = append(lines, fmt.Sprintf("%s: %s", v.Path, v.Message))
 	}
-	err := connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("validator %s rejected the content, so no release was created: %s",
-		r.Digest, strings.Join(lines, "; ")))
-	if d, derr := connect.NewErrorDetail(detail); derr == nil {
-		err.AddDetail(d)
-	}
-	return err
+	return withDetail(connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("validator %s rejected the content, so no release was created: %s",
+		r.Digest, strings.Join(lines, "; "))), detail)
 }
 
 const (
@@ -200,11 +197,6 @@ func PageSize(requested int32) (int, error) {
 // InvalidArgument is a shorthand for a CodeInvalidArgument error.
 func InvalidArgument(format string, args ...any) error {
 	return newError(connect.CodeInvalidArgument, format, args...)
-}
-
-// ResourceExhausted is a shorthand for a CodeResourceExhausted error.
-func ResourceExhausted(format string, args ...any) error {
-	return newError(connect.CodeResourceExhausted, format, args...)
 }
 
 func newError(code connect.Code, format string, args ...any) *connect.Error {

@@ -56,7 +56,8 @@ func (s *KV) Txn(ctx context.Context, req *connect.Request[pawlv1.TxnRequest]) (
 	case len(ops) == 0:
 		return nil, InvalidArgument("a transaction needs at least one op")
 	case len(ops) > s.limits.Ops:
-		return nil, ResourceExhausted("the transaction has %d ops; the limit is %d (pawld --max-txn-ops)", len(ops), s.limits.Ops)
+		return nil, LimitExceeded("--max-txn-ops", uint64(len(ops)), uint64(s.limits.Ops), "ops",
+			"the transaction has %d ops; the limit is %d (pawld --max-txn-ops)", len(ops), s.limits.Ops)
 	}
 	var t store.Txn
 	seen := make(map[string]int, len(ops))
@@ -77,15 +78,15 @@ func (s *KV) Txn(ctx context.Context, req *connect.Request[pawlv1.TxnRequest]) (
 			t.Deletes = append(t.Deletes, key)
 		} else {
 			if len(op.GetValue()) > s.maxValueBytes {
-				return nil, ResourceExhausted("op %d: the value of %s is %d bytes; the limit is %d bytes (pawld --max-value-bytes)",
-					i, key, len(op.GetValue()), s.maxValueBytes)
+				return nil, sizeLimit("--max-value-bytes", fmt.Sprintf("op %d: the value of %s", i, key), len(op.GetValue()), s.maxValueBytes)
 			}
 			t.Puts = append(t.Puts, store.Put{Key: key, Value: op.GetValue()})
 		}
 		size += len(key) + len(op.GetValue())
 	}
 	if size > s.limits.Bytes {
-		return nil, ResourceExhausted("the transaction carries %d bytes of keys and values; the limit is %d (pawld --max-txn-bytes)", size, s.limits.Bytes)
+		return nil, LimitExceeded("--max-txn-bytes", uint64(size), uint64(s.limits.Bytes), "bytes",
+			"the transaction carries %d bytes of keys and values; the limit is %d (pawld --max-txn-bytes)", size, s.limits.Bytes)
 	}
 	for i, c := range m.GetCompares() {
 		if err := store.ValidateKey(c.GetKey()); err != nil {
@@ -110,8 +111,7 @@ func (s *KV) Put(ctx context.Context, req *connect.Request[pawlv1.PutRequest]) (
 		return nil, err
 	}
 	if len(m.GetValue()) > s.maxValueBytes {
-		return nil, ResourceExhausted("the value is %d bytes; the limit is %d bytes (pawld --max-value-bytes)",
-			len(m.GetValue()), s.maxValueBytes)
+		return nil, sizeLimit("--max-value-bytes", "the value", len(m.GetValue()), s.maxValueBytes)
 	}
 	res, err := s.store.Put(ctx, store.Put{Key: m.GetKey(), Value: m.GetValue(), ExpectModRevision: m.ExpectedModRevision})
 	if err != nil {

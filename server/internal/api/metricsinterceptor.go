@@ -28,7 +28,7 @@ func (i *metricsInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc
 		i.m.RPCStarted(procedure)
 		start := time.Now()
 		resp, err := next(ctx, req)
-		i.done(procedure, start, err, false)
+		i.done(ctx, procedure, start, err, false)
 		if procedure == pawlv1connect.RolloutServiceAckProcedure {
 			i.ack(req, resp, err)
 		}
@@ -44,7 +44,7 @@ func (i *metricsInterceptor) WrapStreamingHandler(next connect.StreamingHandlerF
 		start := time.Now()
 		err := next(ctx, conn)
 		closed()
-		i.done(procedure, start, err, true)
+		i.done(ctx, procedure, start, err, true)
 		return err
 	}
 }
@@ -54,16 +54,28 @@ func (i *metricsInterceptor) WrapStreamingClient(next connect.StreamingClientFun
 	return next
 }
 
-func (i *metricsInterceptor) done(procedure string, start time.Time, err error, stream bool) {
+func (i *metricsInterceptor) done(ctx context.Context, procedure string, start time.Time, err error, stream bool) {
 	i.m.RPCHandled(procedure, codeLabel(err), time.Since(start), stream)
-	if connect.CodeOf(err) == connect.CodeResourceExhausted && !metrics.Counted(err) {
-		msg := err.Error()
-		var ce *connect.Error
-		if errors.As(err, &ce) {
-			msg = ce.Message()
-		}
-		i.m.Refused(metrics.LimitOf(msg))
+	if connect.CodeOf(err) == connect.CodeResourceExhausted && !metrics.BodyRefused(ctx) {
+		i.m.Refused(limitOf(err))
 	}
+}
+
+// limitOf names the limit of a ResourceExhausted refusal: the flag of its
+// LimitExceeded detail, else the flag its message names.
+func limitOf(err error) string {
+	var ce *connect.Error
+	if !errors.As(err, &ce) {
+		return metrics.LimitOf(err.Error())
+	}
+	for _, d := range ce.Details() {
+		if v, derr := d.Value(); derr == nil {
+			if le, ok := v.(*pawlv1.LimitExceeded); ok && strings.HasPrefix(le.GetLimit(), "--") {
+				return strings.TrimPrefix(le.GetLimit(), "--")
+			}
+		}
+	}
+	return metrics.LimitOf(ce.Message())
 }
 
 // ack counts an ACK by its state and outcome.

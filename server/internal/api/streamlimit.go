@@ -108,13 +108,13 @@ func (l *streamLimiter) take(key, who string, watcher bool) error {
 	}
 	switch {
 	case watcher && l.limits.Watchers > 0 && h.watchers >= l.limits.Watchers:
-		return connect.NewError(connect.CodeResourceExhausted, fmt.Errorf(
+		return LimitExceeded(WatchersFlag, uint64(h.watchers), uint64(l.limits.Watchers), "watchers",
 			"%s holds %d watch streams, the limit per principal (%s %d): close one, or ask the operator to raise it",
-			who, h.watchers, WatchersFlag, l.limits.Watchers))
+			who, h.watchers, WatchersFlag, l.limits.Watchers)
 	case l.limits.Streams > 0 && h.streams >= l.limits.Streams:
-		return connect.NewError(connect.CodeResourceExhausted, fmt.Errorf(
+		return LimitExceeded(StreamsFlag, uint64(h.streams), uint64(l.limits.Streams), "streams",
 			"%s holds %d streams, the limit per principal (%s %d): close one, or ask the operator to raise it",
-			who, h.streams, StreamsFlag, l.limits.Streams))
+			who, h.streams, StreamsFlag, l.limits.Streams)
 	}
 	h.streams++
 	if watcher {

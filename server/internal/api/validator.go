@@ -104,7 +104,7 @@ func (h *Validators) Download(ctx context.Context, req *connect.Request[pawlv1.D
 func (h *Validators) Validate(ctx context.Context, req *connect.Request[pawlv1.ValidateRequest]) (*connect.Response[pawlv1.ValidateResponse], error) {
 	m := req.Msg
 	if len(m.GetContent()) > h.maxValueBytes {
-		return nil, ResourceExhausted("the content is %d bytes; the limit is %d bytes (pawld --max-value-bytes)", len(m.GetContent()), h.maxValueBytes)
+		return nil, sizeLimit("--max-value-bytes", "the content", len(m.GetContent()), h.maxValueBytes)
 	}
 	if len(m.GetParams()) > 0 && !json.Valid(m.GetParams()) {
 		return nil, InvalidArgument("params must be a JSON document")

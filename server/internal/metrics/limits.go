@@ -10,7 +10,7 @@ import (
 var LimitNames = []string{
 	"max-value-bytes", "max-txn-ops", "max-txn-bytes", "max-validator-bytes",
 	"validator-max-functions", "validator-max-function-locals", "validator-max-locals", "validator-max-function-bytes",
-	"validator-max-code-bytes", "validator-max-loop-depth", "validator-max-loop-joins", "validator-compile-timeout",
+	"validator-max-code-bytes", "validator-max-loop-depth", "validator-max-loop-joins", "validator-max-blocks", "validator-max-block-joins", "validator-compile-timeout",
 	"validator-max-compiles", "validator-memory-bytes", "validator-memory-budget", "validator-output",
 	"max-conns", "max-conns-per-address", "reserved-conns",
 	"max-streams-per-principal", "max-watchers-per-principal",

@@ -17,8 +17,8 @@ package metrics
 
 import (
 	"context"
-	"errors"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -230,16 +230,12 @@ func (m *Metrics) Observe(src Sources) {
 
 type contextKey struct{}
 
-// NewContext returns ctx carrying m, where FromContext finds it.
-func NewContext(ctx context.Context, m *Metrics) context.Context {
-	return context.WithValue(ctx, contextKey{}, m)
-}
-
-// FromContext returns the Metrics that NewContext or Middleware put on
-// ctx, or nil (whose hooks do nothing).
-func FromContext(ctx context.Context) *Metrics {
-	m, _ := ctx.Value(contextKey{}).(*Metrics)
-	return m
+// request is what Middleware puts on a request's context.
+type request struct {
+	m *Metrics
+	// bodyRefused says the guard of request bodies refused, and counted,
+	// this request's body (RefusedBody).
+	bodyRefused atomic.Bool
 }
 
 // Middleware puts m on every request's context, for the parts of a
@@ -247,25 +243,35 @@ func FromContext(ctx context.Context) *Metrics {
 // request bodies, a watch stream's sends).
 func (m *Metrics) Middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		next.ServeHTTP(w, r.WithContext(NewContext(r.Context(), m)))
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), contextKey{}, &request{m: m})))
 	})
 }
 
-// countedError is a refusal already counted where it was made.
-type countedError struct{ error }
-
-func (e *countedError) Unwrap() error { return e.error }
-
-// CountRefusal counts the refusal err (by the limit its message names,
-// LimitOf) and returns it marked, so that Counted tells the RPC
-// interceptor, which sees it again, not to count it twice.
-func (m *Metrics) CountRefusal(err error) error {
-	m.Refused(LimitOf(err.Error()))
-	return &countedError{err}
+// FromContext returns the Metrics that Middleware put on ctx, or nil
+// (whose hooks do nothing).
+func FromContext(ctx context.Context) *Metrics {
+	if r, ok := ctx.Value(contextKey{}).(*request); ok {
+		return r.m
+	}
+	return nil
 }
 
-// Counted reports whether CountRefusal already counted err.
-func Counted(err error) bool {
-	var c *countedError
-	return errors.As(err, &c)
+// RefusedBody counts the refusal of the body of the request of ctx by
+// limit (Refused), and notes it, so that the RPC interceptor, which sees
+// the same refusal again when the call is a stream, does not count it
+// twice (BodyRefused).
+func RefusedBody(ctx context.Context, limit string) {
+	r, ok := ctx.Value(contextKey{}).(*request)
+	if !ok {
+		return
+	}
+	r.m.Refused(limit)
+	r.bodyRefused.Store(true)
+}
+
+// BodyRefused reports whether RefusedBody counted the refusal of the body
+// of the request of ctx.
+func BodyRefused(ctx context.Context) bool {
+	r, ok := ctx.Value(contextKey{}).(*request)
+	return ok && r.bodyRefused.Load()
 }

@@ -72,7 +72,7 @@ func (r *Rollouts) promote(ctx context.Context, m Move, keyRev int64) (Receipt, 
 		return Receipt{}, err
 	}
 	if rv.ptr.Generation != m.ExpectedGeneration || rv.ptr.Epoch != m.ExpectedEpoch {
-		return Receipt{}, &PointerError{Pointer: rv.ptr}
+		return Receipt{}, m.moved(rv.ptr)
 	}
 	if err := r.checkPromotable(ctx, rv); err != nil {
 		return Receipt{}, err
@@ -141,7 +141,7 @@ func (r *Rollouts) Rollback(ctx context.Context, m Move) (Receipt, error) {
 		return Receipt{}, err
 	}
 	if ptr.Generation != m.ExpectedGeneration || ptr.Epoch != m.ExpectedEpoch {
-		return Receipt{}, &PointerError{Pointer: ptr}
+		return Receipt{}, m.moved(ptr)
 	}
 	if ptr.Generation == 0 {
 		return Receipt{}, fmt.Errorf("%w: config %s has never been promoted", ErrCannotRollBack, m.ConfigID)
@@ -173,7 +173,7 @@ func (r *Rollouts) Rollback(ctx context.Context, m Move) (Receipt, error) {
 		if perr != nil {
 			return Receipt{}, perr
 		}
-		return Receipt{}, &PointerError{Pointer: now}
+		return Receipt{}, m.moved(now)
 	}
 	return rc, err
 }
@@ -497,4 +497,10 @@ func (r *Rollouts) checkRollbackTarget(ctx context.Context, config string, targe
 	}
 	return fmt.Errorf("%w: generation %d, which generation %d replaced, was revoked at %s by %s: %s; there is nothing to roll back to: promote a new release",
 		ErrCannotRollBack, target, from, rv.Time.Format(time.RFC3339), rv.Actor, rv.Reason)
+}
+
+// moved is the error of m when the pointer is at ptr, not where m
+// expected it.
+func (m Move) moved(ptr Pointer) *PointerError {
+	return &PointerError{ConfigID: m.ConfigID, ExpectedGeneration: m.ExpectedGeneration, ExpectedEpoch: m.ExpectedEpoch, Pointer: ptr}
 }

@@ -134,6 +134,11 @@ func (e *FencedError) Is(target error) bool { return target == ErrFenced }
 
 // PointerError reports the pointer as it is. It matches ErrPointerMoved.
 type PointerError struct {
+	// ConfigID is the config moved.
+	ConfigID string
+	// ExpectedGeneration and ExpectedEpoch are where the move expected
+	// the pointer.
+	ExpectedGeneration, ExpectedEpoch int64
 	// Pointer is the active pointer now.
 	Pointer Pointer
 }

@@ -123,7 +123,7 @@ func (v *Validators) Close(ctx context.Context) {
 // upload is idempotent. created says whether this call stored it.
 func (v *Validators) Upload(ctx context.Context, wasm []byte, name, uploader string) (info Info, created bool, err error) {
 	if len(wasm) > v.maxBytes {
-		return Info{}, false, errorf(ErrTooLarge, "the module is %d bytes; the limit is %d bytes (pawld --max-validator-bytes)", len(wasm), v.maxBytes)
+		return Info{}, false, &TooLargeError{Size: len(wasm), Max: v.maxBytes}
 	}
 	digest := host.Digest(wasm)
 	if existing, err := v.store.GetBlob(ctx, blobKind, digest, false); err == nil {
@@ -223,19 +223,48 @@ var limitFlags = map[host.Limit]string{
 	host.LimitCodeBytes:      "--validator-max-code-bytes",
 	host.LimitLoopDepth:      "--validator-max-loop-depth",
 	host.LimitLoopJoins:      "--validator-max-loop-joins",
+	host.LimitBlocks:         "--validator-max-blocks",
+	host.LimitBlockJoins:     "--validator-max-block-joins",
 	host.LimitCompileTime:    "--validator-compile-timeout",
 	host.LimitCompiles:       "--validator-max-compiles",
 	host.LimitMemoryBudget:   "--validator-memory-budget",
+	host.LimitMemory:         "--validator-memory-bytes",
+}
+
+// LimitName names one of the host's limits for a client: the pawld flag
+// that changes it, or, for a limit no flag sets, "validator " and the
+// limit's name.
+func LimitName(l host.Limit) string {
+	if flag, ok := limitFlags[l]; ok {
+		return flag
+	}
+	return "validator " + string(l)
 }
 
 // withFlag names, in a limit error, the pawld flag that changes the limit.
 func withFlag(err error) error {
 	var limit *host.LimitError
 	if errors.As(err, &limit) {
-		return fmt.Errorf("%w (pawld %s)", err, limitFlags[limit.Limit])
+		if flag, ok := limitFlags[limit.Limit]; ok {
+			return fmt.Errorf("%w (pawld %s)", err, flag)
+		}
 	}
 	return err
 }
+
+// TooLargeError is a module over the size limit (pawld
+// --max-validator-bytes). It matches ErrTooLarge.
+type TooLargeError struct {
+	// Size is the module's size and Max the limit, in bytes.
+	Size, Max int
+}
+
+func (e *TooLargeError) Error() string {
+	return fmt.Sprintf("the module is %d bytes; the limit is %d bytes (pawld --max-validator-bytes)", e.Size, e.Max)
+}
+
+// Is reports whether target is ErrTooLarge.
+func (e *TooLargeError) Is(target error) bool { return target == ErrTooLarge }
 
 // blob reads a stored module by digest.
 func (v *Validators) blob(ctx context.Context, digest string, withData bool) (store.Blob, error) {

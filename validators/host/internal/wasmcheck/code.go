@@ -2,11 +2,23 @@ package wasmcheck
 
 import "fmt"
 
+// shape is what body measures of one function's instructions.
+type shape struct {
+	// loops is how many loops there are, depth how deeply they nest.
+	loops, depth int
+	// blocks is how many places control flow splits or joins: the
+	// control constructs (block, loop, if, try, try_table), else, br_if
+	// and each target of br_table, its default included. Each makes a
+	// basic block or an edge of the compiled code.
+	blocks int
+}
+
 // body walks one function's instructions, after its locals, reading every
-// immediate, and measures the loops: how many there are and how deeply
-// they nest. Instructions are not validated (the compiler does that); an
-// opcode this reader does not know is refused, as the compiler would.
-func body(r *reader) (loops, depth int, err error) {
+// immediate, and measures its control flow. Instructions are not validated
+// (the compiler does that); an opcode this reader does not know is
+// refused, as the compiler would.
+func body(r *reader) (shape, error) {
+	var sh shape
 	// stack holds, for each open block, whether it is a loop.
 	var stack []bool
 	open := 0 // open loops
@@ -14,29 +26,37 @@ func body(r *reader) (loops, depth int, err error) {
 		at := r.pos
 		op, err := r.byte()
 		if err != nil {
-			return 0, 0, err
+			return shape{}, err
 		}
 		switch {
 		case op == 0x02 || op == 0x04 || op == 0x06: // block, if, try
 			err = r.blockType()
 			stack = append(stack, false)
+			sh.blocks++
 		case op == 0x03: // loop
 			err = r.blockType()
 			stack = append(stack, true)
-			loops++
+			sh.blocks++
+			sh.loops++
 			open++
-			depth = max(depth, open)
+			sh.depth = max(sh.depth, open)
 		case op == 0x1f: // try_table
 			if err = r.blockType(); err == nil {
 				err = r.catches()
 			}
 			stack = append(stack, false)
+			sh.blocks++
+		case op == 0x05: // else
+			sh.blocks++
+		case op == 0x0d: // br_if
+			_, err = r.u32()
+			sh.blocks++
 		case op == 0x0b: // end
 			if len(stack) == 0 {
 				if r.pos != len(r.b) {
-					return 0, 0, fmt.Errorf("%w: %d bytes after the function's end", ErrMalformed, len(r.b)-r.pos)
+					return shape{}, fmt.Errorf("%w: %d bytes after the function's end", ErrMalformed, len(r.b)-r.pos)
 				}
-				return loops, depth, nil
+				return sh, nil
 			}
 			if stack[len(stack)-1] {
 				open--
@@ -48,6 +68,7 @@ func body(r *reader) (loops, depth int, err error) {
 				for i := 0; i <= n && err == nil; i++ {
 					_, err = r.u32()
 				}
+				sh.blocks += n + 1
 			}
 		case op == 0x1c: // select t*
 			_, err = r.valueTypes()
@@ -75,10 +96,10 @@ func body(r *reader) (loops, depth int, err error) {
 			_, err = r.u32()
 		case noImmediate[op]:
 		default:
-			return 0, 0, fmt.Errorf("%w: unknown opcode 0x%02x at byte %d of the body", ErrMalformed, op, at)
+			return shape{}, fmt.Errorf("%w: unknown opcode 0x%02x at byte %d of the body", ErrMalformed, op, at)
 		}
 		if err != nil {
-			return 0, 0, err
+			return shape{}, err
 		}
 	}
 }
@@ -86,7 +107,7 @@ func body(r *reader) (loops, depth int, err error) {
 // oneIndex are the opcodes with one index or depth as immediate.
 var oneIndex = [256]bool{
 	0x07: true, 0x08: true, 0x09: true, // catch, throw, rethrow
-	0x0c: true, 0x0d: true, // br, br_if
+	0x0c: true,                                     // br
 	0x10: true, 0x12: true, 0x14: true, 0x15: true, // call, return_call, call_ref, return_call_ref
 	0x18: true,                                                 // delegate
 	0x20: true, 0x21: true, 0x22: true, 0x23: true, 0x24: true, // locals and globals
@@ -97,7 +118,7 @@ var oneIndex = [256]bool{
 
 // noImmediate are the opcodes without immediates.
 var noImmediate = func() (t [256]bool) {
-	for _, op := range []byte{0x00, 0x01, 0x05, 0x0a, 0x0f, 0x19, 0x1a, 0x1b, 0xd1, 0xd3, 0xd5} {
+	for _, op := range []byte{0x00, 0x01, 0x0a, 0x0f, 0x19, 0x1a, 0x1b, 0xd1, 0xd3, 0xd5} {
 		t[op] = true
 	}
 	for op := 0x45; op <= 0xc4; op++ { // numeric instructions, sign extension

@@ -48,6 +48,14 @@ const (
 	// LimitLoopJoins bounds one function's loops times its locals and
 	// parameters: at each loop the compiler joins every local's value.
 	LimitLoopJoins Limit = "loop joins (loops times locals)"
+	// LimitBlocks bounds one function's blocks: its control constructs,
+	// else, br_if and br_table targets. The compiler's time grows with
+	// their square.
+	LimitBlocks Limit = "blocks (block, loop, if, else, br_if and br_table targets)"
+	// LimitBlockJoins bounds one function's blocks times its locals and
+	// parameters: where control flow joins, the compiler joins every
+	// local's value.
+	LimitBlockJoins Limit = "block joins (blocks times locals)"
 )
 
 // Limits bound the shape of a module. A zero field means no limit.
@@ -69,6 +77,13 @@ type Limits struct {
 	// LoopJoins is the most loops times locals (parameters included) of
 	// one function.
 	LoopJoins int
+	// Blocks is the most blocks of one function: control constructs
+	// (block, loop, if, try, try_table), else, br_if, and each target of
+	// br_table, its default included.
+	Blocks int
+	// BlockJoins is the most blocks times locals (parameters included) of
+	// one function.
+	BlockJoins int
 }
 
 // LimitError says which limit a module is over. It matches ErrLimit.
@@ -196,6 +211,9 @@ type Module struct {
 	// MaxLoopDepth and MaxLoopJoins are the deepest loop nesting and the
 	// most loops times locals of one function.
 	MaxLoopDepth, MaxLoopJoins int
+	// MaxBlocks and MaxBlockJoins are the most blocks and the most blocks
+	// times locals of one function.
+	MaxBlocks, MaxBlockJoins int
 }
 
 // Section IDs, in the order the binary format requires (custom sections
@@ -466,21 +484,28 @@ func (s *scan) function(r *reader, fn int) error {
 		return err
 	}
 	s.m.MaxFunctionLocals = max(s.m.MaxFunctionLocals, locals)
-	loops, depth, err := body(r)
+	sh, err := body(r)
 	if err != nil {
 		return fmt.Errorf("function %d: %w", fn, err)
 	}
-	where := fmt.Sprintf("function %d", fn)
-	if s.lim.LoopDepth > 0 && depth > s.lim.LoopDepth {
-		return &LimitError{Limit: LimitLoopDepth, Max: s.lim.LoopDepth, Got: uint64(depth), Where: where}
+	vars := locals + uint64(len(s.funcTypes[len(s.funcTypes)-s.m.Functions+fn].Params))
+	loopJoins, blockJoins := uint64(sh.loops)*vars, uint64(sh.blocks)*vars
+	for _, c := range []struct {
+		limit    Limit
+		max      int
+		got      uint64
+		observed *int
+	}{
+		{LimitLoopDepth, s.lim.LoopDepth, uint64(sh.depth), &s.m.MaxLoopDepth},
+		{LimitLoopJoins, s.lim.LoopJoins, loopJoins, &s.m.MaxLoopJoins},
+		{LimitBlocks, s.lim.Blocks, uint64(sh.blocks), &s.m.MaxBlocks},
+		{LimitBlockJoins, s.lim.BlockJoins, blockJoins, &s.m.MaxBlockJoins},
+	} {
+		if c.max > 0 && c.got > uint64(c.max) {
+			return &LimitError{Limit: c.limit, Max: c.max, Got: c.got, Where: fmt.Sprintf("function %d", fn)}
+		}
+		*c.observed = max(*c.observed, int(min(c.got, uint64(1)<<62)))
 	}
-	params := len(s.funcTypes[len(s.funcTypes)-s.m.Functions+fn].Params)
-	joins := uint64(loops) * (locals + uint64(params))
-	if s.lim.LoopJoins > 0 && joins > uint64(s.lim.LoopJoins) {
-		return &LimitError{Limit: LimitLoopJoins, Max: s.lim.LoopJoins, Got: joins, Where: where}
-	}
-	s.m.MaxLoopDepth = max(s.m.MaxLoopDepth, depth)
-	s.m.MaxLoopJoins = max(s.m.MaxLoopJoins, int(min(joins, uint64(1)<<62)))
 	return nil
 }
 
