@@ -1,6 +1,7 @@
 package sdk_test
 
 import (
+	"context"
 	"strings"
 	"testing"
 
@@ -16,13 +17,7 @@ import (
 // the span's own ID.
 func TestACKTraceIDsMatchTheSpans(t *testing.T) {
 	h := newHarness(t)
-	recorder := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(recorder))
-	defer tp.Shutdown(h.ctx)
-	h.client("i0", sdk.WithTracerProvider(tp))
-	h.waitRegistered("i0")
-	h.release(50, nil)
-	h.awaitAcks(1, func(s map[string][]string) bool { return reported(s, "i0", "HEALTHY_ACKED") })
+	recorder := tracedApply(h)
 
 	spans := map[string]sdktrace.ReadOnlySpan{} // by span ID
 	for _, s := range recorder.Started() {
@@ -56,4 +51,18 @@ func TestACKTraceIDsMatchTheSpans(t *testing.T) {
 			t.Fatalf("the steps of one apply are in two traces: %s and %s", trace, a.GetTraceId())
 		}
 	}
+}
+
+// tracedApply runs instance i0, with a tracer provider that records its
+// spans, through one apply to HEALTHY_ACKED, and returns the recorder.
+func tracedApply(h *harness) *tracetest.SpanRecorder {
+	h.t.Helper()
+	recorder := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(recorder))
+	h.t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	h.client("i0", sdk.WithTracerProvider(tp))
+	h.waitRegistered("i0")
+	h.release(50, nil)
+	h.awaitAcks(1, func(s map[string][]string) bool { return reported(s, "i0", "HEALTHY_ACKED") })
+	return recorder
 }

@@ -25,6 +25,8 @@ func TestImportsGoOneWay(t *testing.T) {
 		{"server/internal/release", []string{mod + "server/internal/api", mod + "server/internal/rollout", mod + "gen", "connectrpc.com/"}},
 		{"server/internal/rollout", []string{mod + "server/internal/api", mod + "gen", "connectrpc.com/"}},
 		{"server/internal/auth", []string{mod + "server/internal/", mod + "gen", "connectrpc.com/"}},
+		{"server/internal/metrics", []string{mod, "connectrpc.com/"}},
+		{"server/internal/tracing", []string{mod, "connectrpc.com/"}},
 		{"server", []string{mod + "cmd/"}},
 	}
 	for _, r := range rules {

@@ -14,6 +14,7 @@ import (
 	"github.com/pawlcfg/pawl/server/internal/retention"
 	"github.com/pawlcfg/pawl/server/internal/store"
 	"github.com/pawlcfg/pawl/server/internal/store/redisstore"
+	"github.com/pawlcfg/pawl/server/internal/tracing"
 	"github.com/pawlcfg/pawl/validators/host"
 )
 
@@ -68,6 +69,10 @@ type config struct {
 	streamLimits      api.StreamLimits
 	// corsOrigins may call from a browser (WithCORSOrigins).
 	corsOrigins []string
+
+	// Observability (docs/METRICS.md).
+	metricsAuth  bool
+	otlpEndpoint string
 	// wrapStore, set only by tests (export_test.go), wraps the opened store
 	// to inject faults between what a request reads and what it writes.
 	wrapStore func(store.Store) store.Store
@@ -291,6 +296,13 @@ func (c config) validate() error {
 		return fmt.Errorf("server: WithTLSClientCA(%q): client certificates need TLS; give WithTLS too", c.tlsClientCA)
 	case c.tlsClientCA != "" && c.authFile == "":
 		return fmt.Errorf("server: WithTLSClientCA(%q): the principals of client certificates and their grants are in the auth file; give WithAuthFile too", c.tlsClientCA)
+	case c.metricsAuth && c.authFile == "":
+		return fmt.Errorf("server: WithMetricsAuth: /metrics is scraped with a principal of the auth file; give WithAuthFile too")
+	}
+	if c.otlpEndpoint != "" {
+		if err := tracing.CheckEndpoint(c.otlpEndpoint); err != nil {
+			return fmt.Errorf("server: WithOTLPEndpoint: %w", err)
+		}
 	}
 	return nil
 }
@@ -473,6 +485,20 @@ func WithAdminNetworks(networks ...netip.Prefix) Option {
 func WithStreamLimits(streams, watchers int) Option {
 	return func(c *config) { c.streamLimits = api.StreamLimits{Streams: streams, Watchers: watchers} }
 }
+
+// WithMetricsAuth makes /metrics answer only a request with a bearer
+// token or client certificate of the auth file (any principal; a scraper
+// needs no grant), and 401 any other. It needs WithAuthFile. Without it,
+// /metrics is open, as etcd's and Consul's are: its series name
+// procedures, codes and limits, never keys, configs or principals.
+// /healthz and /readyz are always open.
+func WithMetricsAuth() Option { return func(c *config) { c.metricsAuth = true } }
+
+// WithOTLPEndpoint makes the server trace every call and export the
+// spans over OTLP/gRPC to the collector at url: http://host:4317
+// (plaintext) or https://host:4317 (TLS). An ACK's span continues the
+// trace context the SDK sent with it. Default: no tracing.
+func WithOTLPEndpoint(url string) Option { return func(c *config) { c.otlpEndpoint = url } }
 
 // WithLogger sets the structured logger (default slog.Default()).
 func WithLogger(log *slog.Logger) Option { return func(c *config) { c.log = log } }

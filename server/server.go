@@ -23,6 +23,7 @@ import (
 	"connectrpc.com/grpchealth"
 	"connectrpc.com/grpcreflect"
 	"github.com/redis/go-redis/v9"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"golang.org/x/net/http2"
 
 	"github.com/pawlcfg/pawl/gen/pawl/v1/pawlv1connect"
@@ -33,6 +34,7 @@ import (
 	"github.com/pawlcfg/pawl/server/internal/connlimit"
 	"github.com/pawlcfg/pawl/server/internal/console"
 	"github.com/pawlcfg/pawl/server/internal/instance"
+	"github.com/pawlcfg/pawl/server/internal/metrics"
 	"github.com/pawlcfg/pawl/server/internal/records"
 	"github.com/pawlcfg/pawl/server/internal/release"
 	"github.com/pawlcfg/pawl/server/internal/retention"
@@ -97,6 +99,13 @@ type Server struct {
 	// clientStreams are the procedures whose request bodies stay open
 	// (see withReadDeadline).
 	clientStreams map[string]bool
+
+	// metrics are the server's Prometheus series (ops.go); tracer exports
+	// spans when WithOTLPEndpoint is given (nil otherwise), and observers
+	// are the interceptors outside all others that feed both.
+	metrics   *metrics.Metrics
+	tracer    *sdktrace.TracerProvider
+	observers []connect.Interceptor
 }
 
 // pingInterval is how long a connection may stay silent before the server
@@ -127,7 +136,8 @@ func New(ctx context.Context, opts ...Option) (*Server, error) {
 	if err := cfg.loadClientCAs(); err != nil {
 		return nil, err
 	}
-	st, rdb, closeClient, err := openStore(ctx, cfg)
+	m := metrics.New()
+	st, rdb, closeClient, err := openStore(ctx, cfg, m.StoreCommitted)
 	if err != nil {
 		return nil, err
 	}
@@ -204,12 +214,16 @@ func New(ctx context.Context, opts ...Option) (*Server, error) {
 			return fail(err)
 		}
 	}
+	tracer, observers, err := observe(ctx, cfg, m)
+	if err != nil {
+		return fail(err)
+	}
 	s := &Server{cfg: cfg, store: st, usage: usage, audit: auditLog, closeClient: closeClient, hub: hub, wasm: rt, registry: registry, authn: authn, health: grpchealth.NewStaticChecker(services...), holder: newHolderID(),
-		gzip: sharedgzip.NewCache(64, 64<<20), connLimits: limits}
+		gzip: sharedgzip.NewCache(64, 64<<20), connLimits: limits, metrics: m, tracer: tracer, observers: observers}
 	if n, ok := st.(store.StaleNotifier); ok {
 		s.stopStale = n.NotifyStale(s.feedStale)
 	}
-	s.vals = validator.New(st, rt, cfg.maxWasmBytes)
+	s.vals = validator.New(st, rt, cfg.maxWasmBytes, validator.WithMetrics(m))
 	s.handler = s.routes()
 	s.clientStreams = clientStreams(slices.Concat(services, []string{grpchealth.HealthV1ServiceName, grpcreflect.ReflectV1ServiceName, grpcreflect.ReflectV1AlphaServiceName})...)
 	return s, nil
@@ -293,6 +307,8 @@ func (s *Server) routes() http.Handler {
 		// fan-out profile. Larger messages (big configs, batches) still
 		// compress when the client accepts it.
 		connect.WithCompressMinBytes(compressMinBytes),
+		// Tracing and metrics see every call and every refusal (ops.go).
+		connect.WithInterceptors(s.observers...),
 		// The audit interceptor wraps the auth interceptor, so that it
 		// records refusals too, with the principal the auth interceptor
 		// found (or the caller's address when none was).
@@ -335,7 +351,8 @@ func (s *Server) routes() http.Handler {
 	reflector := grpcreflect.NewStaticReflector(append([]string{grpchealth.HealthV1ServiceName}, services...)...)
 	mux.Handle(grpcreflect.NewHandlerV1(reflector, opts...))
 	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector, opts...))
-	return withCORS(withAuthContext(s.limitBodies(mux, readMax, kvReadMax, wasmReadMax)), s.cfg.corsOrigins)
+	s.mountOps(mux, rollouts)
+	return s.metrics.Middleware(withCORS(withAuthContext(s.limitBodies(mux, readMax, kvReadMax, wasmReadMax)), s.cfg.corsOrigins))
 }
 
 // limitBodies guards every request body (api.LimitBody) with the read
@@ -518,7 +535,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		IdleTimeout: s.cfg.idleTimeout,
 		ErrorLog:    slog.NewLogLogger(s.cfg.log.Handler(), slog.LevelWarn),
 	}
-	limited, err := connlimit.New(ln, s.connLimits, connlimit.WithLogger(s.cfg.log))
+	limited, err := connlimit.New(ln, s.connLimits, connlimit.WithLogger(s.cfg.log), connlimit.WithRefusalHook(s.refusedConn))
 	if err != nil {
 		return fmt.Errorf("server: %w", err)
 	}
@@ -587,6 +604,7 @@ func (s *Server) Close() error {
 		s.vals.Close(context.Background())
 		s.closeErr = errors.Join(s.audit.Close(), s.wasm.Close(context.Background()), s.store.Close())
 		s.closeClient()
+		s.stopTracing()
 	})
 	return s.closeErr
 }
@@ -636,10 +654,10 @@ func (s *Server) WatchStats() WatchStats {
 // openStore opens the store the configuration names: Redis at its URL, or
 // the embedded store in the data directory. closeClient closes what the
 // store does not own (the Redis client, rdb, nil for the embedded store).
-func openStore(ctx context.Context, cfg config) (st store.Store, rdb redis.UniversalClient, closeClient func(), err error) {
+func openStore(ctx context.Context, cfg config, observe store.CommitObserver) (st store.Store, rdb redis.UniversalClient, closeClient func(), err error) {
 	quota := storeQuota(cfg.quotaBytes)
 	if cfg.storeURL == "" {
-		bolt, err := boltstore.Open(ctx, cfg.dataDir, boltstore.WithQuota(quota))
+		bolt, err := boltstore.Open(ctx, cfg.dataDir, boltstore.WithQuota(quota), boltstore.WithCommitObserver(observe))
 		if err != nil {
 			return nil, nil, nil, fmt.Errorf("server: %w", err)
 		}
@@ -653,7 +671,7 @@ func openStore(ctx context.Context, cfg config) (st store.Store, rdb redis.Unive
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("server: %w", err)
 	}
-	rs, err := redisstore.Open(ctx, rdb, cfg.redisPrefix, append(slices.Clone(cfg.redisOpts), redisstore.WithQuota(quota))...)
+	rs, err := redisstore.Open(ctx, rdb, cfg.redisPrefix, append(slices.Clone(cfg.redisOpts), redisstore.WithQuota(quota), redisstore.WithCommitObserver(observe))...)
 	if err != nil {
 		_ = rdb.Close()
 		return nil, nil, nil, fmt.Errorf("server: open the store at %s: %w", cfg.storeURL, err)

@@ -133,6 +133,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.Var(&corsOrigins, "cors-origin", "let pages of this origin (scheme://host[:port], exact) call pawld from a browser; repeat it or separate origins with commas; \"*\" alone allows every origin, without credentials. Off by default (the console at /ui is same-origin)")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
+	otlpEndpoint := fs.String("otlp-endpoint", "", "trace every call and export the spans over OTLP/gRPC to the collector at this URL: http://host:4317 (plaintext) or https://host:4317 (TLS); off by default. An ACK's span continues the SDK's trace")
+	metricsAuth := fs.Bool("metrics-auth", false, "answer /metrics only with a bearer token or client certificate of --auth-file (any principal); without it /metrics is open, as etcd's and Consul's are. /healthz and /readyz stay open")
 	pprofAddr := fs.String("pprof", "", "serve Go's profiles (net/http/pprof) on this address, e.g. 127.0.0.1:6060; off by default")
 	if len(args) > 0 && args[0] == "completion" {
 		if len(args) != 2 {
@@ -167,12 +169,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	var redisOpts []server.Option
+	var extraOpts []server.Option
+	if *metricsAuth {
+		extraOpts = append(extraOpts, server.WithMetricsAuth())
+	}
 	if *acceptRollback {
-		redisOpts = append(redisOpts, server.WithRedisAcceptRollback())
+		extraOpts = append(extraOpts, server.WithRedisAcceptRollback())
 	}
 	if *waitAOF {
-		redisOpts = append(redisOpts, server.WithRedisWaitAOF(*replicaWait))
+		extraOpts = append(extraOpts, server.WithRedisWaitAOF(*replicaWait))
 	}
 	srv, err := server.New(ctx, append([]server.Option{
 		server.WithDataDir(*data),
@@ -206,7 +211,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		server.WithStreamLimits(*maxStreams, *maxWatchers),
 		server.WithCORSOrigins(corsOrigins...),
 		server.WithLogger(log),
-	}, redisOpts...)...)
+		server.WithOTLPEndpoint(*otlpEndpoint),
+	}, extraOpts...)...)
 	if err != nil {
 		return err
 	}

@@ -121,6 +121,30 @@ func actorProblem(a string) string {
 	return ""
 }
 
+// Authenticate finds the principal of a request's credential in authn:
+// its Authorization header's bearer token, else the verified client
+// certificate on ctx (auth.WithPeerCertificates). It fails with
+// Unauthenticated, saying what was wrong, when there is none or it is
+// not in the auth file.
+func Authenticate(ctx context.Context, authn *auth.Authenticator, authorization string) (auth.Principal, error) {
+	var p auth.Principal
+	var err error
+	switch scheme, token, _ := strings.Cut(authorization, " "); {
+	case authorization != "" && !strings.EqualFold(scheme, "Bearer"):
+		err = fmt.Errorf("%w: the Authorization header must be \"Bearer <token>\"", auth.ErrUnauthenticated)
+	case authorization != "":
+		p, err = authn.Token(strings.TrimSpace(token))
+	case len(auth.PeerCertificates(ctx)) > 0:
+		p, err = authn.Certificate(auth.PeerCertificates(ctx)[0][0])
+	default:
+		err = fmt.Errorf("%w: the call carries no credential: send a bearer token (Authorization: Bearer pawl_...) or a client certificate", auth.ErrUnauthenticated)
+	}
+	if err != nil {
+		return auth.Principal{}, connect.NewError(connect.CodeUnauthenticated, errors.New(strings.TrimPrefix(err.Error(), auth.ErrUnauthenticated.Error()+": ")))
+	}
+	return p, nil
+}
+
 // authenticate finds the caller's principal: a bearer token's, else a
 // verified client certificate's; with Pawl-Actor as its on-behalf-of note.
 func (a *authInterceptor) authenticate(ctx context.Context, authorization, onBehalfOf string) (auth.Principal, error) {
@@ -133,20 +157,9 @@ func (a *authInterceptor) authenticate(ctx context.Context, authorization, onBeh
 		p.OnBehalfOf = onBehalfOf
 		return p, nil
 	}
-	var p auth.Principal
-	var err error
-	switch scheme, token, _ := strings.Cut(authorization, " "); {
-	case authorization != "" && !strings.EqualFold(scheme, "Bearer"):
-		err = fmt.Errorf("%w: the Authorization header must be \"Bearer <token>\"", auth.ErrUnauthenticated)
-	case authorization != "":
-		p, err = a.authn.Token(strings.TrimSpace(token))
-	case len(auth.PeerCertificates(ctx)) > 0:
-		p, err = a.authn.Certificate(auth.PeerCertificates(ctx)[0][0])
-	default:
-		err = fmt.Errorf("%w: the call carries no credential: send a bearer token (Authorization: Bearer pawl_...) or a client certificate", auth.ErrUnauthenticated)
-	}
+	p, err := Authenticate(ctx, a.authn, authorization)
 	if err != nil {
-		return auth.Principal{}, connect.NewError(connect.CodeUnauthenticated, errors.New(strings.TrimPrefix(err.Error(), auth.ErrUnauthenticated.Error()+": ")))
+		return auth.Principal{}, err
 	}
 	p.OnBehalfOf = onBehalfOf
 	return p, nil

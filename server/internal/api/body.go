@@ -2,6 +2,7 @@ package api
 
 import (
 	"compress/gzip"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"strings"
 
 	"connectrpc.com/connect"
+	"github.com/pawlcfg/pawl/server/internal/metrics"
 )
 
 // LimitBody guards the request bodies of a Connect handler, next, before
@@ -56,6 +58,10 @@ type guardedBody struct {
 	// be flagged compressed.
 	compressed bool
 
+	// ctx is the request's, where a refusal is counted
+	// (metrics.RefusedBody).
+	ctx context.Context
+
 	read      int64   // bytes of the body read so far
 	prefix    [5]byte // the prefix being read
 	prefixLen int     // bytes of prefix read
@@ -65,7 +71,7 @@ type guardedBody struct {
 
 func newGuardedBody(r *http.Request, max int64, flag, limits string) *guardedBody {
 	ct := strings.ToLower(r.Header.Get("Content-Type"))
-	g := &guardedBody{body: r.Body, max: max, flag: flag, limits: limits}
+	g := &guardedBody{body: r.Body, max: max, flag: flag, limits: limits, ctx: r.Context()}
 	switch {
 	case strings.HasPrefix(ct, "application/grpc"): // gRPC and gRPC-Web
 		g.enveloped = true
@@ -140,8 +146,11 @@ func (g *guardedBody) check(b []byte) error {
 	return nil
 }
 
-// tooLarge refuses a body or a message of size bytes (as far as read).
+// tooLarge refuses a body or a message of size bytes (as far as read),
+// and counts the refusal here: Connect answers a unary call whose body it
+// cannot read before any interceptor runs.
 func (g *guardedBody) tooLarge(what string, size int64) error {
+	metrics.RefusedBody(g.ctx, strings.TrimPrefix(g.flag, "--"))
 	return LimitExceeded(g.flag, uint64(size), uint64(g.max), "bytes",
 		"%s; the server reads at most %d bytes of one request here: %s", what, g.max, g.limits)
 }

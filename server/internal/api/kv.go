@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"time"
 
 	"connectrpc.com/connect"
 
 	pawlv1 "github.com/pawlcfg/pawl/gen/pawl/v1"
 	"github.com/pawlcfg/pawl/gen/pawl/v1/pawlv1connect"
+	"github.com/pawlcfg/pawl/server/internal/metrics"
 	"github.com/pawlcfg/pawl/server/internal/pagetoken"
 	"github.com/pawlcfg/pawl/server/internal/store"
 	"github.com/pawlcfg/pawl/server/internal/watch"
@@ -225,6 +227,7 @@ func (s *KV) Watch(ctx context.Context, req *connect.Request[pawlv1.WatchRequest
 		return Error(s.log, req.Spec(), err)
 	}
 	defer w.Close()
+	lag := metrics.FromContext(ctx)
 	started := &pawlv1.WatchStarted{Revision: w.StartedAt(), Incarnation: st.Incarnation}
 	if err := stream.Send(&pawlv1.WatchResponse{Kind: &pawlv1.WatchResponse_Started{Started: started}}); err != nil {
 		return err
@@ -242,6 +245,11 @@ func (s *KV) Watch(ctx context.Context, req *connect.Request[pawlv1.WatchRequest
 		}
 		if err := stream.Send(toProtoBatch(batch)); err != nil {
 			return err
+		}
+		if n := len(batch.Events); n > 0 && batch.Events[n-1].Revision() > st.Revision {
+			// Changes committed before the stream started are history
+			// replayed, not fan-out.
+			lag.FanoutLag(time.Since(batch.Events[n-1].Time))
 		}
 	}
 }

@@ -56,6 +56,8 @@ type Listener struct {
 	quiet   int
 
 	refused atomic.Int64
+	// onRefuse hears the flag of each refusal's limit (nil: nobody).
+	onRefuse func(flag string)
 }
 
 // Option configures New.
@@ -63,6 +65,11 @@ type Option func(*Listener)
 
 // WithLogger sets where refusals are logged (default slog.Default()).
 func WithLogger(log *slog.Logger) Option { return func(l *Listener) { l.log = log } }
+
+// WithRefusalHook makes every refusal call fn with the flag of the limit
+// that refused it (Limits' TotalFlag, PerAddressFlag or ReservedFlag), on
+// the accepting goroutine: fn must not block.
+func WithRefusalHook(fn func(flag string)) Option { return func(l *Listener) { l.onRefuse = fn } }
 
 // WithLogInterval sets how often at most a refusal is logged (default
 // DefaultLogInterval).
@@ -101,8 +108,8 @@ func (l *Listener) Accept() (net.Conn, error) {
 			return nil, err
 		}
 		addr, trusted := l.classify(c.RemoteAddr())
-		if why := l.admit(addr, trusted); why != "" {
-			l.refuse(c, addr, why)
+		if why, flag := l.admit(addr, trusted); why != "" {
+			l.refuse(c, addr, why, flag)
 			continue
 		}
 		return &conn{Conn: c, release: func() { l.release(addr, trusted) }}, nil
@@ -164,27 +171,27 @@ func Block(addr netip.Addr) netip.Prefix {
 }
 
 // admit takes a slot for a connection from addr, or says which limit
-// refuses it.
-func (l *Listener) admit(addr netip.Addr, trusted bool) (why string) {
+// refuses it, and its flag.
+func (l *Listener) admit(addr netip.Addr, trusted bool) (why, flag string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	block := Block(addr)
 	switch {
 	case !trusted && l.limits.PerAddress > 0 && l.byAddr[block] >= l.limits.PerAddress:
 		return fmt.Sprintf("the address's block %s has %d connections open, the limit per address (%s; an IPv6 address counts as its /64)",
-			block, l.byAddr[block], l.limits.PerAddressFlag)
+			block, l.byAddr[block], l.limits.PerAddressFlag), l.limits.PerAddressFlag
 	case trusted && l.open >= l.limits.Total+l.limits.Reserved:
 		return fmt.Sprintf("%d connections are open: the total (%s) and the reserve of trusted networks (%s) are taken",
-			l.open, l.limits.TotalFlag, l.limits.ReservedFlag)
+			l.open, l.limits.TotalFlag, l.limits.ReservedFlag), l.limits.ReservedFlag
 	case !trusted && l.open >= l.limits.Total:
 		return fmt.Sprintf("%d connections are open, the total (%s); the reserve beyond it (%s) is for trusted networks",
-			l.open, l.limits.TotalFlag, l.limits.ReservedFlag)
+			l.open, l.limits.TotalFlag, l.limits.ReservedFlag), l.limits.TotalFlag
 	}
 	l.open++
 	if !trusted {
 		l.byAddr[block]++
 	}
-	return ""
+	return "", ""
 }
 
 func (l *Listener) release(addr netip.Addr, trusted bool) {
@@ -204,12 +211,15 @@ func (l *Listener) release(addr netip.Addr, trusted bool) {
 // server keeps no TIME_WAIT socket per refusal, and the client sees the
 // refusal at once), and logs it unless a refusal was logged within the
 // interval.
-func (l *Listener) refuse(c net.Conn, addr netip.Addr, why string) {
+func (l *Listener) refuse(c net.Conn, addr netip.Addr, why, flag string) {
 	if tcp, ok := c.(*net.TCPConn); ok {
 		_ = tcp.SetLinger(0)
 	}
 	_ = c.Close()
 	l.refused.Add(1)
+	if l.onRefuse != nil {
+		l.onRefuse(flag)
+	}
 	l.mu.Lock()
 	now := time.Now()
 	if !l.lastLog.IsZero() && now.Sub(l.lastLog) < l.every {

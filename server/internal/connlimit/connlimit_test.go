@@ -28,7 +28,7 @@ func TestBlock(t *testing.T) {
 func TestPerAddressLimitCountsAnIPv6Slash64AsOne(t *testing.T) {
 	const perAddress = 2
 	l := &Listener{limits: Limits{Total: 100, PerAddress: perAddress, PerAddressFlag: "--max-conns-per-address"}, byAddr: map[netip.Prefix]int{}}
-	admit := func(addr string) string { return l.admit(netip.MustParseAddr(addr), false) }
+	admit := func(addr string) string { why, _ := l.admit(netip.MustParseAddr(addr), false); return why }
 	for i := range perAddress {
 		if why := admit("2001:db8:0:1::" + string(rune('a'+i))); why != "" {
 			t.Fatalf("connection %d from the /64: refused: %s", i+1, why)

@@ -199,6 +199,12 @@ type Record struct {
 // goroutine of the store and must not block.
 type CommitFunc func(events []Event)
 
+// CommitObserver hears, from an engine given one, how long each put,
+// delete or transaction took to commit (or to fail: err is its error),
+// from the call to the answer. It is called from the writing goroutine
+// and must not block.
+type CommitObserver func(d time.Duration, err error)
+
 // Store is a key space with revisions and a change log.
 //
 // All methods are safe for concurrent use. After Close, every method returns

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/pawlcfg/pawl/server/internal/metrics"
 	"github.com/pawlcfg/pawl/server/internal/store"
 	"github.com/pawlcfg/pawl/validators/host"
 )
@@ -74,14 +75,36 @@ type Validators struct {
 	maxBytes int
 	now      func() time.Time
 
+	// metrics counts loads and runs (nil: none).
+	metrics *metrics.Metrics
+
 	mu     sync.Mutex
 	loaded map[string]*host.Validator // by digest
 }
 
+// Option configures New.
+type Option func(*Validators)
+
+// WithMetrics counts and times every module load (a compilation, or a
+// hit of the compilation cache) and every validation in m.
+func WithMetrics(m *metrics.Metrics) Option { return func(v *Validators) { v.metrics = m } }
+
 // New returns Validators over st, run in rt, refusing modules over
 // maxBytes.
-func New(st store.Store, rt *host.Runtime, maxBytes int) *Validators {
-	return &Validators{store: st, runtime: rt, maxBytes: maxBytes, now: time.Now, loaded: map[string]*host.Validator{}}
+func New(st store.Store, rt *host.Runtime, maxBytes int, opts ...Option) *Validators {
+	v := &Validators{store: st, runtime: rt, maxBytes: maxBytes, now: time.Now, loaded: map[string]*host.Validator{}}
+	for _, opt := range opts {
+		opt(v)
+	}
+	return v
+}
+
+// compile loads wasm in the runtime, timed.
+func (v *Validators) compile(ctx context.Context, digest string, wasm []byte) (*host.Validator, error) {
+	start := time.Now()
+	m, err := v.runtime.Load(ctx, digest, wasm)
+	v.metrics.ValidatorLoaded(time.Since(start), err)
+	return m, err
 }
 
 // Close releases every loaded validator. Safe to call concurrently with
@@ -109,7 +132,7 @@ func (v *Validators) Upload(ctx context.Context, wasm []byte, name, uploader str
 	} else if !errors.Is(err, store.ErrNotFound) {
 		return Info{}, false, err
 	}
-	m, err := v.runtime.Load(ctx, digest, wasm)
+	m, err := v.compile(ctx, digest, wasm)
 	if err != nil {
 		return Info{}, false, withFlag(err)
 	}
@@ -178,7 +201,16 @@ func (v *Validators) Run(ctx context.Context, digest string, in host.Input) (hos
 	if err != nil {
 		return host.Result{}, withFlag(err)
 	}
+	start := time.Now()
 	res, err := m.Validate(ctx, in)
+	result := metrics.RunAccepted
+	switch {
+	case err != nil:
+		result = metrics.RunError
+	case !res.Valid:
+		result = metrics.RunRejected
+	}
+	v.metrics.ValidatorRan(time.Since(start), result)
 	return res, withFlag(err)
 }
 
@@ -259,7 +291,7 @@ func (v *Validators) load(ctx context.Context, digest string) (*host.Validator, 
 	if err != nil {
 		return nil, err
 	}
-	if m, err = v.runtime.Load(ctx, digest, b.Data); err != nil {
+	if m, err = v.compile(ctx, digest, b.Data); err != nil {
 		return nil, fmt.Errorf("load stored validator %s: %w", digest, err)
 	}
 	return v.keep(ctx, digest, m), nil

@@ -18,6 +18,7 @@ type options struct {
 	fs          walFS
 	noBoltSync  bool
 	quota       store.Quota
+	observe     store.CommitObserver
 }
 
 func defaultOptions() options {
@@ -67,3 +68,7 @@ func withFS(fsys walFS) Option { return func(o *options) { o.fs = fsys } }
 // tests: their cuts are of the log's simulated disk, and bbolt's file,
 // on the real one, keeps whatever it was given.
 func withoutBoltSync() Option { return func(o *options) { o.noBoltSync = true } }
+
+// WithCommitObserver makes every put, delete and transaction report its
+// commit time, and its error, to fn (see store.CommitObserver).
+func WithCommitObserver(fn store.CommitObserver) Option { return func(o *options) { o.observe = fn } }

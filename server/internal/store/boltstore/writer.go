@@ -26,7 +26,11 @@ type response struct {
 }
 
 // submit queues r for the writer and waits for its answer.
-func (s *Store) submit(ctx context.Context, r *request) (store.Result, error) {
+func (s *Store) submit(ctx context.Context, r *request) (_ store.Result, err error) {
+	if observe := s.opts.observe; observe != nil {
+		start := time.Now()
+		defer func() { observe(time.Since(start), err) }()
+	}
 	if err := ctx.Err(); err != nil {
 		return store.Result{}, err
 	}

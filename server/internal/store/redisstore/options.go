@@ -21,6 +21,7 @@ type options struct {
 	// acceptRollback accepts a recorded rollback at Open.
 	acceptRollback bool
 	quota          store.Quota
+	observe        store.CommitObserver
 }
 
 const (
@@ -114,3 +115,7 @@ func WithWaitAOF(wait time.Duration) Option {
 // sees one count and one alarm; give every replica the same quota. The
 // default is no quota (the size is counted all the same).
 func WithQuota(q store.Quota) Option { return func(o *options) { o.quota = q } }
+
+// WithCommitObserver makes every put, delete and transaction report its
+// commit time, and its error, to fn (see store.CommitObserver).
+func WithCommitObserver(fn store.CommitObserver) Option { return func(o *options) { o.observe = fn } }

@@ -193,7 +193,11 @@ type op struct {
 // mutate runs mutateScript and, once it committed, waits until this
 // store's feed delivered it, so that local subscribers have it before the
 // writer is answered.
-func (s *Store) mutate(ctx context.Context, single bool, compares []store.Compare, unchanged []store.Unchanged, ops []op) (store.Result, error) {
+func (s *Store) mutate(ctx context.Context, single bool, compares []store.Compare, unchanged []store.Unchanged, ops []op) (_ store.Result, err error) {
+	if observe := s.opts.observe; observe != nil {
+		start := time.Now()
+		defer func() { observe(time.Since(start), err) }()
+	}
 	if err := s.check(ctx); err != nil {
 		return store.Result{}, err
 	}
