@@ -57,6 +57,8 @@ try {
   const fleetHealthy = page.locator("table.stages tbody tr").nth(1).locator(".healthy-count");
   const before = Number(await fleetHealthy.innerText());
   check(before > 0, `fleet stage healthy = ${before}`);
+  const roleRows = await page.locator("table.stages tbody tr").nth(1).locator(".role-name").allInnerTexts();
+  check(roleRows.length === 2, `fleet stage roles = ${JSON.stringify(roleRows)}; want the two roles the instances registered with`);
   check(await page.locator("#release-state").innerText() === "CANDIDATE", "release is not a candidate");
   check(await page.locator("#active-gen").innerText() === "0", "active generation is not 0");
   await page.evaluate(() => { window.__notReloaded = true; });

@@ -1115,6 +1115,11 @@ func simulatedFleetFaults(t *testing.T, withAuth bool) {
 		z.GetStates()["UNHEALTHY"] != 10 {
 		t.Fatalf("status after the error spike: %v", z)
 	}
+	// Per role: every instance of this fleet registered as "worker".
+	if z := st.GetStages()[1]; len(z.GetRoles()) != 1 || z.GetRoles()["worker"].GetMembers() != z.GetMembers() ||
+		z.GetRoles()["worker"].GetStates()["UNHEALTHY"] != 10 {
+		t.Fatalf("per-role status after the error spike: %v (stage of %d members)", z.GetRoles(), z.GetMembers())
+	}
 	rb, err := f.rollouts.Rollback(ctx, connect.NewRequest(&pawlv1.RollbackRequest{ConfigId: "checkout", ExpectedGeneration: 2, IdempotencyKey: "rb"}))
 	if err != nil || rb.Msg.GetReceipt().GetToGeneration() != 1 || rb.Msg.GetReceipt().GetEpoch() != 1 {
 		t.Fatalf("rollback = %v, %v", rb, err)

@@ -255,15 +255,17 @@ function renderRollout(config: string, gen: bigint, st: GetRolloutStatusResponse
     cov ? h("p", { id: "coverage" }, h("strong", null, "Coverage: "), cov.summary || `${cov.reported} of ${cov.members} reported`,
       ` — ${cov.onRelease} on this release, ${cov.mismatched} with another digest, ${cov.required} required to promote`,
       cov.missingCount ? h("span.muted", null, ` (${cov.missingCount} missing, e.g. ${cov.missing.slice(0, 5).join(", ")})`) : null) : null,
-    table("stages", ["Stage", "Outcome", "Progress", "Members", "Healthy", "Rejected", "States", "Zones"],
+    table("stages", ["Stage", "Outcome", "Progress", "Members", "Healthy", "Rejected", "States", "Zones", "Roles"],
       st.stages.map((s) => [
         h("span", null, s.name, s.shadow ? h("span.muted", null, " (shadow)") : null, s.reached ? null : h("span.muted", null, " (not reached)")),
         h("span.outcome.o-" + s.outcome, { title: s.reason }, s.outcome), bar(s.healthy, s.rejected, s.members),
         s.members, h("span.healthy-count", null, String(s.healthy)), s.rejected, counts(s.states),
         h("div.zones", null, Object.entries(s.zones).sort(([a], [b]) => a.localeCompare(b)).map(([z, zs]) =>
           h("div.zone", null, h("span.zone-name", null, z), ` ${zs.healthy}/${zs.members} `, counts(zs.states)))),
+        h("div.roles", null, Object.entries(s.roles).sort(([a], [b]) => a.localeCompare(b)).map(([r, rs]) =>
+          h("div.role", null, h("span.role-name", null, r || "(no role)"), ` ${rs.members} `, counts(rs.states)))),
       ])),
-    h("p.muted", null, `Membership generation ${st.membershipGeneration}; ${st.retirements.length} retired. Counts per stage, zone and state are aggregated by the server.`),
+    h("p.muted", null, `Membership generation ${st.membershipGeneration}; ${st.retirements.length} retired. Counts per stage, zone, role and state are aggregated by the server.`),
   );
 }
 

@@ -685,7 +685,9 @@ type StageStatus struct {
 	// When it passed (recorded once; unset while it has not).
 	PassedAt *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=passed_at,json=passedAt,proto3" json:"passed_at,omitempty"`
 	// Retired members it would take had none retired (not counted).
-	Retired       int32 `protobuf:"varint,12,opt,name=retired,proto3" json:"retired,omitempty"`
+	Retired int32 `protobuf:"varint,12,opt,name=retired,proto3" json:"retired,omitempty"`
+	// Per role (the role each member registered with; "" for none).
+	Roles         map[string]*RoleStatus `protobuf:"bytes,13,rep,name=roles,proto3" json:"roles,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -804,6 +806,68 @@ func (x *StageStatus) GetRetired() int32 {
 	return 0
 }
 
+func (x *StageStatus) GetRoles() map[string]*RoleStatus {
+	if x != nil {
+		return x.Roles
+	}
+	return nil
+}
+
+// RoleStatus counts the members of one role in a stage.
+type RoleStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Members with the role.
+	Members int32 `protobuf:"varint,1,opt,name=members,proto3" json:"members,omitempty"`
+	// How many are at each state, as in StageStatus.states.
+	States        map[string]int32 `protobuf:"bytes,2,rep,name=states,proto3" json:"states,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RoleStatus) Reset() {
+	*x = RoleStatus{}
+	mi := &file_pawl_v1_rollout_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RoleStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RoleStatus) ProtoMessage() {}
+
+func (x *RoleStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_pawl_v1_rollout_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RoleStatus.ProtoReflect.Descriptor instead.
+func (*RoleStatus) Descriptor() ([]byte, []int) {
+	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *RoleStatus) GetMembers() int32 {
+	if x != nil {
+		return x.Members
+	}
+	return 0
+}
+
+func (x *RoleStatus) GetStates() map[string]int32 {
+	if x != nil {
+		return x.States
+	}
+	return nil
+}
+
 // ZoneStatus counts one zone of a stage.
 type ZoneStatus struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -821,7 +885,7 @@ type ZoneStatus struct {
 
 func (x *ZoneStatus) Reset() {
 	*x = ZoneStatus{}
-	mi := &file_pawl_v1_rollout_proto_msgTypes[6]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -833,7 +897,7 @@ func (x *ZoneStatus) String() string {
 func (*ZoneStatus) ProtoMessage() {}
 
 func (x *ZoneStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_rollout_proto_msgTypes[6]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -846,7 +910,7 @@ func (x *ZoneStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ZoneStatus.ProtoReflect.Descriptor instead.
 func (*ZoneStatus) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{6}
+	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ZoneStatus) GetMembers() int32 {
@@ -906,7 +970,7 @@ type GetRolloutStatusResponse struct {
 
 func (x *GetRolloutStatusResponse) Reset() {
 	*x = GetRolloutStatusResponse{}
-	mi := &file_pawl_v1_rollout_proto_msgTypes[7]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -918,7 +982,7 @@ func (x *GetRolloutStatusResponse) String() string {
 func (*GetRolloutStatusResponse) ProtoMessage() {}
 
 func (x *GetRolloutStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_rollout_proto_msgTypes[7]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -931,7 +995,7 @@ func (x *GetRolloutStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRolloutStatusResponse.ProtoReflect.Descriptor instead.
 func (*GetRolloutStatusResponse) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{7}
+	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *GetRolloutStatusResponse) GetStages() []*StageStatus {
@@ -1028,7 +1092,7 @@ type Coverage struct {
 
 func (x *Coverage) Reset() {
 	*x = Coverage{}
-	mi := &file_pawl_v1_rollout_proto_msgTypes[8]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1040,7 +1104,7 @@ func (x *Coverage) String() string {
 func (*Coverage) ProtoMessage() {}
 
 func (x *Coverage) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_rollout_proto_msgTypes[8]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1053,7 +1117,7 @@ func (x *Coverage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Coverage.ProtoReflect.Descriptor instead.
 func (*Coverage) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{8}
+	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Coverage) GetGeneration() int64 {
@@ -1146,7 +1210,7 @@ type Stop struct {
 
 func (x *Stop) Reset() {
 	*x = Stop{}
-	mi := &file_pawl_v1_rollout_proto_msgTypes[9]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1158,7 +1222,7 @@ func (x *Stop) String() string {
 func (*Stop) ProtoMessage() {}
 
 func (x *Stop) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_rollout_proto_msgTypes[9]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1171,7 +1235,7 @@ func (x *Stop) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Stop.ProtoReflect.Descriptor instead.
 func (*Stop) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{9}
+	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Stop) GetConfigId() string {
@@ -1252,7 +1316,7 @@ type StopRolloutRequest struct {
 
 func (x *StopRolloutRequest) Reset() {
 	*x = StopRolloutRequest{}
-	mi := &file_pawl_v1_rollout_proto_msgTypes[10]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1264,7 +1328,7 @@ func (x *StopRolloutRequest) String() string {
 func (*StopRolloutRequest) ProtoMessage() {}
 
 func (x *StopRolloutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_rollout_proto_msgTypes[10]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1277,7 +1341,7 @@ func (x *StopRolloutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopRolloutRequest.ProtoReflect.Descriptor instead.
 func (*StopRolloutRequest) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{10}
+	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *StopRolloutRequest) GetConfigId() string {
@@ -1312,7 +1376,7 @@ type StopRolloutResponse struct {
 
 func (x *StopRolloutResponse) Reset() {
 	*x = StopRolloutResponse{}
-	mi := &file_pawl_v1_rollout_proto_msgTypes[11]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1324,7 +1388,7 @@ func (x *StopRolloutResponse) String() string {
 func (*StopRolloutResponse) ProtoMessage() {}
 
 func (x *StopRolloutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_rollout_proto_msgTypes[11]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1337,7 +1401,7 @@ func (x *StopRolloutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopRolloutResponse.ProtoReflect.Descriptor instead.
 func (*StopRolloutResponse) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{11}
+	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *StopRolloutResponse) GetStop() *Stop {
@@ -1362,7 +1426,7 @@ type PromotionUnknown struct {
 
 func (x *PromotionUnknown) Reset() {
 	*x = PromotionUnknown{}
-	mi := &file_pawl_v1_rollout_proto_msgTypes[12]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1374,7 +1438,7 @@ func (x *PromotionUnknown) String() string {
 func (*PromotionUnknown) ProtoMessage() {}
 
 func (x *PromotionUnknown) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_rollout_proto_msgTypes[12]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1387,7 +1451,7 @@ func (x *PromotionUnknown) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromotionUnknown.ProtoReflect.Descriptor instead.
 func (*PromotionUnknown) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{12}
+	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *PromotionUnknown) GetConfigId() string {
@@ -1423,7 +1487,7 @@ type PointerMoved struct {
 
 func (x *PointerMoved) Reset() {
 	*x = PointerMoved{}
-	mi := &file_pawl_v1_rollout_proto_msgTypes[13]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1435,7 +1499,7 @@ func (x *PointerMoved) String() string {
 func (*PointerMoved) ProtoMessage() {}
 
 func (x *PointerMoved) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_rollout_proto_msgTypes[13]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1448,7 +1512,7 @@ func (x *PointerMoved) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PointerMoved.ProtoReflect.Descriptor instead.
 func (*PointerMoved) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{13}
+	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *PointerMoved) GetConfigId() string {
@@ -1494,7 +1558,7 @@ type Pointer struct {
 
 func (x *Pointer) Reset() {
 	*x = Pointer{}
-	mi := &file_pawl_v1_rollout_proto_msgTypes[14]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1506,7 +1570,7 @@ func (x *Pointer) String() string {
 func (*Pointer) ProtoMessage() {}
 
 func (x *Pointer) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_rollout_proto_msgTypes[14]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1519,7 +1583,7 @@ func (x *Pointer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pointer.ProtoReflect.Descriptor instead.
 func (*Pointer) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{14}
+	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Pointer) GetGeneration() int64 {
@@ -1583,7 +1647,7 @@ type Receipt struct {
 
 func (x *Receipt) Reset() {
 	*x = Receipt{}
-	mi := &file_pawl_v1_rollout_proto_msgTypes[15]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1595,7 +1659,7 @@ func (x *Receipt) String() string {
 func (*Receipt) ProtoMessage() {}
 
 func (x *Receipt) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_rollout_proto_msgTypes[15]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1608,7 +1672,7 @@ func (x *Receipt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Receipt.ProtoReflect.Descriptor instead.
 func (*Receipt) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{15}
+	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Receipt) GetConfigId() string {
@@ -1729,7 +1793,7 @@ type PromoteRequest struct {
 
 func (x *PromoteRequest) Reset() {
 	*x = PromoteRequest{}
-	mi := &file_pawl_v1_rollout_proto_msgTypes[16]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1741,7 +1805,7 @@ func (x *PromoteRequest) String() string {
 func (*PromoteRequest) ProtoMessage() {}
 
 func (x *PromoteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_rollout_proto_msgTypes[16]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1754,7 +1818,7 @@ func (x *PromoteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromoteRequest.ProtoReflect.Descriptor instead.
 func (*PromoteRequest) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{16}
+	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *PromoteRequest) GetConfigId() string {
@@ -1803,7 +1867,7 @@ type PromoteResponse struct {
 
 func (x *PromoteResponse) Reset() {
 	*x = PromoteResponse{}
-	mi := &file_pawl_v1_rollout_proto_msgTypes[17]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1815,7 +1879,7 @@ func (x *PromoteResponse) String() string {
 func (*PromoteResponse) ProtoMessage() {}
 
 func (x *PromoteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_rollout_proto_msgTypes[17]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1828,7 +1892,7 @@ func (x *PromoteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromoteResponse.ProtoReflect.Descriptor instead.
 func (*PromoteResponse) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{17}
+	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *PromoteResponse) GetReceipt() *Receipt {
@@ -1855,7 +1919,7 @@ type RollbackRequest struct {
 
 func (x *RollbackRequest) Reset() {
 	*x = RollbackRequest{}
-	mi := &file_pawl_v1_rollout_proto_msgTypes[18]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1867,7 +1931,7 @@ func (x *RollbackRequest) String() string {
 func (*RollbackRequest) ProtoMessage() {}
 
 func (x *RollbackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_rollout_proto_msgTypes[18]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1880,7 +1944,7 @@ func (x *RollbackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollbackRequest.ProtoReflect.Descriptor instead.
 func (*RollbackRequest) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{18}
+	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RollbackRequest) GetConfigId() string {
@@ -1922,7 +1986,7 @@ type RollbackResponse struct {
 
 func (x *RollbackResponse) Reset() {
 	*x = RollbackResponse{}
-	mi := &file_pawl_v1_rollout_proto_msgTypes[19]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1934,7 +1998,7 @@ func (x *RollbackResponse) String() string {
 func (*RollbackResponse) ProtoMessage() {}
 
 func (x *RollbackResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_rollout_proto_msgTypes[19]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1947,7 +2011,7 @@ func (x *RollbackResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollbackResponse.ProtoReflect.Descriptor instead.
 func (*RollbackResponse) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{19}
+	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RollbackResponse) GetReceipt() *Receipt {
@@ -1970,7 +2034,7 @@ type GetPromotionRequest struct {
 
 func (x *GetPromotionRequest) Reset() {
 	*x = GetPromotionRequest{}
-	mi := &file_pawl_v1_rollout_proto_msgTypes[20]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1982,7 +2046,7 @@ func (x *GetPromotionRequest) String() string {
 func (*GetPromotionRequest) ProtoMessage() {}
 
 func (x *GetPromotionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_rollout_proto_msgTypes[20]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1995,7 +2059,7 @@ func (x *GetPromotionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPromotionRequest.ProtoReflect.Descriptor instead.
 func (*GetPromotionRequest) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{20}
+	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *GetPromotionRequest) GetConfigId() string {
@@ -2023,7 +2087,7 @@ type GetPromotionResponse struct {
 
 func (x *GetPromotionResponse) Reset() {
 	*x = GetPromotionResponse{}
-	mi := &file_pawl_v1_rollout_proto_msgTypes[21]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2035,7 +2099,7 @@ func (x *GetPromotionResponse) String() string {
 func (*GetPromotionResponse) ProtoMessage() {}
 
 func (x *GetPromotionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_rollout_proto_msgTypes[21]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2048,7 +2112,7 @@ func (x *GetPromotionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPromotionResponse.ProtoReflect.Descriptor instead.
 func (*GetPromotionResponse) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{21}
+	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *GetPromotionResponse) GetReceipt() *Receipt {
@@ -2069,7 +2133,7 @@ type GetPointerRequest struct {
 
 func (x *GetPointerRequest) Reset() {
 	*x = GetPointerRequest{}
-	mi := &file_pawl_v1_rollout_proto_msgTypes[22]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2081,7 +2145,7 @@ func (x *GetPointerRequest) String() string {
 func (*GetPointerRequest) ProtoMessage() {}
 
 func (x *GetPointerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_rollout_proto_msgTypes[22]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2094,7 +2158,7 @@ func (x *GetPointerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPointerRequest.ProtoReflect.Descriptor instead.
 func (*GetPointerRequest) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{22}
+	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *GetPointerRequest) GetConfigId() string {
@@ -2115,7 +2179,7 @@ type GetPointerResponse struct {
 
 func (x *GetPointerResponse) Reset() {
 	*x = GetPointerResponse{}
-	mi := &file_pawl_v1_rollout_proto_msgTypes[23]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2127,7 +2191,7 @@ func (x *GetPointerResponse) String() string {
 func (*GetPointerResponse) ProtoMessage() {}
 
 func (x *GetPointerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_rollout_proto_msgTypes[23]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2140,7 +2204,7 @@ func (x *GetPointerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPointerResponse.ProtoReflect.Descriptor instead.
 func (*GetPointerResponse) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{23}
+	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *GetPointerResponse) GetPointer() *Pointer {
@@ -2189,7 +2253,7 @@ type AppliedConfig struct {
 
 func (x *AppliedConfig) Reset() {
 	*x = AppliedConfig{}
-	mi := &file_pawl_v1_rollout_proto_msgTypes[24]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2201,7 +2265,7 @@ func (x *AppliedConfig) String() string {
 func (*AppliedConfig) ProtoMessage() {}
 
 func (x *AppliedConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_rollout_proto_msgTypes[24]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2214,7 +2278,7 @@ func (x *AppliedConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppliedConfig.ProtoReflect.Descriptor instead.
 func (*AppliedConfig) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{24}
+	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *AppliedConfig) GetConfigId() string {
@@ -2330,7 +2394,7 @@ type ListAppliedRequest struct {
 
 func (x *ListAppliedRequest) Reset() {
 	*x = ListAppliedRequest{}
-	mi := &file_pawl_v1_rollout_proto_msgTypes[25]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2342,7 +2406,7 @@ func (x *ListAppliedRequest) String() string {
 func (*ListAppliedRequest) ProtoMessage() {}
 
 func (x *ListAppliedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_rollout_proto_msgTypes[25]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2355,7 +2419,7 @@ func (x *ListAppliedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAppliedRequest.ProtoReflect.Descriptor instead.
 func (*ListAppliedRequest) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{25}
+	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListAppliedRequest) GetConfigId() string {
@@ -2394,7 +2458,7 @@ type ListAppliedResponse struct {
 
 func (x *ListAppliedResponse) Reset() {
 	*x = ListAppliedResponse{}
-	mi := &file_pawl_v1_rollout_proto_msgTypes[26]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2406,7 +2470,7 @@ func (x *ListAppliedResponse) String() string {
 func (*ListAppliedResponse) ProtoMessage() {}
 
 func (x *ListAppliedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_rollout_proto_msgTypes[26]
+	mi := &file_pawl_v1_rollout_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2419,7 +2483,7 @@ func (x *ListAppliedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAppliedResponse.ProtoReflect.Descriptor instead.
 func (*ListAppliedResponse) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{26}
+	return file_pawl_v1_rollout_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ListAppliedResponse) GetApplied() []*AppliedConfig {
@@ -2496,7 +2560,7 @@ const file_pawl_v1_rollout_proto_rawDesc = "" +
 	"generation\x18\x02 \x01(\x03R\n" +
 	"generation\x12\"\n" +
 	"\rack_page_size\x18\x03 \x01(\x05R\vackPageSize\x12$\n" +
-	"\x0eack_page_token\x18\x04 \x01(\tR\fackPageToken\"\xa3\x04\n" +
+	"\x0eack_page_token\x18\x04 \x01(\tR\fackPageToken\"\xa9\x05\n" +
 	"\vStageStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aoutcome\x18\x02 \x01(\tR\aoutcome\x12\x16\n" +
@@ -2510,11 +2574,23 @@ const file_pawl_v1_rollout_proto_rawDesc = "" +
 	"\areached\x18\n" +
 	" \x01(\bR\areached\x127\n" +
 	"\tpassed_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\bpassedAt\x12\x18\n" +
-	"\aretired\x18\f \x01(\x05R\aretired\x1aM\n" +
+	"\aretired\x18\f \x01(\x05R\aretired\x125\n" +
+	"\x05roles\x18\r \x03(\v2\x1f.pawl.v1.StageStatus.RolesEntryR\x05roles\x1aM\n" +
 	"\n" +
 	"ZonesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12)\n" +
 	"\x05value\x18\x02 \x01(\v2\x13.pawl.v1.ZoneStatusR\x05value:\x028\x01\x1a9\n" +
+	"\vStatesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\x1aM\n" +
+	"\n" +
+	"RolesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12)\n" +
+	"\x05value\x18\x02 \x01(\v2\x13.pawl.v1.RoleStatusR\x05value:\x028\x01\"\x9a\x01\n" +
+	"\n" +
+	"RoleStatus\x12\x18\n" +
+	"\amembers\x18\x01 \x01(\x05R\amembers\x127\n" +
+	"\x06states\x18\x02 \x03(\v2\x1f.pawl.v1.RoleStatus.StatesEntryR\x06states\x1a9\n" +
 	"\vStatesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"\xd0\x01\n" +
@@ -2702,7 +2778,7 @@ func file_pawl_v1_rollout_proto_rawDescGZIP() []byte {
 }
 
 var file_pawl_v1_rollout_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_pawl_v1_rollout_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_pawl_v1_rollout_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
 var file_pawl_v1_rollout_proto_goTypes = []any{
 	(InstanceState)(0),               // 0: pawl.v1.InstanceState
 	(RejectCode)(0),                  // 1: pawl.v1.RejectCode
@@ -2712,93 +2788,99 @@ var file_pawl_v1_rollout_proto_goTypes = []any{
 	(*AckResponse)(nil),              // 5: pawl.v1.AckResponse
 	(*GetRolloutStatusRequest)(nil),  // 6: pawl.v1.GetRolloutStatusRequest
 	(*StageStatus)(nil),              // 7: pawl.v1.StageStatus
-	(*ZoneStatus)(nil),               // 8: pawl.v1.ZoneStatus
-	(*GetRolloutStatusResponse)(nil), // 9: pawl.v1.GetRolloutStatusResponse
-	(*Coverage)(nil),                 // 10: pawl.v1.Coverage
-	(*Stop)(nil),                     // 11: pawl.v1.Stop
-	(*StopRolloutRequest)(nil),       // 12: pawl.v1.StopRolloutRequest
-	(*StopRolloutResponse)(nil),      // 13: pawl.v1.StopRolloutResponse
-	(*PromotionUnknown)(nil),         // 14: pawl.v1.PromotionUnknown
-	(*PointerMoved)(nil),             // 15: pawl.v1.PointerMoved
-	(*Pointer)(nil),                  // 16: pawl.v1.Pointer
-	(*Receipt)(nil),                  // 17: pawl.v1.Receipt
-	(*PromoteRequest)(nil),           // 18: pawl.v1.PromoteRequest
-	(*PromoteResponse)(nil),          // 19: pawl.v1.PromoteResponse
-	(*RollbackRequest)(nil),          // 20: pawl.v1.RollbackRequest
-	(*RollbackResponse)(nil),         // 21: pawl.v1.RollbackResponse
-	(*GetPromotionRequest)(nil),      // 22: pawl.v1.GetPromotionRequest
-	(*GetPromotionResponse)(nil),     // 23: pawl.v1.GetPromotionResponse
-	(*GetPointerRequest)(nil),        // 24: pawl.v1.GetPointerRequest
-	(*GetPointerResponse)(nil),       // 25: pawl.v1.GetPointerResponse
-	(*AppliedConfig)(nil),            // 26: pawl.v1.AppliedConfig
-	(*ListAppliedRequest)(nil),       // 27: pawl.v1.ListAppliedRequest
-	(*ListAppliedResponse)(nil),      // 28: pawl.v1.ListAppliedResponse
-	nil,                              // 29: pawl.v1.StageStatus.ZonesEntry
-	nil,                              // 30: pawl.v1.StageStatus.StatesEntry
-	nil,                              // 31: pawl.v1.ZoneStatus.StatesEntry
-	(*durationpb.Duration)(nil),      // 32: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),    // 33: google.protobuf.Timestamp
-	(*Violation)(nil),                // 34: pawl.v1.Violation
-	(ReleaseState)(0),                // 35: pawl.v1.ReleaseState
-	(*Retirement)(nil),               // 36: pawl.v1.Retirement
+	(*RoleStatus)(nil),               // 8: pawl.v1.RoleStatus
+	(*ZoneStatus)(nil),               // 9: pawl.v1.ZoneStatus
+	(*GetRolloutStatusResponse)(nil), // 10: pawl.v1.GetRolloutStatusResponse
+	(*Coverage)(nil),                 // 11: pawl.v1.Coverage
+	(*Stop)(nil),                     // 12: pawl.v1.Stop
+	(*StopRolloutRequest)(nil),       // 13: pawl.v1.StopRolloutRequest
+	(*StopRolloutResponse)(nil),      // 14: pawl.v1.StopRolloutResponse
+	(*PromotionUnknown)(nil),         // 15: pawl.v1.PromotionUnknown
+	(*PointerMoved)(nil),             // 16: pawl.v1.PointerMoved
+	(*Pointer)(nil),                  // 17: pawl.v1.Pointer
+	(*Receipt)(nil),                  // 18: pawl.v1.Receipt
+	(*PromoteRequest)(nil),           // 19: pawl.v1.PromoteRequest
+	(*PromoteResponse)(nil),          // 20: pawl.v1.PromoteResponse
+	(*RollbackRequest)(nil),          // 21: pawl.v1.RollbackRequest
+	(*RollbackResponse)(nil),         // 22: pawl.v1.RollbackResponse
+	(*GetPromotionRequest)(nil),      // 23: pawl.v1.GetPromotionRequest
+	(*GetPromotionResponse)(nil),     // 24: pawl.v1.GetPromotionResponse
+	(*GetPointerRequest)(nil),        // 25: pawl.v1.GetPointerRequest
+	(*GetPointerResponse)(nil),       // 26: pawl.v1.GetPointerResponse
+	(*AppliedConfig)(nil),            // 27: pawl.v1.AppliedConfig
+	(*ListAppliedRequest)(nil),       // 28: pawl.v1.ListAppliedRequest
+	(*ListAppliedResponse)(nil),      // 29: pawl.v1.ListAppliedResponse
+	nil,                              // 30: pawl.v1.StageStatus.ZonesEntry
+	nil,                              // 31: pawl.v1.StageStatus.StatesEntry
+	nil,                              // 32: pawl.v1.StageStatus.RolesEntry
+	nil,                              // 33: pawl.v1.RoleStatus.StatesEntry
+	nil,                              // 34: pawl.v1.ZoneStatus.StatesEntry
+	(*durationpb.Duration)(nil),      // 35: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),    // 36: google.protobuf.Timestamp
+	(*Violation)(nil),                // 37: pawl.v1.Violation
+	(ReleaseState)(0),                // 38: pawl.v1.ReleaseState
+	(*Retirement)(nil),               // 39: pawl.v1.Retirement
 }
 var file_pawl_v1_rollout_proto_depIdxs = []int32{
 	0,  // 0: pawl.v1.Ack.state:type_name -> pawl.v1.InstanceState
 	3,  // 1: pawl.v1.Ack.health:type_name -> pawl.v1.HealthMeasurement
-	32, // 2: pawl.v1.Ack.held:type_name -> google.protobuf.Duration
-	33, // 3: pawl.v1.Ack.received_at:type_name -> google.protobuf.Timestamp
-	34, // 4: pawl.v1.Ack.violations:type_name -> pawl.v1.Violation
+	35, // 2: pawl.v1.Ack.held:type_name -> google.protobuf.Duration
+	36, // 3: pawl.v1.Ack.received_at:type_name -> google.protobuf.Timestamp
+	37, // 4: pawl.v1.Ack.violations:type_name -> pawl.v1.Violation
 	1,  // 5: pawl.v1.Ack.reject_code:type_name -> pawl.v1.RejectCode
-	32, // 6: pawl.v1.HealthMeasurement.p99_latency:type_name -> google.protobuf.Duration
+	35, // 6: pawl.v1.HealthMeasurement.p99_latency:type_name -> google.protobuf.Duration
 	2,  // 7: pawl.v1.AckRequest.ack:type_name -> pawl.v1.Ack
 	2,  // 8: pawl.v1.AckResponse.ack:type_name -> pawl.v1.Ack
-	29, // 9: pawl.v1.StageStatus.zones:type_name -> pawl.v1.StageStatus.ZonesEntry
-	30, // 10: pawl.v1.StageStatus.states:type_name -> pawl.v1.StageStatus.StatesEntry
-	33, // 11: pawl.v1.StageStatus.passed_at:type_name -> google.protobuf.Timestamp
-	31, // 12: pawl.v1.ZoneStatus.states:type_name -> pawl.v1.ZoneStatus.StatesEntry
-	7,  // 13: pawl.v1.GetRolloutStatusResponse.stages:type_name -> pawl.v1.StageStatus
-	2,  // 14: pawl.v1.GetRolloutStatusResponse.acks:type_name -> pawl.v1.Ack
-	16, // 15: pawl.v1.GetRolloutStatusResponse.pointer:type_name -> pawl.v1.Pointer
-	11, // 16: pawl.v1.GetRolloutStatusResponse.stop:type_name -> pawl.v1.Stop
-	35, // 17: pawl.v1.GetRolloutStatusResponse.state:type_name -> pawl.v1.ReleaseState
-	10, // 18: pawl.v1.GetRolloutStatusResponse.coverage:type_name -> pawl.v1.Coverage
-	36, // 19: pawl.v1.GetRolloutStatusResponse.retirements:type_name -> pawl.v1.Retirement
-	33, // 20: pawl.v1.Stop.time:type_name -> google.protobuf.Timestamp
-	7,  // 21: pawl.v1.Stop.evidence:type_name -> pawl.v1.StageStatus
-	11, // 22: pawl.v1.StopRolloutResponse.stop:type_name -> pawl.v1.Stop
-	16, // 23: pawl.v1.PointerMoved.current:type_name -> pawl.v1.Pointer
-	7,  // 24: pawl.v1.Receipt.evidence:type_name -> pawl.v1.StageStatus
-	33, // 25: pawl.v1.Receipt.time:type_name -> google.protobuf.Timestamp
-	36, // 26: pawl.v1.Receipt.retirements:type_name -> pawl.v1.Retirement
-	17, // 27: pawl.v1.PromoteResponse.receipt:type_name -> pawl.v1.Receipt
-	17, // 28: pawl.v1.RollbackResponse.receipt:type_name -> pawl.v1.Receipt
-	17, // 29: pawl.v1.GetPromotionResponse.receipt:type_name -> pawl.v1.Receipt
-	16, // 30: pawl.v1.GetPointerResponse.pointer:type_name -> pawl.v1.Pointer
-	0,  // 31: pawl.v1.AppliedConfig.state:type_name -> pawl.v1.InstanceState
-	33, // 32: pawl.v1.AppliedConfig.reported_at:type_name -> google.protobuf.Timestamp
-	26, // 33: pawl.v1.ListAppliedResponse.applied:type_name -> pawl.v1.AppliedConfig
-	8,  // 34: pawl.v1.StageStatus.ZonesEntry.value:type_name -> pawl.v1.ZoneStatus
-	4,  // 35: pawl.v1.RolloutService.Ack:input_type -> pawl.v1.AckRequest
-	6,  // 36: pawl.v1.RolloutService.GetRolloutStatus:input_type -> pawl.v1.GetRolloutStatusRequest
-	18, // 37: pawl.v1.RolloutService.Promote:input_type -> pawl.v1.PromoteRequest
-	20, // 38: pawl.v1.RolloutService.Rollback:input_type -> pawl.v1.RollbackRequest
-	22, // 39: pawl.v1.RolloutService.GetPromotion:input_type -> pawl.v1.GetPromotionRequest
-	12, // 40: pawl.v1.RolloutService.StopRollout:input_type -> pawl.v1.StopRolloutRequest
-	24, // 41: pawl.v1.RolloutService.GetPointer:input_type -> pawl.v1.GetPointerRequest
-	27, // 42: pawl.v1.RolloutService.ListApplied:input_type -> pawl.v1.ListAppliedRequest
-	5,  // 43: pawl.v1.RolloutService.Ack:output_type -> pawl.v1.AckResponse
-	9,  // 44: pawl.v1.RolloutService.GetRolloutStatus:output_type -> pawl.v1.GetRolloutStatusResponse
-	19, // 45: pawl.v1.RolloutService.Promote:output_type -> pawl.v1.PromoteResponse
-	21, // 46: pawl.v1.RolloutService.Rollback:output_type -> pawl.v1.RollbackResponse
-	23, // 47: pawl.v1.RolloutService.GetPromotion:output_type -> pawl.v1.GetPromotionResponse
-	13, // 48: pawl.v1.RolloutService.StopRollout:output_type -> pawl.v1.StopRolloutResponse
-	25, // 49: pawl.v1.RolloutService.GetPointer:output_type -> pawl.v1.GetPointerResponse
-	28, // 50: pawl.v1.RolloutService.ListApplied:output_type -> pawl.v1.ListAppliedResponse
-	43, // [43:51] is the sub-list for method output_type
-	35, // [35:43] is the sub-list for method input_type
-	35, // [35:35] is the sub-list for extension type_name
-	35, // [35:35] is the sub-list for extension extendee
-	0,  // [0:35] is the sub-list for field type_name
+	30, // 9: pawl.v1.StageStatus.zones:type_name -> pawl.v1.StageStatus.ZonesEntry
+	31, // 10: pawl.v1.StageStatus.states:type_name -> pawl.v1.StageStatus.StatesEntry
+	36, // 11: pawl.v1.StageStatus.passed_at:type_name -> google.protobuf.Timestamp
+	32, // 12: pawl.v1.StageStatus.roles:type_name -> pawl.v1.StageStatus.RolesEntry
+	33, // 13: pawl.v1.RoleStatus.states:type_name -> pawl.v1.RoleStatus.StatesEntry
+	34, // 14: pawl.v1.ZoneStatus.states:type_name -> pawl.v1.ZoneStatus.StatesEntry
+	7,  // 15: pawl.v1.GetRolloutStatusResponse.stages:type_name -> pawl.v1.StageStatus
+	2,  // 16: pawl.v1.GetRolloutStatusResponse.acks:type_name -> pawl.v1.Ack
+	17, // 17: pawl.v1.GetRolloutStatusResponse.pointer:type_name -> pawl.v1.Pointer
+	12, // 18: pawl.v1.GetRolloutStatusResponse.stop:type_name -> pawl.v1.Stop
+	38, // 19: pawl.v1.GetRolloutStatusResponse.state:type_name -> pawl.v1.ReleaseState
+	11, // 20: pawl.v1.GetRolloutStatusResponse.coverage:type_name -> pawl.v1.Coverage
+	39, // 21: pawl.v1.GetRolloutStatusResponse.retirements:type_name -> pawl.v1.Retirement
+	36, // 22: pawl.v1.Stop.time:type_name -> google.protobuf.Timestamp
+	7,  // 23: pawl.v1.Stop.evidence:type_name -> pawl.v1.StageStatus
+	12, // 24: pawl.v1.StopRolloutResponse.stop:type_name -> pawl.v1.Stop
+	17, // 25: pawl.v1.PointerMoved.current:type_name -> pawl.v1.Pointer
+	7,  // 26: pawl.v1.Receipt.evidence:type_name -> pawl.v1.StageStatus
+	36, // 27: pawl.v1.Receipt.time:type_name -> google.protobuf.Timestamp
+	39, // 28: pawl.v1.Receipt.retirements:type_name -> pawl.v1.Retirement
+	18, // 29: pawl.v1.PromoteResponse.receipt:type_name -> pawl.v1.Receipt
+	18, // 30: pawl.v1.RollbackResponse.receipt:type_name -> pawl.v1.Receipt
+	18, // 31: pawl.v1.GetPromotionResponse.receipt:type_name -> pawl.v1.Receipt
+	17, // 32: pawl.v1.GetPointerResponse.pointer:type_name -> pawl.v1.Pointer
+	0,  // 33: pawl.v1.AppliedConfig.state:type_name -> pawl.v1.InstanceState
+	36, // 34: pawl.v1.AppliedConfig.reported_at:type_name -> google.protobuf.Timestamp
+	27, // 35: pawl.v1.ListAppliedResponse.applied:type_name -> pawl.v1.AppliedConfig
+	9,  // 36: pawl.v1.StageStatus.ZonesEntry.value:type_name -> pawl.v1.ZoneStatus
+	8,  // 37: pawl.v1.StageStatus.RolesEntry.value:type_name -> pawl.v1.RoleStatus
+	4,  // 38: pawl.v1.RolloutService.Ack:input_type -> pawl.v1.AckRequest
+	6,  // 39: pawl.v1.RolloutService.GetRolloutStatus:input_type -> pawl.v1.GetRolloutStatusRequest
+	19, // 40: pawl.v1.RolloutService.Promote:input_type -> pawl.v1.PromoteRequest
+	21, // 41: pawl.v1.RolloutService.Rollback:input_type -> pawl.v1.RollbackRequest
+	23, // 42: pawl.v1.RolloutService.GetPromotion:input_type -> pawl.v1.GetPromotionRequest
+	13, // 43: pawl.v1.RolloutService.StopRollout:input_type -> pawl.v1.StopRolloutRequest
+	25, // 44: pawl.v1.RolloutService.GetPointer:input_type -> pawl.v1.GetPointerRequest
+	28, // 45: pawl.v1.RolloutService.ListApplied:input_type -> pawl.v1.ListAppliedRequest
+	5,  // 46: pawl.v1.RolloutService.Ack:output_type -> pawl.v1.AckResponse
+	10, // 47: pawl.v1.RolloutService.GetRolloutStatus:output_type -> pawl.v1.GetRolloutStatusResponse
+	20, // 48: pawl.v1.RolloutService.Promote:output_type -> pawl.v1.PromoteResponse
+	22, // 49: pawl.v1.RolloutService.Rollback:output_type -> pawl.v1.RollbackResponse
+	24, // 50: pawl.v1.RolloutService.GetPromotion:output_type -> pawl.v1.GetPromotionResponse
+	14, // 51: pawl.v1.RolloutService.StopRollout:output_type -> pawl.v1.StopRolloutResponse
+	26, // 52: pawl.v1.RolloutService.GetPointer:output_type -> pawl.v1.GetPointerResponse
+	29, // 53: pawl.v1.RolloutService.ListApplied:output_type -> pawl.v1.ListAppliedResponse
+	46, // [46:54] is the sub-list for method output_type
+	38, // [38:46] is the sub-list for method input_type
+	38, // [38:38] is the sub-list for extension type_name
+	38, // [38:38] is the sub-list for extension extendee
+	0,  // [0:38] is the sub-list for field type_name
 }
 
 func init() { file_pawl_v1_rollout_proto_init() }
@@ -2814,7 +2896,7 @@ func file_pawl_v1_rollout_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pawl_v1_rollout_proto_rawDesc), len(file_pawl_v1_rollout_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   30,
+			NumMessages:   33,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

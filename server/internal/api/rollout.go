@@ -100,6 +100,7 @@ func (h *Rollouts) GetRolloutStatus(ctx context.Context, req *connect.Request[pa
 		for zone, zs := range ps.Zones {
 			zs.States = counts(s.ZoneStates[zone])
 		}
+		ps.Roles = roleStatuses(s.RoleStates)
 		resp.Stages = append(resp.Stages, ps)
 	}
 	for _, rt := range st.Retirements {
@@ -264,6 +265,20 @@ func fromProtoViolations(vs []*pawlv1.Violation) []host.Violation {
 			hv.Severity = "warning"
 		}
 		out = append(out, hv)
+	}
+	return out
+}
+
+// roleStatuses counts a stage's members per role, from their display
+// states per role.
+func roleStatuses(byRole map[string]map[string]int) map[string]*pawlv1.RoleStatus {
+	out := make(map[string]*pawlv1.RoleStatus, len(byRole))
+	for role, states := range byRole {
+		rs := &pawlv1.RoleStatus{States: counts(states)}
+		for _, n := range states {
+			rs.Members += int32(n)
+		}
+		out[role] = rs
 	}
 	return out
 }

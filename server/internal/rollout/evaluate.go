@@ -155,9 +155,10 @@ type StageResult struct {
 	// States counts the stage's members by their display state: the
 	// latest counted ACK's state, UNHEALTHY for a failed HEALTHY_ACKED,
 	// STALE once the instance's assignment moved past this generation, and
-	// NO_ACK for none; overall and per zone.
+	// NO_ACK for none; overall, per zone and per role.
 	States     map[string]int
 	ZoneStates map[string]map[string]int
+	RoleStates map[string]map[string]int
 }
 
 // displayState is a member's state as status shows it.

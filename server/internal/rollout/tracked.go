@@ -319,7 +319,7 @@ func (t *tracked) stageResults(now time.Time, stale map[string]bool) []StageResu
 	out := make([]StageResult, 0, len(t.rel.Stages))
 	for i, st := range t.rel.Stages {
 		res := StageResult{Name: st.Name, Shadow: st.Shadow, Reached: t.progress.reached(i), Retired: t.plan.retired[i],
-			Evaluation: evals[i], States: map[string]int{}, ZoneStates: map[string]map[string]int{}}
+			Evaluation: evals[i], States: map[string]int{}, ZoneStates: map[string]map[string]int{}, RoleStates: map[string]map[string]int{}}
 		if i < len(t.progress.Passed) {
 			res.PassedAt = t.progress.Passed[i].Time
 		}
@@ -331,6 +331,10 @@ func (t *tracked) stageResults(now time.Time, stale map[string]bool) []StageResu
 				res.ZoneStates[m.Zone] = map[string]int{}
 			}
 			res.ZoneStates[m.Zone][state]++
+			if res.RoleStates[m.Role] == nil {
+				res.RoleStates[m.Role] = map[string]int{}
+			}
+			res.RoleStates[m.Role][state]++
 		}
 		out = append(out, res)
 	}

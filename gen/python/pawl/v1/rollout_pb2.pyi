@@ -313,6 +313,21 @@ class Receipt(_message.Message):
     to_generation: int
     def __init__(self, config_id: _Optional[str] = ..., from_generation: _Optional[int] = ..., to_generation: _Optional[int] = ..., epoch: _Optional[int] = ..., rollback: bool = ..., evidence: _Optional[_Iterable[_Union[StageStatus, _Mapping]]] = ..., actor: _Optional[str] = ..., time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., idempotency_key: _Optional[str] = ..., revision: _Optional[int] = ..., membership_generation: _Optional[int] = ..., retirements: _Optional[_Iterable[_Union[_release_pb2.Retirement, _Mapping]]] = ..., request_id: _Optional[str] = ..., principal: _Optional[str] = ...) -> None: ...
 
+class RoleStatus(_message.Message):
+    __slots__ = ["members", "states"]
+    class StatesEntry(_message.Message):
+        __slots__ = ["key", "value"]
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    STATES_FIELD_NUMBER: _ClassVar[int]
+    members: int
+    states: _containers.ScalarMap[str, int]
+    def __init__(self, members: _Optional[int] = ..., states: _Optional[_Mapping[str, int]] = ...) -> None: ...
+
 class RollbackRequest(_message.Message):
     __slots__ = ["config_id", "expected_epoch", "expected_generation", "idempotency_key"]
     CONFIG_ID_FIELD_NUMBER: _ClassVar[int]
@@ -332,7 +347,14 @@ class RollbackResponse(_message.Message):
     def __init__(self, receipt: _Optional[_Union[Receipt, _Mapping]] = ...) -> None: ...
 
 class StageStatus(_message.Message):
-    __slots__ = ["healthy", "members", "name", "outcome", "passed_at", "reached", "reason", "rejected", "retired", "shadow", "states", "zones"]
+    __slots__ = ["healthy", "members", "name", "outcome", "passed_at", "reached", "reason", "rejected", "retired", "roles", "shadow", "states", "zones"]
+    class RolesEntry(_message.Message):
+        __slots__ = ["key", "value"]
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: RoleStatus
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[RoleStatus, _Mapping]] = ...) -> None: ...
     class StatesEntry(_message.Message):
         __slots__ = ["key", "value"]
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -356,6 +378,7 @@ class StageStatus(_message.Message):
     REASON_FIELD_NUMBER: _ClassVar[int]
     REJECTED_FIELD_NUMBER: _ClassVar[int]
     RETIRED_FIELD_NUMBER: _ClassVar[int]
+    ROLES_FIELD_NUMBER: _ClassVar[int]
     SHADOW_FIELD_NUMBER: _ClassVar[int]
     STATES_FIELD_NUMBER: _ClassVar[int]
     ZONES_FIELD_NUMBER: _ClassVar[int]
@@ -368,10 +391,11 @@ class StageStatus(_message.Message):
     reason: str
     rejected: int
     retired: int
+    roles: _containers.MessageMap[str, RoleStatus]
     shadow: bool
     states: _containers.ScalarMap[str, int]
     zones: _containers.MessageMap[str, ZoneStatus]
-    def __init__(self, name: _Optional[str] = ..., outcome: _Optional[str] = ..., reason: _Optional[str] = ..., members: _Optional[int] = ..., healthy: _Optional[int] = ..., rejected: _Optional[int] = ..., zones: _Optional[_Mapping[str, ZoneStatus]] = ..., states: _Optional[_Mapping[str, int]] = ..., shadow: bool = ..., reached: bool = ..., passed_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., retired: _Optional[int] = ...) -> None: ...
+    def __init__(self, name: _Optional[str] = ..., outcome: _Optional[str] = ..., reason: _Optional[str] = ..., members: _Optional[int] = ..., healthy: _Optional[int] = ..., rejected: _Optional[int] = ..., zones: _Optional[_Mapping[str, ZoneStatus]] = ..., states: _Optional[_Mapping[str, int]] = ..., shadow: bool = ..., reached: bool = ..., passed_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., retired: _Optional[int] = ..., roles: _Optional[_Mapping[str, RoleStatus]] = ...) -> None: ...
 
 class Stop(_message.Message):
     __slots__ = ["actor", "config_id", "evidence", "generation", "manual", "reason", "revision", "stage", "time"]

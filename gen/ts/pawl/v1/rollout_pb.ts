@@ -16,7 +16,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file pawl/v1/rollout.proto.
  */
 export const file_pawl_v1_rollout: GenFile = /*@__PURE__*/
-  fileDesc("ChVwYXdsL3YxL3JvbGxvdXQucHJvdG8SB3Bhd2wudjEi9AQKA0FjaxIRCgljb25maWdfaWQYASABKAkSEgoKZ2VuZXJhdGlvbhgCIAEoAxIZChF3b3JrbG9hZF9pZGVudGl0eRgDIAEoCRIPCgdib290X2lkGAQgASgJEhgKEG1lbWJlcnNoaXBfZXBvY2gYBSABKAMSFgoOY29udGVudF9kaWdlc3QYBiABKAkSGAoQdmFsaWRhdG9yX2RpZ2VzdBgHIAEoCRIUCgxhcHBfYXJ0aWZhY3QYCCABKAkSFgoOYXBwbHlfc2VxdWVuY2UYCSABKAMSJQoFc3RhdGUYCiABKA4yFi5wYXdsLnYxLkluc3RhbmNlU3RhdGUSEQoJaGVhbHRoX29rGAsgASgIEg4KBnJlYXNvbhgMIAEoCRITCgt0cmFjZXBhcmVudBgNIAEoCRIQCgh0cmFjZV9pZBgTIAEoCRIqCgZoZWFsdGgYESABKAsyGi5wYXdsLnYxLkhlYWx0aE1lYXN1cmVtZW50EhUKDWJ1ZGdldF9icmVhY2gYEiABKAkSJwoEaGVsZBgUIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhITCgthcHBfdmVyc2lvbhgVIAEoCRIvCgtyZWNlaXZlZF9hdBgOIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDwoHY291bnRlZBgPIAEoCBIaChJub3RfY291bnRlZF9yZWFzb24YECABKAkSJgoKdmlvbGF0aW9ucxgWIAMoCzISLnBhd2wudjEuVmlvbGF0aW9uEigKC3JlamVjdF9jb2RlGBcgASgOMhMucGF3bC52MS5SZWplY3RDb2RlIlcKEUhlYWx0aE1lYXN1cmVtZW50EhIKCmVycm9yX3JhdGUYASABKAESLgoLcDk5X2xhdGVuY3kYAiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24iJwoKQWNrUmVxdWVzdBIZCgNhY2sYASABKAsyDC5wYXdsLnYxLkFjayIoCgtBY2tSZXNwb25zZRIZCgNhY2sYASABKAsyDC5wYXdsLnYxLkFjayJvChdHZXRSb2xsb3V0U3RhdHVzUmVxdWVzdBIRCgljb25maWdfaWQYASABKAkSEgoKZ2VuZXJhdGlvbhgCIAEoAxIVCg1hY2tfcGFnZV9zaXplGAMgASgFEhYKDmFja19wYWdlX3Rva2VuGAQgASgJIqUDCgtTdGFnZVN0YXR1cxIMCgRuYW1lGAEgASgJEg8KB291dGNvbWUYAiABKAkSDgoGcmVhc29uGAMgASgJEg8KB21lbWJlcnMYBCABKAUSDwoHaGVhbHRoeRgFIAEoBRIQCghyZWplY3RlZBgGIAEoBRIuCgV6b25lcxgHIAMoCzIfLnBhd2wudjEuU3RhZ2VTdGF0dXMuWm9uZXNFbnRyeRIwCgZzdGF0ZXMYCCADKAsyIC5wYXdsLnYxLlN0YWdlU3RhdHVzLlN0YXRlc0VudHJ5Eg4KBnNoYWRvdxgJIAEoCBIPCgdyZWFjaGVkGAogASgIEi0KCXBhc3NlZF9hdBgLIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDwoHcmV0aXJlZBgMIAEoBRpBCgpab25lc0VudHJ5EgsKA2tleRgBIAEoCRIiCgV2YWx1ZRgCIAEoCzITLnBhd2wudjEuWm9uZVN0YXR1czoCOAEaLQoLU3RhdGVzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgFOgI4ASKgAQoKWm9uZVN0YXR1cxIPCgdtZW1iZXJzGAEgASgFEg8KB2hlYWx0aHkYAiABKAUSEAoIcmVqZWN0ZWQYAyABKAUSLwoGc3RhdGVzGAQgAygLMh8ucGF3bC52MS5ab25lU3RhdHVzLlN0YXRlc0VudHJ5Gi0KC1N0YXRlc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoBToCOAEizQIKGEdldFJvbGxvdXRTdGF0dXNSZXNwb25zZRIkCgZzdGFnZXMYASADKAsyFC5wYXdsLnYxLlN0YWdlU3RhdHVzEhoKBGFja3MYAiADKAsyDC5wYXdsLnYxLkFjaxIhCgdwb2ludGVyGAMgASgLMhAucGF3bC52MS5Qb2ludGVyEhsKBHN0b3AYBCABKAsyDS5wYXdsLnYxLlN0b3ASJAoFc3RhdGUYBSABKA4yFS5wYXdsLnYxLlJlbGVhc2VTdGF0ZRIjCghjb3ZlcmFnZRgGIAEoCzIRLnBhd2wudjEuQ292ZXJhZ2USKAoLcmV0aXJlbWVudHMYByADKAsyEy5wYXdsLnYxLlJldGlyZW1lbnQSHQoVbWVtYmVyc2hpcF9nZW5lcmF0aW9uGAkgASgDEhsKE25leHRfYWNrX3BhZ2VfdG9rZW4YCCABKAkitAEKCENvdmVyYWdlEhIKCmdlbmVyYXRpb24YASABKAMSDwoHbWVtYmVycxgCIAEoBRIQCghyZXBvcnRlZBgDIAEoBRISCgpvbl9yZWxlYXNlGAQgASgFEhIKCm1pc21hdGNoZWQYBSABKAUSDwoHc3VtbWFyeRgGIAEoCRIQCghyZXF1aXJlZBgHIAEoBRIPCgdtaXNzaW5nGAggAygJEhUKDW1pc3NpbmdfY291bnQYCSABKAUizwEKBFN0b3ASEQoJY29uZmlnX2lkGAEgASgJEhIKCmdlbmVyYXRpb24YAiABKAMSDQoFc3RhZ2UYAyABKAkSDgoGcmVhc29uGAQgASgJEg4KBm1hbnVhbBgFIAEoCBINCgVhY3RvchgGIAEoCRIoCgR0aW1lGAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBImCghldmlkZW5jZRgIIAMoCzIULnBhd2wudjEuU3RhZ2VTdGF0dXMSEAoIcmV2aXNpb24YCSABKAMiSwoSU3RvcFJvbGxvdXRSZXF1ZXN0EhEKCWNvbmZpZ19pZBgBIAEoCRISCgpnZW5lcmF0aW9uGAIgASgDEg4KBnJlYXNvbhgDIAEoCSIyChNTdG9wUm9sbG91dFJlc3BvbnNlEhsKBHN0b3AYASABKAsyDS5wYXdsLnYxLlN0b3AiPgoQUHJvbW90aW9uVW5rbm93bhIRCgljb25maWdfaWQYASABKAkSFwoPaWRlbXBvdGVuY3lfa2V5GAIgASgJInkKDFBvaW50ZXJNb3ZlZBIRCgljb25maWdfaWQYASABKAkSGwoTZXhwZWN0ZWRfZ2VuZXJhdGlvbhgCIAEoAxIWCg5leHBlY3RlZF9lcG9jaBgDIAEoAxIhCgdjdXJyZW50GAQgASgLMhAucGF3bC52MS5Qb2ludGVyIkEKB1BvaW50ZXISEgoKZ2VuZXJhdGlvbhgBIAEoAxINCgVlcG9jaBgCIAEoAxITCgtyZWNlaXB0X2tleRgDIAEoCSLpAgoHUmVjZWlwdBIRCgljb25maWdfaWQYASABKAkSFwoPZnJvbV9nZW5lcmF0aW9uGAIgASgDEhUKDXRvX2dlbmVyYXRpb24YAyABKAMSDQoFZXBvY2gYBCABKAMSEAoIcm9sbGJhY2sYBSABKAgSJgoIZXZpZGVuY2UYBiADKAsyFC5wYXdsLnYxLlN0YWdlU3RhdHVzEg0KBWFjdG9yGAcgASgJEigKBHRpbWUYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhcKD2lkZW1wb3RlbmN5X2tleRgJIAEoCRIQCghyZXZpc2lvbhgKIAEoAxIdChVtZW1iZXJzaGlwX2dlbmVyYXRpb24YCyABKAMSKAoLcmV0aXJlbWVudHMYDCADKAsyEy5wYXdsLnYxLlJldGlyZW1lbnQSEgoKcmVxdWVzdF9pZBgNIAEoCRIRCglwcmluY2lwYWwYDiABKAkihQEKDlByb21vdGVSZXF1ZXN0EhEKCWNvbmZpZ19pZBgBIAEoCRISCgpnZW5lcmF0aW9uGAIgASgDEhsKE2V4cGVjdGVkX2dlbmVyYXRpb24YAyABKAMSFgoOZXhwZWN0ZWRfZXBvY2gYBCABKAMSFwoPaWRlbXBvdGVuY3lfa2V5GAUgASgJIjQKD1Byb21vdGVSZXNwb25zZRIhCgdyZWNlaXB0GAEgASgLMhAucGF3bC52MS5SZWNlaXB0InIKD1JvbGxiYWNrUmVxdWVzdBIRCgljb25maWdfaWQYASABKAkSGwoTZXhwZWN0ZWRfZ2VuZXJhdGlvbhgCIAEoAxIWCg5leHBlY3RlZF9lcG9jaBgDIAEoAxIXCg9pZGVtcG90ZW5jeV9rZXkYBCABKAkiNQoQUm9sbGJhY2tSZXNwb25zZRIhCgdyZWNlaXB0GAEgASgLMhAucGF3bC52MS5SZWNlaXB0IkEKE0dldFByb21vdGlvblJlcXVlc3QSEQoJY29uZmlnX2lkGAEgASgJEhcKD2lkZW1wb3RlbmN5X2tleRgCIAEoCSI5ChRHZXRQcm9tb3Rpb25SZXNwb25zZRIhCgdyZWNlaXB0GAEgASgLMhAucGF3bC52MS5SZWNlaXB0IiYKEUdldFBvaW50ZXJSZXF1ZXN0EhEKCWNvbmZpZ19pZBgBIAEoCSI3ChJHZXRQb2ludGVyUmVzcG9uc2USIQoHcG9pbnRlchgBIAEoCzIQLnBhd2wudjEuUG9pbnRlciL0AgoNQXBwbGllZENvbmZpZxIRCgljb25maWdfaWQYASABKAkSGQoRd29ya2xvYWRfaWRlbnRpdHkYAiABKAkSEgoKZ2VuZXJhdGlvbhgDIAEoAxIWCg5jb250ZW50X2RpZ2VzdBgEIAEoCRIYChB2YWxpZGF0b3JfZGlnZXN0GAUgASgJEg8KB2Jvb3RfaWQYBiABKAkSGAoQbWVtYmVyc2hpcF9lcG9jaBgHIAEoAxIWCg5hcHBseV9zZXF1ZW5jZRgIIAEoAxIlCgVzdGF0ZRgJIAEoDjIWLnBhd2wudjEuSW5zdGFuY2VTdGF0ZRIvCgtyZXBvcnRlZF9hdBgKIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEwoLdHJhY2VwYXJlbnQYCyABKAkSEAoIdHJhY2VfaWQYDiABKAkSFAoMY3VycmVudF9ib290GAwgASgIEhcKD21hdGNoZXNfcmVsZWFzZRgNIAEoCCJOChJMaXN0QXBwbGllZFJlcXVlc3QSEQoJY29uZmlnX2lkGAEgASgJEhEKCXBhZ2Vfc2l6ZRgCIAEoBRISCgpwYWdlX3Rva2VuGAMgASgJImkKE0xpc3RBcHBsaWVkUmVzcG9uc2USJwoHYXBwbGllZBgBIAMoCzIWLnBhd2wudjEuQXBwbGllZENvbmZpZxIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkSEAoIcmV2aXNpb24YAyABKAMqmwIKDUluc3RhbmNlU3RhdGUSHgoaSU5TVEFOQ0VfU1RBVEVfVU5TUEVDSUZJRUQQABIdChlJTlNUQU5DRV9TVEFURV9ESVNDT1ZFUkVEEAESHQoZSU5TVEFOQ0VfU1RBVEVfRE9XTkxPQURFRBACEhwKGElOU1RBTkNFX1NUQVRFX1ZBTElEQVRFRBADEhkKFUlOU1RBTkNFX1NUQVRFX1NUQUdFRBAEEhoKFklOU1RBTkNFX1NUQVRFX0FQUExJRUQQBRIgChxJTlNUQU5DRV9TVEFURV9IRUFMVEhZX0FDS0VEEAYSGwoXSU5TVEFOQ0VfU1RBVEVfUkVKRUNURUQQBxIYChRJTlNUQU5DRV9TVEFURV9TVEFMRRAIKo8CCgpSZWplY3RDb2RlEhsKF1JFSkVDVF9DT0RFX1VOU1BFQ0lGSUVEEAASHwobUkVKRUNUX0NPREVfSU5WQUxJRF9DT05URU5UEAESIAocUkVKRUNUX0NPREVfVkFMSURBVE9SX0ZBSUxFRBACEiQKIFJFSkVDVF9DT0RFX1ZBTElEQVRPUl9VTkxPQURBQkxFEAMSHwobUkVKRUNUX0NPREVfRElHRVNUX01JU01BVENIEAQSGwoXUkVKRUNUX0NPREVfQVBQX1RPT19PTEQQBRIcChhSRUpFQ1RfQ09ERV9BUFBMWV9GQUlMRUQQBhIfChtSRUpFQ1RfQ09ERV9ET1dOTE9BRF9GQUlMRUQQBzLeBAoOUm9sbG91dFNlcnZpY2USMgoDQWNrEhMucGF3bC52MS5BY2tSZXF1ZXN0GhQucGF3bC52MS5BY2tSZXNwb25zZSIAElwKEEdldFJvbGxvdXRTdGF0dXMSIC5wYXdsLnYxLkdldFJvbGxvdXRTdGF0dXNSZXF1ZXN0GiEucGF3bC52MS5HZXRSb2xsb3V0U3RhdHVzUmVzcG9uc2UiA5ACARI+CgdQcm9tb3RlEhcucGF3bC52MS5Qcm9tb3RlUmVxdWVzdBoYLnBhd2wudjEuUHJvbW90ZVJlc3BvbnNlIgASQQoIUm9sbGJhY2sSGC5wYXdsLnYxLlJvbGxiYWNrUmVxdWVzdBoZLnBhd2wudjEuUm9sbGJhY2tSZXNwb25zZSIAElAKDEdldFByb21vdGlvbhIcLnBhd2wudjEuR2V0UHJvbW90aW9uUmVxdWVzdBodLnBhd2wudjEuR2V0UHJvbW90aW9uUmVzcG9uc2UiA5ACARJKCgtTdG9wUm9sbG91dBIbLnBhd2wudjEuU3RvcFJvbGxvdXRSZXF1ZXN0GhwucGF3bC52MS5TdG9wUm9sbG91dFJlc3BvbnNlIgASSgoKR2V0UG9pbnRlchIaLnBhd2wudjEuR2V0UG9pbnRlclJlcXVlc3QaGy5wYXdsLnYxLkdldFBvaW50ZXJSZXNwb25zZSIDkAIBEk0KC0xpc3RBcHBsaWVkEhsucGF3bC52MS5MaXN0QXBwbGllZFJlcXVlc3QaHC5wYXdsLnYxLkxpc3RBcHBsaWVkUmVzcG9uc2UiA5ACAUIsWipnaXRodWIuY29tL3Bhd2xjZmcvcGF3bC9nZW4vcGF3bC92MTtwYXdsdjFiBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_timestamp, file_pawl_v1_release, file_pawl_v1_validator]);
+  fileDesc("ChVwYXdsL3YxL3JvbGxvdXQucHJvdG8SB3Bhd2wudjEi9AQKA0FjaxIRCgljb25maWdfaWQYASABKAkSEgoKZ2VuZXJhdGlvbhgCIAEoAxIZChF3b3JrbG9hZF9pZGVudGl0eRgDIAEoCRIPCgdib290X2lkGAQgASgJEhgKEG1lbWJlcnNoaXBfZXBvY2gYBSABKAMSFgoOY29udGVudF9kaWdlc3QYBiABKAkSGAoQdmFsaWRhdG9yX2RpZ2VzdBgHIAEoCRIUCgxhcHBfYXJ0aWZhY3QYCCABKAkSFgoOYXBwbHlfc2VxdWVuY2UYCSABKAMSJQoFc3RhdGUYCiABKA4yFi5wYXdsLnYxLkluc3RhbmNlU3RhdGUSEQoJaGVhbHRoX29rGAsgASgIEg4KBnJlYXNvbhgMIAEoCRITCgt0cmFjZXBhcmVudBgNIAEoCRIQCgh0cmFjZV9pZBgTIAEoCRIqCgZoZWFsdGgYESABKAsyGi5wYXdsLnYxLkhlYWx0aE1lYXN1cmVtZW50EhUKDWJ1ZGdldF9icmVhY2gYEiABKAkSJwoEaGVsZBgUIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhITCgthcHBfdmVyc2lvbhgVIAEoCRIvCgtyZWNlaXZlZF9hdBgOIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDwoHY291bnRlZBgPIAEoCBIaChJub3RfY291bnRlZF9yZWFzb24YECABKAkSJgoKdmlvbGF0aW9ucxgWIAMoCzISLnBhd2wudjEuVmlvbGF0aW9uEigKC3JlamVjdF9jb2RlGBcgASgOMhMucGF3bC52MS5SZWplY3RDb2RlIlcKEUhlYWx0aE1lYXN1cmVtZW50EhIKCmVycm9yX3JhdGUYASABKAESLgoLcDk5X2xhdGVuY3kYAiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24iJwoKQWNrUmVxdWVzdBIZCgNhY2sYASABKAsyDC5wYXdsLnYxLkFjayIoCgtBY2tSZXNwb25zZRIZCgNhY2sYASABKAsyDC5wYXdsLnYxLkFjayJvChdHZXRSb2xsb3V0U3RhdHVzUmVxdWVzdBIRCgljb25maWdfaWQYASABKAkSEgoKZ2VuZXJhdGlvbhgCIAEoAxIVCg1hY2tfcGFnZV9zaXplGAMgASgFEhYKDmFja19wYWdlX3Rva2VuGAQgASgJIpgECgtTdGFnZVN0YXR1cxIMCgRuYW1lGAEgASgJEg8KB291dGNvbWUYAiABKAkSDgoGcmVhc29uGAMgASgJEg8KB21lbWJlcnMYBCABKAUSDwoHaGVhbHRoeRgFIAEoBRIQCghyZWplY3RlZBgGIAEoBRIuCgV6b25lcxgHIAMoCzIfLnBhd2wudjEuU3RhZ2VTdGF0dXMuWm9uZXNFbnRyeRIwCgZzdGF0ZXMYCCADKAsyIC5wYXdsLnYxLlN0YWdlU3RhdHVzLlN0YXRlc0VudHJ5Eg4KBnNoYWRvdxgJIAEoCBIPCgdyZWFjaGVkGAogASgIEi0KCXBhc3NlZF9hdBgLIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDwoHcmV0aXJlZBgMIAEoBRIuCgVyb2xlcxgNIAMoCzIfLnBhd2wudjEuU3RhZ2VTdGF0dXMuUm9sZXNFbnRyeRpBCgpab25lc0VudHJ5EgsKA2tleRgBIAEoCRIiCgV2YWx1ZRgCIAEoCzITLnBhd2wudjEuWm9uZVN0YXR1czoCOAEaLQoLU3RhdGVzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgFOgI4ARpBCgpSb2xlc0VudHJ5EgsKA2tleRgBIAEoCRIiCgV2YWx1ZRgCIAEoCzITLnBhd2wudjEuUm9sZVN0YXR1czoCOAEifQoKUm9sZVN0YXR1cxIPCgdtZW1iZXJzGAEgASgFEi8KBnN0YXRlcxgCIAMoCzIfLnBhd2wudjEuUm9sZVN0YXR1cy5TdGF0ZXNFbnRyeRotCgtTdGF0ZXNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAU6AjgBIqABCgpab25lU3RhdHVzEg8KB21lbWJlcnMYASABKAUSDwoHaGVhbHRoeRgCIAEoBRIQCghyZWplY3RlZBgDIAEoBRIvCgZzdGF0ZXMYBCADKAsyHy5wYXdsLnYxLlpvbmVTdGF0dXMuU3RhdGVzRW50cnkaLQoLU3RhdGVzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgFOgI4ASLNAgoYR2V0Um9sbG91dFN0YXR1c1Jlc3BvbnNlEiQKBnN0YWdlcxgBIAMoCzIULnBhd2wudjEuU3RhZ2VTdGF0dXMSGgoEYWNrcxgCIAMoCzIMLnBhd2wudjEuQWNrEiEKB3BvaW50ZXIYAyABKAsyEC5wYXdsLnYxLlBvaW50ZXISGwoEc3RvcBgEIAEoCzINLnBhd2wudjEuU3RvcBIkCgVzdGF0ZRgFIAEoDjIVLnBhd2wudjEuUmVsZWFzZVN0YXRlEiMKCGNvdmVyYWdlGAYgASgLMhEucGF3bC52MS5Db3ZlcmFnZRIoCgtyZXRpcmVtZW50cxgHIAMoCzITLnBhd2wudjEuUmV0aXJlbWVudBIdChVtZW1iZXJzaGlwX2dlbmVyYXRpb24YCSABKAMSGwoTbmV4dF9hY2tfcGFnZV90b2tlbhgIIAEoCSK0AQoIQ292ZXJhZ2USEgoKZ2VuZXJhdGlvbhgBIAEoAxIPCgdtZW1iZXJzGAIgASgFEhAKCHJlcG9ydGVkGAMgASgFEhIKCm9uX3JlbGVhc2UYBCABKAUSEgoKbWlzbWF0Y2hlZBgFIAEoBRIPCgdzdW1tYXJ5GAYgASgJEhAKCHJlcXVpcmVkGAcgASgFEg8KB21pc3NpbmcYCCADKAkSFQoNbWlzc2luZ19jb3VudBgJIAEoBSLPAQoEU3RvcBIRCgljb25maWdfaWQYASABKAkSEgoKZ2VuZXJhdGlvbhgCIAEoAxINCgVzdGFnZRgDIAEoCRIOCgZyZWFzb24YBCABKAkSDgoGbWFudWFsGAUgASgIEg0KBWFjdG9yGAYgASgJEigKBHRpbWUYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiYKCGV2aWRlbmNlGAggAygLMhQucGF3bC52MS5TdGFnZVN0YXR1cxIQCghyZXZpc2lvbhgJIAEoAyJLChJTdG9wUm9sbG91dFJlcXVlc3QSEQoJY29uZmlnX2lkGAEgASgJEhIKCmdlbmVyYXRpb24YAiABKAMSDgoGcmVhc29uGAMgASgJIjIKE1N0b3BSb2xsb3V0UmVzcG9uc2USGwoEc3RvcBgBIAEoCzINLnBhd2wudjEuU3RvcCI+ChBQcm9tb3Rpb25Vbmtub3duEhEKCWNvbmZpZ19pZBgBIAEoCRIXCg9pZGVtcG90ZW5jeV9rZXkYAiABKAkieQoMUG9pbnRlck1vdmVkEhEKCWNvbmZpZ19pZBgBIAEoCRIbChNleHBlY3RlZF9nZW5lcmF0aW9uGAIgASgDEhYKDmV4cGVjdGVkX2Vwb2NoGAMgASgDEiEKB2N1cnJlbnQYBCABKAsyEC5wYXdsLnYxLlBvaW50ZXIiQQoHUG9pbnRlchISCgpnZW5lcmF0aW9uGAEgASgDEg0KBWVwb2NoGAIgASgDEhMKC3JlY2VpcHRfa2V5GAMgASgJIukCCgdSZWNlaXB0EhEKCWNvbmZpZ19pZBgBIAEoCRIXCg9mcm9tX2dlbmVyYXRpb24YAiABKAMSFQoNdG9fZ2VuZXJhdGlvbhgDIAEoAxINCgVlcG9jaBgEIAEoAxIQCghyb2xsYmFjaxgFIAEoCBImCghldmlkZW5jZRgGIAMoCzIULnBhd2wudjEuU3RhZ2VTdGF0dXMSDQoFYWN0b3IYByABKAkSKAoEdGltZRgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFwoPaWRlbXBvdGVuY3lfa2V5GAkgASgJEhAKCHJldmlzaW9uGAogASgDEh0KFW1lbWJlcnNoaXBfZ2VuZXJhdGlvbhgLIAEoAxIoCgtyZXRpcmVtZW50cxgMIAMoCzITLnBhd2wudjEuUmV0aXJlbWVudBISCgpyZXF1ZXN0X2lkGA0gASgJEhEKCXByaW5jaXBhbBgOIAEoCSKFAQoOUHJvbW90ZVJlcXVlc3QSEQoJY29uZmlnX2lkGAEgASgJEhIKCmdlbmVyYXRpb24YAiABKAMSGwoTZXhwZWN0ZWRfZ2VuZXJhdGlvbhgDIAEoAxIWCg5leHBlY3RlZF9lcG9jaBgEIAEoAxIXCg9pZGVtcG90ZW5jeV9rZXkYBSABKAkiNAoPUHJvbW90ZVJlc3BvbnNlEiEKB3JlY2VpcHQYASABKAsyEC5wYXdsLnYxLlJlY2VpcHQicgoPUm9sbGJhY2tSZXF1ZXN0EhEKCWNvbmZpZ19pZBgBIAEoCRIbChNleHBlY3RlZF9nZW5lcmF0aW9uGAIgASgDEhYKDmV4cGVjdGVkX2Vwb2NoGAMgASgDEhcKD2lkZW1wb3RlbmN5X2tleRgEIAEoCSI1ChBSb2xsYmFja1Jlc3BvbnNlEiEKB3JlY2VpcHQYASABKAsyEC5wYXdsLnYxLlJlY2VpcHQiQQoTR2V0UHJvbW90aW9uUmVxdWVzdBIRCgljb25maWdfaWQYASABKAkSFwoPaWRlbXBvdGVuY3lfa2V5GAIgASgJIjkKFEdldFByb21vdGlvblJlc3BvbnNlEiEKB3JlY2VpcHQYASABKAsyEC5wYXdsLnYxLlJlY2VpcHQiJgoRR2V0UG9pbnRlclJlcXVlc3QSEQoJY29uZmlnX2lkGAEgASgJIjcKEkdldFBvaW50ZXJSZXNwb25zZRIhCgdwb2ludGVyGAEgASgLMhAucGF3bC52MS5Qb2ludGVyIvQCCg1BcHBsaWVkQ29uZmlnEhEKCWNvbmZpZ19pZBgBIAEoCRIZChF3b3JrbG9hZF9pZGVudGl0eRgCIAEoCRISCgpnZW5lcmF0aW9uGAMgASgDEhYKDmNvbnRlbnRfZGlnZXN0GAQgASgJEhgKEHZhbGlkYXRvcl9kaWdlc3QYBSABKAkSDwoHYm9vdF9pZBgGIAEoCRIYChBtZW1iZXJzaGlwX2Vwb2NoGAcgASgDEhYKDmFwcGx5X3NlcXVlbmNlGAggASgDEiUKBXN0YXRlGAkgASgOMhYucGF3bC52MS5JbnN0YW5jZVN0YXRlEi8KC3JlcG9ydGVkX2F0GAogASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBITCgt0cmFjZXBhcmVudBgLIAEoCRIQCgh0cmFjZV9pZBgOIAEoCRIUCgxjdXJyZW50X2Jvb3QYDCABKAgSFwoPbWF0Y2hlc19yZWxlYXNlGA0gASgIIk4KEkxpc3RBcHBsaWVkUmVxdWVzdBIRCgljb25maWdfaWQYASABKAkSEQoJcGFnZV9zaXplGAIgASgFEhIKCnBhZ2VfdG9rZW4YAyABKAkiaQoTTGlzdEFwcGxpZWRSZXNwb25zZRInCgdhcHBsaWVkGAEgAygLMhYucGF3bC52MS5BcHBsaWVkQ29uZmlnEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCRIQCghyZXZpc2lvbhgDIAEoAyqbAgoNSW5zdGFuY2VTdGF0ZRIeChpJTlNUQU5DRV9TVEFURV9VTlNQRUNJRklFRBAAEh0KGUlOU1RBTkNFX1NUQVRFX0RJU0NPVkVSRUQQARIdChlJTlNUQU5DRV9TVEFURV9ET1dOTE9BREVEEAISHAoYSU5TVEFOQ0VfU1RBVEVfVkFMSURBVEVEEAMSGQoVSU5TVEFOQ0VfU1RBVEVfU1RBR0VEEAQSGgoWSU5TVEFOQ0VfU1RBVEVfQVBQTElFRBAFEiAKHElOU1RBTkNFX1NUQVRFX0hFQUxUSFlfQUNLRUQQBhIbChdJTlNUQU5DRV9TVEFURV9SRUpFQ1RFRBAHEhgKFElOU1RBTkNFX1NUQVRFX1NUQUxFEAgqjwIKClJlamVjdENvZGUSGwoXUkVKRUNUX0NPREVfVU5TUEVDSUZJRUQQABIfChtSRUpFQ1RfQ09ERV9JTlZBTElEX0NPTlRFTlQQARIgChxSRUpFQ1RfQ09ERV9WQUxJREFUT1JfRkFJTEVEEAISJAogUkVKRUNUX0NPREVfVkFMSURBVE9SX1VOTE9BREFCTEUQAxIfChtSRUpFQ1RfQ09ERV9ESUdFU1RfTUlTTUFUQ0gQBBIbChdSRUpFQ1RfQ09ERV9BUFBfVE9PX09MRBAFEhwKGFJFSkVDVF9DT0RFX0FQUExZX0ZBSUxFRBAGEh8KG1JFSkVDVF9DT0RFX0RPV05MT0FEX0ZBSUxFRBAHMt4ECg5Sb2xsb3V0U2VydmljZRIyCgNBY2sSEy5wYXdsLnYxLkFja1JlcXVlc3QaFC5wYXdsLnYxLkFja1Jlc3BvbnNlIgASXAoQR2V0Um9sbG91dFN0YXR1cxIgLnBhd2wudjEuR2V0Um9sbG91dFN0YXR1c1JlcXVlc3QaIS5wYXdsLnYxLkdldFJvbGxvdXRTdGF0dXNSZXNwb25zZSIDkAIBEj4KB1Byb21vdGUSFy5wYXdsLnYxLlByb21vdGVSZXF1ZXN0GhgucGF3bC52MS5Qcm9tb3RlUmVzcG9uc2UiABJBCghSb2xsYmFjaxIYLnBhd2wudjEuUm9sbGJhY2tSZXF1ZXN0GhkucGF3bC52MS5Sb2xsYmFja1Jlc3BvbnNlIgASUAoMR2V0UHJvbW90aW9uEhwucGF3bC52MS5HZXRQcm9tb3Rpb25SZXF1ZXN0Gh0ucGF3bC52MS5HZXRQcm9tb3Rpb25SZXNwb25zZSIDkAIBEkoKC1N0b3BSb2xsb3V0EhsucGF3bC52MS5TdG9wUm9sbG91dFJlcXVlc3QaHC5wYXdsLnYxLlN0b3BSb2xsb3V0UmVzcG9uc2UiABJKCgpHZXRQb2ludGVyEhoucGF3bC52MS5HZXRQb2ludGVyUmVxdWVzdBobLnBhd2wudjEuR2V0UG9pbnRlclJlc3BvbnNlIgOQAgESTQoLTGlzdEFwcGxpZWQSGy5wYXdsLnYxLkxpc3RBcHBsaWVkUmVxdWVzdBocLnBhd2wudjEuTGlzdEFwcGxpZWRSZXNwb25zZSIDkAIBQixaKmdpdGh1Yi5jb20vcGF3bGNmZy9wYXdsL2dlbi9wYXdsL3YxO3Bhd2x2MWIGcHJvdG8z", [file_google_protobuf_duration, file_google_protobuf_timestamp, file_pawl_v1_release, file_pawl_v1_validator]);
 
 /**
  * Ack is one report of an instance about a release.
@@ -415,6 +415,13 @@ export type StageStatus = Message<"pawl.v1.StageStatus"> & {
    * @generated from field: int32 retired = 12;
    */
   retired: number;
+
+  /**
+   * Per role (the role each member registered with; "" for none).
+   *
+   * @generated from field: map<string, pawl.v1.RoleStatus> roles = 13;
+   */
+  roles: { [key: string]: RoleStatus };
 };
 
 /**
@@ -423,6 +430,34 @@ export type StageStatus = Message<"pawl.v1.StageStatus"> & {
  */
 export const StageStatusSchema: GenMessage<StageStatus> = /*@__PURE__*/
   messageDesc(file_pawl_v1_rollout, 5);
+
+/**
+ * RoleStatus counts the members of one role in a stage.
+ *
+ * @generated from message pawl.v1.RoleStatus
+ */
+export type RoleStatus = Message<"pawl.v1.RoleStatus"> & {
+  /**
+   * Members with the role.
+   *
+   * @generated from field: int32 members = 1;
+   */
+  members: number;
+
+  /**
+   * How many are at each state, as in StageStatus.states.
+   *
+   * @generated from field: map<string, int32> states = 2;
+   */
+  states: { [key: string]: number };
+};
+
+/**
+ * Describes the message pawl.v1.RoleStatus.
+ * Use `create(RoleStatusSchema)` to create a new message.
+ */
+export const RoleStatusSchema: GenMessage<RoleStatus> = /*@__PURE__*/
+  messageDesc(file_pawl_v1_rollout, 6);
 
 /**
  * ZoneStatus counts one zone of a stage.
@@ -464,7 +499,7 @@ export type ZoneStatus = Message<"pawl.v1.ZoneStatus"> & {
  * Use `create(ZoneStatusSchema)` to create a new message.
  */
 export const ZoneStatusSchema: GenMessage<ZoneStatus> = /*@__PURE__*/
-  messageDesc(file_pawl_v1_rollout, 6);
+  messageDesc(file_pawl_v1_rollout, 7);
 
 /**
  * GetRolloutStatusResponse is the status.
@@ -543,7 +578,7 @@ export type GetRolloutStatusResponse = Message<"pawl.v1.GetRolloutStatusResponse
  * Use `create(GetRolloutStatusResponseSchema)` to create a new message.
  */
 export const GetRolloutStatusResponseSchema: GenMessage<GetRolloutStatusResponse> = /*@__PURE__*/
-  messageDesc(file_pawl_v1_rollout, 7);
+  messageDesc(file_pawl_v1_rollout, 8);
 
 /**
  * Coverage says how much of a release's membership reported the
@@ -624,7 +659,7 @@ export type Coverage = Message<"pawl.v1.Coverage"> & {
  * Use `create(CoverageSchema)` to create a new message.
  */
 export const CoverageSchema: GenMessage<Coverage> = /*@__PURE__*/
-  messageDesc(file_pawl_v1_rollout, 8);
+  messageDesc(file_pawl_v1_rollout, 9);
 
 /**
  * Stop is the record of a stopped rollout. It is written once.
@@ -701,7 +736,7 @@ export type Stop = Message<"pawl.v1.Stop"> & {
  * Use `create(StopSchema)` to create a new message.
  */
 export const StopSchema: GenMessage<Stop> = /*@__PURE__*/
-  messageDesc(file_pawl_v1_rollout, 9);
+  messageDesc(file_pawl_v1_rollout, 10);
 
 /**
  * StopRolloutRequest names the release to stop.
@@ -736,7 +771,7 @@ export type StopRolloutRequest = Message<"pawl.v1.StopRolloutRequest"> & {
  * Use `create(StopRolloutRequestSchema)` to create a new message.
  */
 export const StopRolloutRequestSchema: GenMessage<StopRolloutRequest> = /*@__PURE__*/
-  messageDesc(file_pawl_v1_rollout, 10);
+  messageDesc(file_pawl_v1_rollout, 11);
 
 /**
  * StopRolloutResponse carries the stop record.
@@ -757,7 +792,7 @@ export type StopRolloutResponse = Message<"pawl.v1.StopRolloutResponse"> & {
  * Use `create(StopRolloutResponseSchema)` to create a new message.
  */
 export const StopRolloutResponseSchema: GenMessage<StopRolloutResponse> = /*@__PURE__*/
-  messageDesc(file_pawl_v1_rollout, 11);
+  messageDesc(file_pawl_v1_rollout, 12);
 
 /**
  * PromotionUnknown is the error detail of an UNKNOWN Promote or Rollback:
@@ -787,7 +822,7 @@ export type PromotionUnknown = Message<"pawl.v1.PromotionUnknown"> & {
  * Use `create(PromotionUnknownSchema)` to create a new message.
  */
 export const PromotionUnknownSchema: GenMessage<PromotionUnknown> = /*@__PURE__*/
-  messageDesc(file_pawl_v1_rollout, 12);
+  messageDesc(file_pawl_v1_rollout, 13);
 
 /**
  * PointerMoved is the error detail of an ABORTED Promote or Rollback whose
@@ -831,7 +866,7 @@ export type PointerMoved = Message<"pawl.v1.PointerMoved"> & {
  * Use `create(PointerMovedSchema)` to create a new message.
  */
 export const PointerMovedSchema: GenMessage<PointerMoved> = /*@__PURE__*/
-  messageDesc(file_pawl_v1_rollout, 13);
+  messageDesc(file_pawl_v1_rollout, 14);
 
 /**
  * Pointer is a config's active pointer.
@@ -866,7 +901,7 @@ export type Pointer = Message<"pawl.v1.Pointer"> & {
  * Use `create(PointerSchema)` to create a new message.
  */
 export const PointerSchema: GenMessage<Pointer> = /*@__PURE__*/
-  messageDesc(file_pawl_v1_rollout, 14);
+  messageDesc(file_pawl_v1_rollout, 15);
 
 /**
  * Receipt is the proof of one move of the pointer.
@@ -981,7 +1016,7 @@ export type Receipt = Message<"pawl.v1.Receipt"> & {
  * Use `create(ReceiptSchema)` to create a new message.
  */
 export const ReceiptSchema: GenMessage<Receipt> = /*@__PURE__*/
-  messageDesc(file_pawl_v1_rollout, 15);
+  messageDesc(file_pawl_v1_rollout, 16);
 
 /**
  * PromoteRequest asks to promote a release.
@@ -1031,7 +1066,7 @@ export type PromoteRequest = Message<"pawl.v1.PromoteRequest"> & {
  * Use `create(PromoteRequestSchema)` to create a new message.
  */
 export const PromoteRequestSchema: GenMessage<PromoteRequest> = /*@__PURE__*/
-  messageDesc(file_pawl_v1_rollout, 16);
+  messageDesc(file_pawl_v1_rollout, 17);
 
 /**
  * PromoteResponse carries the receipt.
@@ -1052,7 +1087,7 @@ export type PromoteResponse = Message<"pawl.v1.PromoteResponse"> & {
  * Use `create(PromoteResponseSchema)` to create a new message.
  */
 export const PromoteResponseSchema: GenMessage<PromoteResponse> = /*@__PURE__*/
-  messageDesc(file_pawl_v1_rollout, 17);
+  messageDesc(file_pawl_v1_rollout, 18);
 
 /**
  * RollbackRequest asks to roll back.
@@ -1094,7 +1129,7 @@ export type RollbackRequest = Message<"pawl.v1.RollbackRequest"> & {
  * Use `create(RollbackRequestSchema)` to create a new message.
  */
 export const RollbackRequestSchema: GenMessage<RollbackRequest> = /*@__PURE__*/
-  messageDesc(file_pawl_v1_rollout, 18);
+  messageDesc(file_pawl_v1_rollout, 19);
 
 /**
  * RollbackResponse carries the receipt.
@@ -1115,7 +1150,7 @@ export type RollbackResponse = Message<"pawl.v1.RollbackResponse"> & {
  * Use `create(RollbackResponseSchema)` to create a new message.
  */
 export const RollbackResponseSchema: GenMessage<RollbackResponse> = /*@__PURE__*/
-  messageDesc(file_pawl_v1_rollout, 19);
+  messageDesc(file_pawl_v1_rollout, 20);
 
 /**
  * GetPromotionRequest names a receipt.
@@ -1143,7 +1178,7 @@ export type GetPromotionRequest = Message<"pawl.v1.GetPromotionRequest"> & {
  * Use `create(GetPromotionRequestSchema)` to create a new message.
  */
 export const GetPromotionRequestSchema: GenMessage<GetPromotionRequest> = /*@__PURE__*/
-  messageDesc(file_pawl_v1_rollout, 20);
+  messageDesc(file_pawl_v1_rollout, 21);
 
 /**
  * GetPromotionResponse carries the receipt.
@@ -1164,7 +1199,7 @@ export type GetPromotionResponse = Message<"pawl.v1.GetPromotionResponse"> & {
  * Use `create(GetPromotionResponseSchema)` to create a new message.
  */
 export const GetPromotionResponseSchema: GenMessage<GetPromotionResponse> = /*@__PURE__*/
-  messageDesc(file_pawl_v1_rollout, 21);
+  messageDesc(file_pawl_v1_rollout, 22);
 
 /**
  * GetPointerRequest names a config.
@@ -1185,7 +1220,7 @@ export type GetPointerRequest = Message<"pawl.v1.GetPointerRequest"> & {
  * Use `create(GetPointerRequestSchema)` to create a new message.
  */
 export const GetPointerRequestSchema: GenMessage<GetPointerRequest> = /*@__PURE__*/
-  messageDesc(file_pawl_v1_rollout, 22);
+  messageDesc(file_pawl_v1_rollout, 23);
 
 /**
  * GetPointerResponse carries the pointer.
@@ -1206,7 +1241,7 @@ export type GetPointerResponse = Message<"pawl.v1.GetPointerResponse"> & {
  * Use `create(GetPointerResponseSchema)` to create a new message.
  */
 export const GetPointerResponseSchema: GenMessage<GetPointerResponse> = /*@__PURE__*/
-  messageDesc(file_pawl_v1_rollout, 23);
+  messageDesc(file_pawl_v1_rollout, 24);
 
 /**
  * AppliedConfig is what one instance last reported running for a config.
@@ -1320,7 +1355,7 @@ export type AppliedConfig = Message<"pawl.v1.AppliedConfig"> & {
  * Use `create(AppliedConfigSchema)` to create a new message.
  */
 export const AppliedConfigSchema: GenMessage<AppliedConfig> = /*@__PURE__*/
-  messageDesc(file_pawl_v1_rollout, 24);
+  messageDesc(file_pawl_v1_rollout, 25);
 
 /**
  * ListAppliedRequest names a config.
@@ -1355,7 +1390,7 @@ export type ListAppliedRequest = Message<"pawl.v1.ListAppliedRequest"> & {
  * Use `create(ListAppliedRequestSchema)` to create a new message.
  */
 export const ListAppliedRequestSchema: GenMessage<ListAppliedRequest> = /*@__PURE__*/
-  messageDesc(file_pawl_v1_rollout, 25);
+  messageDesc(file_pawl_v1_rollout, 26);
 
 /**
  * ListAppliedResponse is one page.
@@ -1390,7 +1425,7 @@ export type ListAppliedResponse = Message<"pawl.v1.ListAppliedResponse"> & {
  * Use `create(ListAppliedResponseSchema)` to create a new message.
  */
 export const ListAppliedResponseSchema: GenMessage<ListAppliedResponse> = /*@__PURE__*/
-  messageDesc(file_pawl_v1_rollout, 26);
+  messageDesc(file_pawl_v1_rollout, 27);
 
 /**
  * InstanceState is what an instance reports for a release.
