@@ -47,9 +47,9 @@ func TestTheTestCommandRunsEveryPass(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := "store= auth= test -race -count=1 ./... -run TestX\n" +
-		"store=redis auth= test -race -count=1 ./server ./sdk ./cmd/... ./examples/... -run TestX\n" +
-		"store= auth=1 test -race -count=1 ./sdk -run TestX\n"
+	want := "store= auth= test -race -count=1 -timeout 20m ./... -run TestX\n" +
+		"store=redis auth= test -race -count=1 -timeout 20m ./server ./sdk ./cmd/... ./examples/... -run TestX\n" +
+		"store= auth=1 test -race -count=1 -timeout 20m ./sdk -run TestX\n"
 	if string(got) != want {
 		t.Errorf(".ci/test ran\n%s\nwant every pass, the one after the failure too:\n%s", got, want)
 	}
