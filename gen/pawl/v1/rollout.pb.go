@@ -238,7 +238,12 @@ type Ack struct {
 	// messages, as from reason.
 	Violations []*Violation `protobuf:"bytes,22,rep,name=violations,proto3" json:"violations,omitempty"`
 	// For REJECTED: which step refused the release.
-	RejectCode    RejectCode `protobuf:"varint,23,opt,name=reject_code,json=rejectCode,proto3,enum=pawl.v1.RejectCode" json:"reject_code,omitempty"`
+	RejectCode RejectCode `protobuf:"varint,23,opt,name=reject_code,json=rejectCode,proto3,enum=pawl.v1.RejectCode" json:"reject_code,omitempty"`
+	// The reporter's number for this report, unique within its boot (0:
+	// none). A report sent again with the same number (after a lost answer
+	// or a cut session) is not judged again: the answer is the ACK stored
+	// the first time, counted or not as it was then.
+	ReportId      uint64 `protobuf:"varint,24,opt,name=report_id,json=reportId,proto3" json:"report_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -432,6 +437,13 @@ func (x *Ack) GetRejectCode() RejectCode {
 		return x.RejectCode
 	}
 	return RejectCode_REJECT_CODE_UNSPECIFIED
+}
+
+func (x *Ack) GetReportId() uint64 {
+	if x != nil {
+		return x.ReportId
+	}
+	return 0
 }
 
 // HealthMeasurement is what an instance measured over its health window.
@@ -2511,7 +2523,7 @@ var File_pawl_v1_rollout_proto protoreflect.FileDescriptor
 
 const file_pawl_v1_rollout_proto_rawDesc = "" +
 	"\n" +
-	"\x15pawl/v1/rollout.proto\x12\apawl.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15pawl/v1/release.proto\x1a\x17pawl/v1/validator.proto\"\x87\a\n" +
+	"\x15pawl/v1/rollout.proto\x12\apawl.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15pawl/v1/release.proto\x1a\x17pawl/v1/validator.proto\"\xa4\a\n" +
 	"\x03Ack\x12\x1b\n" +
 	"\tconfig_id\x18\x01 \x01(\tR\bconfigId\x12\x1e\n" +
 	"\n" +
@@ -2543,7 +2555,8 @@ const file_pawl_v1_rollout_proto_rawDesc = "" +
 	"violations\x18\x16 \x03(\v2\x12.pawl.v1.ViolationR\n" +
 	"violations\x124\n" +
 	"\vreject_code\x18\x17 \x01(\x0e2\x13.pawl.v1.RejectCodeR\n" +
-	"rejectCode\"n\n" +
+	"rejectCode\x12\x1b\n" +
+	"\treport_id\x18\x18 \x01(\x04R\breportId\"n\n" +
 	"\x11HealthMeasurement\x12\x1d\n" +
 	"\n" +
 	"error_rate\x18\x01 \x01(\x01R\terrorRate\x12:\n" +

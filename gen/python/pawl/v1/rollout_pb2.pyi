@@ -28,7 +28,7 @@ REJECT_CODE_VALIDATOR_FAILED: RejectCode
 REJECT_CODE_VALIDATOR_UNLOADABLE: RejectCode
 
 class Ack(_message.Message):
-    __slots__ = ["app_artifact", "app_version", "apply_sequence", "boot_id", "budget_breach", "config_id", "content_digest", "counted", "generation", "health", "health_ok", "held", "membership_epoch", "not_counted_reason", "reason", "received_at", "reject_code", "state", "trace_id", "traceparent", "validator_digest", "violations", "workload_identity"]
+    __slots__ = ["app_artifact", "app_version", "apply_sequence", "boot_id", "budget_breach", "config_id", "content_digest", "counted", "generation", "health", "health_ok", "held", "membership_epoch", "not_counted_reason", "reason", "received_at", "reject_code", "report_id", "state", "trace_id", "traceparent", "validator_digest", "violations", "workload_identity"]
     APPLY_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     APP_ARTIFACT_FIELD_NUMBER: _ClassVar[int]
     APP_VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -46,6 +46,7 @@ class Ack(_message.Message):
     REASON_FIELD_NUMBER: _ClassVar[int]
     RECEIVED_AT_FIELD_NUMBER: _ClassVar[int]
     REJECT_CODE_FIELD_NUMBER: _ClassVar[int]
+    REPORT_ID_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     TRACEPARENT_FIELD_NUMBER: _ClassVar[int]
     TRACE_ID_FIELD_NUMBER: _ClassVar[int]
@@ -69,13 +70,14 @@ class Ack(_message.Message):
     reason: str
     received_at: _timestamp_pb2.Timestamp
     reject_code: RejectCode
+    report_id: int
     state: InstanceState
     trace_id: str
     traceparent: str
     validator_digest: str
     violations: _containers.RepeatedCompositeFieldContainer[_validator_pb2.Violation]
     workload_identity: str
-    def __init__(self, config_id: _Optional[str] = ..., generation: _Optional[int] = ..., workload_identity: _Optional[str] = ..., boot_id: _Optional[str] = ..., membership_epoch: _Optional[int] = ..., content_digest: _Optional[str] = ..., validator_digest: _Optional[str] = ..., app_artifact: _Optional[str] = ..., apply_sequence: _Optional[int] = ..., state: _Optional[_Union[InstanceState, str]] = ..., health_ok: bool = ..., reason: _Optional[str] = ..., traceparent: _Optional[str] = ..., trace_id: _Optional[str] = ..., health: _Optional[_Union[HealthMeasurement, _Mapping]] = ..., budget_breach: _Optional[str] = ..., held: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., app_version: _Optional[str] = ..., received_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., counted: bool = ..., not_counted_reason: _Optional[str] = ..., violations: _Optional[_Iterable[_Union[_validator_pb2.Violation, _Mapping]]] = ..., reject_code: _Optional[_Union[RejectCode, str]] = ...) -> None: ...
+    def __init__(self, config_id: _Optional[str] = ..., generation: _Optional[int] = ..., workload_identity: _Optional[str] = ..., boot_id: _Optional[str] = ..., membership_epoch: _Optional[int] = ..., content_digest: _Optional[str] = ..., validator_digest: _Optional[str] = ..., app_artifact: _Optional[str] = ..., apply_sequence: _Optional[int] = ..., state: _Optional[_Union[InstanceState, str]] = ..., health_ok: bool = ..., reason: _Optional[str] = ..., traceparent: _Optional[str] = ..., trace_id: _Optional[str] = ..., health: _Optional[_Union[HealthMeasurement, _Mapping]] = ..., budget_breach: _Optional[str] = ..., held: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., app_version: _Optional[str] = ..., received_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., counted: bool = ..., not_counted_reason: _Optional[str] = ..., violations: _Optional[_Iterable[_Union[_validator_pb2.Violation, _Mapping]]] = ..., reject_code: _Optional[_Union[RejectCode, str]] = ..., report_id: _Optional[int] = ...) -> None: ...
 
 class AckRequest(_message.Message):
     __slots__ = ["ack"]

@@ -1,0 +1,107 @@
+from pawl.v1 import instance_pb2 as _instance_pb2
+from pawl.v1 import kv_pb2 as _kv_pb2
+from pawl.v1 import rollout_pb2 as _rollout_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from typing import ClassVar as _ClassVar, Iterable as _Iterable, Mapping as _Mapping, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class SessionAck(_message.Message):
+    __slots__ = ["ack", "ack_id"]
+    ACK_FIELD_NUMBER: _ClassVar[int]
+    ACK_ID_FIELD_NUMBER: _ClassVar[int]
+    ack: _rollout_pb2.Ack
+    ack_id: int
+    def __init__(self, ack_id: _Optional[int] = ..., ack: _Optional[_Union[_rollout_pb2.Ack, _Mapping]] = ...) -> None: ...
+
+class SessionAckResult(_message.Message):
+    __slots__ = ["ack", "ack_id", "error"]
+    ACK_FIELD_NUMBER: _ClassVar[int]
+    ACK_ID_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    ack: _rollout_pb2.Ack
+    ack_id: int
+    error: SessionError
+    def __init__(self, ack_id: _Optional[int] = ..., ack: _Optional[_Union[_rollout_pb2.Ack, _Mapping]] = ..., error: _Optional[_Union[SessionError, _Mapping]] = ...) -> None: ...
+
+class SessionError(_message.Message):
+    __slots__ = ["code", "message"]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    code: str
+    message: str
+    def __init__(self, code: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
+
+class SessionHello(_message.Message):
+    __slots__ = ["assignments_after_revision", "instance", "membership_epoch"]
+    ASSIGNMENTS_AFTER_REVISION_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_FIELD_NUMBER: _ClassVar[int]
+    MEMBERSHIP_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    assignments_after_revision: int
+    instance: _instance_pb2.Instance
+    membership_epoch: int
+    def __init__(self, instance: _Optional[_Union[_instance_pb2.Instance, _Mapping]] = ..., membership_epoch: _Optional[int] = ..., assignments_after_revision: _Optional[int] = ...) -> None: ...
+
+class SessionProgressRequest(_message.Message):
+    __slots__ = []
+    def __init__(self) -> None: ...
+
+class SessionRequest(_message.Message):
+    __slots__ = ["ack", "hello", "progress_request", "watch_cancel", "watch_create"]
+    ACK_FIELD_NUMBER: _ClassVar[int]
+    HELLO_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_REQUEST_FIELD_NUMBER: _ClassVar[int]
+    WATCH_CANCEL_FIELD_NUMBER: _ClassVar[int]
+    WATCH_CREATE_FIELD_NUMBER: _ClassVar[int]
+    ack: SessionAck
+    hello: SessionHello
+    progress_request: SessionProgressRequest
+    watch_cancel: SessionWatchCancel
+    watch_create: SessionWatchCreate
+    def __init__(self, hello: _Optional[_Union[SessionHello, _Mapping]] = ..., ack: _Optional[_Union[SessionAck, _Mapping]] = ..., watch_create: _Optional[_Union[SessionWatchCreate, _Mapping]] = ..., watch_cancel: _Optional[_Union[SessionWatchCancel, _Mapping]] = ..., progress_request: _Optional[_Union[SessionProgressRequest, _Mapping]] = ...) -> None: ...
+
+class SessionResponse(_message.Message):
+    __slots__ = ["acks", "assignments", "started", "watches"]
+    ACKS_FIELD_NUMBER: _ClassVar[int]
+    ASSIGNMENTS_FIELD_NUMBER: _ClassVar[int]
+    STARTED_FIELD_NUMBER: _ClassVar[int]
+    WATCHES_FIELD_NUMBER: _ClassVar[int]
+    acks: _containers.RepeatedCompositeFieldContainer[SessionAckResult]
+    assignments: _instance_pb2.WatchAssignmentsResponse
+    started: SessionStarted
+    watches: _containers.RepeatedCompositeFieldContainer[SessionWatchMessage]
+    def __init__(self, started: _Optional[_Union[SessionStarted, _Mapping]] = ..., assignments: _Optional[_Union[_instance_pb2.WatchAssignmentsResponse, _Mapping]] = ..., acks: _Optional[_Iterable[_Union[SessionAckResult, _Mapping]]] = ..., watches: _Optional[_Iterable[_Union[SessionWatchMessage, _Mapping]]] = ...) -> None: ...
+
+class SessionStarted(_message.Message):
+    __slots__ = ["record"]
+    RECORD_FIELD_NUMBER: _ClassVar[int]
+    record: _instance_pb2.InstanceRecord
+    def __init__(self, record: _Optional[_Union[_instance_pb2.InstanceRecord, _Mapping]] = ...) -> None: ...
+
+class SessionWatchCancel(_message.Message):
+    __slots__ = ["watch_id"]
+    WATCH_ID_FIELD_NUMBER: _ClassVar[int]
+    watch_id: int
+    def __init__(self, watch_id: _Optional[int] = ...) -> None: ...
+
+class SessionWatchCreate(_message.Message):
+    __slots__ = ["watch", "watch_id"]
+    WATCH_FIELD_NUMBER: _ClassVar[int]
+    WATCH_ID_FIELD_NUMBER: _ClassVar[int]
+    watch: _kv_pb2.WatchRequest
+    watch_id: int
+    def __init__(self, watch_id: _Optional[int] = ..., watch: _Optional[_Union[_kv_pb2.WatchRequest, _Mapping]] = ...) -> None: ...
+
+class SessionWatchMessage(_message.Message):
+    __slots__ = ["canceled", "error", "response", "watch_id"]
+    CANCELED_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    RESPONSE_FIELD_NUMBER: _ClassVar[int]
+    WATCH_ID_FIELD_NUMBER: _ClassVar[int]
+    canceled: bool
+    error: SessionError
+    response: _kv_pb2.WatchResponse
+    watch_id: int
+    def __init__(self, watch_id: _Optional[int] = ..., response: _Optional[_Union[_kv_pb2.WatchResponse, _Mapping]] = ..., error: _Optional[_Union[SessionError, _Mapping]] = ..., canceled: bool = ...) -> None: ...
