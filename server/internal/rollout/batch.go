@@ -284,7 +284,8 @@ func (b *ackBatcher) judge(ctx context.Context, batch []*pendingAck) []*judged {
 	for i, p := range batch {
 		js[i] = &judged{p: p}
 	}
-	if err := b.r.views.waitFor(ctx, b.lastRev); err != nil {
+	// The last batch's commit is an event under /_pawl/: the feed brings it.
+	if err := b.r.views.waitUntil(ctx, b.lastRev, false); err != nil {
 		for _, j := range js {
 			j.err = err
 		}
@@ -319,6 +320,7 @@ func (b *ackBatcher) commit(ctx context.Context, writes []*judged) {
 	for _, j := range writes {
 		t.Puts = append(t.Puts, j.w.puts...)
 		t.Deletes = append(t.Deletes, j.w.deletes...)
+		t.Compares = append(t.Compares, j.w.compares...) // one instance's of one config each
 		for _, u := range j.w.unchanged {
 			if i, ok := seen[u.Prefix]; ok {
 				t.Unchanged[i].Since = min(t.Unchanged[i].Since, u.Since)
