@@ -11,8 +11,22 @@ import (
 )
 
 // ErrBusy means too many ACKs wait to be recorded: the ACK was not taken,
-// and may be sent again shortly.
+// and may be sent again shortly. *BusyError says how many.
 var ErrBusy = errors.New("rollout: too many ACKs waiting to be recorded")
+
+// BusyError reports an ACK refused because the queue was full. It
+// matches ErrBusy.
+type BusyError struct {
+	// Waiting is the ACKs queued; Limit, the most that may be.
+	Waiting, Limit int
+}
+
+func (e *BusyError) Error() string {
+	return fmt.Sprintf("rollout: %d ACKs wait to be recorded (the limit is %d); send this one again shortly", e.Waiting, e.Limit)
+}
+
+// Is reports whether target is ErrBusy.
+func (e *BusyError) Is(target error) bool { return target == ErrBusy }
 
 // The batches' tunables (WithAckBatching changes them).
 const (
@@ -159,7 +173,7 @@ func (b *ackBatcher) enqueue(ctx context.Context, p *pendingAck) {
 		return
 	case len(b.queue) >= b.maxQueue:
 		b.mu.Unlock()
-		p.answer(Ack{}, fmt.Errorf("%w: %d ACKs wait (the limit); send this one again shortly", ErrBusy, len(b.queue)))
+		p.answer(Ack{}, &BusyError{Waiting: len(b.queue), Limit: b.maxQueue})
 		return
 	}
 	p.release = context.AfterFunc(ctx, func() {
