@@ -357,7 +357,7 @@ func (b *ackBatcher) commit(ctx context.Context, writes []*judged) {
 		b.alone(ctx, writes)
 	default:
 		for _, j := range writes {
-			j.err = fmt.Errorf("rollout: store ACK: %w", err)
+			j.w, j.err = ackWrite{}, fmt.Errorf("rollout: store ACK: %w", err)
 		}
 	}
 }
@@ -368,7 +368,7 @@ func (b *ackBatcher) commit(ctx context.Context, writes []*judged) {
 func (b *ackBatcher) alone(ctx context.Context, writes []*judged) {
 	if err := b.r.wait(ctx, true); err != nil {
 		for _, j := range writes {
-			j.err = err
+			j.w, j.err = ackWrite{}, err
 		}
 		return
 	}
@@ -377,9 +377,8 @@ func (b *ackBatcher) alone(ctx context.Context, writes []*judged) {
 		wg.Go(func() {
 			var stored Ack
 			stored, j.rev, j.err = b.r.recordOne(ctx, j.p.ack, maxAttempts-1)
-			if j.err == nil {
-				j.w = ackWrite{ack: stored}
-			} else if errors.Is(j.err, ErrContended) {
+			j.w = ackWrite{ack: stored} // Ack{} when not recorded
+			if errors.Is(j.err, ErrContended) {
 				j.err = contended(j.p.ack, maxAttempts)
 			}
 		})
