@@ -264,6 +264,9 @@ func (r *Rollouts) Run(ctx context.Context) error {
 	hub, err := watch.New(ctx, r.store)
 	if err != nil {
 		r.acks.stop()
+		if ctx.Err() != nil {
+			return nil // ended before it started: nothing failed
+		}
 		return fmt.Errorf("rollout: %w", err)
 	}
 	defer hub.Close()
