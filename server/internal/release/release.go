@@ -193,6 +193,8 @@ type Release struct {
 	SecretPaths []string `json:"secret_paths,omitempty"`
 	// Revision is the store revision of the record (not stored in it).
 	Revision int64 `json:"-"`
+	// byID indexes Membership by identity (see MemberIndex).
+	byID memberIndex
 }
 
 // RedactSecrets returns text with the release's secret values (its
@@ -302,6 +304,7 @@ func (r *Releases) Create(ctx context.Context, spec Spec, actor string) (Release
 		Spec: spec, ContentDigest: digest, Membership: members, Ineligible: ineligible, MembershipEpoch: epoch, State: StateCandidate,
 		CreatedAt: r.now().UTC(), CreatedBy: actor, SecretPaths: res.Secrets,
 	}
+	rel.compact()
 	if err := checkLayout(rel); err != nil {
 		return Release{}, err
 	}
@@ -493,6 +496,7 @@ func decode(kv store.KeyValue) (Release, error) {
 		return Release{}, err
 	}
 	rel.Revision = kv.ModRevision
+	rel.compact()
 	return rel, nil
 }
 

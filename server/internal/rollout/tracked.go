@@ -178,10 +178,10 @@ func (t *tracked) replan(retired map[string]Retirement) {
 	t.plan = newPlan(t.rel, retired)
 	t.tallies = make([]*quorum.Tally, len(t.rel.Stages))
 	for i, st := range t.rel.Stages {
-		t.tallies[i] = quorum.NewTally(cohortPolicy(st.Policy), t.plan.counted[i])
+		t.tallies[i] = quorum.NewTally(cohortPolicy(st.Policy), t.plan.counted(i))
 	}
 	for id := range t.members {
-		if _, ok := t.plan.members[id]; !ok {
+		if _, ok := t.plan.position(id); !ok {
 			delete(t.members, id) // retired: none of its ACKs count any more
 			continue
 		}
@@ -204,7 +204,7 @@ func (t *tracked) states(id string) [2]quorum.State {
 // moveFrom moves member id, in the tally of every stage that counts it,
 // from the states from to what its reports say now.
 func (t *tracked) moveFrom(id string, from [2]quorum.State) {
-	m := t.plan.members[id]
+	m, _ := t.plan.member(id)
 	to := t.states(id)
 	for k, i := range t.plan.stagesOf(id) {
 		t.tallies[i].Move(m, from[k], to[k])
@@ -217,7 +217,7 @@ func (t *tracked) moveFrom(id string, from [2]quorum.State) {
 func (t *tracked) addAck(a Ack, reg registration, registered bool) {
 	t.arrivals[a.WorkloadIdentity] = max(t.arrivals[a.WorkloadIdentity], a.arrival)
 	t.stored[a.WorkloadIdentity] = append(t.stored[a.WorkloadIdentity], storedAck{arrival: a.arrival, counted: a.Counted})
-	if _, member := t.plan.members[a.WorkloadIdentity]; !a.Counted || !member || !registered ||
+	if _, member := t.plan.position(a.WorkloadIdentity); !a.Counted || !member || !registered ||
 		reg.boot != a.BootID || reg.epoch != a.MembershipEpoch {
 		return
 	}
@@ -323,7 +323,7 @@ func (t *tracked) stageResults(now time.Time, stale map[string]bool) []StageResu
 		if i < len(t.progress.Passed) {
 			res.PassedAt = t.progress.Passed[i].Time
 		}
-		for _, m := range t.plan.counted[i] {
+		for _, m := range t.plan.counted(i) {
 			a, ok := t.members[m.ID].evidence(t.plan.roleOf(i, m.ID))
 			state := displayState(a, ok, stale[m.ID])
 			res.States[state]++
