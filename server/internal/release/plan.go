@@ -108,7 +108,7 @@ func lay(rel Release, gone func(string) bool, sizes []int) Layout {
 func (l *Layout) pool(rel Release, i int, gone func(string) bool, taken func(int) bool) []int {
 	var out []int
 	for j, m := range rel.Membership {
-		if instance.Matches(m, rel.Stages[i].Selector) && !gone(m.ID) && !taken(j) {
+		if instance.Matches(*m, rel.Stages[i].Selector) && !gone(m.ID) && !taken(j) {
 			out = append(out, j)
 		}
 	}
@@ -173,7 +173,7 @@ func (l Layout) whyEmpty(rel Release, i int) string {
 	matched := 0
 	var takers []int
 	for pos, m := range rel.Membership {
-		if !instance.Matches(m, st.Selector) {
+		if !instance.Matches(*m, st.Selector) {
 			continue
 		}
 		matched++

@@ -74,12 +74,12 @@ func (p plan) member(id string) (quorum.Member, bool) {
 	if !ok {
 		return quorum.Member{}, false
 	}
-	return p.rel.Membership[j], true
+	return *p.rel.Membership[j], true
 }
 
 // members are the unretired members, in membership order.
-func (p plan) members() iter.Seq[quorum.Member] {
-	return func(yield func(quorum.Member) bool) {
+func (p plan) members() iter.Seq[*quorum.Member] {
+	return func(yield func(*quorum.Member) bool) {
 		for _, m := range p.rel.Membership {
 			if _, gone := p.gone[m.ID]; gone {
 				continue
@@ -97,7 +97,7 @@ func (p plan) counted(i int) []quorum.Member {
 	takes := p.layout.Takes(i)
 	out := make([]quorum.Member, len(takes))
 	for k, j := range takes {
-		out[k] = p.rel.Membership[j]
+		out[k] = *p.rel.Membership[j]
 	}
 	return out
 }
