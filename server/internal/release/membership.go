@@ -99,6 +99,9 @@ var members = struct {
 // returns, like a cached release, must never be modified.
 func internMember(m quorum.Member) *quorum.Member {
 	m = internStrings(m)
+	if m.Weight != m.Weight {
+		return &m // NaN: no key would ever find it again (the edge refuses one)
+	}
 	key := memberKey{id: m.ID, zone: m.Zone, role: m.Role, appVersion: m.AppVersion, labels: labelsKey(m.Labels),
 		weight: m.Weight, credential: m.InstanceCredential}
 	members.mu.Lock()
