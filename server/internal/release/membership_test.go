@@ -84,26 +84,21 @@ func TestAMembershipIsIndexedAndSharedNeverMixed(t *testing.T) {
 		}
 		return rel.Membership[j]
 	}
-	for _, rel := range []release.Release{first, firstStored} {
-		if i2 := member(rel, "i2"); i2.Zone != "b" || !maps.Equal(i2.Labels, map[string]string{"tier": "1"}) {
-			t.Errorf("generation 1 sees i2 as %+v; it froze zone b, tier 1", *i2)
-		}
-		if z := member(rel, "z"); z.Zone != "a" {
-			t.Errorf("generation 1 sees z as %+v; it froze zone a", *z)
-		}
-		if i10 := member(rel, "i10"); i10.Weight != 1 {
-			t.Errorf("generation 1 sees i10 as %+v; it froze weight 1", *i10)
-		}
-	}
-	for _, rel := range []release.Release{second, secondStored} {
-		if i2 := member(rel, "i2"); i2.Zone != "c" || !maps.Equal(i2.Labels, map[string]string{"tier": "2"}) {
-			t.Errorf("generation 2 sees i2 as %+v; it froze zone c, tier 2", *i2)
-		}
-		if z := member(rel, "z"); z.Zone != "b" {
-			t.Errorf("generation 2 sees z as %+v; it froze zone b", *z)
-		}
-		if i10 := member(rel, "i10"); i10.Weight != 3 {
-			t.Errorf("generation 2 sees i10 as %+v; it froze weight 3", *i10)
+	for _, want := range []struct {
+		rels           []release.Release
+		i2Zone, i2Tier string
+		zZone          string
+		i10Weight      float64
+	}{
+		{[]release.Release{first, firstStored}, "b", "1", "a", 1},
+		{[]release.Release{second, secondStored}, "c", "2", "b", 3},
+	} {
+		for _, rel := range want.rels {
+			i2, z, i10 := member(rel, "i2"), member(rel, "z"), member(rel, "i10")
+			if i2.Zone != want.i2Zone || !maps.Equal(i2.Labels, map[string]string{"tier": want.i2Tier}) || z.Zone != want.zZone || i10.Weight != want.i10Weight {
+				t.Errorf("generation %d sees i2 as %+v, z as %+v, i10 as %+v; it froze i2 in zone %s with tier %s, z in zone %s, i10 with weight %g",
+					rel.Generation, *i2, *z, *i10, want.i2Zone, want.i2Tier, want.zZone, want.i10Weight)
+			}
 		}
 	}
 	// What both froze equal, they share: a release costs a pointer per
