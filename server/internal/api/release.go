@@ -219,7 +219,7 @@ func toProtoRelease(r release.Release, state release.State) *pawlv1.Release {
 		CreatedBy: r.CreatedBy, Revision: r.Revision, MembershipEpoch: r.MembershipEpoch,
 	}
 	for _, m := range r.Membership {
-		out.Membership = append(out.Membership, toProtoMember(m))
+		out.Membership = append(out.Membership, toProtoMember(*m))
 	}
 	for _, m := range r.Ineligible {
 		out.Ineligible = append(out.Ineligible, toProtoMember(m))

@@ -48,7 +48,7 @@ var goldens = map[string]any{
 			HealthWindow: time.Minute, Deadline: time.Hour,
 		},
 		Generation: 2, Predecessor: 1, ContentDigest: digest,
-		Membership:      []quorum.Member{{ID: "pay-1", Zone: "zone-a", Role: "primary", Weight: 1, Labels: map[string]string{"env": "prod"}, AppVersion: "2.1.0"}},
+		Membership:      []*quorum.Member{{ID: "pay-1", Zone: "zone-a", Role: "primary", Weight: 1, Labels: map[string]string{"env": "prod"}, AppVersion: "2.1.0"}},
 		Ineligible:      []quorum.Member{{ID: "pay-old", Zone: "zone-b", Role: "worker", Weight: 1, AppVersion: "1.9.0"}},
 		MembershipEpoch: 41, State: release.StateCandidate, CreatedAt: t0, CreatedBy: "ci@example",
 	},

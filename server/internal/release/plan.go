@@ -25,18 +25,31 @@ import (
 // apply, and every member has at most one shadow stage, always before the
 // stage that applies.
 type Layout struct {
-	// Applies is, per member, the index of the stage that assigns it the
-	// release to apply; a member it lacks gets the release only once the
-	// release is promoted.
-	Applies map[string]int
+	// Applies is, per member (by its position in the membership), the
+	// index of the stage that assigns it the release to apply, or -1: such
+	// a member gets the release only once the release is promoted.
+	Applies []int8
 	// Shadows is, per member, the index of the shadow stage that assigns
-	// it the release to validate until the stage that applies is reached.
-	Shadows map[string]int
-	// Takes are, per stage, the members it assigns, in membership order:
-	// the members its quorum counts.
-	Takes [][]quorum.Member
+	// it the release to validate until the stage that applies is reached,
+	// or -1.
+	Shadows []int8
 	// sizes are the fraction stages' cohort sizes.
 	sizes []int
+}
+
+// none marks a member no stage of a kind takes (MaxStages fits an int8).
+const none int8 = -1
+
+// Takes are the members stage i assigns, by position, in membership
+// order: the members its quorum counts.
+func (l Layout) Takes(i int) []int {
+	var out []int
+	for j := range l.Applies {
+		if int(l.Applies[j]) == i || int(l.Shadows[j]) == i {
+			out = append(out, j)
+		}
+	}
+	return out
 }
 
 // Lay lays rel's stages over its frozen membership less the members gone
@@ -60,48 +73,43 @@ func Lay(rel Release, gone func(id string) bool) Layout {
 // lay lays the stages over the members gone does not report; sizes are
 // the cohort sizes (nil: ceil(f x n) of the members each may assign).
 func lay(rel Release, gone func(string) bool, sizes []int) Layout {
-	l := Layout{Applies: map[string]int{}, Shadows: map[string]int{}, Takes: make([][]quorum.Member, len(rel.Stages)), sizes: make([]int, len(rel.Stages))}
+	n := len(rel.Membership)
+	l := Layout{Applies: make([]int8, n), Shadows: make([]int8, n), sizes: make([]int, len(rel.Stages))}
+	for j := range n {
+		l.Applies[j], l.Shadows[j] = none, none
+	}
 	// The stages that apply first: a shadow stage skips the members an
 	// earlier one of them took.
 	for i, st := range rel.Stages {
 		if st.Shadow {
 			continue
 		}
-		pool := l.pool(rel, i, gone, func(id string) bool { _, taken := l.Applies[id]; return taken })
-		for _, m := range l.take(rel, i, pool, sizes) {
-			l.Applies[m.ID] = i
+		pool := l.pool(rel, i, gone, func(j int) bool { return l.Applies[j] != none })
+		for _, j := range l.take(rel, i, pool, sizes) {
+			l.Applies[j] = int8(i)
 		}
 	}
 	for i, st := range rel.Stages {
 		if !st.Shadow {
 			continue
 		}
-		pool := l.pool(rel, i, gone, func(id string) bool {
-			_, shadowed := l.Shadows[id]
-			j, applies := l.Applies[id]
-			return shadowed || (applies && j < i)
+		pool := l.pool(rel, i, gone, func(j int) bool {
+			return l.Shadows[j] != none || (l.Applies[j] != none && int(l.Applies[j]) < i)
 		})
-		for _, m := range l.take(rel, i, pool, sizes) {
-			l.Shadows[m.ID] = i
-		}
-	}
-	for _, m := range rel.Membership {
-		for _, idx := range []map[string]int{l.Shadows, l.Applies} {
-			if i, ok := idx[m.ID]; ok {
-				l.Takes[i] = append(l.Takes[i], m)
-			}
+		for _, j := range l.take(rel, i, pool, sizes) {
+			l.Shadows[j] = int8(i)
 		}
 	}
 	return l
 }
 
-// pool is the members stage i may still assign: those its selector
-// matches that are not gone and not taken.
-func (l *Layout) pool(rel Release, i int, gone, taken func(string) bool) []quorum.Member {
-	var out []quorum.Member
-	for _, m := range rel.Membership {
-		if instance.Matches(m, rel.Stages[i].Selector) && !gone(m.ID) && !taken(m.ID) {
-			out = append(out, m)
+// pool is the members stage i may still assign, by position: those its
+// selector matches that are not gone and not taken.
+func (l *Layout) pool(rel Release, i int, gone func(string) bool, taken func(int) bool) []int {
+	var out []int
+	for j, m := range rel.Membership {
+		if instance.Matches(*m, rel.Stages[i].Selector) && !gone(m.ID) && !taken(j) {
+			out = append(out, j)
 		}
 	}
 	return out
@@ -109,7 +117,7 @@ func (l *Layout) pool(rel Release, i int, gone, taken func(string) bool) []quoru
 
 // take is what stage i takes of its pool: all of it, or for a fraction
 // stage its cohort.
-func (l *Layout) take(rel Release, i int, pool []quorum.Member, sizes []int) []quorum.Member {
+func (l *Layout) take(rel Release, i int, pool []int, sizes []int) []int {
 	st := rel.Stages[i]
 	if st.Policy.Kind != quorum.Fraction {
 		return pool
@@ -120,17 +128,17 @@ func (l *Layout) take(rel Release, i int, pool []quorum.Member, sizes []int) []q
 	}
 	l.sizes[i] = n
 	type ranked struct {
-		m    quorum.Member
+		j    int
 		rank [sha256.Size]byte
 	}
 	byRank := make([]ranked, len(pool))
-	for j, m := range pool {
-		byRank[j] = ranked{m, sha256.Sum256([]byte(fmt.Sprintf("%s\x00%d\x00%s", rel.ConfigID, rel.Generation, m.ID)))}
+	for k, j := range pool {
+		byRank[k] = ranked{j, sha256.Sum256([]byte(fmt.Sprintf("%s\x00%d\x00%s", rel.ConfigID, rel.Generation, rel.Membership[j].ID)))}
 	}
 	slices.SortFunc(byRank, func(a, b ranked) int { return bytes.Compare(a.rank[:], b.rank[:]) })
-	out := make([]quorum.Member, 0, min(n, len(byRank)))
+	out := make([]int, 0, min(n, len(byRank)))
 	for _, r := range byRank[:min(n, len(byRank))] {
-		out = append(out, r.m)
+		out = append(out, r.j)
 	}
 	return out
 }
@@ -145,7 +153,7 @@ func checkLayout(rel Release) error {
 	}
 	l := Lay(rel, nil)
 	for i, st := range rel.Stages {
-		if len(l.Takes[i]) > 0 {
+		if len(l.Takes(i)) > 0 {
 			continue
 		}
 		return fmt.Errorf("%w: stage %q would assign the release to no instance: %s; change its selector or policy, or drop it", ErrInvalid, st.Name, l.whyEmpty(rel, i))
@@ -158,19 +166,19 @@ func (l Layout) whyEmpty(rel Release, i int) string {
 	st := rel.Stages[i]
 	// A stage that applies loses members only to earlier stages that
 	// apply; a shadow stage to those and to earlier shadow stages.
-	takenFrom := []map[string]int{l.Applies}
+	takenFrom := [][]int8{l.Applies}
 	if st.Shadow {
 		takenFrom = append(takenFrom, l.Shadows)
 	}
 	matched := 0
 	var takers []int
-	for _, m := range rel.Membership {
-		if !instance.Matches(m, st.Selector) {
+	for pos, m := range rel.Membership {
+		if !instance.Matches(*m, st.Selector) {
 			continue
 		}
 		matched++
 		for _, idx := range takenFrom {
-			if j, ok := idx[m.ID]; ok && j < i && !slices.Contains(takers, j) {
+			if j := int(idx[pos]); idx[pos] != none && j < i && !slices.Contains(takers, j) {
 				takers = append(takers, j)
 			}
 		}

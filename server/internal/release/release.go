@@ -174,7 +174,10 @@ type Release struct {
 	// ContentDigest is the canonical content digest (docs/CANONICAL.md).
 	ContentDigest string `json:"content_digest"`
 	// Membership is the snapshot of matching instances frozen at creation.
-	Membership []quorum.Member `json:"membership"`
+	// Its members are shared with every release that froze an equal one
+	// (see MemberIndex), so, like everything of a release, they must not
+	// be modified.
+	Membership []*quorum.Member `json:"membership"`
 	// Ineligible are the matching live instances left out of the
 	// membership because their app version is below MinAppVersion: they
 	// are never assigned the release and never counted.
@@ -193,6 +196,8 @@ type Release struct {
 	SecretPaths []string `json:"secret_paths,omitempty"`
 	// Revision is the store revision of the record (not stored in it).
 	Revision int64 `json:"-"`
+	// byID indexes Membership by identity (see MemberIndex).
+	byID memberIndex
 }
 
 // RedactSecrets returns text with the release's secret values (its
@@ -299,9 +304,10 @@ func (r *Releases) Create(ctx context.Context, spec Spec, actor string) (Release
 	}
 	members, ineligible := eligible(members, spec.MinAppVersion)
 	rel := Release{
-		Spec: spec, ContentDigest: digest, Membership: members, Ineligible: ineligible, MembershipEpoch: epoch, State: StateCandidate,
+		Spec: spec, ContentDigest: digest, Membership: frozen(members), Ineligible: ineligible, MembershipEpoch: epoch, State: StateCandidate,
 		CreatedAt: r.now().UTC(), CreatedBy: actor, SecretPaths: res.Secrets,
 	}
+	rel.compact()
 	if err := checkLayout(rel); err != nil {
 		return Release{}, err
 	}
@@ -493,6 +499,7 @@ func decode(kv store.KeyValue) (Release, error) {
 		return Release{}, err
 	}
 	rel.Revision = kv.ModRevision
+	rel.compact()
 	return rel, nil
 }
 

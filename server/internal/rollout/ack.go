@@ -439,7 +439,7 @@ func isDuplicate(why string) bool { return len(why) >= 10 && why[:10] == "duplic
 // budget, the breach.
 func judge(s snapshot, p plan, ack Ack, reg registration, registered bool, prev []Ack) (counted bool, why, breach string) {
 	rel := s.rel
-	_, member := p.members[ack.WorkloadIdentity]
+	_, member := p.position(ack.WorkloadIdentity)
 	retired, isRetired := s.retired[ack.WorkloadIdentity]
 	switch {
 	case isRetired:

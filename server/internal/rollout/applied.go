@@ -156,8 +156,9 @@ func (c Coverage) String() string {
 }
 
 func coverage(p plan, gen int64, digest string, applied map[string]applyInfo, regs map[string]registration) Coverage {
-	c := Coverage{Generation: gen, Members: len(p.members), Required: quorum.AtLeast(p.rel.RequiredCoverage(), len(p.members))}
-	for id := range p.members {
+	c := Coverage{Generation: gen, Members: p.size, Required: quorum.AtLeast(p.rel.RequiredCoverage(), p.size)}
+	for m := range p.members() {
+		id := m.ID
 		rec, ok := applied[id]
 		reg, registered := regs[id]
 		if !ok || !registered || reg.boot != rec.boot || reg.epoch != rec.epoch {
@@ -179,9 +180,10 @@ func coverage(p plan, gen int64, digest string, applied map[string]applyInfo, re
 // staleMembers are the members that applied gen (their latest counted ACK
 // from their current registration is APPLIED or HEALTHY_ACKED) although
 // their assignment has moved past it.
-func staleMembers(gen int64, members map[string]quorum.Member, latest map[string]Ack, cs configState, regs map[string]registration) map[string]bool {
+func staleMembers(gen int64, p plan, latest map[string]Ack, cs configState, regs map[string]registration) map[string]bool {
 	out := map[string]bool{}
-	for id := range members {
+	for m := range p.members() {
+		id := m.ID
 		a, ok := latest[id]
 		if !ok || (a.State != Applied && a.State != HealthyAcked) {
 			continue

@@ -84,9 +84,9 @@ func (r *Rollouts) viewWith(ctx context.Context, config string, gen int64, curre
 // memberEpochs is the membership epoch (the registration's store revision)
 // of each unretired frozen member, 0 for one not registered.
 func memberEpochs(p plan, regs map[string]registration) map[string]int64 {
-	out := make(map[string]int64, len(p.members))
-	for id := range p.members {
-		out[id] = regs[id].epoch
+	out := make(map[string]int64, p.size)
+	for m := range p.members() {
+		out[m.ID] = regs[m.ID].epoch
 	}
 	return out
 }

@@ -1,6 +1,7 @@
 package rollout
 
 import (
+	"iter"
 	"time"
 
 	"github.com/pawlcfg/pawl/server/internal/instance"
@@ -14,14 +15,19 @@ import (
 // validate first, and the members each stage's quorum counts: exactly the
 // members it assigns, so that a report counts against the stage that
 // assigned the release, never against another whose selector matches.
+//
+// A plan holds no copy of a member and no map by identity: it finds a
+// member by the release's index (release.MemberIndex) and keeps two bytes
+// per member, the stages of its layout. The views keep a plan for the
+// newest and the active release of every config, so this is what 10,000
+// instances in 100 configs cost per release (see BenchmarkViewsMemory).
 type plan struct {
 	rel release.Release
-	// members are the unretired frozen members, by identity.
-	members map[string]quorum.Member
-	layout  release.Layout
-	// counted are, per stage, the members its quorum counts: those it
-	// assigns.
-	counted [][]quorum.Member
+	// gone are the retired members (replaced, never modified).
+	gone   map[string]Retirement
+	layout release.Layout
+	// size counts the unretired members.
+	size int
 	// retired counts, per stage, the retired members it would assign had
 	// none retired.
 	retired []int
@@ -30,17 +36,17 @@ type plan struct {
 // newPlan lays rel's stages over its membership less the retired members.
 func newPlan(rel release.Release, retired map[string]Retirement) plan {
 	gone := func(id string) bool { _, ok := retired[id]; return ok }
-	p := plan{rel: rel, members: map[string]quorum.Member{}, layout: release.Lay(rel, gone), retired: make([]int, len(rel.Stages))}
-	for _, m := range rel.Membership {
-		if !gone(m.ID) {
-			p.members[m.ID] = m
-		}
-	}
-	p.counted = p.layout.Takes
+	p := plan{rel: rel, gone: retired, layout: release.Lay(rel, gone), retired: make([]int, len(rel.Stages)), size: len(rel.Membership)}
 	if len(retired) > 0 {
-		for i, took := range release.Lay(rel, nil).Takes {
-			for _, m := range took {
-				if gone(m.ID) {
+		for _, m := range rel.Membership {
+			if gone(m.ID) {
+				p.size--
+			}
+		}
+		frozen := release.Lay(rel, nil)
+		for i := range rel.Stages {
+			for _, j := range frozen.Takes(i) {
+				if gone(rel.Membership[j].ID) {
 					p.retired[i]++
 				}
 			}
@@ -49,18 +55,73 @@ func newPlan(rel release.Release, retired map[string]Retirement) plan {
 	return p
 }
 
+// position is member id's position in the membership (ok false: it is not
+// an unretired member).
+func (p plan) position(id string) (int, bool) {
+	j, ok := p.rel.MemberIndex(id)
+	if !ok {
+		return -1, false
+	}
+	if _, gone := p.gone[id]; gone {
+		return -1, false
+	}
+	return j, true
+}
+
+// member is the unretired member id (ok false: none).
+func (p plan) member(id string) (quorum.Member, bool) {
+	j, ok := p.position(id)
+	if !ok {
+		return quorum.Member{}, false
+	}
+	return *p.rel.Membership[j], true
+}
+
+// members are the unretired members, in membership order.
+func (p plan) members() iter.Seq[*quorum.Member] {
+	return func(yield func(*quorum.Member) bool) {
+		for _, m := range p.rel.Membership {
+			if _, gone := p.gone[m.ID]; gone {
+				continue
+			}
+			if !yield(m) {
+				return
+			}
+		}
+	}
+}
+
+// counted are the members stage i's quorum counts: those it assigns, in
+// membership order.
+func (p plan) counted(i int) []quorum.Member {
+	takes := p.layout.Takes(i)
+	out := make([]quorum.Member, len(takes))
+	for k, j := range takes {
+		out[k] = *p.rel.Membership[j]
+	}
+	return out
+}
+
 // applies is the stage that assigns id the release to apply (ok false:
 // none before promotion).
 func (p plan) applies(id string) (int, bool) {
-	i, ok := p.layout.Applies[id]
-	return i, ok
+	return p.stage(p.layout.Applies, id)
 }
 
 // shadows is the shadow stage that assigns id the release to validate
 // (ok false: none).
 func (p plan) shadows(id string) (int, bool) {
-	i, ok := p.layout.Shadows[id]
-	return i, ok
+	return p.stage(p.layout.Shadows, id)
+}
+
+// stage is id's stage in one of the layout's lists (a retired member is
+// in none: the layout left it out).
+func (p plan) stage(of []int8, id string) (int, bool) {
+	j, ok := p.rel.MemberIndex(id)
+	if !ok || of[j] < 0 {
+		return -1, false
+	}
+	return int(of[j]), true
 }
 
 // stagesOf are the stages whose quorum counts id: its shadow stage and
@@ -98,7 +159,7 @@ func (p plan) budgetStage(id string) int {
 	if i, ok := p.applies(id); ok {
 		return i
 	}
-	m, ok := p.members[id]
+	m, ok := p.member(id)
 	if !ok {
 		return -1
 	}
@@ -114,8 +175,8 @@ func (p plan) budgetStage(id string) int {
 // fraction stage, its cohort.
 func Cohort(rel release.Release, stage int) map[string]bool {
 	out := map[string]bool{}
-	for _, m := range release.Lay(rel, nil).Takes[stage] {
-		out[m.ID] = true
+	for _, j := range release.Lay(rel, nil).Takes(stage) {
+		out[rel.Membership[j].ID] = true
 	}
 	return out
 }

@@ -43,10 +43,7 @@ func (r *Rollouts) retire(ctx context.Context, config string, gen int64, identit
 		return Retirement{}, err
 	}
 	s := rv.snapshot
-	member := false
-	for _, m := range s.rel.Membership {
-		member = member || m.ID == identity
-	}
+	_, member := s.rel.MemberIndex(identity)
 	if prev, ok := s.retired[identity]; ok {
 		return Retirement{}, fmt.Errorf("%w: %s was retired from %s generation %d by %s: %s", ErrAlreadyRetired, identity, config, gen, prev.Actor, prev.Reason)
 	}

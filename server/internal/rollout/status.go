@@ -122,7 +122,7 @@ func (r *Rollouts) statusAt(ctx context.Context, config string, gen, rev int64) 
 
 // statusOf is the status of the tracked release t at rev.
 func statusOf(t *tracked, rev int64, ptr Pointer, cs configState, applied map[string]applyInfo, regs map[string]registration, now time.Time) Status {
-	stale := staleMembers(t.rel.Generation, t.plan.members, t.latest(), cs, regs)
+	stale := staleMembers(t.rel.Generation, t.plan, t.latest(), cs, regs)
 	st := Status{Release: t.rel, Revision: rev, Stages: t.stageResults(now, stale), Pointer: ptr, Stop: t.stop, Progress: t.progress,
 		Coverage:             coverage(t.plan, t.rel.Generation, t.rel.ContentDigest, applied, regs),
 		MembershipGeneration: membershipGeneration(t.retired), Retirements: retirementsInOrder(t.retired)}

@@ -81,23 +81,36 @@ type memberView struct {
 	// latest is its state: the highest apply sequence, and of equal ones
 	// the last to arrive. applying and validating are the same, of its
 	// reports against the stage that applies (or, once promoted, of the
-	// release it runs) and of those against its shadow stage (nil: none).
-	latest, applying, validating *Ack
+	// release it runs) and of those against its shadow stage. Each is an
+	// index into acks (-1: none), not a pointer to a copy: a view of a
+	// release that a fleet ACKs holds one memberView per member.
+	latest, applying, validating int
+}
+
+func newMemberView() *memberView { return &memberView{latest: -1, applying: -1, validating: -1} }
+
+// at is ACK i (nil: -1, none).
+func (mv *memberView) at(i int) *Ack {
+	if i < 0 {
+		return nil
+	}
+	return &mv.acks[i]
 }
 
 // take makes a the member's latest report, and the latest of its kind,
 // unless a later apply sequence came first.
 func (mv *memberView) take(a Ack) {
 	mv.acks = append(mv.acks, a)
-	later := func(cur *Ack) bool { return cur == nil || a.ApplySequence >= cur.ApplySequence }
+	k := len(mv.acks) - 1
+	later := func(cur int) bool { return cur < 0 || a.ApplySequence >= mv.acks[cur].ApplySequence }
 	if later(mv.latest) {
-		mv.latest = &a
+		mv.latest = k
 	}
 	switch {
 	case a.Shadow && later(mv.validating):
-		mv.validating = &a
+		mv.validating = k
 	case !a.Shadow && later(mv.applying):
-		mv.applying = &a
+		mv.applying = k
 	}
 }
 
@@ -139,11 +152,11 @@ func (mv *memberView) evidence(role stageRole) (Ack, bool) {
 	switch {
 	case mv == nil:
 	case role == roleValidatesOnly:
-		a = mv.latest
-	case role == roleValidatesFirst && mv.validating != nil:
-		a = mv.validating
+		a = mv.at(mv.latest)
+	case role == roleValidatesFirst && mv.validating >= 0:
+		a = mv.at(mv.validating)
 	default:
-		a = mv.applying
+		a = mv.at(mv.applying)
 	}
 	if a == nil {
 		return Ack{}, false
@@ -190,10 +203,10 @@ func (t *tracked) replan(retired map[string]Retirement) {
 	t.plan = newPlan(t.rel, retired)
 	t.tallies = make([]*quorum.Tally, len(t.rel.Stages))
 	for i, st := range t.rel.Stages {
-		t.tallies[i] = quorum.NewTally(cohortPolicy(st.Policy), t.plan.counted[i])
+		t.tallies[i] = quorum.NewTally(cohortPolicy(st.Policy), t.plan.counted(i))
 	}
 	for id := range t.members {
-		if _, ok := t.plan.members[id]; !ok {
+		if _, ok := t.plan.position(id); !ok {
 			delete(t.members, id) // retired: none of its ACKs count any more
 			continue
 		}
@@ -216,7 +229,7 @@ func (t *tracked) states(id string) [2]quorum.State {
 // moveFrom moves member id, in the tally of every stage that counts it,
 // from the states from to what its reports say now.
 func (t *tracked) moveFrom(id string, from [2]quorum.State) {
-	m := t.plan.members[id]
+	m, _ := t.plan.member(id)
 	to := t.states(id)
 	for k, i := range t.plan.stagesOf(id) {
 		t.tallies[i].Move(m, from[k], to[k])
@@ -229,14 +242,14 @@ func (t *tracked) moveFrom(id string, from [2]quorum.State) {
 func (t *tracked) addAck(a Ack, reg registration, registered bool) {
 	t.arrivals[a.WorkloadIdentity] = max(t.arrivals[a.WorkloadIdentity], a.arrival)
 	t.stored[a.WorkloadIdentity] = append(t.stored[a.WorkloadIdentity], storedOf(a))
-	if _, member := t.plan.members[a.WorkloadIdentity]; !a.Counted || !member || !registered ||
+	if _, member := t.plan.position(a.WorkloadIdentity); !a.Counted || !member || !registered ||
 		reg.boot != a.BootID || reg.epoch != a.MembershipEpoch {
 		return
 	}
 	from := t.states(a.WorkloadIdentity)
 	mv := t.members[a.WorkloadIdentity]
 	if mv == nil {
-		mv = &memberView{}
+		mv = newMemberView()
 		t.members[a.WorkloadIdentity] = mv
 	}
 	mv.take(a)
@@ -265,7 +278,7 @@ func (t *tracked) removeAck(id string, arrival int64) {
 	if len(rest) == 0 {
 		delete(t.members, id)
 	} else {
-		nv := &memberView{}
+		nv := newMemberView()
 		for _, a := range rest {
 			nv.take(a)
 		}
@@ -318,7 +331,7 @@ func (t *tracked) prior(id string) []Ack {
 func (t *tracked) latest() map[string]Ack {
 	out := make(map[string]Ack, len(t.members))
 	for id, mv := range t.members {
-		out[id] = *mv.latest
+		out[id] = mv.acks[mv.latest]
 	}
 	return out
 }
@@ -335,7 +348,7 @@ func (t *tracked) stageResults(now time.Time, stale map[string]bool) []StageResu
 		if i < len(t.progress.Passed) {
 			res.PassedAt = t.progress.Passed[i].Time
 		}
-		for _, m := range t.plan.counted[i] {
+		for _, m := range t.plan.counted(i) {
 			a, ok := t.members[m.ID].evidence(t.plan.roleOf(i, m.ID))
 			state := displayState(a, ok, stale[m.ID])
 			res.States[state]++
