@@ -19,15 +19,10 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	code := m.Run()
-	wasmbuild.Cleanup()
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+		wasmbuild.Cleanup()
+		os.Exit(code)
+	}))
 }
 
 // module is one language's routing example, loaded.
