@@ -39,7 +39,20 @@ func NewRollouts(r *rollout.Rollouts, releases *release.Releases, log *slog.Logg
 
 // Ack implements pawl.v1.RolloutService.Ack.
 func (h *Rollouts) Ack(ctx context.Context, req *connect.Request[pawlv1.AckRequest]) (*connect.Response[pawlv1.AckResponse], error) {
-	a := req.Msg.GetAck()
+	ack, err := ackFromProto(req.Msg.GetAck())
+	if err != nil {
+		return nil, err
+	}
+	stored, err := h.rollouts.RecordAck(ctx, ack)
+	if err != nil {
+		return nil, Error(h.log, req.Spec(), err)
+	}
+	return connect.NewResponse(&pawlv1.AckResponse{Ack: toProtoAck(stored)}), nil
+}
+
+// ackFromProto is an ACK off the wire (RolloutService.Ack, and a
+// session's ACKs), or InvalidArgument saying what of it is malformed.
+func ackFromProto(a *pawlv1.Ack) (rollout.Ack, error) {
 	ack := rollout.Ack{
 		ConfigID: a.GetConfigId(), Generation: a.GetGeneration(), WorkloadIdentity: a.GetWorkloadIdentity(), BootID: a.GetBootId(),
 		MembershipEpoch: a.GetMembershipEpoch(), ContentDigest: a.GetContentDigest(), ValidatorDigest: a.GetValidatorDigest(),
@@ -49,25 +62,21 @@ func (h *Rollouts) Ack(ctx context.Context, req *connect.Request[pawlv1.AckReque
 	}
 	if code := a.GetRejectCode(); code != pawlv1.RejectCode_REJECT_CODE_UNSPECIFIED {
 		if _, ok := pawlv1.RejectCode_name[int32(code)]; !ok {
-			return nil, InvalidArgument("reject_code %d is not a RejectCode", code)
+			return rollout.Ack{}, InvalidArgument("reject_code %d is not a RejectCode", code)
 		}
 		ack.RejectCode = strings.TrimPrefix(code.String(), "REJECT_CODE_")
 	}
 	ack.Violations = fromProtoViolations(a.GetViolations())
 	if held := a.GetHeld(); held != nil {
 		if err := held.CheckValid(); err != nil {
-			return nil, InvalidArgument("held: %v", err)
+			return rollout.Ack{}, InvalidArgument("held: %v", err)
 		}
 		ack.Held = held.AsDuration()
 	}
 	if m := a.GetHealth(); m != nil {
 		ack.Health = &rollout.Health{ErrorRate: m.GetErrorRate(), P99: m.GetP99Latency().AsDuration()}
 	}
-	stored, err := h.rollouts.RecordAck(ctx, ack)
-	if err != nil {
-		return nil, Error(h.log, req.Spec(), err)
-	}
-	return connect.NewResponse(&pawlv1.AckResponse{Ack: toProtoAck(stored)}), nil
+	return ack, nil
 }
 
 // GetRolloutStatus implements pawl.v1.RolloutService.GetRolloutStatus.
