@@ -498,7 +498,7 @@ func TestSessionWatchResumesExactlyOnce(t *testing.T) {
 	}
 }
 
-// TestASlowSessionDelaysNobody: one session reads nothing while 1,500
+// TestASlowSessionDelaysNobody: one session reads nothing while 2,500
 // changes of 4 KiB are made (far more than the watch ring holds, and than
 // HTTP/2 flow control lets the server send unread: its writer blocks);
 // another session on its own connection gets every one of them meanwhile,
@@ -520,7 +520,7 @@ func TestASlowSessionDelaysNobody(t *testing.T) {
 	slowLog, fastLog := newWatchLog(), newWatchLog()
 	slow.until(slowLog, func() bool { return slowLog.started[1] != nil && slowLog.started[2] != nil })
 	fast.until(fastLog, func() bool { return fastLog.started[1] != nil && fastLog.started[2] != nil })
-	const n = 1500
+	const n = 2500
 	value := make([]byte, 4096) // random: compression does not shrink it
 	_, _ = rand.Read(value)
 	done := make(chan []int64)
