@@ -570,3 +570,25 @@ func TestASlowSessionDelaysNobody(t *testing.T) {
 	}
 	t.Logf("the slow session got %d changes in %d messages; %d change-log reads", n, slowLog.messages, srv.Server.WatchStats().LogCatchUps)
 }
+
+// TestServerShutdownEndsSessionsUnavailable: a server that stops ends
+// every session with Unavailable, so that its instances open one
+// elsewhere or after the restart.
+func TestServerShutdownEndsSessionsUnavailable(t *testing.T) {
+	srv := testserver.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s, _ := start(t, ctx, testserver.HTTPClient(t), srv.URL, "pay-1", connect.WithGRPC())
+	s.watch(1, "/k/", 0)
+	log := newWatchLog()
+	s.until(log, func() bool { return log.started[1] != nil })
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		srv.Stop()
+	}()
+	if code := s.endsWith(); code != connect.CodeUnavailable {
+		t.Fatalf("a session when the server stops: %v", code)
+	}
+	<-stopped
+}
