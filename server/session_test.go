@@ -363,14 +363,7 @@ func TestSessionHoldsTheLease(t *testing.T) {
 	defer cancel()
 	client := testserver.HTTPClient(t)
 	is := pawlv1connect.NewInstanceServiceClient(client, srv.URL, connect.WithGRPC())
-	live := func() bool {
-		t.Helper()
-		resp, err := is.ListInstances(ctx, connect.NewRequest(&pawlv1.ListInstancesRequest{}))
-		if err != nil || len(resp.Msg.GetInstances()) != 1 {
-			t.Fatalf("ListInstances = %v, %v", resp, err)
-		}
-		return resp.Msg.GetInstances()[0].GetLive()
-	}
+	live := soleLive(t, ctx, is)
 	sctx, closeSession := context.WithCancel(ctx)
 	s, _ := start(t, sctx, client, srv.URL, "pay-1", connect.WithGRPC())
 	clock.Advance(10 * time.Minute)
@@ -379,22 +372,7 @@ func TestSessionHoldsTheLease(t *testing.T) {
 	}
 	closeSession()
 	_ = s.CloseResponse()
-	// The session releases the lease before its watchers close: once the
-	// server counts no watcher, the lease runs from the release.
-	for deadline := time.Now().Add(10 * time.Second); srv.Server.WatchStats().Watchers != 0; {
-		if time.Now().After(deadline) {
-			t.Fatal("the session's handler did not end")
-		}
-		time.Sleep(time.Millisecond)
-	}
-	clock.Advance(29 * time.Second)
-	if !live() {
-		t.Fatal("after its session ended the instance did not have a full lease")
-	}
-	clock.Advance(2 * time.Second)
-	if live() {
-		t.Fatal("the lease outlived its term after the session ended")
-	}
+	leaseRunsOneTerm(t, srv, clock, live)
 }
 
 // TestSessionWatchesCancelCompactAndLimits: a cancelled watch says so
