@@ -150,8 +150,8 @@ func (s *session) until(l *watchLog, done func() bool) {
 // TestSessionRegistersWatchesAndAcks: over gRPC and Connect, a session
 // registers its instance, sends the full assignments first, carries
 // watches of several prefixes (one change under both in one message),
-// answers pipelined ACKs in order (a malformed one in the middle answered
-// with its error, the session going on), refuses an ACK for another
+// answers pipelined ACKs in order (malformed ones, a bad field or bad
+// text, answered with their error, the session going on), refuses an ACK for another
 // identity, and sends the assignments' delta when a release reaches the
 // instance.
 func TestSessionRegistersWatchesAndAcks(t *testing.T) {
@@ -208,12 +208,15 @@ func TestSessionRegistersWatchesAndAcks(t *testing.T) {
 			other.WorkloadIdentity = "main-1"
 			bad := ack(1)
 			bad.RejectCode = 999
+			text := ack(1)
+			text.AppArtifact = "app\u202eevil" // a bidirectional override: the text check refuses it
 			s.ack(10, ack(1))
 			s.ack(11, bad)
 			s.ack(12, other)
 			s.ack(13, ack(1))
+			s.ack(14, text)
 			var results []*pawlv1.SessionAckResult
-			for len(results) < 4 {
+			for len(results) < 5 {
 				results = append(results, s.recv().GetAcks()...)
 			}
 			for i, r := range results {
@@ -224,7 +227,7 @@ func TestSessionRegistersWatchesAndAcks(t *testing.T) {
 			if results[0].GetAck().GetGeneration() != 1 || results[0].GetError() != nil ||
 				results[1].GetError().GetCode() != "invalid_argument" || results[1].GetAck() != nil ||
 				results[2].GetError().GetCode() != "permission_denied" ||
-				results[3].GetAck() == nil {
+				results[3].GetAck() == nil || results[4].GetError().GetCode() != "invalid_argument" {
 				t.Fatalf("answers: %v", results)
 			}
 		})
