@@ -230,6 +230,17 @@ func TestSessionRegistersWatchesAndAcks(t *testing.T) {
 				results[3].GetAck() == nil || results[4].GetError().GetCode() != "invalid_argument" {
 				t.Fatalf("answers: %v", results)
 			}
+			// The registration and every ACK, stored or refused, has its
+			// audit record, as the unary calls do.
+			byProcedure := map[string][]string{}
+			for _, rec := range auditRecords(t, ctx, pawlv1connect.NewAuditServiceClient(client, srv.URL), 100) {
+				if rec.Subject.Identity == "canary-1" {
+					byProcedure[rec.Procedure] = append(byProcedure[rec.Procedure], rec.Outcome)
+				}
+			}
+			if len(byProcedure[pawlv1connect.InstanceServiceRegisterProcedure]) != 1 || len(byProcedure[pawlv1connect.RolloutServiceAckProcedure]) != 4 {
+				t.Fatalf("audit records of canary-1: %v", byProcedure)
+			}
 		})
 	}
 }
