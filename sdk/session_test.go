@@ -215,3 +215,43 @@ func TestASessionHoldsTheLease(t *testing.T) {
 		clock.Advance(time.Minute)
 	}
 }
+
+// TestAClientAsksEachServerItMovesToForASession: given an older server
+// and a newer one, a client on the older follows it by its unary calls;
+// when that server cannot be reached it moves on to the newer one, asks
+// it for a session, and follows it on that session.
+func TestAClientAsksEachServerItMovesToForASession(t *testing.T) {
+	h := newHarness(t)
+	cut := faultproxy.NewHolder(t, h.srv.Addr)
+	older := faultproxy.NewHider(t, "http://"+cut.Addr, sessionServicePrefix)
+	newer := faultproxy.NewHider(t, h.srv.URL)
+	c := h.clientAt(older.URL+","+newer.URL, "i0")
+	h.waitRegistered("i0")
+	if older.Calls(assignmentCalls) == 0 || newer.Calls(sessionCalls) != 0 {
+		t.Fatalf("on the older server: %d assignment streams; %d sessions on the newer", older.Calls(assignmentCalls), newer.Calls(sessionCalls))
+	}
+	links := make(chan sdk.Connection, 16)
+	stop := c.OnConnection(func(l sdk.Connection) { links <- l })
+	defer stop()
+	cut.Partition()
+	for _, up := range []bool{false, true} {
+		select {
+		case l := <-links:
+			if l.Up != up {
+				t.Fatalf("the link went %v, want up=%v", l, up)
+			}
+		case <-h.ctx.Done():
+			t.Fatal("the client did not move on")
+		}
+	}
+	if c.Server() != newer.URL || newer.Calls(sessionCalls) != 1 || newer.Calls(assignmentCalls) != 0 {
+		t.Fatalf("on %s: %d sessions, %d assignment streams there", c.Server(), newer.Calls(sessionCalls), newer.Calls(assignmentCalls))
+	}
+	h.release(50, nil)
+	if got := strings.Join(h.awaitBootHealthy(1, c.BootID()), ","); got != everyStepOfOneRelease {
+		t.Fatalf("reported %s", got)
+	}
+	if n := newer.Calls(ackCalls); n != 0 {
+		t.Fatalf("%d ACKs by the unary call on the newer server", n)
+	}
+}
