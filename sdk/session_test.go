@@ -2,6 +2,7 @@ package sdk_test
 
 import (
 	"context"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -253,5 +254,24 @@ func TestAClientAsksEachServerItMovesToForASession(t *testing.T) {
 	}
 	if n := newer.Calls(ackCalls); n != 0 {
 		t.Fatalf("%d ACKs by the unary call on the newer server", n)
+	}
+}
+
+// TestAnACKWhoseAnswerWasLostIsNotStoredTwice: by the unary call (an
+// older server's way, forced), the answer to the first ACK is lost after
+// the server stored it; the client sends it again with the same report
+// ID, and the server answers with what it stored: each step once.
+func TestAnACKWhoseAnswerWasLostIsNotStoredTwice(t *testing.T) {
+	h := newHarness(t)
+	loser := faultproxy.NewLoser(t, h.srv.URL)
+	loser.LoseNext("/Ack", 1)
+	c := h.clientAt(loser.URL, "i0", sdk.WithoutSession(), sdk.WithHTTPClient(&http.Client{}))
+	h.waitRegistered("i0")
+	h.release(50, nil)
+	if got := strings.Join(h.awaitBootHealthy(1, c.BootID()), ","); got != everyStepOfOneRelease {
+		t.Fatalf("stored %s; want each step once", got)
+	}
+	if loser.Lost("/Ack") != 1 {
+		t.Fatalf("%d answers lost", loser.Lost("/Ack"))
 	}
 }
