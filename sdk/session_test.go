@@ -275,3 +275,18 @@ func TestAnACKWhoseAnswerWasLostIsNotStoredTwice(t *testing.T) {
 		t.Fatalf("%d answers lost", loser.Lost("/Ack"))
 	}
 }
+
+// TestAWayWithoutHTTP2IsFollowedByTheUnaryCalls: a client that speaks
+// HTTP/1.1 through a proxy that speaks HTTP/1.1 to the server gets no
+// answer to its session's hello (the proxy waits for the request's end);
+// it gives the session up and follows the server by its unary calls.
+func TestAWayWithoutHTTP2IsFollowedByTheUnaryCalls(t *testing.T) {
+	h := newHarness(t)
+	loser := faultproxy.NewLoser(t, h.srv.URL)
+	c := h.clientAt(loser.URL, "i0", sdk.WithHTTPClient(&http.Client{}), sdk.WithSessionStart(300*time.Millisecond))
+	h.waitRegistered("i0")
+	h.release(50, nil)
+	if got := strings.Join(h.awaitBootHealthy(1, c.BootID()), ","); got != everyStepOfOneRelease {
+		t.Fatalf("stored %s", got)
+	}
+}
