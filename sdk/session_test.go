@@ -64,6 +64,26 @@ func followThrough(t *testing.T, h *harness, url string) (*sdk.Client, *tracetes
 	return c, recorder
 }
 
+// awaitReconnect runs cut, which breaks c's link, and waits until c
+// told of the link going down and then up again.
+func awaitReconnect(t *testing.T, h *harness, c *sdk.Client, cut func()) {
+	t.Helper()
+	links := make(chan sdk.Connection, 16)
+	stop := c.OnConnection(func(l sdk.Connection) { links <- l })
+	defer stop()
+	cut()
+	for _, up := range []bool{false, true} {
+		select {
+		case l := <-links:
+			if l.Up != up {
+				t.Fatalf("the link went %v, want up=%v", l, up)
+			}
+		case <-h.ctx.Done():
+			t.Fatal("the client did not reconnect")
+		}
+	}
+}
+
 // TestAClientFollowsTheServerOnOneSession: a client registers, follows
 // its assignments, reports every ACK of a rollout (each with the W3C
 // trace context of its step's span) and follows a space, all on one
@@ -115,21 +135,10 @@ func TestAnOlderServerIsFollowedByItsUnaryCalls(t *testing.T) {
 	// The connection breaks; the client comes back to the same server
 	// without asking it for a session again.
 	streams := older.Calls(assignmentCalls)
-	links := make(chan sdk.Connection, 16)
-	stop := c.OnConnection(func(l sdk.Connection) { links <- l })
-	defer stop()
-	cut.Partition()
-	cut.Heal()
-	for _, up := range []bool{false, true} {
-		select {
-		case l := <-links:
-			if l.Up != up {
-				t.Fatalf("the link went %v, want up=%v", l, up)
-			}
-		case <-h.ctx.Done():
-			t.Fatal("the client did not reconnect")
-		}
-	}
+	awaitReconnect(t, h, c, func() {
+		cut.Partition()
+		cut.Heal()
+	})
 	if older.Calls(assignmentCalls) <= streams {
 		t.Error("the client came back without an assignment stream")
 	}
@@ -231,20 +240,7 @@ func TestAClientAsksEachServerItMovesToForASession(t *testing.T) {
 	if older.Calls(assignmentCalls) == 0 || newer.Calls(sessionCalls) != 0 {
 		t.Fatalf("on the older server: %d assignment streams; %d sessions on the newer", older.Calls(assignmentCalls), newer.Calls(sessionCalls))
 	}
-	links := make(chan sdk.Connection, 16)
-	stop := c.OnConnection(func(l sdk.Connection) { links <- l })
-	defer stop()
-	cut.Partition()
-	for _, up := range []bool{false, true} {
-		select {
-		case l := <-links:
-			if l.Up != up {
-				t.Fatalf("the link went %v, want up=%v", l, up)
-			}
-		case <-h.ctx.Done():
-			t.Fatal("the client did not move on")
-		}
-	}
+	awaitReconnect(t, h, c, cut.Partition)
 	if c.Server() != newer.URL || newer.Calls(sessionCalls) != 1 || newer.Calls(assignmentCalls) != 0 {
 		t.Fatalf("on %s: %d sessions, %d assignment streams there", c.Server(), newer.Calls(sessionCalls), newer.Calls(assignmentCalls))
 	}

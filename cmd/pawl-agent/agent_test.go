@@ -315,6 +315,20 @@ func startWatchingRecords(t *testing.T) (*testserver.Server, context.Context, *h
 	return srv, ctx, client, up.Msg.GetValidator().GetDigest(), records
 }
 
+// awaitRegistered reads the records watch until instance id is
+// registered: a release must freeze it into its membership.
+func awaitRegistered(t *testing.T, records *connect.ServerStreamForClient[pawlv1.WatchResponse], id string) {
+	t.Helper()
+	for registered := false; !registered; {
+		if !records.Receive() {
+			t.Fatal(records.Err())
+		}
+		for _, ev := range records.Msg().GetEvents().GetEvents() {
+			registered = registered || strings.HasPrefix(ev.GetKv().GetKey(), "/_pawl/instances/"+id)
+		}
+	}
+}
+
 // uploadRouting builds the routing validator and uploads it to srv, which
 // compiles it into the machine's shared cache (wasmbuild.CacheDir), where
 // the agents then find it. This is setup, not what the tests time: on a
@@ -335,14 +349,7 @@ func TestAFailingExecReportsTheReleaseUnhealthy(t *testing.T) {
 	srv, ctx, client, digest, acks := startWatchingRecords(t)
 	dir := t.TempDir()
 	lines := runAgent(t, "--server", srv.URL, "--identity", "agent-1", "--dir", dir, "--exec", "echo reload refused; exit 3")
-	for registered := false; !registered; { // the release must freeze the agent into its membership
-		if !acks.Receive() {
-			t.Fatal(acks.Err())
-		}
-		for _, ev := range acks.Msg().GetEvents().GetEvents() {
-			registered = registered || strings.HasPrefix(ev.GetKv().GetKey(), "/_pawl/instances/agent-1")
-		}
-	}
+	awaitRegistered(t, acks, "agent-1")
 	rs := pawlv1connect.NewReleaseServiceClient(client, srv.URL)
 	if _, err := rs.CreateRelease(ctx, connect.NewRequest(&pawlv1.CreateReleaseRequest{Spec: &pawlv1.ReleaseSpec{
 		ConfigId: "routing", MediaType: "application/json", ValidatorDigest: digest, Content: bigRouting(1),
