@@ -315,20 +315,6 @@ func startWatchingRecords(t *testing.T) (*testserver.Server, context.Context, *h
 	return srv, ctx, client, up.Msg.GetValidator().GetDigest(), records
 }
 
-// awaitRegistered reads the records watch until instance id is
-// registered: a release must freeze it into its membership.
-func awaitRegistered(t *testing.T, records *connect.ServerStreamForClient[pawlv1.WatchResponse], id string) {
-	t.Helper()
-	for registered := false; !registered; {
-		if !records.Receive() {
-			t.Fatal(records.Err())
-		}
-		for _, ev := range records.Msg().GetEvents().GetEvents() {
-			registered = registered || strings.HasPrefix(ev.GetKv().GetKey(), "/_pawl/instances/"+id)
-		}
-	}
-}
-
 // uploadRouting builds the routing validator and uploads it to srv, which
 // compiles it into the machine's shared cache (wasmbuild.CacheDir), where
 // the agents then find it. This is setup, not what the tests time: on a
