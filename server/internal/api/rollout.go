@@ -39,7 +39,7 @@ func NewRollouts(r *rollout.Rollouts, releases *release.Releases, log *slog.Logg
 
 // Ack implements pawl.v1.RolloutService.Ack.
 func (h *Rollouts) Ack(ctx context.Context, req *connect.Request[pawlv1.AckRequest]) (*connect.Response[pawlv1.AckResponse], error) {
-	ack, err := fromProtoAck(req.Msg.GetAck())
+	ack, err := ackFromProto(req.Msg.GetAck())
 	if err != nil {
 		return nil, err
 	}
@@ -50,9 +50,9 @@ func (h *Rollouts) Ack(ctx context.Context, req *connect.Request[pawlv1.AckReque
 	return connect.NewResponse(&pawlv1.AckResponse{Ack: toProtoAck(stored)}), nil
 }
 
-// fromProtoAck reads an ACK from the wire; what it cannot read is an
-// InvalidArgument Connect error naming the field.
-func fromProtoAck(a *pawlv1.Ack) (rollout.Ack, error) {
+// ackFromProto is an ACK off the wire (RolloutService.Ack, and a
+// session's ACKs), or InvalidArgument saying what of it is malformed.
+func ackFromProto(a *pawlv1.Ack) (rollout.Ack, error) {
 	ack := rollout.Ack{
 		ConfigID: a.GetConfigId(), Generation: a.GetGeneration(), WorkloadIdentity: a.GetWorkloadIdentity(), BootID: a.GetBootId(),
 		MembershipEpoch: a.GetMembershipEpoch(), ContentDigest: a.GetContentDigest(), ValidatorDigest: a.GetValidatorDigest(),
