@@ -183,9 +183,13 @@ func (c *Client) runSession(ctx context.Context, at int64, as *assignmentState, 
 	s := c.sess
 	ctx, cancel := context.WithCancelCause(ctx)
 	st := &sessionStream{stream: s.client.Session(ctx), at: at, cancel: cancel, sent: map[uint64]*pendingAck{}, watches: map[int64]*sessionWatch{}}
+	// HTTP/2 notices the end of ctx only once the request's body is
+	// done: closing it ends a Receive that waits when ctx ends.
+	stopClosing := context.AfterFunc(ctx, func() { _ = st.stream.CloseRequest() })
 	var resend sync.WaitGroup
 	defer func() {
 		cancel(nil)
+		stopClosing()
 		resend.Wait()
 		_ = st.stream.CloseRequest()
 		_ = st.stream.CloseResponse()
