@@ -62,6 +62,8 @@ type config struct {
 	backoffMax     time.Duration
 	healthInterval time.Duration
 	grpc           bool
+	noSession      bool
+	sessionStart   time.Duration
 	// downloadAttempts bounds the downloads of one assignment that do
 	// not match it (WithDownloadAttempts).
 	downloadAttempts int
@@ -89,6 +91,13 @@ const (
 	// server or cache that keeps sending the wrong bytes is rejected
 	// within seconds (the waits between tries follow WithBackoff).
 	DefaultDownloadAttempts = 5
+	// DefaultSessionStart is how long the server may take to answer a
+	// session's hello before the client treats it as a server without
+	// sessions and uses its unary calls: pawld answers in milliseconds,
+	// and a way that cannot carry a bidirectional stream (an HTTP/1.1
+	// proxy holding the request until its body ends) never answers. Long
+	// enough for a server under a reconnecting fleet's load.
+	DefaultSessionStart = 30 * time.Second
 )
 
 func defaultConfig() config {
@@ -103,6 +112,7 @@ func defaultConfig() config {
 		backoffMin:     DefaultBackoffMin,
 		backoffMax:     DefaultBackoffMax,
 		healthInterval: DefaultHealthInterval,
+		sessionStart:   DefaultSessionStart,
 
 		downloadAttempts: DefaultDownloadAttempts,
 	}
@@ -250,6 +260,15 @@ func WithCAFile(path string) Option { return func(c *config) { c.tlsFiles.CA = p
 func WithClientCertificate(certFile, keyFile string) Option {
 	return func(c *config) { c.tlsFiles.Cert, c.tlsFiles.Key = certFile, keyFile }
 }
+
+// WithoutSession makes the client use the unary calls and streams of
+// the older servers (Register, WatchAssignments, RolloutService.Ack,
+// KVService.Watch) instead of one session stream, even where the server
+// has sessions: for comparisons, and for a way to the server that cannot
+// carry a bidirectional HTTP/2 stream. By default the client opens a
+// session, and falls back to those calls by itself against a server that
+// has none.
+func WithoutSession() Option { return func(c *config) { c.noSession = true } }
 
 // WithGRPC speaks the gRPC protocol instead of Connect (both work with
 // pawld; gRPC needs HTTP/2).
