@@ -3,6 +3,7 @@ package sdk_test
 import (
 	"context"
 	"encoding/hex"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"net"
 	"strings"
 	"sync"
@@ -103,13 +104,24 @@ func TestTheServerSpanOfAnACKIsInTheSDKTrace(t *testing.T) {
 	// The server exports a batch every 100 ms, not every 5 s, so that the
 	// test does not wait for it.
 	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "100")
-	recv := startOTLPReceiver(t)
-	h := newHarness(t, server.WithOTLPEndpoint("http://"+recv.addr))
-	// By RolloutService.Ack: its server span continues the ACK's trace
-	// context. (On a session, the server makes no span per ACK yet: the
-	// session's ACKs carry their traceparent, and the server keeps its
-	// trace ID, which TestAClientFollowsTheServerOnOneSession checks.)
-	recorder := tracedApply(h, sdk.WithoutSession())
+	// On a session the server makes a span per ACK it carries; by
+	// RolloutService.Ack, the call's span is the ACK's.
+	for _, way := range []struct {
+		name string
+		opts []sdk.Option
+	}{{"session", nil}, {"unary", []sdk.Option{sdk.WithoutSession()}}} {
+		t.Run(way.name, func(t *testing.T) {
+			recv := startOTLPReceiver(t)
+			h := newHarness(t, server.WithOTLPEndpoint("http://"+recv.addr))
+			serverSpansOfAcks(t, h, recv, tracedApply(h, way.opts...))
+		})
+	}
+}
+
+// serverSpansOfAcks checks that every ACK stored has a server span that
+// is a child of a span the SDK's recorder recorded.
+func serverSpansOfAcks(t *testing.T, h *harness, recv *otlpReceiver, recorder *tracetest.SpanRecorder) {
+	t.Helper()
 
 	sdkSpans := map[string]string{} // span ID -> name
 	for _, s := range recorder.Started() {

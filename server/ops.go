@@ -58,6 +58,15 @@ func observe(ctx context.Context, cfg config, m *metrics.Metrics) (*sdktrace.Tra
 	return tp, append(traced, observers...), nil
 }
 
+// sessionOptions give sessions the tracer provider, when there is one,
+// for the spans of the ACKs they carry.
+func (s *Server) sessionOptions() []api.SessionOption {
+	if s.tracer == nil {
+		return nil
+	}
+	return []api.SessionOption{api.WithSessionTracing(s.tracer)}
+}
+
 // stopTracing sends the spans still queued and stops the exporter.
 func (s *Server) stopTracing() {
 	if s.tracer == nil {

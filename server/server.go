@@ -342,7 +342,7 @@ func (s *Server) routes() http.Handler {
 	mux.Handle(pawlv1connect.NewInstanceServiceHandler(instances, shared...))
 	// An instance's session: one stream for its registration, lease,
 	// assignments, ACKs and watches (counted as one stream by the limits).
-	mux.Handle(pawlv1connect.NewSessionServiceHandler(api.NewSessions(instances, s.store, s.cfg.maxSessionWatches, s.cfg.log), shared...))
+	mux.Handle(pawlv1connect.NewSessionServiceHandler(api.NewSessions(instances, s.store, s.cfg.maxSessionWatches, s.cfg.log, s.sessionOptions()...), shared...))
 	mux.Handle(pawlv1connect.NewRolloutServiceHandler(api.NewRollouts(rollouts, releases, s.cfg.log), opts...))
 	mux.Handle(pawlv1connect.NewAuditServiceHandler(api.NewAudit(s.audit, s.cfg.log), opts...))
 	mux.Handle(pawlv1connect.NewMaintenanceServiceHandler(api.NewMaintenance(s.store, s.usage, s.cfg.log), opts...))

@@ -7,10 +7,15 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"connectrpc.com/connect"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	pawlv1 "github.com/pawlcfg/pawl/gen/pawl/v1"
 	"github.com/pawlcfg/pawl/gen/pawl/v1/pawlv1connect"
@@ -40,6 +45,7 @@ import (
 // record is durable (at most maxAcksInFlight unanswered per session; the
 // receiver waits past that).
 type Sessions struct {
+	tracer     trace.Tracer // nil: no spans of ACKs
 	instances  *Instances
 	store      store.Store
 	maxWatches int
@@ -56,8 +62,43 @@ const MaxSessionWatchesFlag = "--max-session-watches"
 // and assignments as instances' InstanceService does, ACKs as
 // RolloutService.Ack, watches of st as KVService.Watch, at most
 // maxWatches open per session.
-func NewSessions(instances *Instances, st store.Store, maxWatches int, log *slog.Logger) *Sessions {
-	return &Sessions{instances: instances, store: st, maxWatches: maxWatches, log: log}
+func NewSessions(instances *Instances, st store.Store, maxWatches int, log *slog.Logger, opts ...SessionOption) *Sessions {
+	h := &Sessions{instances: instances, store: st, maxWatches: maxWatches, log: log}
+	for _, opt := range opts {
+		opt(h)
+	}
+	return h
+}
+
+// SessionOption configures NewSessions.
+type SessionOption func(*Sessions)
+
+// WithSessionTracing makes a server span of every ACK a session carries
+// in tp's traces, as TraceInterceptors makes one of every
+// RolloutService.Ack call: named like that call's, a child of the span
+// the ACK's traceparent names (else of the session's own span), ended
+// when the ACK is answered. A session is one call, so the interceptors
+// alone would give its ACKs no span of their own.
+func WithSessionTracing(tp trace.TracerProvider) SessionOption {
+	return func(h *Sessions) { h.tracer = tp.Tracer("github.com/pawlcfg/pawl/server/internal/api") }
+}
+
+// ackSpanName is the name of an ACK's server span, on a session or not.
+var ackSpanName = strings.TrimPrefix(pawlv1connect.RolloutServiceAckProcedure, "/")
+
+// ackSpan starts the server span of one ACK of a session, or returns nil
+// without tracing.
+func (h *Sessions) ackSpan(ctx context.Context, traceparent string) trace.Span {
+	if h.tracer == nil {
+		return nil
+	}
+	if id, err := rollout.TraceID(traceparent); err == nil && id != "" {
+		ctx = propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier{traceparentHeader: traceparent})
+	}
+	_, span := h.tracer.Start(ctx, ackSpanName, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(
+		attribute.String("rpc.system", "connect_rpc"), attribute.String("rpc.service", "pawl.v1.RolloutService"),
+		attribute.String("rpc.method", "Ack"), attribute.Bool("pawl.session", true)))
+	return span
 }
 
 const (
@@ -246,6 +287,7 @@ type session struct {
 type ackAnswer struct {
 	result *pawlv1.SessionAckResult
 	id     uint64
+	span   trace.Span // nil without tracing
 }
 
 // sessionWatch is one key-space watch of a session.
@@ -292,7 +334,7 @@ func (s *session) ack(m *pawlv1.SessionAck) error {
 	case <-s.ctx.Done():
 		return s.ctx.Err()
 	}
-	a := &ackAnswer{id: m.GetAckId()}
+	a := &ackAnswer{id: m.GetAckId(), span: s.h.ackSpan(s.ctx, m.GetAck().GetTraceparent())}
 	s.mu.Lock()
 	s.answers = append(s.answers, a)
 	s.mu.Unlock()
@@ -347,6 +389,12 @@ func (s *session) answer(a *ackAnswer, req *pawlv1.AckRequest, stored *pawlv1.Ac
 	}
 	err = recordMessage(s.ctx, pawlv1connect.RolloutServiceAckProcedure, req, resp, err)
 	countAck(s.lag, req.GetAck(), stored, err)
+	if a.span != nil {
+		if err != nil {
+			a.span.SetStatus(codes.Error, err.Error())
+		}
+		a.span.End()
+	}
 	result := &pawlv1.SessionAckResult{AckId: a.id}
 	if err != nil {
 		result.Error = sessionError(err)
