@@ -139,7 +139,7 @@ func runMode(ctx context.Context, o options, mode string, grid *benchkit.Grid) e
 	}
 	report := &cells{grid: grid, col: column}
 
-	validator, err := b.upload(ctx, dir)
+	validator, err := benchkit.UploadValidator(ctx, b.unary, srv.URL, dir, "routing")
 	if err != nil {
 		return err
 	}
@@ -342,46 +342,7 @@ func (b *bench) close() {
 
 // parallel runs fn on every item with the configured number of workers.
 func (b *bench) parallel(n int, fn func(i int) error) error {
-	return parallel(b.o.workers, n, fn)
-}
-
-// parallel runs fn on items 0 to n-1 with the given number of workers.
-func parallel(workers, n int, fn func(i int) error) error {
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	errs := make(chan error, workers)
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= n {
-					return
-				}
-				if err := fn(i); err != nil {
-					errs <- err
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	return <-errs
-}
-
-func (b *bench) upload(ctx context.Context, dir string) (string, error) {
-	wasm, err := benchkit.BuildValidator(ctx, dir, "routing")
-	if err != nil {
-		return "", err
-	}
-	resp, err := pawlv1connect.NewValidatorServiceClient(b.unary, b.srv.URL, connect.WithGRPC()).Upload(ctx,
-		connect.NewRequest(&pawlv1.UploadRequest{Wasm: wasm, Name: "routing"}))
-	if err != nil {
-		return "", err
-	}
-	return resp.Msg.GetValidator().GetDigest(), nil
+	return benchkit.Parallel(b.o.workers, n, fn)
 }
 
 func (b *bench) register(ctx context.Context) error {
@@ -667,7 +628,7 @@ func (b *bench) ingest(ctx context.Context, validator, profiles string) (int, ti
 	}
 	start := time.Now()
 	for _, state := range []pawlv1.InstanceState{pawlv1.InstanceState_INSTANCE_STATE_APPLIED, pawlv1.InstanceState_INSTANCE_STATE_HEALTHY_ACKED} {
-		if err := parallel(workers, len(b.ids), func(i int) error { return b.ack(ctx, rel, b.ids[i], state, 1) }); err != nil {
+		if err := benchkit.Parallel(workers, len(b.ids), func(i int) error { return b.ack(ctx, rel, b.ids[i], state, 1) }); err != nil {
 			return 0, 0, 0, err
 		}
 	}

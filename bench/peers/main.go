@@ -17,8 +17,17 @@
 //     deploy tool does): writes that got through per second, put p50, and
 //     the time from sending a write to its last watcher receiving it (p50,
 //     p99);
+//   - the server's resident memory per watcher: the growth of its VmRSS
+//     from before the fan-out's watchers subscribed to after, divided by
+//     their number (an upper bound for Go servers: it counts heap not yet
+//     collected);
 //   - catch-up: a watcher that starts at the first of 10,000 earlier
 //     writes, until it has them all (Pawl and etcd keep history).
+//
+// Pawl is measured twice for the fan-out with -systems pawl,pawl-session:
+// "pawl" opens each watcher as a KVService.Watch stream of its own,
+// "pawl-session" opens them on 64 SessionService sessions (one per
+// connection), each watch with its ID.
 package main
 
 import (
@@ -34,6 +43,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/pawlcfg/pawl/bench/internal/benchkit"
 )
 
 // system is one product under test.
@@ -49,6 +60,8 @@ type system interface {
 	// /cu/, from history, and returns when it has them all (false when
 	// the system keeps no history).
 	catchUp(ctx context.Context, count int) (bool, error)
+	// server is the system's server process.
+	server() *proc
 	close()
 }
 
@@ -83,7 +96,7 @@ func main() {
 }
 
 var starters = map[string]func(ctx context.Context, dir string) (system, error){
-	"pawl": startPawl, "etcd": startEtcd, "redis": startRedis, "nats": startNATS,
+	"pawl": startPawl, "pawl-session": startPawlSessions, "etcd": startEtcd, "redis": startRedis, "nats": startNATS,
 }
 
 func run(ctx context.Context, o options) error {
@@ -150,6 +163,7 @@ func run(ctx context.Context, o options) error {
 				}
 				set(fmt.Sprintf("%d watchers, %d writes/s asked: writes/s through, put p50", w, o.rate), fmt.Sprintf("%.1f, %s", r.rate, ms(r.putP50)))
 				set(fmt.Sprintf("%d watchers: all-received p50, p99 (missing)", w), fmt.Sprintf("%s, %s (%d)", ms(r.p50), ms(r.p99), r.missing))
+				set(fmt.Sprintf("%d watchers: server resident memory per watcher", w), fmt.Sprintf("%.2f KiB", r.perWatcher/1024))
 				return nil
 			}); err != nil {
 				return fmt.Errorf("%s, %d watchers: %w", key, w, err)
@@ -222,10 +236,11 @@ func puts(ctx context.Context, s system, writers int, d time.Duration) (float64,
 }
 
 type fanResult struct {
-	rate     float64
-	putP50   time.Duration
-	p50, p99 time.Duration
-	missing  int
+	perWatcher float64 // bytes of the server's RSS
+	rate       float64
+	putP50     time.Duration
+	p50, p99   time.Duration
+	missing    int
 }
 
 // fanOut subscribes n watchers and writes at the rate for d, each write
@@ -237,6 +252,10 @@ func fanOut(ctx context.Context, s system, n, rate int, d time.Duration) (fanRes
 	count := make([]atomic.Int32, total)
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	rss0, err := benchkit.RSS(s.server().pid())
+	if err != nil {
+		return fanResult{}, err
+	}
 	if err := s.subscribe(wctx, n, func(i int) {
 		if i < 0 || i >= total {
 			return
@@ -250,6 +269,10 @@ func fanOut(ctx context.Context, s system, n, rate int, d time.Duration) (fanRes
 			}
 		}
 	}); err != nil {
+		return fanResult{}, err
+	}
+	rss1, err := benchkit.RSS(s.server().pid())
+	if err != nil {
 		return fanResult{}, err
 	}
 	value := make([]byte, 1024)
@@ -283,7 +306,7 @@ func fanOut(ctx context.Context, s system, n, rate int, d time.Duration) (fanRes
 			quiet, seen = time.Now(), got
 		}
 	}
-	var r fanResult
+	r := fanResult{perWatcher: float64(rss1-rss0) / float64(n)}
 	r.rate = float64(written) / elapsed.Seconds()
 	sort.Slice(putTimes, func(a, b int) bool { return putTimes[a] < putTimes[b] })
 	r.putP50 = putTimes[len(putTimes)/2]

@@ -24,7 +24,8 @@ var (
 type pawl struct {
 	p       *proc
 	url     string
-	clients []pawlv1connect.KVServiceClient
+	h2cs    []*http.Client                  // the connections
+	clients []pawlv1connect.KVServiceClient // one on each connection
 	next    int
 	mu      sync.Mutex
 }
@@ -58,7 +59,9 @@ func startPawl(ctx context.Context, dir string) (system, error) {
 	}
 	s := &pawl{p: p, url: "http://" + addr}
 	for range 64 {
-		s.clients = append(s.clients, pawlv1connect.NewKVServiceClient(h2c(), s.url, connect.WithGRPC()))
+		c := h2c()
+		s.h2cs = append(s.h2cs, c)
+		s.clients = append(s.clients, pawlv1connect.NewKVServiceClient(c, s.url, connect.WithGRPC()))
 	}
 	return s, nil
 }
@@ -123,6 +126,8 @@ func (s *pawl) catchUp(ctx context.Context, count int) (bool, error) {
 	}
 	return true, nil
 }
+
+func (s *pawl) server() *proc { return s.p }
 
 func (s *pawl) close() {
 	for _, c := range s.clients {

@@ -18,7 +18,14 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
+
+	"connectrpc.com/connect"
+
+	pawlv1 "github.com/pawlcfg/pawl/gen/pawl/v1"
+	"github.com/pawlcfg/pawl/gen/pawl/v1/pawlv1connect"
 )
 
 // Pawld is a pawld process.
@@ -279,4 +286,46 @@ func SaveProfile(ctx context.Context, url, file string) error {
 		return err
 	}
 	return os.WriteFile(file, body, 0o644)
+}
+
+// Parallel runs fn on items 0 to n-1 with the given number of workers,
+// and returns the first error.
+func Parallel(workers, n int, fn func(i int) error) error {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n {
+					return
+				}
+				if err := fn(i); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
+// UploadValidator builds validators/examples/<name> in dir, uploads it to
+// the server at url, and returns its digest.
+func UploadValidator(ctx context.Context, client connect.HTTPClient, url, dir, name string) (string, error) {
+	wasm, err := BuildValidator(ctx, dir, name)
+	if err != nil {
+		return "", err
+	}
+	resp, err := pawlv1connect.NewValidatorServiceClient(client, url, connect.WithGRPC()).Upload(ctx,
+		connect.NewRequest(&pawlv1.UploadRequest{Wasm: wasm, Name: name}))
+	if err != nil {
+		return "", fmt.Errorf("upload the %s validator: %w", name, err)
+	}
+	return resp.Msg.GetValidator().GetDigest(), nil
 }
