@@ -246,6 +246,11 @@ func TestMetricsMoveWithTraffic(t *testing.T) {
 		series("pawl_acks_total", "state=VALIDATED", "outcome=refused"):     1,
 		series("pawl_validator_run_seconds_count", "outcome=accepted"):      1, // the release's content, checked at creation
 	})
+	// Each ACK recorded went through a batch (one transaction each here:
+	// they were sent one after the other).
+	if n := after[series("pawl_ack_batch_size_count")] - during[series("pawl_ack_batch_size_count")]; n < 1 {
+		t.Errorf("pawl_ack_batch_size counted %v store transactions of ACKs, want at least 1", n)
+	}
 	for s := range after {
 		if strings.Contains(s, "1234") {
 			t.Errorf("series %s: a client's number became a label", s)

@@ -294,7 +294,8 @@ func (s *Server) routes() http.Handler {
 	wasmReadMax := s.cfg.maxWasmBytes + 64<<10
 	registry := s.registry
 	releases := release.New(s.store, s.vals.Run, registry.Members, release.WithClock(s.cfg.now))
-	rollouts := rollout.New(s.store, releases, registry, rollout.WithClock(s.cfg.now), rollout.WithLogger(s.cfg.log))
+	rollouts := rollout.New(s.store, releases, registry, rollout.WithClock(s.cfg.now), rollout.WithLogger(s.cfg.log),
+		rollout.WithAckBatchObserver(s.metrics.AckBatch))
 	// One limiter for every service, reflection and health too, so that a
 	// principal's streams count together.
 	streamLimit := api.StreamLimitInterceptor(s.cfg.streamLimits)

@@ -104,6 +104,8 @@ func Error(log *slog.Logger, spec connect.Spec, err error) error {
 		return connect.NewError(connect.CodeAlreadyExists, err)
 	case errors.Is(err, rollout.ErrContended):
 		return connect.NewError(connect.CodeAborted, err)
+	case errors.Is(err, rollout.ErrBusy):
+		return connect.NewError(connect.CodeResourceExhausted, err)
 	case errors.Is(err, release.ErrInvalid), errors.Is(err, instance.ErrInvalid), errors.Is(err, rollout.ErrInvalid):
 		return connect.NewError(connect.CodeInvalidArgument, err)
 	case errors.Is(err, release.ErrNotFound), errors.Is(err, instance.ErrNotFound):

@@ -39,35 +39,44 @@ func NewRollouts(r *rollout.Rollouts, releases *release.Releases, log *slog.Logg
 
 // Ack implements pawl.v1.RolloutService.Ack.
 func (h *Rollouts) Ack(ctx context.Context, req *connect.Request[pawlv1.AckRequest]) (*connect.Response[pawlv1.AckResponse], error) {
-	a := req.Msg.GetAck()
-	ack := rollout.Ack{
-		ConfigID: a.GetConfigId(), Generation: a.GetGeneration(), WorkloadIdentity: a.GetWorkloadIdentity(), BootID: a.GetBootId(),
-		MembershipEpoch: a.GetMembershipEpoch(), ContentDigest: a.GetContentDigest(), ValidatorDigest: a.GetValidatorDigest(),
-		AppArtifact: a.GetAppArtifact(), AppVersion: a.GetAppVersion(), ApplySequence: a.GetApplySequence(),
-		State:    rollout.AckState(strings.TrimPrefix(a.GetState().String(), "INSTANCE_STATE_")),
-		HealthOK: a.GetHealthOk(), Reason: a.GetReason(), TraceParent: a.GetTraceparent(),
-	}
-	if code := a.GetRejectCode(); code != pawlv1.RejectCode_REJECT_CODE_UNSPECIFIED {
-		if _, ok := pawlv1.RejectCode_name[int32(code)]; !ok {
-			return nil, InvalidArgument("reject_code %d is not a RejectCode", code)
-		}
-		ack.RejectCode = strings.TrimPrefix(code.String(), "REJECT_CODE_")
-	}
-	ack.Violations = fromProtoViolations(a.GetViolations())
-	if held := a.GetHeld(); held != nil {
-		if err := held.CheckValid(); err != nil {
-			return nil, InvalidArgument("held: %v", err)
-		}
-		ack.Held = held.AsDuration()
-	}
-	if m := a.GetHealth(); m != nil {
-		ack.Health = &rollout.Health{ErrorRate: m.GetErrorRate(), P99: m.GetP99Latency().AsDuration()}
+	ack, err := fromProtoAck(req.Msg.GetAck())
+	if err != nil {
+		return nil, err
 	}
 	stored, err := h.rollouts.RecordAck(ctx, ack)
 	if err != nil {
 		return nil, Error(h.log, req.Spec(), err)
 	}
 	return connect.NewResponse(&pawlv1.AckResponse{Ack: toProtoAck(stored)}), nil
+}
+
+// fromProtoAck reads an ACK from the wire; what it cannot read is an
+// InvalidArgument Connect error naming the field.
+func fromProtoAck(a *pawlv1.Ack) (rollout.Ack, error) {
+	ack := rollout.Ack{
+		ConfigID: a.GetConfigId(), Generation: a.GetGeneration(), WorkloadIdentity: a.GetWorkloadIdentity(), BootID: a.GetBootId(),
+		MembershipEpoch: a.GetMembershipEpoch(), ContentDigest: a.GetContentDigest(), ValidatorDigest: a.GetValidatorDigest(),
+		AppArtifact: a.GetAppArtifact(), AppVersion: a.GetAppVersion(), ApplySequence: a.GetApplySequence(),
+		State:    rollout.AckState(strings.TrimPrefix(a.GetState().String(), "INSTANCE_STATE_")),
+		HealthOK: a.GetHealthOk(), Reason: a.GetReason(), TraceParent: a.GetTraceparent(), ReportID: a.GetReportId(),
+	}
+	if code := a.GetRejectCode(); code != pawlv1.RejectCode_REJECT_CODE_UNSPECIFIED {
+		if _, ok := pawlv1.RejectCode_name[int32(code)]; !ok {
+			return rollout.Ack{}, InvalidArgument("reject_code %d is not a RejectCode", code)
+		}
+		ack.RejectCode = strings.TrimPrefix(code.String(), "REJECT_CODE_")
+	}
+	ack.Violations = fromProtoViolations(a.GetViolations())
+	if held := a.GetHeld(); held != nil {
+		if err := held.CheckValid(); err != nil {
+			return rollout.Ack{}, InvalidArgument("held: %v", err)
+		}
+		ack.Held = held.AsDuration()
+	}
+	if m := a.GetHealth(); m != nil {
+		ack.Health = &rollout.Health{ErrorRate: m.GetErrorRate(), P99: m.GetP99Latency().AsDuration()}
+	}
+	return ack, nil
 }
 
 // GetRolloutStatus implements pawl.v1.RolloutService.GetRolloutStatus.
@@ -236,7 +245,7 @@ func toProtoAck(a rollout.Ack) *pawlv1.Ack {
 		AppArtifact: a.AppArtifact, AppVersion: a.AppVersion, ApplySequence: a.ApplySequence,
 		State:    pawlv1.InstanceState(pawlv1.InstanceState_value["INSTANCE_STATE_"+string(a.State)]),
 		HealthOk: a.HealthOK, Reason: a.Reason, Traceparent: a.TraceParent, TraceId: a.TraceID, ReceivedAt: timestamppb.New(a.ReceivedAt),
-		Counted: a.Counted, NotCountedReason: a.Why, BudgetBreach: a.Breach,
+		Counted: a.Counted, NotCountedReason: a.Why, BudgetBreach: a.Breach, ReportId: a.ReportID,
 	}
 	if a.Health != nil {
 		out.Health = &pawlv1.HealthMeasurement{ErrorRate: a.Health.ErrorRate, P99Latency: durationpb.New(a.Health.P99)}

@@ -46,6 +46,7 @@ type Metrics struct {
 	runs     *prometheus.HistogramVec
 
 	acks     *prometheus.CounterVec
+	ackBatch prometheus.Histogram
 	refusals *prometheus.CounterVec
 }
 
@@ -76,11 +77,13 @@ func New() *Metrics {
 			Help: "Validations run by the server, by outcome (accepted, rejected or error).", Buckets: latencyBuckets}, []string{"outcome"}),
 		acks: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "acks_total",
 			Help: "ACKs received, by instance state and outcome (counted, not_counted, refused)."}, []string{"state", "outcome"}),
+		ackBatch: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: namespace, Name: "ack_batch_size",
+			Help: "ACKs recorded per store transaction (ACKs are judged and committed in batches).", Buckets: prometheus.ExponentialBuckets(1, 2, 10)}),
 		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "limit_refusals_total",
 			Help: "Requests and connections refused for a limit, by the limit's flag (docs/LIMITS.md)."}, []string{"limit"}),
 	}
 	m.reg.MustRegister(m.rpcStarted, m.rpcHandled, m.rpcDuration, m.streamsOpen, m.fanoutLag, m.storeCommit,
-		m.compiles, m.runs, m.acks, m.refusals,
+		m.compiles, m.runs, m.acks, m.ackBatch, m.refusals,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -179,6 +182,14 @@ func (m *Metrics) AckReceived(state, result string) {
 		return
 	}
 	m.acks.WithLabelValues(state, result).Inc()
+}
+
+// AckBatch records how many ACKs one store transaction recorded.
+func (m *Metrics) AckBatch(acks int) {
+	if m == nil {
+		return
+	}
+	m.ackBatch.Observe(float64(acks))
 }
 
 // Refused counts a refusal by a limit, named by its flag without dashes

@@ -60,6 +60,11 @@ type Ack struct {
 	Health           *Health  `json:"health,omitempty"`
 	Reason           string   `json:"reason,omitempty"`
 	TraceParent      string   `json:"traceparent,omitempty"`
+	// ReportID is the reporter's number for the report, unique within its
+	// boot (0: none): the same report sent again (after a lost answer or a
+	// cut session) is answered with the ACK stored the first time, not
+	// judged or stored again.
+	ReportID uint64 `json:"report_id,omitempty"`
 	// TraceID is the trace ID of TraceParent, set by RecordAck.
 	TraceID    string    `json:"trace_id,omitempty"`
 	ReceivedAt time.Time `json:"received_at"`
@@ -139,45 +144,129 @@ func (a Ack) check() error {
 // then settles the rollout, which may pass a stage or stop it; when that
 // fails, the error says the ACK was stored, and the same ACK sent again is
 // a duplicate that settles again.
+//
+// An ACK with a report ID (ReportID) that names a stored ACK of the same
+// boot of the instance, for the same release, is a report sent again: it
+// is not judged or stored again, and the answer is the stored ACK, counted
+// or not as it was then (see MaxAcksPerInstance for one no longer kept).
+//
+// RecordAck is SubmitAck waited for: it goes through the same batches, and
+// may be called concurrently. When ctx ends before the ACK was taken into
+// a batch, it returns ctx's error and the ACK is not recorded; once taken,
+// it returns what the batch did.
 func (r *Rollouts) RecordAck(ctx context.Context, ack Ack) (Ack, error) {
-	if err := ack.check(); err != nil {
+	res := <-r.SubmitAck(ctx, ack)
+	return res.Ack, res.Err
+}
+
+// prepare checks a submitted ACK and sets what RecordAck derives from it
+// before judging: its trace ID.
+func (a *Ack) prepare() error {
+	if err := a.check(); err != nil {
+		return err
+	}
+	traceID, err := TraceID(a.TraceParent)
+	if err != nil {
+		return err
+	}
+	a.TraceID = traceID
+	return nil
+}
+
+// recordAlone is RecordAck without batches: one ACK judged and stored by
+// its own transaction, then settled. It is what RecordAck did before ACKs
+// were batched, kept to compare with (the benchmarks).
+func (r *Rollouts) recordAlone(ctx context.Context, ack Ack) (Ack, error) {
+	if err := ack.prepare(); err != nil {
 		return Ack{}, err
 	}
-	traceID, err := TraceID(ack.TraceParent)
+	stored, rev, err := r.recordOne(ctx, ack, maxAttempts)
 	if err != nil {
 		return Ack{}, err
 	}
-	ack.TraceID = traceID
-	for range maxAttempts {
-		stored, rev, err := r.recordAck(ctx, ack)
+	if settles(stored) {
+		if err := r.settleAt(ctx, stored.ConfigID, stored.Generation, rev); err != nil {
+			return Ack{}, settleFailed(err)
+		}
+	}
+	return stored, nil
+}
+
+// recordOne judges a prepared ACK and stores it by its own transaction,
+// judging it again, after the views caught up, while what the judgement
+// rests on changes under it: at most attempts judgements, then
+// ErrContended. It returns the ACK as stored and the revision the rollout
+// is to be settled at.
+func (r *Rollouts) recordOne(ctx context.Context, ack Ack, attempts int) (Ack, int64, error) {
+	for range attempts {
+		av, err := r.ackViewOf(ctx, ack.ConfigID, ack.Generation, ack.WorkloadIdentity)
+		if err != nil {
+			return Ack{}, 0, err
+		}
+		w, err := r.decideAck(ctx, ack, av)
+		if err != nil {
+			return Ack{}, 0, err
+		}
+		if w.resent {
+			return w.ack, w.rev, nil
+		}
+		res, err := r.store.Txn(ctx, store.Txn{Unchanged: w.unchanged, Puts: w.puts, Deletes: w.deletes})
 		if errors.Is(err, store.ErrRevisionMismatch) {
 			// The views lagged what the judgement rests on: catch up, judge again.
 			if err := r.wait(ctx, true); err != nil {
-				return Ack{}, err
+				return Ack{}, 0, err
 			}
 			continue
 		}
 		if err != nil {
-			return Ack{}, err
+			return Ack{}, 0, fmt.Errorf("rollout: store ACK: %w", err)
 		}
-		if (stored.Counted || isDuplicate(stored.Why)) && (stored.State == HealthyAcked || stored.State == Validated || stored.State == Rejected) {
-			// Only these can pass a stage (VALIDATED, in a shadow stage) or
-			// fail one. A duplicate settles too: a client that retried after
-			// losing the first answer must not leave a step unrecorded.
-			if err := r.settleAt(ctx, stored.ConfigID, stored.Generation, rev); err != nil {
-				return Ack{}, fmt.Errorf("rollout: the ACK was stored, and settling the rollout after it failed (send it again: "+
-					"it is then a duplicate, and settles again): %w", err)
-			}
-		}
-		return stored, nil
+		return w.ack, res.Revision, nil
 	}
-	return Ack{}, fmt.Errorf("%w: the ACK of %s for %s generation %d was judged %d times", ErrContended, ack.WorkloadIdentity, ack.ConfigID, ack.Generation, maxAttempts)
+	return Ack{}, 0, contended(ack, attempts)
 }
 
-func (r *Rollouts) recordAck(ctx context.Context, ack Ack) (Ack, int64, error) {
-	av, err := r.ackViewOf(ctx, ack.ConfigID, ack.Generation, ack.WorkloadIdentity)
-	if err != nil {
-		return Ack{}, 0, err
+func contended(ack Ack, attempts int) error {
+	return fmt.Errorf("%w: the ACK of %s for %s generation %d was judged %d times", ErrContended, ack.WorkloadIdentity, ack.ConfigID, ack.Generation, attempts)
+}
+
+// settles reports whether a stored ACK settles its rollout. Only a
+// HEALTHY_ACKED, VALIDATED or REJECTED can pass a stage (VALIDATED, in a
+// shadow stage) or fail one. A duplicate settles too: a client that
+// retried after losing the first answer must not leave a step unrecorded.
+func settles(a Ack) bool {
+	return (a.Counted || isDuplicate(a.Why)) && (a.State == HealthyAcked || a.State == Validated || a.State == Rejected)
+}
+
+func settleFailed(err error) error {
+	return fmt.Errorf("rollout: the ACK was stored, and settling the rollout after it failed (send it again: "+
+		"it is then a duplicate, and settles again): %w", err)
+}
+
+// ackWrite is one judged ACK and the write that stores it.
+type ackWrite struct {
+	// ack is the ACK as judged, or, when resent, as stored the first time.
+	ack Ack
+	// resent says ack names an ACK stored before: nothing is written.
+	resent bool
+	// rev is the revision the judgement read at.
+	rev int64
+	// The write: stored only if nothing the judgement read changed since
+	// rev (unchanged).
+	puts      []store.Put
+	deletes   []string
+	unchanged []store.Unchanged
+}
+
+// decideAck judges a prepared ACK against av and says what storing it
+// writes, and on what condition; or, for a report sent again, finds the
+// ACK stored the first time.
+func (r *Rollouts) decideAck(ctx context.Context, ack Ack, av ackView) (ackWrite, error) {
+	if ack.ReportID != 0 {
+		first, ok, err := r.resent(ctx, ack, av)
+		if err != nil || ok {
+			return ackWrite{ack: first, resent: true, rev: av.rev}, err
+		}
 	}
 	ack.ReceivedAt = r.now().UTC()
 	// Whoever reads the rollout's status reads the reason: never a secret
@@ -193,54 +282,97 @@ func (r *Rollouts) recordAck(ctx context.Context, ack Ack) (Ack, int64, error) {
 	}
 	ack.Counted, ack.Why, ack.Breach = judge(av.snapshot, av.plan, ack, av.reg, av.registered, av.prior)
 	ack.Shadow = ack.Counted && reportedInShadow(av.snapshot, av.plan, ack.WorkloadIdentity)
-	b, err := records.Encode(ack)
-	if err != nil {
-		return Ack{}, 0, err
-	}
 	// The key orders an instance's ACKs by arrival; of two in the same
 	// nanosecond, the second takes the next one.
-	nanos := max(ack.ReceivedAt.UnixNano(), av.arrival+1)
-	puts := []store.Put{{Key: records.Ack(ack.ConfigID, ack.Generation, ack.WorkloadIdentity, nanos), Value: b}}
+	ack.arrival = max(ack.ReceivedAt.UnixNano(), av.arrival+1)
+	b, err := records.Encode(ack)
+	if err != nil {
+		return ackWrite{}, err
+	}
+	w := ackWrite{ack: ack, rev: av.rev}
+	w.puts = []store.Put{{Key: records.Ack(ack.ConfigID, ack.Generation, ack.WorkloadIdentity, ack.arrival), Value: b}}
 	if rec, ok := newApplied(ack, av.reg, av.registered, av.applied); ok {
 		ab, err := records.Encode(rec)
 		if err != nil {
-			return Ack{}, 0, err
+			return ackWrite{}, err
 		}
-		puts = append(puts, store.Put{Key: records.Applied(ack.ConfigID, ack.WorkloadIdentity), Value: ab})
+		w.puts = append(w.puts, store.Put{Key: records.Applied(ack.ConfigID, ack.WorkloadIdentity), Value: ab})
 	}
 	if ev, ok, err := evidencePut(av.prior, ack); err != nil {
-		return Ack{}, 0, err
+		return ackWrite{}, err
 	} else if ok {
-		puts = append(puts, ev)
+		w.puts = append(w.puts, ev)
 	}
 	// The instance's oldest ACKs beyond the bound go in the same write.
-	var deletes []string
 	for _, arrival := range evicted(av.stored) {
-		deletes = append(deletes, records.Ack(ack.ConfigID, ack.Generation, ack.WorkloadIdentity, arrival))
+		w.deletes = append(w.deletes, records.Ack(ack.ConfigID, ack.Generation, ack.WorkloadIdentity, arrival))
 	}
 	// Stored only if nothing the judgement read changed since: the pointer,
 	// the newest release, the rollout's stop record, progress and
 	// retirements, the instance's registration, its ACKs and its applied
 	// record.
-	rev := av.rev
-	res, err := r.store.Txn(ctx, store.Txn{
-		Unchanged: []store.Unchanged{
-			{Prefix: records.Pointer(ack.ConfigID), Since: rev},
-			{Prefix: records.Head(ack.ConfigID), Since: rev},
-			{Prefix: records.Stop(ack.ConfigID, ack.Generation), Since: rev},
-			{Prefix: records.Progress(ack.ConfigID, ack.Generation), Since: rev},
-			{Prefix: records.RetiredOf(ack.ConfigID, ack.Generation), Since: rev},
-			{Prefix: instance.RegistrationKey(ack.WorkloadIdentity), Since: rev},
-			{Prefix: records.AcksOf(ack.ConfigID, ack.Generation, ack.WorkloadIdentity), Since: rev},
-			{Prefix: records.Applied(ack.ConfigID, ack.WorkloadIdentity), Since: rev},
-		},
-		Puts:    puts,
-		Deletes: deletes,
-	})
-	if err != nil {
-		return Ack{}, 0, fmt.Errorf("rollout: store ACK: %w", err)
+	w.unchanged = append(releaseUnchanged(ack.ConfigID, ack.Generation, av.rev), instanceUnchanged(ack, av.rev)...)
+	return w, nil
+}
+
+// releaseUnchanged are the conditions of an ACK's write on its release's
+// records: the pointer, the newest release, the stop record, progress and
+// retirements.
+func releaseUnchanged(config string, gen, rev int64) []store.Unchanged {
+	return []store.Unchanged{
+		{Prefix: records.Pointer(config), Since: rev},
+		{Prefix: records.Head(config), Since: rev},
+		{Prefix: records.Stop(config, gen), Since: rev},
+		{Prefix: records.Progress(config, gen), Since: rev},
+		{Prefix: records.RetiredOf(config, gen), Since: rev},
 	}
-	return ack, res.Revision, nil
+}
+
+// instanceUnchanged are the conditions of an ACK's write on its
+// instance's records: its registration, its ACKs of the release and its
+// applied record of the config.
+func instanceUnchanged(ack Ack, rev int64) []store.Unchanged {
+	return []store.Unchanged{
+		{Prefix: instance.RegistrationKey(ack.WorkloadIdentity), Since: rev},
+		{Prefix: records.AcksOf(ack.ConfigID, ack.Generation, ack.WorkloadIdentity), Since: rev},
+		{Prefix: records.Applied(ack.ConfigID, ack.WorkloadIdentity), Since: rev},
+	}
+}
+
+// resent finds the stored ACK that ack, a report with an ID, is sent
+// again of: one of the same boot with the same report ID among the
+// instance's stored ACKs of the release (ok false: none is kept). A stored
+// ACK under the same ID that reports something else (another state, apply
+// sequence or registration) is a client's error, refused.
+func (r *Rollouts) resent(ctx context.Context, ack Ack, av ackView) (Ack, bool, error) {
+	for i := len(av.stored) - 1; i >= 0; i-- {
+		s := av.stored[i]
+		if s.reportID != ack.ReportID || s.boot != ack.BootID {
+			continue
+		}
+		key := records.Ack(ack.ConfigID, ack.Generation, ack.WorkloadIdentity, s.arrival)
+		kv, _, err := r.store.Get(ctx, key, av.rev)
+		if errors.Is(err, store.ErrCompacted) {
+			kv, _, err = r.store.Get(ctx, key, 0) // the views read at a revision compacted since
+		}
+		if errors.Is(err, store.ErrNotFound) {
+			return Ack{}, false, nil // replaced since (see MaxAcksPerInstance): judged anew
+		}
+		if err != nil {
+			return Ack{}, false, fmt.Errorf("rollout: read the ACK that report %d of boot %s names: %w", ack.ReportID, ack.BootID, err)
+		}
+		first, err := decodeAck(kv)
+		if err != nil {
+			return Ack{}, false, err
+		}
+		if first.State != ack.State || first.ApplySequence != ack.ApplySequence || first.MembershipEpoch != ack.MembershipEpoch {
+			return Ack{}, false, fmt.Errorf("%w: report_id %d of boot %s names a stored report of %s at apply sequence %d (membership epoch %d), not %s at apply sequence %d (epoch %d): "+
+				"give each report its own ID, and send a report again only with its own", ErrInvalid, ack.ReportID, ack.BootID,
+				first.State, first.ApplySequence, first.MembershipEpoch, ack.State, ack.ApplySequence, ack.MembershipEpoch)
+		}
+		return first, true, nil
+	}
+	return Ack{}, false, nil
 }
 
 // MaxAcksPerInstance bounds the ACKs the store keeps of one instance for
@@ -251,6 +383,15 @@ func (r *Rollouts) recordAck(ctx context.Context, ack Ack) (Ack, int64, error) {
 // sends the same report again and again, or retries in a loop, keeps only
 // its latest few: it cannot fill the store, and judging its next report
 // reads at most this many.
+//
+// A report sent again by its report ID finds the first send while the
+// store keeps it. Only a newer report of the same release can replace it,
+// so a client that resends what went unanswered before it reports
+// anything new (as after a cut) always gets the first answer. Once
+// replaced, the resend is judged anew like any report: if it counted the
+// first time and its counted original was replaced, the resend may count
+// again; otherwise it is a duplicate or out of order, stored uncounted (a
+// duplicate settles the rollout again, which records nothing twice).
 const MaxAcksPerInstance = 16
 
 // evicted are the arrivals of the stored ACKs (in arrival order) that a

@@ -146,21 +146,37 @@ func (r *Rollouts) ackViewOf(ctx context.Context, config string, gen int64, iden
 	}
 	v := r.views
 	v.mu.RLock()
-	if t := v.findLocked(config, gen); t != nil {
-		cv := v.configs[config]
-		av := ackView{releaseView: releaseView{snapshot: snapshot{rev: v.rev, rel: t.rel, latest: max(cv.head, gen), ptr: cv.ptr, stop: t.stop,
-			progress: t.progress, retired: t.retired, now: r.now()}, plan: t.plan},
-			prior: t.prior(identity), arrival: t.arrivals[identity], stored: slices.Clone(t.stored[identity])}
-		av.reg, av.registered = v.regs[identity]
-		if info, ok := v.applied[config][identity]; ok {
-			av.applied = &info
-		}
-		v.mu.RUnlock()
+	av, ok := r.ackViewLocked(config, gen, identity)
+	v.mu.RUnlock()
+	if ok {
 		return av, nil
 	}
-	v.mu.RUnlock()
-	// A release the views do not keep: its rollout is over, and the ACK is
-	// late; only its key and the applied record need the store.
+	return r.ackViewFromStore(ctx, config, gen, identity)
+}
+
+// ackViewLocked is ackViewOf from the views, for a release they keep (ok
+// false: they do not). The caller holds the views' lock.
+func (r *Rollouts) ackViewLocked(config string, gen int64, identity string) (ackView, bool) {
+	v := r.views
+	t := v.findLocked(config, gen)
+	if t == nil {
+		return ackView{}, false
+	}
+	cv := v.configs[config]
+	av := ackView{releaseView: releaseView{snapshot: snapshot{rev: v.rev, rel: t.rel, latest: max(cv.head, gen), ptr: cv.ptr, stop: t.stop,
+		progress: t.progress, retired: t.retired, now: r.now()}, plan: t.plan},
+		prior: t.prior(identity), arrival: t.arrivals[identity], stored: slices.Clone(t.stored[identity])}
+	av.reg, av.registered = v.regs[identity]
+	if info, ok := v.applied[config][identity]; ok {
+		av.applied = &info
+	}
+	return av, true
+}
+
+// ackViewFromStore is ackViewOf for a release the views do not keep: its
+// rollout is over, and the ACK is late; only its key and the applied
+// record need the store.
+func (r *Rollouts) ackViewFromStore(ctx context.Context, config string, gen int64, identity string) (ackView, error) {
 	rev, err := r.currentRevision(ctx)
 	if err != nil {
 		return ackView{}, err
@@ -183,7 +199,7 @@ func (r *Rollouts) ackViewOf(ctx context.Context, config string, gen int64, iden
 	}
 	for _, a := range prev {
 		av.arrival = max(av.arrival, a.arrival)
-		av.stored = append(av.stored, storedAck{arrival: a.arrival, counted: a.Counted})
+		av.stored = append(av.stored, storedOf(a))
 		if a.Counted && av.registered && a.BootID == av.reg.boot && a.MembershipEpoch == av.reg.epoch {
 			av.prior = append(av.prior, a)
 		}

@@ -48,6 +48,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/pawlcfg/pawl/server/internal/instance"
@@ -203,11 +204,13 @@ type Rollouts struct {
 	now      func() time.Time
 	log      *slog.Logger
 	views    *views
+	acks     *ackBatcher
 }
 
 // New returns Rollouts over st. The caller runs Run.
 func New(st store.Store, releases *release.Releases, registry *instance.Registry, opts ...Option) *Rollouts {
 	r := &Rollouts{store: st, releases: releases, registry: registry, now: time.Now, log: slog.New(slog.DiscardHandler)}
+	r.acks = newAckBatcher(r)
 	for _, opt := range opts {
 		opt(r)
 	}
@@ -224,17 +227,50 @@ func WithClock(now func() time.Time) Option { return func(r *Rollouts) { r.now =
 // WithLogger sets where the views report that they read a snapshot again.
 func WithLogger(log *slog.Logger) Option { return func(r *Rollouts) { r.log = log } }
 
-// Run keeps the rollout views current until ctx ends, and returns then:
-// every method waits for the views, so a Rollouts serves only while Run
-// runs. It follows the store through a watch hub of its own (its ring is
-// the views' buffer against bursts), which it closes on return.
+// WithAckBatching bounds the batches ACKs are recorded in: at most
+// maxAcks ACKs and about maxBytes bytes per store transaction, and at most
+// maxWaiting ACKs queued for them (beyond, SubmitAck answers ErrBusy). A
+// value of 0 or less keeps the default (DefaultAckBatch,
+// DefaultAckBatchBytes, DefaultAcksWaiting); maxAcks 1 records each ACK by
+// its own transaction.
+func WithAckBatching(maxAcks, maxBytes, maxWaiting int) Option {
+	return func(r *Rollouts) {
+		if maxAcks > 0 {
+			r.acks.maxAcks = maxAcks
+		}
+		if maxBytes > 0 {
+			r.acks.maxBytes = maxBytes
+		}
+		if maxWaiting > 0 {
+			r.acks.maxQueue = maxWaiting
+		}
+	}
+}
+
+// WithAckBatchObserver makes observe hear how many ACKs each store
+// transaction that records ACKs held (a metrics histogram). It is called
+// from the batches' goroutine and must not block.
+func WithAckBatchObserver(observe func(acks int)) Option {
+	return func(r *Rollouts) { r.acks.observe = observe }
+}
+
+// Run keeps the rollout views current, and records the ACKs submitted
+// (SubmitAck, RecordAck) in batches, until ctx ends, and returns then,
+// once both stopped: every method waits for the views, so a Rollouts
+// serves only while Run runs, and ACKs submitted after it returned are
+// refused. It follows the store through a watch hub of its own (its ring
+// is the views' buffer against bursts), which it closes on return.
 func (r *Rollouts) Run(ctx context.Context) error {
 	hub, err := watch.New(ctx, r.store)
 	if err != nil {
+		r.acks.stop()
 		return fmt.Errorf("rollout: %w", err)
 	}
 	defer hub.Close()
+	var batches sync.WaitGroup
+	batches.Go(func() { r.acks.run(ctx) })
 	r.views.run(ctx, hub)
+	batches.Wait()
 	return nil
 }
 

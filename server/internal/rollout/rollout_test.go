@@ -43,20 +43,28 @@ type env struct {
 // routing module) and rollouts, with six instances in three zones.
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	ctx := context.Background()
-	st, err := boltstore.Open(ctx, t.TempDir())
+	st, err := boltstore.Open(context.Background(), t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = st.Close() })
+	return newEnvOn(t, st, st, 6)
+}
+
+// newEnvOn is newEnv over st, with n instances, and Rollouts (made with
+// opts) that write through rst: st, or a wrapper of it.
+func newEnvOn(t *testing.T, st, rst store.Store, n int, opts ...rollout.Option) *env {
+	t.Helper()
+	ctx := context.Background()
 	v := wasmbuild.Load(t, "routing")
 	e := &env{clock: testclock.New(time.Now()), store: st, digest: v.Info().Digest}
+	var err error
 	if e.registry, err = instance.New(ctx, st, time.Hour, instance.WithClock(e.clock.Now)); err != nil {
 		t.Fatal(err)
 	}
 	e.releases = release.New(st, func(ctx context.Context, _ string, in host.Input) (host.Result, error) { return v.Validate(ctx, in) }, e.registry.Members, release.WithClock(e.clock.Now))
-	e.rollouts = run(t, rollout.New(st, e.releases, e.registry, rollout.WithClock(e.clock.Now)))
-	for i := range 6 {
+	e.rollouts = run(t, rollout.New(rst, e.releases, e.registry, append([]rollout.Option{rollout.WithClock(e.clock.Now)}, opts...)...))
+	for i := range n {
 		e.register(t, fmt.Sprintf("i%d", i), "boot-1", fmt.Sprintf("zone-%c", 'a'+i%3))
 	}
 	return e
@@ -113,6 +121,16 @@ func (e *env) releaseWith(t *testing.T, weight int, edit func(*release.Spec)) re
 // ACK as judged.
 func (e *env) ack(t *testing.T, rel release.Release, id, boot string, seq int64, state rollout.AckState, opts ...func(*rollout.Ack)) rollout.Ack {
 	t.Helper()
+	got, err := e.rollouts.RecordAck(context.Background(), e.ackOf(t, rel, id, boot, seq, state, opts...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+// ackOf is the ACK that ack records.
+func (e *env) ackOf(t *testing.T, rel release.Release, id, boot string, seq int64, state rollout.AckState, opts ...func(*rollout.Ack)) rollout.Ack {
+	t.Helper()
 	reg, err := e.registry.Get(context.Background(), id)
 	if err != nil {
 		t.Fatal(err)
@@ -128,11 +146,7 @@ func (e *env) ack(t *testing.T, rel release.Release, id, boot string, seq int64,
 	for _, o := range opts {
 		o(&a)
 	}
-	got, err := e.rollouts.RecordAck(context.Background(), a)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return got
+	return a
 }
 
 func TestStageBlocksUntilEveryZoneAcksThenPromotes(t *testing.T) {

@@ -57,10 +57,22 @@ type tracked struct {
 }
 
 // storedAck is what the bound on an instance's stored ACKs needs to know
-// of one: its key's arrival, and whether it counted.
+// of one (its key's arrival, and whether it counted), and what finds the
+// ACK that a report sent again names (its boot and report ID; 0: none).
 type storedAck struct {
-	arrival int64
-	counted bool
+	arrival  int64
+	counted  bool
+	reportID uint64
+	boot     string
+}
+
+// storedOf is what the views keep of a stored ACK.
+func storedOf(a Ack) storedAck {
+	s := storedAck{arrival: a.arrival, counted: a.Counted, reportID: a.ReportID}
+	if a.ReportID != 0 {
+		s.boot = a.BootID // only a report with an ID is looked up by it
+	}
+	return s
 }
 
 // memberView is a member's counted ACKs of its current registration.
@@ -216,7 +228,7 @@ func (t *tracked) moveFrom(id string, from [2]quorum.State) {
 // the member's current registration.
 func (t *tracked) addAck(a Ack, reg registration, registered bool) {
 	t.arrivals[a.WorkloadIdentity] = max(t.arrivals[a.WorkloadIdentity], a.arrival)
-	t.stored[a.WorkloadIdentity] = append(t.stored[a.WorkloadIdentity], storedAck{arrival: a.arrival, counted: a.Counted})
+	t.stored[a.WorkloadIdentity] = append(t.stored[a.WorkloadIdentity], storedOf(a))
 	if _, member := t.plan.members[a.WorkloadIdentity]; !a.Counted || !member || !registered ||
 		reg.boot != a.BootID || reg.epoch != a.MembershipEpoch {
 		return

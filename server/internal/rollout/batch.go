@@ -1,0 +1,417 @@
+package rollout
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/pawlcfg/pawl/server/internal/store"
+)
+
+// ErrBusy means too many ACKs wait to be recorded: the ACK was not taken,
+// and may be sent again shortly.
+var ErrBusy = errors.New("rollout: too many ACKs waiting to be recorded")
+
+// The batches' tunables (WithAckBatching changes them).
+const (
+	// DefaultAckBatch is the most ACKs one store transaction records. A
+	// commit costs about the same for 1 or 256 ACKs (one fsync, one Redis
+	// script), so larger batches raise throughput until the judgement and
+	// encoding of the batch, which the next batch waits for, dominate; 256
+	// ACKs are some 1,000 puts, a Redis script of a few milliseconds.
+	DefaultAckBatch = 256
+	// DefaultAckBatchBytes bounds a batch's ACKs by their estimated size
+	// (ackSize), so that REJECTED ACKs with many violations make smaller
+	// batches: one Redis script stays well below its argument and time
+	// limits. An ACK larger than the bound makes a batch of its own.
+	DefaultAckBatchBytes = 1 << 20
+	// DefaultAcksWaiting bounds the ACKs queued for the batches: 10,000
+	// instances with an ACK each in flight fit, and what waits stays some
+	// megabytes. Beyond it SubmitAck answers ErrBusy at once.
+	DefaultAcksWaiting = 16384
+)
+
+// AckResult is the answer to one submitted ACK.
+type AckResult struct {
+	// Ack is the ACK as stored, counted or with the reason it does not
+	// count: for a report sent again, the ACK stored the first time. It
+	// is set, with Err, when the ACK was stored and settling the rollout
+	// after it failed.
+	Ack Ack
+	// Err is why the ACK was not recorded (a malformed ACK, an unknown
+	// release, a store failure, ErrBusy, the submitter's context), or
+	// that settling after it failed.
+	Err error
+}
+
+// SubmitAck queues ack to be judged and recorded as RecordAck does, in a
+// batch with the ACKs queued beside it, and returns at once. The channel
+// (buffered, never closed) receives exactly one AckResult: after the
+// store committed the transaction that holds the ACK (its record is
+// durable) and the rollout was settled, or when it was refused. A
+// malformed ACK, a full queue (ErrBusy) and a stopped Rollouts are
+// answered before SubmitAck returns.
+//
+// ACKs of one instance for one config are judged one at a time, in the
+// order they were submitted, each against the records the one before it
+// left. When ctx ends while the ACK still waits in the queue, it is
+// answered with ctx's error and not recorded; once taken into a batch it
+// is recorded whatever ctx does, and no submitter's context affects
+// another's ACK. SubmitAck may be called concurrently, and before Run
+// starts (ACKs wait for it).
+func (r *Rollouts) SubmitAck(ctx context.Context, ack Ack) <-chan AckResult {
+	res := make(chan AckResult, 1)
+	if err := ack.prepare(); err != nil {
+		res <- AckResult{Err: err}
+		return res
+	}
+	if err := ctx.Err(); err != nil {
+		res <- AckResult{Err: err}
+		return res
+	}
+	r.acks.enqueue(ctx, &pendingAck{ack: ack, size: ackSize(ack), res: res})
+	return res
+}
+
+// ackSize estimates what an ACK adds to a batch's transaction: its
+// record, its applied and evidence records, and the keys.
+func ackSize(a Ack) int {
+	n := 1024 + 2*(len(a.ConfigID)+len(a.WorkloadIdentity)+len(a.BootID)) + len(a.ContentDigest) + len(a.ValidatorDigest) +
+		len(a.AppArtifact) + len(a.AppVersion) + len(a.Reason) + len(a.TraceParent) + len(a.RejectCode)
+	for _, v := range a.Violations {
+		n += 64 + len(v.Path) + len(v.Message) + len(v.Severity)
+	}
+	return n
+}
+
+// The states of a pendingAck.
+const (
+	ackQueued int32 = iota
+	ackTaken
+	ackCancelled
+)
+
+// pendingAck is one submitted ACK. Whoever moves state from ackQueued
+// (the batcher taking it, or its context's end cancelling it) answers it.
+type pendingAck struct {
+	ack   Ack
+	size  int
+	res   chan AckResult // buffered(1): answering never blocks
+	state atomic.Int32
+	// release stops watching the submitter's context.
+	release func() bool
+}
+
+// answer delivers the result; each pendingAck is answered once.
+func (p *pendingAck) answer(a Ack, err error) { p.res <- AckResult{Ack: a, Err: err} }
+
+// groupKey is what at most one ACK of a batch may share: every ACK of an
+// instance for a config reads and writes the instance's applied record of
+// the config, and its judgement rests on those before it.
+type groupKey struct{ config, identity string }
+
+// ackBatcher records ACKs in batches: the group commit of etcd's and
+// bbolt's writers. One goroutine (run) takes whatever queued while the
+// batch before committed (no waiting to fill a batch), at most one ACK per
+// instance and config and at most maxAcks or maxBytes, judges them all
+// against the views at one revision, and commits them with one store
+// transaction: its conditions are the union of each judgement's, its
+// writes all of theirs. A transaction that fails on a condition (a record
+// a judgement read changed: a registration, a pointer) is not retried as
+// a whole: each of its ACKs is recorded by itself, concurrently, so that
+// one conflicting ACK delays the others by one commit and cannot starve
+// them; each keeps RecordAck's bound on judgements (ErrContended). Then
+// each release the batch touched is settled once, and the ACKs answered.
+//
+// The queue is a slice under mu, not a channel, so that an ACK of an
+// instance already in the batch stays queued, in order, for the next.
+type ackBatcher struct {
+	r                           *Rollouts
+	maxAcks, maxBytes, maxQueue int
+	// observe, if set, hears how many ACKs each transaction recorded.
+	observe func(acks int)
+
+	mu      sync.Mutex
+	queue   []*pendingAck
+	stopped error // set when run returned: SubmitAck answers it
+	wake    chan struct{}
+
+	// lastRev is the revision of the last batch's commit (run only): the
+	// next batch is judged on views at least there, so that it sees its
+	// own instances' ACKs and its conditions scan little of the log.
+	lastRev int64
+}
+
+func newAckBatcher(r *Rollouts) *ackBatcher {
+	return &ackBatcher{r: r, maxAcks: DefaultAckBatch, maxBytes: DefaultAckBatchBytes, maxQueue: DefaultAcksWaiting, wake: make(chan struct{}, 1)}
+}
+
+// enqueue queues p, or answers it at once when the queue is full or the
+// batcher stopped.
+func (b *ackBatcher) enqueue(ctx context.Context, p *pendingAck) {
+	b.mu.Lock()
+	switch {
+	case b.stopped != nil:
+		b.mu.Unlock()
+		p.answer(Ack{}, b.stopped)
+		return
+	case len(b.queue) >= b.maxQueue:
+		b.mu.Unlock()
+		p.answer(Ack{}, fmt.Errorf("%w: %d ACKs wait (the limit); send this one again shortly", ErrBusy, len(b.queue)))
+		return
+	}
+	p.release = context.AfterFunc(ctx, func() {
+		if p.state.CompareAndSwap(ackQueued, ackCancelled) {
+			p.answer(Ack{}, ctx.Err())
+		}
+	})
+	b.queue = append(b.queue, p)
+	b.mu.Unlock()
+	select {
+	case b.wake <- struct{}{}:
+	default: // a wake-up is pending already
+	}
+}
+
+// run records batches until ctx ends, its only exit; it then answers
+// every ACK still queued, and those submitted later, with an error that
+// matches store.ErrClosed.
+func (b *ackBatcher) run(ctx context.Context) {
+	defer b.stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-b.wake:
+		}
+		for ctx.Err() == nil {
+			batch := b.take()
+			if len(batch) == 0 {
+				break
+			}
+			b.record(ctx, batch)
+		}
+	}
+}
+
+func (b *ackBatcher) stop() {
+	b.mu.Lock()
+	b.stopped = fmt.Errorf("rollout: ACKs are no longer recorded: %w", store.ErrClosed)
+	queue := b.queue
+	b.queue = nil
+	b.mu.Unlock()
+	for _, p := range queue {
+		if p.state.CompareAndSwap(ackQueued, ackTaken) {
+			p.release()
+			p.answer(Ack{}, b.stopped)
+		}
+	}
+}
+
+// take takes the next batch from the queue: in order, at most one ACK
+// per groupKey, up to maxAcks and maxBytes (one ACK at least). What it
+// leaves stays queued in order; cancelled ACKs are dropped.
+func (b *ackBatcher) take() []*pendingAck {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var (
+		batch []*pendingAck
+		bytes int
+		in    = map[groupKey]bool{}
+		rest  = b.queue[:0]
+		full  bool
+	)
+	for _, p := range b.queue {
+		k := groupKey{p.ack.ConfigID, p.ack.WorkloadIdentity}
+		switch {
+		case p.state.Load() == ackCancelled:
+			continue
+		case full || in[k]:
+			rest = append(rest, p)
+			continue
+		case len(batch) > 0 && (len(batch) == b.maxAcks || bytes+p.size > b.maxBytes):
+			full = true
+			rest = append(rest, p)
+			continue
+		case !p.state.CompareAndSwap(ackQueued, ackTaken):
+			continue // cancelled just now: answered
+		}
+		p.release()
+		in[k] = true
+		bytes += p.size
+		batch = append(batch, p)
+	}
+	clear(b.queue[len(rest):])
+	b.queue = rest
+	return batch
+}
+
+// judged is one ACK of a batch, judged.
+type judged struct {
+	p *pendingAck
+	w ackWrite
+	// rev is the revision its rollout is settled at.
+	rev int64
+	err error
+}
+
+// record judges a batch, commits it, settles what it touched and answers
+// each ACK.
+func (b *ackBatcher) record(ctx context.Context, batch []*pendingAck) {
+	js := b.judge(ctx, batch)
+	var writes []*judged
+	for _, j := range js {
+		if j.err == nil && !j.w.resent {
+			writes = append(writes, j)
+		}
+	}
+	if len(writes) > 0 {
+		b.commit(ctx, writes)
+	}
+	b.settle(ctx, js)
+	for _, j := range js {
+		j.p.answer(j.w.ack, j.err)
+	}
+}
+
+// judge judges every ACK of the batch on the views at one revision (at
+// least the last batch's), read under one lock; an ACK of a release the
+// views do not keep is judged from the store.
+func (b *ackBatcher) judge(ctx context.Context, batch []*pendingAck) []*judged {
+	js := make([]*judged, len(batch))
+	for i, p := range batch {
+		js[i] = &judged{p: p}
+	}
+	if err := b.r.views.waitFor(ctx, b.lastRev); err != nil {
+		for _, j := range js {
+			j.err = err
+		}
+		return js
+	}
+	avs := make([]ackView, len(batch))
+	kept := make([]bool, len(batch))
+	v := b.r.views
+	v.mu.RLock()
+	for i, p := range batch {
+		avs[i], kept[i] = b.r.ackViewLocked(p.ack.ConfigID, p.ack.Generation, p.ack.WorkloadIdentity)
+	}
+	v.mu.RUnlock()
+	for i, j := range js {
+		a := j.p.ack
+		if !kept[i] {
+			if avs[i], j.err = b.r.ackViewFromStore(ctx, a.ConfigID, a.Generation, a.WorkloadIdentity); j.err != nil {
+				continue
+			}
+		}
+		j.w, j.err = b.r.decideAck(ctx, a, avs[i])
+		j.rev = j.w.rev
+	}
+	return js
+}
+
+// commit stores the judged writes with one transaction, or, when that
+// fails on a condition or the store's quota, each by itself.
+func (b *ackBatcher) commit(ctx context.Context, writes []*judged) {
+	var t store.Txn
+	seen := map[string]int{} // prefix -> index in t.Unchanged
+	for _, j := range writes {
+		t.Puts = append(t.Puts, j.w.puts...)
+		t.Deletes = append(t.Deletes, j.w.deletes...)
+		for _, u := range j.w.unchanged {
+			if i, ok := seen[u.Prefix]; ok {
+				t.Unchanged[i].Since = min(t.Unchanged[i].Since, u.Since)
+				continue
+			}
+			seen[u.Prefix] = len(t.Unchanged)
+			t.Unchanged = append(t.Unchanged, u)
+		}
+	}
+	res, err := b.r.store.Txn(ctx, t)
+	var quota *store.QuotaError
+	switch {
+	case err == nil:
+		b.lastRev = res.Revision
+		b.observed(len(writes))
+		for _, j := range writes {
+			j.rev = res.Revision
+		}
+	case errors.Is(err, store.ErrRevisionMismatch) || (errors.As(err, &quota) && len(writes) > 1):
+		b.alone(ctx, writes)
+	default:
+		for _, j := range writes {
+			j.err = fmt.Errorf("rollout: store ACK: %w", err)
+		}
+	}
+}
+
+// alone records each of writes by itself, concurrently, after the views
+// caught up with what made the batch's transaction fail; each was judged
+// once already.
+func (b *ackBatcher) alone(ctx context.Context, writes []*judged) {
+	if err := b.r.wait(ctx, true); err != nil {
+		for _, j := range writes {
+			j.err = err
+		}
+		return
+	}
+	var wg sync.WaitGroup
+	for _, j := range writes {
+		wg.Go(func() {
+			var stored Ack
+			stored, j.rev, j.err = b.r.recordOne(ctx, j.p.ack, maxAttempts-1)
+			if j.err == nil {
+				j.w = ackWrite{ack: stored}
+			} else if errors.Is(j.err, ErrContended) {
+				j.err = contended(j.p.ack, maxAttempts)
+			}
+		})
+	}
+	wg.Wait()
+	for _, j := range writes {
+		if j.err == nil {
+			b.lastRev = max(b.lastRev, j.rev)
+			b.observed(1)
+		}
+	}
+}
+
+func (b *ackBatcher) observed(acks int) {
+	if b.observe != nil {
+		b.observe(acks)
+	}
+}
+
+// settle settles, once each, the releases whose stored ACKs settle them
+// (settles), at the latest revision among them; when that fails, each such
+// ACK's answer says it was stored and settling failed.
+func (b *ackBatcher) settle(ctx context.Context, js []*judged) {
+	type release struct {
+		config string
+		gen    int64
+	}
+	at := map[release]int64{}
+	var order []release
+	for _, j := range js {
+		if j.err != nil || !settles(j.w.ack) {
+			continue
+		}
+		k := release{j.w.ack.ConfigID, j.w.ack.Generation}
+		if _, ok := at[k]; !ok {
+			order = append(order, k)
+		}
+		at[k] = max(at[k], j.rev)
+	}
+	failed := map[release]error{}
+	for _, k := range order {
+		if err := b.r.settleAt(ctx, k.config, k.gen, at[k]); err != nil {
+			failed[k] = settleFailed(err)
+		}
+	}
+	for _, j := range js {
+		if err, ok := failed[release{j.w.ack.ConfigID, j.w.ack.Generation}]; ok && j.err == nil && settles(j.w.ack) {
+			j.err = err
+		}
+	}
+}

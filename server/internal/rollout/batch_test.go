@@ -1,0 +1,387 @@
+package rollout_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/pawlcfg/pawl/internal/testkit/redistest"
+	"github.com/pawlcfg/pawl/server/internal/release"
+	"github.com/pawlcfg/pawl/server/internal/rollout"
+	"github.com/pawlcfg/pawl/server/internal/store"
+	"github.com/pawlcfg/pawl/server/internal/store/boltstore"
+	"github.com/pawlcfg/pawl/server/internal/store/redisstore"
+)
+
+// batchStore counts the transactions that write ACKs, can hold the first
+// one until the test has queued more behind it, and can run a hook before
+// each, in the writing goroutine (the batches').
+type batchStore struct {
+	store.Store
+	mu   sync.Mutex
+	txns int
+	hold chan struct{} // closed to let the held first transaction go
+	held chan struct{} // closed when the first transaction is held
+	hook func(t store.Txn)
+}
+
+func newBatchStore(st store.Store) *batchStore { return &batchStore{Store: st} }
+
+func writesAcks(t store.Txn) bool {
+	for _, p := range t.Puts {
+		if strings.Contains(p.Key, "/acks/") {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *batchStore) Txn(ctx context.Context, t store.Txn) (store.Result, error) {
+	if writesAcks(t) {
+		s.mu.Lock()
+		s.txns++
+		first, hold, held, hook := s.txns == 1, s.hold, s.held, s.hook
+		s.mu.Unlock()
+		if first && hold != nil {
+			close(held)
+			<-hold
+		}
+		if hook != nil {
+			hook(t)
+		}
+	}
+	return s.Store.Txn(ctx, t)
+}
+
+// holdFirst makes the first ACK transaction wait; the returned function
+// lets it go.
+func (s *batchStore) holdFirst() (held <-chan struct{}, release func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.hold, s.held = make(chan struct{}), make(chan struct{})
+	return s.held, sync.OnceFunc(func() { close(s.hold) })
+}
+
+func (s *batchStore) ackTxns() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.txns
+}
+
+func (s *batchStore) setHook(hook func(t store.Txn)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.hook = hook
+}
+
+// engine opens a store and, for checks, a second handle on the same data
+// (on Redis a store of its own over its own connection; bbolt allows one
+// handle, so the same).
+type engine func(t *testing.T) (st, fresh store.Store)
+
+var engines = map[string]engine{
+	"bolt": func(t *testing.T) (store.Store, store.Store) {
+		st, err := boltstore.Open(context.Background(), t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = st.Close() })
+		return st, st
+	},
+	"redis": func(t *testing.T) (store.Store, store.Store) {
+		_, prefix := redistest.Shared(t)
+		open := func() store.Store {
+			rdb := redis.NewClient(&redis.Options{Addr: redistest.Addr()})
+			st, err := redisstore.Open(context.Background(), rdb, prefix)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				_ = st.Close()
+				_ = rdb.Close()
+			})
+			return st
+		}
+		return open(), open()
+	},
+}
+
+// queueBehind submits first, waits until its batch is held in its commit,
+// submits the rest behind it, and lets the commit go: the rest are queued
+// together, as ACKs arriving from many sessions during a commit are.
+func queueBehind(t *testing.T, e *env, bs *batchStore, first rollout.Ack, rest []rollout.Ack, ctxs ...context.Context) []<-chan rollout.AckResult {
+	t.Helper()
+	held, release := bs.holdFirst()
+	defer release()
+	out := []<-chan rollout.AckResult{e.rollouts.SubmitAck(context.Background(), first)}
+	<-held
+	for i, a := range rest {
+		ctx := context.Background()
+		if i < len(ctxs) {
+			ctx = ctxs[i]
+		}
+		out = append(out, e.rollouts.SubmitAck(ctx, a))
+	}
+	return out
+}
+
+// TestBatchedAcksAreDurableBeforeTheirAnswer: ACKs of many instances,
+// queued while a commit is under way, are recorded by a few transactions
+// (one per batch), each counted, and each readable through another handle
+// of the store the moment its answer arrives.
+func TestBatchedAcksAreDurableBeforeTheirAnswer(t *testing.T) {
+	for name, open := range engines {
+		t.Run(name, func(t *testing.T) {
+			n := 300 // more than one batch: on Redis, a script of some 800 writes
+			if testing.Short() {
+				n = 60
+			}
+			st, fresh := open(t)
+			bs := newBatchStore(st)
+			e := newEnvOn(t, st, bs, n)
+			rel := e.release(t, 50)
+			acks := make([]rollout.Ack, n)
+			for i := range acks {
+				acks[i] = e.ackOf(t, rel, fmt.Sprintf("i%d", i), "boot-1", 1, rollout.Applied)
+			}
+			results := queueBehind(t, e, bs, acks[0], acks[1:])
+			var wg sync.WaitGroup
+			for i, ch := range results {
+				wg.Go(func() {
+					res := <-ch
+					if res.Err != nil || !res.Ack.Counted {
+						t.Errorf("ACK of i%d = %+v, %v", i, res.Ack, res.Err)
+						return
+					}
+					if _, _, err := fresh.Get(context.Background(), rollout.AckKey(res.Ack), 0); err != nil {
+						t.Errorf("ACK of i%d answered, and its record is not in the store: %v", i, err)
+					}
+				})
+			}
+			wg.Wait()
+			// The first batch (one ACK), then the rest in batches of
+			// DefaultAckBatch.
+			if want := 1 + (n-1+rollout.DefaultAckBatch-1)/rollout.DefaultAckBatch; bs.ackTxns() > want {
+				t.Errorf("%d ACKs took %d transactions; want %d", n, bs.ackTxns(), want)
+			}
+			stored, err := e.rollouts.Acks(context.Background(), "routing", rel.Generation)
+			if err != nil || len(stored) != n {
+				t.Fatalf("%d ACKs stored, %v; want %d", len(stored), err, n)
+			}
+		})
+	}
+}
+
+// TestAcksOfOneInstanceAreJudgedInOrder: three ACKs of one instance,
+// queued together, are judged one after the other, each against the
+// records of those before it (the second is out of order, the third a
+// duplicate), while another instance's ACK shares their first batch.
+func TestAcksOfOneInstanceAreJudgedInOrder(t *testing.T) {
+	st, _ := engines["bolt"](t)
+	bs := newBatchStore(st)
+	e := newEnvOn(t, st, bs, 6)
+	rel := e.release(t, 50)
+	results := queueBehind(t, e, bs, e.ackOf(t, rel, "i5", "boot-1", 1, rollout.Applied), []rollout.Ack{
+		e.ackOf(t, rel, "i0", "boot-1", 2, rollout.Applied),
+		e.ackOf(t, rel, "i0", "boot-1", 1, rollout.Applied),
+		e.ackOf(t, rel, "i1", "boot-1", 1, rollout.Applied),
+		e.ackOf(t, rel, "i0", "boot-1", 2, rollout.Applied),
+	})
+	var got []rollout.Ack
+	for _, ch := range results {
+		res := <-ch
+		if res.Err != nil {
+			t.Fatal(res.Err)
+		}
+		got = append(got, res.Ack)
+	}
+	for i, want := range []string{"", "", "out of order: apply sequence 1 after 2", "", "duplicate: APPLIED at apply sequence 2"} {
+		if a := got[i]; a.Counted != (want == "") || !strings.Contains(a.Why, want) {
+			t.Errorf("ACK %d (%s at %d) = counted %v, %q; want %q", i, a.WorkloadIdentity, a.ApplySequence, a.Counted, a.Why, want)
+		}
+	}
+	// i0's three: three batches after the first; i1's went with the first of them.
+	if n := bs.ackTxns(); n != 4 {
+		t.Errorf("%d transactions; want 4", n)
+	}
+}
+
+// TestAConflictInABatchDelaysNoOther: a batch whose transaction fails
+// because one instance registered again meanwhile records every other ACK
+// all the same, and judges that one against the new registration; an
+// instance whose registration changes before every attempt gets
+// ErrContended, and the others of its batch are recorded.
+func TestAConflictInABatchDelaysNoOther(t *testing.T) {
+	for _, persistent := range []bool{false, true} {
+		t.Run(fmt.Sprintf("persistent=%v", persistent), func(t *testing.T) {
+			st, _ := engines["bolt"](t)
+			bs := newBatchStore(st)
+			e := newEnvOn(t, st, bs, 6)
+			rel := e.release(t, 50)
+			var rest []rollout.Ack
+			for i := range 5 {
+				rest = append(rest, e.ackOf(t, rel, fmt.Sprintf("i%d", i), "boot-1", 1, rollout.Applied))
+			}
+			restarts := 0
+			bs.setHook(func(txn store.Txn) {
+				mine := false
+				for _, p := range txn.Puts {
+					mine = mine || strings.Contains(p.Key, "/acks/routing/") && strings.Contains(p.Key, "/i0/")
+				}
+				if mine && (persistent || restarts == 0) && restarts < 40 {
+					restarts++
+					e.register(t, "i0", fmt.Sprintf("boot-%d", restarts+1), "zone-a")
+				}
+			})
+			results := queueBehind(t, e, bs, e.ackOf(t, rel, "i5", "boot-1", 1, rollout.Applied), rest)
+			for i, ch := range results {
+				res := <-ch
+				switch {
+				case i == 1 && persistent:
+					if !errors.Is(res.Err, rollout.ErrContended) {
+						t.Errorf("i0, its registration changing before every write = %+v, %v; want ErrContended", res.Ack, res.Err)
+					}
+				case i == 1:
+					if res.Err != nil || res.Ack.Counted || !strings.Contains(res.Ack.Why, "stale boot boot-1") {
+						t.Errorf("i0, registered again while its batch committed = %+v, %v; want judged against the new registration", res.Ack, res.Err)
+					}
+				case res.Err != nil || !res.Ack.Counted:
+					t.Errorf("ACK %d (%s) = %+v, %v; want counted", i, res.Ack.WorkloadIdentity, res.Ack, res.Err)
+				}
+			}
+			if persistent && restarts != 16 {
+				t.Errorf("i0 was judged %d times; want 16 (the bound)", restarts)
+			}
+		})
+	}
+}
+
+// TestAWaitingAckEndsWithItsContext: an ACK whose submitter's context
+// ends while it waits is answered at once with the context's error and
+// never recorded; the ACKs queued beside it are. A full queue refuses
+// at once with ErrBusy.
+func TestAWaitingAckEndsWithItsContext(t *testing.T) {
+	st, _ := engines["bolt"](t)
+	bs := newBatchStore(st)
+	e := newEnvOn(t, st, bs, 6, rollout.WithAckBatching(0, 0, 3))
+	rel := e.release(t, 50)
+	ctx, cancel := context.WithCancel(context.Background())
+	held, release := bs.holdFirst()
+	first := e.rollouts.SubmitAck(context.Background(), e.ackOf(t, rel, "i5", "boot-1", 1, rollout.Applied))
+	<-held
+	cancelled := e.rollouts.SubmitAck(ctx, e.ackOf(t, rel, "i0", "boot-1", 1, rollout.Applied))
+	others := []<-chan rollout.AckResult{first,
+		e.rollouts.SubmitAck(context.Background(), e.ackOf(t, rel, "i1", "boot-1", 1, rollout.Applied)),
+		e.rollouts.SubmitAck(context.Background(), e.ackOf(t, rel, "i2", "boot-1", 1, rollout.Applied)),
+	}
+	busy := <-e.rollouts.SubmitAck(context.Background(), e.ackOf(t, rel, "i3", "boot-1", 1, rollout.Applied))
+	if !errors.Is(busy.Err, rollout.ErrBusy) {
+		t.Errorf("a fourth ACK waiting behind a queue of 3 = %+v, %v; want ErrBusy", busy.Ack, busy.Err)
+	}
+	cancel()
+	if res := <-cancelled; !errors.Is(res.Err, context.Canceled) {
+		t.Errorf("the cancelled ACK = %+v, %v", res.Ack, res.Err)
+	}
+	release()
+	for _, ch := range others {
+		if res := <-ch; res.Err != nil || !res.Ack.Counted {
+			t.Errorf("ACK of %s = %+v, %v", res.Ack.WorkloadIdentity, res.Ack, res.Err)
+		}
+	}
+	acks, err := e.rollouts.Acks(context.Background(), "routing", rel.Generation)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range acks {
+		if a.WorkloadIdentity == "i0" || a.WorkloadIdentity == "i3" {
+			t.Errorf("%s's ACK was recorded: %+v", a.WorkloadIdentity, a)
+		}
+	}
+	if len(acks) != 3 {
+		t.Errorf("%d ACKs recorded; want 3", len(acks))
+	}
+}
+
+// TestAReportSentAgainGetsTheFirstAnswer: a report sent again with its
+// report ID is answered with the ACK stored the first time, and stored
+// once; an ID reused for another report is refused; another boot's
+// reports are its own; and a report whose first send was replaced (see
+// MaxAcksPerInstance) is judged anew.
+func TestAReportSentAgainGetsTheFirstAnswer(t *testing.T) {
+	for name, open := range engines {
+		t.Run(name, func(t *testing.T) {
+			st, _ := open(t)
+			e := newEnvOn(t, st, st, 6)
+			rel := e.release(t, 50)
+			ctx := context.Background()
+			withID := func(id uint64) func(*rollout.Ack) { return func(a *rollout.Ack) { a.ReportID = id } }
+			first := e.ack(t, rel, "i0", "boot-1", 1, rollout.Applied, withID(7))
+			e.clock.Advance(time.Second)
+			// Sent again twice, one behind the other in the queue.
+			again := e.rollouts.SubmitAck(ctx, e.ackOf(t, rel, "i0", "boot-1", 1, rollout.Applied, withID(7)))
+			third := e.rollouts.SubmitAck(ctx, e.ackOf(t, rel, "i0", "boot-1", 1, rollout.Applied, withID(7)))
+			for _, ch := range []<-chan rollout.AckResult{again, third} {
+				res := <-ch
+				if res.Err != nil || !res.Ack.Counted || !res.Ack.ReceivedAt.Equal(first.ReceivedAt) || res.Ack.ReportID != 7 || rollout.AckKey(res.Ack) != rollout.AckKey(first) {
+					t.Fatalf("report 7 sent again = %+v, %v; want the first answer %+v", res.Ack, res.Err, first)
+				}
+			}
+			if acks, _ := e.rollouts.Acks(ctx, "routing", rel.Generation); len(acks) != 1 {
+				t.Fatalf("%d ACKs stored after one report sent three times", len(acks))
+			}
+			if _, err := e.rollouts.RecordAck(ctx, e.ackOf(t, rel, "i0", "boot-1", 2, rollout.Applied, withID(7))); !errors.Is(err, rollout.ErrInvalid) ||
+				!strings.Contains(err.Error(), "report_id 7") {
+				t.Fatalf("report ID 7 for another report = %v; want refused", err)
+			}
+			// Without an ID the same report is a duplicate.
+			if a := e.ack(t, rel, "i0", "boot-1", 1, rollout.Applied); a.Counted || !strings.Contains(a.Why, "duplicate") {
+				t.Fatalf("the report without its ID = %+v", a)
+			}
+			// Another boot numbers its reports anew.
+			e.register(t, "i1", "boot-2", "zone-b")
+			e.ack(t, rel, "i1", "boot-1", 1, rollout.Applied, withID(7))
+			if a := e.ack(t, rel, "i1", "boot-2", 1, rollout.Applied, withID(7)); !a.Counted {
+				t.Fatalf("boot-2's report 7 = %+v; want judged as its own", a)
+			}
+			// Once MaxAcksPerInstance newer reports replaced the first send, the
+			// same report is judged anew.
+			for seq := int64(2); seq <= rollout.MaxAcksPerInstance+1; seq++ {
+				e.ack(t, rel, "i0", "boot-1", seq, rollout.Applied, withID(uint64(100+seq)))
+			}
+			if a := e.ack(t, rel, "i0", "boot-1", 1, rollout.Applied, withID(7)); a.Counted || !strings.Contains(a.Why, "out of order") || a.ReceivedAt.Equal(first.ReceivedAt) {
+				t.Fatalf("report 7 sent again after it was replaced = %+v; want judged anew", a)
+			}
+		})
+	}
+}
+
+// TestRecordAckSettlesOncePerBatch: HEALTHY_ACKED reports of every
+// member, queued together, pass the stage (settled after their batch),
+// and each answer comes after it.
+func TestRecordAckSettlesOncePerBatch(t *testing.T) {
+	st, _ := engines["bolt"](t)
+	bs := newBatchStore(st)
+	e := newEnvOn(t, st, bs, 6)
+	rel := e.releaseWith(t, 50, func(s *release.Spec) {})
+	var rest []rollout.Ack
+	for i := range 5 {
+		rest = append(rest, e.ackOf(t, rel, fmt.Sprintf("i%d", i), "boot-1", 1, rollout.HealthyAcked))
+	}
+	results := queueBehind(t, e, bs, e.ackOf(t, rel, "i5", "boot-1", 1, rollout.HealthyAcked), rest)
+	for _, ch := range results {
+		if res := <-ch; res.Err != nil || !res.Ack.Counted {
+			t.Fatalf("ACK = %+v, %v", res.Ack, res.Err)
+		}
+	}
+	// Answered after settling: the stage passed before the last answer.
+	st2 := e.status(t, rel.Generation)
+	if len(st2.Stages) != 1 || st2.Stages[0].PassedAt.IsZero() {
+		t.Fatalf("after every member's HEALTHY_ACKED was answered, stage = %+v", st2.Stages)
+	}
+}
