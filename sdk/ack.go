@@ -140,6 +140,12 @@ func (r *reporter) send(ctx context.Context, state pawlv1.InstanceState, digest 
 	first := time.Now()
 	var err error
 	for attempt := 0; ; attempt++ {
+		// A new report: the retries below send it again with the same
+		// number, so that the server answers one it recorded (its answer
+		// lost, its session cut) with that record instead of storing it
+		// twice. A report sent again because it came too early is a new
+		// report, judged again.
+		ack.ReportId = r.c.reports.Add(1)
 		var judged *pawlv1.Ack
 		err = r.c.retry(ctx, "ack", func(ctx context.Context) error {
 			epoch := r.c.epoch.Load()
@@ -147,12 +153,9 @@ func (r *reporter) send(ctx context.Context, state pawlv1.InstanceState, digest 
 				return connect.NewError(connect.CodeUnavailable, errors.New("the instance is registering again"))
 			}
 			ack.MembershipEpoch = epoch
-			resp, err := r.c.rollouts.Ack(ctx, connect.NewRequest(&pawlv1.AckRequest{Ack: ack}))
-			if err != nil {
-				return err
-			}
-			judged = resp.Msg.GetAck()
-			return nil
+			var err error
+			judged, err = r.c.deliver(ctx, ack)
+			return err
 		})
 		if err != nil || !tooEarly(ack, judged) || attempt == maxEarlyResends {
 			break
@@ -175,6 +178,23 @@ func (r *reporter) send(ctx context.Context, state pawlv1.InstanceState, digest 
 		return fmt.Errorf("sdk: ACK %s of %s@%d: %w", state, ack.ConfigId, ack.Generation, err)
 	}
 	return nil
+}
+
+// deliver sends one ACK and returns the server's record of it: on the
+// session, or by RolloutService.Ack when the client has none or the
+// server in use holds none.
+func (c *Client) deliver(ctx context.Context, ack *pawlv1.Ack) (*pawlv1.Ack, error) {
+	if c.sess != nil {
+		judged, err := c.sess.ack(ctx, ack)
+		if !errors.Is(err, errNoSession) {
+			return judged, err
+		}
+	}
+	resp, err := c.rollouts.Ack(ctx, connect.NewRequest(&pawlv1.AckRequest{Ack: ack}))
+	if err != nil {
+		return nil, err
+	}
+	return resp.Msg.GetAck(), nil
 }
 
 // maxReasonBytes is the longest ACK reason sent: the least bound a server

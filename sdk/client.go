@@ -38,6 +38,10 @@ type Client struct {
 	validators pawlv1connect.ValidatorServiceClient
 	rollouts   pawlv1connect.RolloutServiceClient
 	kv         pawlv1connect.KVServiceClient
+	// sess is the session (nil: the client uses the unary calls only).
+	sess *session
+	// reports numbers the ACKs of this boot (Ack.report_id).
+	reports atomic.Uint64
 
 	tracer  trace.Tracer
 	started time.Time
@@ -171,6 +175,7 @@ func New(ctx context.Context, serverURL string, opts ...Option) (*Client, error)
 	c.validators = pawlv1connect.NewValidatorServiceClient(c.http, c.url, clientOpts...)
 	c.rollouts = pawlv1connect.NewRolloutServiceClient(c.http, c.url, clientOpts...)
 	c.kv = pawlv1connect.NewKVServiceClient(c.http, c.url, clientOpts...)
+	c.sess = newSession(c, c.http, c.url, len(urls), clientOpts)
 
 	compiled := cfg.compiledDir
 	if cfg.cacheDir != "" {
@@ -276,6 +281,7 @@ func (c *Client) Server() string {
 func (c *Client) moveOn() {
 	if c.servers != nil {
 		c.servers.moveOn(c.servers.cur.Load())
+		c.sess.moved()
 	}
 }
 

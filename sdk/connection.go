@@ -5,13 +5,15 @@ import (
 	"time"
 )
 
-// Connection is the client's link to the server, as its assignment
-// stream sees it: Up once the stream delivered its first message, down
-// (with the error) when the stream or the registration failed. While it
+// Connection is the client's link to the server, as its session (or,
+// against an older server, its assignment stream) sees it: Up once the
+// stream delivered its first message, down (with the error) when the
+// stream or the registration failed. While it
 // is down, the client serves what it has (the last applied snapshots, or
 // the cache's) and retries with backoff.
 type Connection struct {
-	// Up says the assignment stream is open and delivering.
+	// Up says the session (or the assignment stream) is open and
+	// delivering.
 	Up bool
 	// Since is when the link last changed (the client's start while it
 	// never came up).

@@ -2,8 +2,8 @@
 // configuration releases safely.
 //
 // A Client registers the instance (workload identity, zone, role, traffic
-// weight, app version, labels), holds its lease with its assignment
-// stream, and applies each config generation the server assigns to it:
+// weight, app version, labels), holds its lease, and applies each config
+// generation the server assigns to it:
 //
 //  1. download the release's content and, by digest, its validator module
 //     (from the cache directory when they are there);
@@ -29,6 +29,23 @@
 // instance applies only what it is assigned, never a higher generation it
 // has seen, and never moves to a lower pointer epoch. A shadow assignment
 // is validated and reported, never applied.
+//
+// A Client speaks to the server on one session (SessionService.Session, a
+// bidirectional stream): its registration and lease, its assignments, its
+// ACKs (each answered on the stream with the record the server stored)
+// and the watches of all its spaces, each with an ID, travel on it. When
+// the session breaks, the next one resumes all of it: the registration
+// (or a new one, when the server no longer knows it), the assignments
+// after the last revision taken, each space from its revision, and every
+// ACK not yet answered, sent again with its report ID (unique in the
+// boot), so that the server answers one it recorded with that record and
+// never counts it twice. Against an older server, which answers the
+// session Unimplemented, the client falls back by itself to the unary
+// calls and streams (Register, WatchAssignments, RolloutService.Ack,
+// KVService.Watch), with the same guarantees, and remembers the answer
+// for that server (given several, it asks each one it moves to).
+// WithoutSession forces those calls; a client WithoutAssignments speaks
+// for no instance and watches its spaces by KVService.Watch.
 //
 // Reads are lock-free: Config returns the current snapshot, JSON decodes
 // it once per generation, and OnChange, Watch and Changes report swaps
@@ -58,7 +75,8 @@
 // prefix) by JSON pointer or dotted path, as the caller's type, with a
 // default. A REJECTED ACK carries a reject code and the validator's
 // violations as structured data, cut to the server's bounds.
-// Connection and OnConnection tell whether the assignment stream is up;
+// Connection and OnConnection tell whether the session (or the
+// assignment stream) is up;
 // WithMeterProvider records OpenTelemetry metrics (the Metric*
 // constants). Package sdk/openfeature is an OpenFeature provider on a
 // Client.

@@ -14,36 +14,49 @@ import (
 	"github.com/pawlcfg/pawl/sdk/configid"
 )
 
-// follow registers the instance and follows its assignment stream until
-// the client closes: the stream holds the instance's lease while it is
-// open, resumes after the last revision seen when it reconnects (waiting
-// with backoff and jitter), and takes a full set after a compaction. Each
-// config's assignments go to its runner. Its exit is Close.
+// follow follows the instance's assignments until the client closes: on
+// its session (session.go), or, against a server without one, by
+// registering and following its assignment stream. Either holds the
+// instance's lease while it is open, resumes after the last revision seen
+// when it reconnects (waiting with backoff and jitter), and takes a full
+// set after a compaction. Each config's assignments go to its runner. Its
+// exit is Close.
 func (c *Client) follow() {
 	defer c.wg.Done()
-	runners := map[string]*runner{}
-	defer func() {
-		for _, r := range runners {
-			r.stop()
-		}
-	}()
-	set := map[string][]*pawlv1.Assignment{}
-	var after int64
+	as := &assignmentState{set: map[string][]*pawlv1.Assignment{}, runners: map[string]*runner{}}
+	defer as.stop()
 	b := c.newBackoff()
 	for c.ctx.Err() == nil {
-		if c.epoch.Load() == 0 {
-			if err := c.register(c.ctx); err != nil {
-				if c.ctx.Err() == nil {
-					c.linkChanged(false, err)
-					c.linkFailed("register", err)
-				}
-				b.wait(c.ctx)
+		var err error
+		var what string
+		if at, ok := c.sess.use(); ok {
+			err = c.runSession(c.ctx, at, as, b)
+			if c.ctx.Err() != nil {
+				return
+			}
+			if noSession(err) {
+				// An older server: the unary calls, at once, and from now
+				// on for this server.
+				c.sess.fallBack(at, err)
 				continue
 			}
-		}
-		err := c.watchAssignments(c.ctx, &after, set, runners, b)
-		if c.ctx.Err() != nil {
-			return
+			what = "the session (resuming after revision " + strconv.FormatInt(as.after, 10) + ")"
+		} else {
+			if c.epoch.Load() == 0 {
+				if err := c.register(c.ctx); err != nil {
+					if c.ctx.Err() == nil {
+						c.linkChanged(false, err)
+						c.linkFailed("register", err)
+					}
+					b.wait(c.ctx)
+					continue
+				}
+			}
+			err = c.watchAssignments(c.ctx, as, b)
+			if c.ctx.Err() != nil {
+				return
+			}
+			what = "the assignment stream (resuming after revision " + strconv.FormatInt(as.after, 10) + ")"
 		}
 		c.linkChanged(false, err)
 		switch connect.CodeOf(err) {
@@ -55,9 +68,9 @@ func (c *Client) follow() {
 		case connect.CodeInvalidArgument:
 			// Most likely a revision beyond the server's: a server that
 			// lost its data. Start over with a full set.
-			after = 0
+			as.after = 0
 		}
-		c.linkFailed("the assignment stream (resuming after revision "+strconv.FormatInt(after, 10)+")", err)
+		c.linkFailed(what, err)
 		b.wait(c.ctx)
 	}
 }
@@ -65,28 +78,55 @@ func (c *Client) follow() {
 // register registers the instance with this boot and keeps the membership
 // epoch the server returned.
 func (c *Client) register(ctx context.Context) error {
+	resp, err := c.instances.Register(ctx, connect.NewRequest(&pawlv1.RegisterRequest{Instance: c.instance()}))
+	if err != nil {
+		return fmt.Errorf("sdk: register %s: %w", c.cfg.instance.WorkloadIdentity, err)
+	}
+	return c.registered(resp.Msg.GetRecord())
+}
+
+// instance is this boot's instance, as it registers.
+func (c *Client) instance() *pawlv1.Instance {
 	in := c.cfg.instance
-	resp, err := c.instances.Register(ctx, connect.NewRequest(&pawlv1.RegisterRequest{Instance: &pawlv1.Instance{
+	return &pawlv1.Instance{
 		WorkloadIdentity: in.WorkloadIdentity, BootId: c.bootID, Zone: in.Zone, Role: in.Role,
 		TrafficWeight: in.TrafficWeight, AppVersion: in.AppVersion, Labels: in.Labels,
-	}}))
-	if err != nil {
-		return fmt.Errorf("sdk: register %s: %w", in.WorkloadIdentity, err)
 	}
-	epoch := resp.Msg.GetRecord().GetMembershipEpoch()
+}
+
+// registered keeps the membership epoch of the registration the server
+// returned (by Register, or a session's start).
+func (c *Client) registered(rec *pawlv1.InstanceRecord) error {
+	epoch := rec.GetMembershipEpoch()
 	if epoch <= 0 {
-		return fmt.Errorf("sdk: register %s: the server returned no membership epoch", in.WorkloadIdentity)
+		return fmt.Errorf("sdk: register %s: the server returned no membership epoch", c.cfg.instance.WorkloadIdentity)
 	}
 	c.epoch.Store(epoch)
 	return nil
 }
 
-// watchAssignments runs one assignment stream until it fails, keeping
-// set (each config's assignments) and after (the revision of the last
-// message) current and offering each change to the config's runner.
-func (c *Client) watchAssignments(ctx context.Context, after *int64, set map[string][]*pawlv1.Assignment, runners map[string]*runner, b *backoff) error {
+// assignmentState is what the client holds of its assignments across
+// streams and sessions: each config's assignments, the revision of the
+// last message taken, and each config's runner. Only the follow goroutine
+// uses it.
+type assignmentState struct {
+	after   int64
+	set     map[string][]*pawlv1.Assignment
+	runners map[string]*runner
+}
+
+// stop stops every runner.
+func (as *assignmentState) stop() {
+	for _, r := range as.runners {
+		r.stop()
+	}
+}
+
+// watchAssignments runs one assignment stream until it fails, taking
+// each message (see take).
+func (c *Client) watchAssignments(ctx context.Context, as *assignmentState, b *backoff) error {
 	stream, err := c.instances.WatchAssignments(ctx, connect.NewRequest(&pawlv1.WatchAssignmentsRequest{
-		WorkloadIdentity: c.cfg.instance.WorkloadIdentity, BootId: c.bootID, Deltas: true, AfterRevision: *after,
+		WorkloadIdentity: c.cfg.instance.WorkloadIdentity, BootId: c.bootID, Deltas: true, AfterRevision: as.after,
 	}))
 	if err != nil {
 		return err
@@ -96,57 +136,7 @@ func (c *Client) watchAssignments(ctx context.Context, after *int64, set map[str
 		b.reset()
 		c.linkChanged(true, nil)
 		c.linkWorks()
-		msg := stream.Msg()
-		if msg.GetRevision() < *after {
-			continue // never go back to an older set
-		}
-		changed := map[string]bool{}
-		if msg.GetFull() {
-			for config := range set {
-				changed[config] = true
-			}
-			clear(set)
-		}
-		for _, id := range msg.GetRemovedConfigIds() {
-			delete(set, id)
-			changed[id] = true
-		}
-		delta := map[string][]*pawlv1.Assignment{}
-		for _, a := range msg.GetAssignments() {
-			// A config ID becomes a file name in the cache and the
-			// agent's directory: one the server could never have
-			// accepted (a man in the middle of a plain http:// link)
-			// is refused before any use.
-			if err := errors.Join(configid.Check(a.GetConfigId()), configid.CheckGeneration(a.GetGeneration())); err != nil {
-				c.cfg.log.Warn("pawl: refused an assignment the server cannot have sent", "server", c.Server(), "error", err)
-				continue
-			}
-			delta[a.GetConfigId()] = append(delta[a.GetConfigId()], a)
-		}
-		for id, as := range delta {
-			set[id] = as
-			changed[id] = true
-		}
-		*after = msg.GetRevision()
-		ids := make([]string, 0, len(changed))
-		for id := range changed {
-			ids = append(ids, id)
-		}
-		sort.Strings(ids)
-		for _, id := range ids {
-			if c.cfg.configs != nil && !c.cfg.configs[id] {
-				continue
-			}
-			r := runners[id]
-			if r == nil {
-				c.mu.Lock()
-				c.assigned[id] = true
-				c.mu.Unlock()
-				r = c.startRunner(id)
-				runners[id] = r
-			}
-			r.offer(desiredOf(set[id]))
-		}
+		c.take(as, stream.Msg())
 	}
 	err = stream.Err()
 	if err == nil {
@@ -158,6 +148,62 @@ func (c *Client) watchAssignments(ctx context.Context, after *int64, set map[str
 		return ctx.Err()
 	}
 	return err
+}
+
+// take takes one message of assignments, from a stream or a session:
+// it keeps as current and offers each change to the config's runner. A
+// message older than the set held is ignored (never go back to an older
+// set); an assignment the server cannot have sent is refused.
+func (c *Client) take(as *assignmentState, msg *pawlv1.WatchAssignmentsResponse) {
+	if msg.GetRevision() < as.after {
+		return // never go back to an older set
+	}
+	changed := map[string]bool{}
+	if msg.GetFull() {
+		for config := range as.set {
+			changed[config] = true
+		}
+		clear(as.set)
+	}
+	for _, id := range msg.GetRemovedConfigIds() {
+		delete(as.set, id)
+		changed[id] = true
+	}
+	delta := map[string][]*pawlv1.Assignment{}
+	for _, a := range msg.GetAssignments() {
+		// A config ID becomes a file name in the cache and the agent's
+		// directory: one the server could never have accepted (a man in
+		// the middle of a plain http:// link) is refused before any use.
+		if err := errors.Join(configid.Check(a.GetConfigId()), configid.CheckGeneration(a.GetGeneration())); err != nil {
+			c.cfg.log.Warn("pawl: refused an assignment the server cannot have sent", "server", c.Server(), "error", err)
+			continue
+		}
+		delta[a.GetConfigId()] = append(delta[a.GetConfigId()], a)
+	}
+	for id, a := range delta {
+		as.set[id] = a
+		changed[id] = true
+	}
+	as.after = msg.GetRevision()
+	ids := make([]string, 0, len(changed))
+	for id := range changed {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		if c.cfg.configs != nil && !c.cfg.configs[id] {
+			continue
+		}
+		r := as.runners[id]
+		if r == nil {
+			c.mu.Lock()
+			c.assigned[id] = true
+			c.mu.Unlock()
+			r = c.startRunner(id)
+			as.runners[id] = r
+		}
+		r.offer(desiredOf(as.set[id]))
+	}
 }
 
 // desired is what a config's assignments ask of the instance: a generation

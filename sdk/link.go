@@ -82,8 +82,8 @@ type Status struct {
 	Registered bool
 	// Server is the server in use (see Client.Server).
 	Server string
-	// Connected says the assignment stream is open and has answered
-	// since the last failure.
+	// Connected says the session (or the assignment stream) is open and
+	// has answered since the last failure.
 	Connected bool
 	// LastError is the last failure to reach the server (nil: none yet),
 	// at LastErrorAt; it stays after a recovery. A lost connection is a

@@ -62,6 +62,7 @@ type config struct {
 	backoffMax     time.Duration
 	healthInterval time.Duration
 	grpc           bool
+	noSession      bool
 	// downloadAttempts bounds the downloads of one assignment that do
 	// not match it (WithDownloadAttempts).
 	downloadAttempts int
@@ -250,6 +251,15 @@ func WithCAFile(path string) Option { return func(c *config) { c.tlsFiles.CA = p
 func WithClientCertificate(certFile, keyFile string) Option {
 	return func(c *config) { c.tlsFiles.Cert, c.tlsFiles.Key = certFile, keyFile }
 }
+
+// WithoutSession makes the client use the unary calls and streams of
+// the older servers (Register, WatchAssignments, RolloutService.Ack,
+// KVService.Watch) instead of one session stream, even where the server
+// has sessions: for comparisons, and for a way to the server that cannot
+// carry a bidirectional HTTP/2 stream. By default the client opens a
+// session, and falls back to those calls by itself against a server that
+// has none.
+func WithoutSession() Option { return func(c *config) { c.noSession = true } }
 
 // WithGRPC speaks the gRPC protocol instead of Connect (both work with
 // pawld; gRPC needs HTTP/2).

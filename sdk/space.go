@@ -248,7 +248,7 @@ func (s *Space) follow(ctx context.Context) {
 // ended it.
 func (s *Space) watch(ctx context.Context, b *backoff, lastSave *time.Time) (_ int64, restored bool, _ error) {
 	req := &pawlv1.WatchRequest{Prefix: s.prefix, StartRevision: s.Revision() + 1, Incarnation: s.incarnation}
-	stream, err := s.c.kv.Watch(ctx, connect.NewRequest(req))
+	stream, err := s.c.openWatch(ctx, req)
 	if err != nil {
 		return 0, false, err
 	}

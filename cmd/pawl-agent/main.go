@@ -17,6 +17,12 @@
 // command and exits; --listen serves the snapshot and readiness on a
 // loopback address (/v1/configs/ID, /v1/kv/KEY, /ready, /healthz).
 //
+// Through the SDK it speaks to pawld on one session stream: its
+// registration and lease, its assignments, its ACKs and the --prefix
+// watch; against an older pawld without sessions it falls back to the
+// unary calls and streams by itself. With --no-assignments it speaks for
+// no instance, and watches the prefix with KVService.Watch.
+//
 //	pawl-agent --server http://127.0.0.1:7070 --identity web-1 --zone a --dir /etc/myapp/pawl \
 //	    --exec 'systemctl reload myapp'
 //	pawl-agent --server http://127.0.0.1:7070 --no-assignments --prefix /flags/ --dir /etc/myapp

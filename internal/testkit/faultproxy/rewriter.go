@@ -29,8 +29,9 @@ type Edit func(procedure string, msg proto.Message, request bool)
 // proxy that decodes every message of the Connect protocol (unary calls
 // and streams, in both directions, the proto codec) and lets an Edit
 // change it before it goes on. It speaks HTTP/1.1 and h2c (HTTP/2 with
-// prior knowledge, as the SDK's default client) to clients, HTTP/1.1 to
-// the server, and asks for answers uncompressed so it can read them.
+// prior knowledge, as the SDK's default client) to clients, h2c to the
+// server (so that bidirectional streams go through), and asks for answers
+// uncompressed so it can read them.
 type Rewriter struct {
 	// URL is the address clients use instead of the server's.
 	URL string
@@ -47,7 +48,7 @@ func NewRewriter(t testing.TB, target string, edit Edit) *Rewriter {
 	proxy := httputil.NewSingleHostReverseProxy(u)
 	proxy.ErrorLog = log.New(io.Discard, "", 0)
 	proxy.FlushInterval = -1
-	proxy.Transport = &http.Transport{}
+	proxy.Transport = h2cTransport()
 	direct := proxy.Director
 	proxy.Director = func(r *http.Request) {
 		direct(r)
@@ -55,6 +56,19 @@ func NewRewriter(t testing.TB, target string, edit Edit) *Rewriter {
 		r.Header.Del("Connect-Accept-Encoding")
 		in, _, ok := messagesOf(r.URL.Path)
 		if !ok || r.Body == nil {
+			return
+		}
+		if strings.HasPrefix(r.Header.Get("Content-Type"), "application/connect+") {
+			// A stream: each envelope is edited as it goes, and a
+			// bidirectional stream goes on while the answers come back.
+			pr, pw := io.Pipe()
+			src := r.Body
+			go func() {
+				pw.CloseWithError(rewriteStream(pw, src, in, func(m proto.Message) { edit(r.URL.Path, m, true) }))
+			}()
+			r.Body = pr
+			r.ContentLength = -1
+			r.Header.Del("Content-Length")
 			return
 		}
 		body, err := io.ReadAll(r.Body)

@@ -1,0 +1,398 @@
+package sdk
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"sync"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+
+	pawlv1 "github.com/pawlcfg/pawl/gen/pawl/v1"
+	"github.com/pawlcfg/pawl/gen/pawl/v1/pawlv1connect"
+)
+
+// session is the client's one SessionService stream at a time: the
+// follow goroutine opens it (runSession), and everything the instance says
+// and hears travels on it: its registration and lease, its assignments,
+// its ACKs (numbered per stream, answered in order) and the watches of its
+// spaces (each with an ID). When a stream breaks, the next one resumes
+// the registration, the assignments after the last revision taken, every
+// ACK not yet answered (with the same report_id, so that the server
+// answers one it recorded with its record instead of judging it twice),
+// and each space's watch from its revision.
+//
+// A server without the service (it answers Unimplemented: an older
+// pawld) is remembered, per server of the client's list, and the client
+// uses the unary calls and streams there, as before sessions: Register
+// and WatchAssignments, RolloutService.Ack, KVService.Watch.
+//
+// Lock order: a stream's sendMu, then mu. The receive loop takes mu only
+// briefly, and never while a Send waits.
+type session struct {
+	c      *Client
+	client pawlv1connect.SessionServiceClient
+	// servers is how many servers the client was given: the answer
+	// Unimplemented is remembered for each.
+	servers int
+
+	mu sync.Mutex
+	// live is the stream that started (nil between streams).
+	live *sessionStream
+	// changed is closed, and replaced, when live or a server's path
+	// changes.
+	changed chan struct{}
+	// pending holds the ACKs not yet answered, in the order they came.
+	pending []*pendingAck
+	// unary marks the servers (by index in the list) that have no
+	// session.
+	unary map[int64]bool
+	// nextWatch numbers the watches; IDs are never reused in a boot.
+	nextWatch int64
+}
+
+// sessionStream is one session stream, from its start until it breaks.
+type sessionStream struct {
+	stream *connect.BidiStreamForClient[pawlv1.SessionRequest, pawlv1.SessionResponse]
+	// at is the server it is open to; cancel ends it.
+	at     int64
+	cancel context.CancelCauseFunc
+	// sendMu serializes Send, and the numbering of ACKs with it.
+	sendMu  sync.Mutex
+	nextAck uint64
+	// sent and watches are guarded by the session's mu: the ACKs sent on
+	// this stream by ack_id, and its open watches by ID.
+	sent    map[uint64]*pendingAck
+	watches map[int64]*sessionWatch
+}
+
+// pendingAck is an ACK waiting for its answer.
+type pendingAck struct {
+	ack *pawlv1.Ack
+	// on is the stream it was last sent on (nil: to send on the next);
+	// guarded by the session's mu.
+	on   *sessionStream
+	done chan ackAnswer // buffered: the answer is never waited for
+}
+
+type ackAnswer struct {
+	ack *pawlv1.Ack
+	err error
+}
+
+// errNoSession says the server in use has no session: use the unary call.
+var errNoSession = errors.New("sdk: the server has no session service")
+
+// newSession returns the client's session, or nil when it follows no
+// assignments (a session speaks for an instance) or WithoutSession says
+// not to use one.
+func newSession(c *Client, httpClient *http.Client, baseURL string, servers int, opts []connect.ClientOption) *session {
+	if !c.cfg.assignments || c.cfg.noSession {
+		return nil
+	}
+	hc := *httpClient
+	hc.Transport = http2Check{next: hc.Transport}
+	return &session{
+		c: c, client: pawlv1connect.NewSessionServiceClient(&hc, baseURL, opts...), servers: servers,
+		changed: make(chan struct{}), unary: map[int64]bool{},
+	}
+}
+
+// at is the index of the server in use.
+func (s *session) at() int64 {
+	if s.c.servers == nil {
+		return 0
+	}
+	return s.c.servers.cur.Load() % int64(s.servers)
+}
+
+// use says whether to open a session on the server in use, and which
+// server that is.
+func (s *session) use() (int64, bool) {
+	if s == nil {
+		return 0, false
+	}
+	at := s.at()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return at, !s.unary[at]
+}
+
+// unaryLocked says whether the server in use has no session. The caller
+// holds mu.
+func (s *session) unaryLocked() bool { return s.unary[s.at()] }
+
+// fallBack remembers that server at has no session: the ACKs waiting for
+// one go by the unary call, and the watches waiting for one by
+// KVService.Watch.
+func (s *session) fallBack(at int64, err error) {
+	s.c.cfg.log.Info("pawl: the server has no session service (an older server); using its unary calls and streams",
+		"server", s.c.Server(), "error", err)
+	s.mu.Lock()
+	s.unary[at] = true
+	waiting := s.pending
+	s.pending = nil
+	s.signalLocked()
+	s.mu.Unlock()
+	for _, p := range waiting {
+		p.done <- ackAnswer{err: errNoSession}
+	}
+}
+
+// signalLocked wakes whoever waits for a change. The caller holds mu.
+func (s *session) signalLocked() {
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+// errMoved ends a session whose server the client moved on from.
+var errMoved = errors.New("sdk: the client moved on to another server")
+
+// moved ends the live stream when the client moved on from its server
+// (a watch said that server cannot follow the store): the next one opens
+// to the server now in use.
+func (s *session) moved() {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.live != nil && s.live.at != s.at() {
+		s.live.cancel(errMoved)
+	}
+}
+
+// noSession says an error means the server has no session service: it
+// answered Unimplemented (an older server; or the way to it does not
+// carry HTTP/2, see http2Check).
+func noSession(err error) bool { return connect.CodeOf(err) == connect.CodeUnimplemented }
+
+// runSession runs one session on server at until it breaks: the hello,
+// then every message, in field order (started, assignments, ACK answers,
+// watch messages). It returns why it ended.
+func (c *Client) runSession(ctx context.Context, at int64, as *assignmentState, b *backoff) (err error) {
+	s := c.sess
+	ctx, cancel := context.WithCancelCause(ctx)
+	st := &sessionStream{stream: s.client.Session(ctx), at: at, cancel: cancel, sent: map[uint64]*pendingAck{}, watches: map[int64]*sessionWatch{}}
+	var resend sync.WaitGroup
+	defer func() {
+		cancel(nil)
+		resend.Wait()
+		_ = st.stream.CloseRequest()
+		_ = st.stream.CloseResponse()
+		s.end(st, err)
+	}()
+	hello := &pawlv1.SessionHello{Instance: c.instance(), MembershipEpoch: c.epoch.Load(), AssignmentsAfterRevision: as.after}
+	if err := st.stream.Send(&pawlv1.SessionRequest{Kind: &pawlv1.SessionRequest_Hello{Hello: hello}}); err != nil && !errors.Is(err, io.EOF) {
+		return err // io.EOF: the server ended the stream, and Receive says why
+	}
+	started := false
+	for {
+		msg, err := st.stream.Receive()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				// The server ended the session (it is shutting down): the
+				// client is cut off until it reconnects.
+				err = connect.NewError(connect.CodeUnavailable, fmt.Errorf("the server ended the session: %w", io.EOF))
+			}
+			if ctx.Err() != nil {
+				if cause := context.Cause(ctx); errors.Is(cause, errMoved) {
+					return connect.NewError(connect.CodeUnavailable, cause)
+				}
+				if errors.Is(err, context.Canceled) {
+					return ctx.Err()
+				}
+			}
+			return err
+		}
+		b.reset()
+		c.linkChanged(true, nil)
+		c.linkWorks()
+		if msg.GetStarted() != nil && !started {
+			if err := c.registered(msg.GetStarted().GetRecord()); err != nil {
+				return connect.NewError(connect.CodeInternal, err)
+			}
+			started = true
+			// Sends wait until what was pending is sent again, in its
+			// order; the receive loop goes on meanwhile.
+			st.sendMu.Lock()
+			again := s.publish(st)
+			resend.Add(1)
+			go func() {
+				defer resend.Done()
+				defer st.sendMu.Unlock()
+				for _, p := range again {
+					_ = st.sendAckLocked(s, p) // a failed send is sent again on the next stream
+				}
+			}()
+		}
+		if !started {
+			return connect.NewError(connect.CodeInternal, errors.New("the server's first session message did not say the session started"))
+		}
+		if a := msg.GetAssignments(); a != nil {
+			c.take(as, a)
+		}
+		for _, r := range msg.GetAcks() {
+			s.answered(st, r)
+		}
+		for _, w := range msg.GetWatches() {
+			s.watchMessage(st, w)
+		}
+	}
+}
+
+// publish makes st the live stream and returns the pending ACKs, which
+// the caller sends on it, holding st's sendMu.
+func (s *session) publish(st *sessionStream) []*pendingAck {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.live = st
+	for _, p := range s.pending {
+		p.on = st
+	}
+	s.signalLocked()
+	return slices.Clone(s.pending)
+}
+
+// end retires st: its ACKs not answered stay pending for the next stream,
+// and its watches end with err.
+func (s *session) end(st *sessionStream, err error) {
+	if err == nil {
+		err = connect.NewError(connect.CodeUnavailable, errors.New("the session ended"))
+	}
+	s.mu.Lock()
+	if s.live == st {
+		s.live = nil
+		s.signalLocked()
+	}
+	for _, p := range s.pending {
+		if p.on == st {
+			p.on = nil
+		}
+	}
+	watches := st.watches
+	st.watches = map[int64]*sessionWatch{}
+	s.mu.Unlock()
+	for _, w := range watches {
+		w.fail(fmt.Errorf("sdk: the session broke: %w", err))
+	}
+}
+
+// sendAckLocked sends p on st with the next ack_id and the current
+// membership epoch. The caller holds st.sendMu.
+func (st *sessionStream) sendAckLocked(s *session, p *pendingAck) error {
+	st.nextAck++
+	id := st.nextAck
+	s.mu.Lock()
+	if p.on != st {
+		s.mu.Unlock()
+		return nil // answered, given up, or already given to another stream
+	}
+	st.sent[id] = p
+	s.mu.Unlock()
+	// A copy: the ACK may be sent on the next stream while this Send
+	// still reads it.
+	ack := proto.CloneOf(p.ack)
+	ack.MembershipEpoch = s.c.epoch.Load()
+	return st.stream.Send(&pawlv1.SessionRequest{Kind: &pawlv1.SessionRequest_Ack{Ack: &pawlv1.SessionAck{AckId: id, Ack: ack}}})
+}
+
+// send sends one request on st.
+func (st *sessionStream) send(req *pawlv1.SessionRequest) error {
+	st.sendMu.Lock()
+	defer st.sendMu.Unlock()
+	return st.stream.Send(req)
+}
+
+// ack sends an ACK on the session and waits for the server's record of
+// it: on the live stream, or on the next one when none is live or the
+// live one breaks first. It returns errNoSession when the server turns
+// out to have no session (send it by the unary call), and ctx's error
+// when ctx ends first.
+func (s *session) ack(ctx context.Context, ack *pawlv1.Ack) (*pawlv1.Ack, error) {
+	p := &pendingAck{ack: ack, done: make(chan ackAnswer, 1)}
+	s.mu.Lock()
+	if s.unaryLocked() {
+		s.mu.Unlock()
+		return nil, errNoSession
+	}
+	s.pending = append(s.pending, p)
+	st := s.live
+	p.on = st
+	s.mu.Unlock()
+	if st != nil {
+		st.sendMu.Lock()
+		_ = st.sendAckLocked(s, p) // a failed send is sent again on the next stream
+		st.sendMu.Unlock()
+	}
+	select {
+	case a := <-p.done:
+		return a.ack, a.err
+	case <-ctx.Done():
+		s.mu.Lock()
+		s.forgetLocked(p)
+		s.mu.Unlock()
+		return nil, ctx.Err()
+	}
+}
+
+// forgetLocked removes p from the pending ACKs. The caller holds mu.
+func (s *session) forgetLocked(p *pendingAck) {
+	if i := slices.Index(s.pending, p); i >= 0 {
+		s.pending = slices.Delete(s.pending, i, i+1)
+	}
+	p.on = nil
+}
+
+// answered hands the answer to an ACK sent on st to its sender.
+func (s *session) answered(st *sessionStream, r *pawlv1.SessionAckResult) {
+	s.mu.Lock()
+	p := st.sent[r.GetAckId()]
+	delete(st.sent, r.GetAckId())
+	if p != nil {
+		s.forgetLocked(p)
+	}
+	s.mu.Unlock()
+	if p == nil {
+		return
+	}
+	if e := r.GetError(); e != nil {
+		p.done <- ackAnswer{err: sessionError(e)}
+		return
+	}
+	p.done <- ackAnswer{ack: r.GetAck()}
+}
+
+// sessionError turns a refusal within the session into the Connect error
+// the unary call would have returned.
+func sessionError(e *pawlv1.SessionError) error {
+	var code connect.Code
+	if code.UnmarshalText([]byte(e.GetCode())) != nil {
+		code = connect.CodeUnknown
+	}
+	return connect.NewError(code, errors.New(e.GetMessage()))
+}
+
+// http2Check turns an answer 505 (HTTP Version Not Supported) into
+// Unimplemented: a server that got the session over HTTP/1.1 (a proxy on
+// the way that does not carry HTTP/2) cannot hold one, and the client
+// uses the unary calls there.
+type http2Check struct{ next http.RoundTripper }
+
+func (t http2Check) RoundTrip(req *http.Request) (*http.Response, error) {
+	next := t.next
+	if next == nil {
+		next = http.DefaultTransport
+	}
+	resp, err := next.RoundTrip(req)
+	if err == nil && resp.StatusCode == http.StatusHTTPVersionNotSupported {
+		_ = resp.Body.Close()
+		return nil, connect.NewError(connect.CodeUnimplemented,
+			fmt.Errorf("%s answered HTTP 505: the way to it does not carry HTTP/2, which a session needs", req.URL.Host))
+	}
+	return resp, err
+}

@@ -1,0 +1,277 @@
+package sdk_test
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	pawlv1 "github.com/pawlcfg/pawl/gen/pawl/v1"
+	"github.com/pawlcfg/pawl/gen/pawl/v1/pawlv1connect"
+	"github.com/pawlcfg/pawl/internal/testkit/faultproxy"
+	"github.com/pawlcfg/pawl/internal/testkit/testclock"
+	"github.com/pawlcfg/pawl/sdk"
+	"github.com/pawlcfg/pawl/server"
+)
+
+// The procedures a client follows the server with.
+var (
+	sessionCalls          = pawlv1connect.SessionServiceSessionProcedure
+	ackCalls              = pawlv1connect.RolloutServiceAckProcedure
+	assignmentCalls       = pawlv1connect.InstanceServiceWatchAssignmentsProcedure
+	registerCalls         = pawlv1connect.InstanceServiceRegisterProcedure
+	watchCalls            = pawlv1connect.KVServiceWatchProcedure
+	sessionServicePrefix  = "/" + pawlv1connect.SessionServiceName + "/"
+	everyStepOfOneRelease = "DISCOVERED,DOWNLOADED,VALIDATED,STAGED,APPLIED,HEALTHY_ACKED"
+)
+
+// followThrough runs one traced client through proxy (a Hider) to
+// HEALTHY_ACKED of one release while it follows a space on which one key
+// is put, and returns its span recorder.
+func followThrough(t *testing.T, h *harness, url string) (*sdk.Client, *tracetest.SpanRecorder) {
+	t.Helper()
+	recorder := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(recorder))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	c := h.clientAt(url, "i0", sdk.WithTracerProvider(tp))
+	space, err := c.Space(h.ctx, "/flags/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(space.Close)
+	h.waitRegistered("i0")
+	h.release(50, nil)
+	if got := strings.Join(h.awaitBootHealthy(1, c.BootID()), ","); got != everyStepOfOneRelease {
+		t.Fatalf("reported %s", got)
+	}
+	put, err := h.kv.Put(h.ctx, connect.NewRequest(&pawlv1.PutRequest{Key: "/flags/a", Value: []byte("on")}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := space.WaitRevision(h.ctx, put.Msg.GetRevision()); err != nil {
+		t.Fatal(err)
+	}
+	if e, ok := space.Get("/flags/a"); !ok || string(e.Value) != "on" {
+		t.Fatalf("the space has %v, %v", e, ok)
+	}
+	return c, recorder
+}
+
+// TestAClientFollowsTheServerOnOneSession: a client registers, follows
+// its assignments, reports every ACK of a rollout (each with the W3C
+// trace context of its step's span) and follows a space, all on one
+// session stream: not one Register, WatchAssignments, Ack or Watch call
+// reaches the server.
+func TestAClientFollowsTheServerOnOneSession(t *testing.T) {
+	h := newHarness(t)
+	counter := faultproxy.NewHider(t, h.srv.URL)
+	_, recorder := followThrough(t, h, counter.URL)
+	for _, p := range []string{ackCalls, assignmentCalls, registerCalls, watchCalls} {
+		if n := counter.Calls(p); n != 0 {
+			t.Errorf("%d calls of %s", n, p)
+		}
+	}
+	if n := counter.Calls(sessionCalls); n != 1 {
+		t.Errorf("%d sessions, want 1", n)
+	}
+	spans := map[string]string{} // span ID -> trace ID
+	for _, s := range recorder.Started() {
+		spans[s.SpanContext().SpanID().String()] = s.SpanContext().TraceID().String()
+	}
+	_, acks := h.acks(1)
+	for _, a := range acks {
+		parts := strings.Split(a.GetTraceparent(), "-")
+		if len(parts) != 4 || spans[parts[2]] != parts[1] || a.GetTraceId() != parts[1] {
+			t.Errorf("%s carries traceparent %q (trace ID kept: %q): not a span of the client's", a.GetState(), a.GetTraceparent(), a.GetTraceId())
+		}
+		if a.GetReportId() == 0 {
+			t.Errorf("%s has no report ID", a.GetState())
+		}
+	}
+}
+
+// TestAnOlderServerIsFollowedByItsUnaryCalls: a server without the
+// session service (a proxy answers 404 for it, as an older pawld does)
+// gets today's calls: the client asks for a session once, remembers the
+// answer across reconnects, and registers, follows, reports and watches
+// as before.
+func TestAnOlderServerIsFollowedByItsUnaryCalls(t *testing.T) {
+	h := newHarness(t)
+	cut := faultproxy.NewHolder(t, h.srv.Addr)
+	older := faultproxy.NewHider(t, "http://"+cut.Addr, sessionServicePrefix)
+	c, _ := followThrough(t, h, older.URL)
+	for _, p := range []string{ackCalls, assignmentCalls, registerCalls, watchCalls} {
+		if older.Calls(p) == 0 {
+			t.Errorf("no call of %s", p)
+		}
+	}
+	// The connection breaks; the client comes back to the same server
+	// without asking it for a session again.
+	streams := older.Calls(assignmentCalls)
+	links := make(chan sdk.Connection, 16)
+	stop := c.OnConnection(func(l sdk.Connection) { links <- l })
+	defer stop()
+	cut.Partition()
+	cut.Heal()
+	for _, up := range []bool{false, true} {
+		select {
+		case l := <-links:
+			if l.Up != up {
+				t.Fatalf("the link went %v, want up=%v", l, up)
+			}
+		case <-h.ctx.Done():
+			t.Fatal("the client did not reconnect")
+		}
+	}
+	if older.Calls(assignmentCalls) <= streams {
+		t.Error("the client came back without an assignment stream")
+	}
+	if n := older.Calls(sessionCalls); n != 1 {
+		t.Errorf("%d sessions asked for, want 1", n)
+	}
+}
+
+// TestAnACKCutOffBeforeItsAnswerIsAnsweredOnTheNextSession: the session
+// breaks after the client sent its APPLIED and the server recorded it,
+// before the answer arrived. The client sends it again, with the same
+// report ID, on the next session; the server answers with the record it
+// stored: one APPLIED, counted, and the client, told so, goes on to its
+// health window and HEALTHY_ACKED.
+func TestAnACKCutOffBeforeItsAnswerIsAnsweredOnTheNextSession(t *testing.T) {
+	h := newHarness(t)
+	proxy := faultproxy.NewHolder(t, h.srv.Addr)
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	var once sync.Once
+	// The applier runs just before the swap and the APPLIED: from then
+	// on, what the server sends is held.
+	hold := sdk.WithApplier(func(context.Context, *sdk.Snapshot) error {
+		once.Do(proxy.Hold)
+		return nil
+	})
+	c := h.clientAt("http://"+proxy.Addr, "i0", hold, sdk.WithMeterProvider(mp))
+	h.waitRegistered("i0")
+	h.release(50, nil)
+	h.awaitAcks(1, func(s map[string][]string) bool { return reported(s, "i0", "APPLIED") })
+	proxy.Partition() // the held answer is lost with the connection
+	proxy.Release()
+	proxy.Heal()
+
+	if got := strings.Join(h.awaitBootHealthy(1, c.BootID()), ","); got != everyStepOfOneRelease {
+		t.Fatalf("stored %s; want each step once", got)
+	}
+	_, acks := h.acks(1)
+	for _, a := range acks {
+		if a.GetState() == pawlv1.InstanceState_INSTANCE_STATE_APPLIED && !a.GetCounted() {
+			t.Fatalf("the APPLIED was not counted: %v", a)
+		}
+	}
+	m := awaitPoint(t, reader, sdk.MetricAcksSent, "pawl.config=routing,pawl.state=HEALTHY_ACKED", 1)
+	if got := m[sdk.MetricAcksSent]["pawl.config=routing,pawl.state=APPLIED"]; got != 1 || len(m[sdk.MetricAcksFailed]) != 0 {
+		t.Fatalf("the client counted %v APPLIED sent, failures %v", got, m[sdk.MetricAcksFailed])
+	}
+}
+
+// TestASessionHoldsTheLease: an instance whose session is open stays live
+// with no heartbeat, long past its lease; once its client closes, the
+// lease runs one term.
+func TestASessionHoldsTheLease(t *testing.T) {
+	clock := testclock.New(time.Now())
+	h := newHarness(t, server.WithClock(clock.Now), server.WithInstanceLease(30*time.Second))
+	counter := faultproxy.NewHider(t, h.srv.URL)
+	c := h.clientAt(counter.URL, "i0")
+	h.waitRegistered("i0")
+	live := func() bool {
+		t.Helper()
+		resp, err := h.is.ListInstances(h.ctx, connect.NewRequest(&pawlv1.ListInstancesRequest{}))
+		if err != nil || len(resp.Msg.GetInstances()) != 1 {
+			t.Fatalf("ListInstances = %v, %v", resp, err)
+		}
+		return resp.Msg.GetInstances()[0].GetLive()
+	}
+	clock.Advance(10 * time.Minute)
+	if !live() {
+		t.Fatal("the instance holding its session lost its lease")
+	}
+	if n := counter.Calls(sessionCalls); n != 1 || counter.Calls("/Heartbeat") != 0 {
+		t.Fatalf("%d sessions and %d heartbeats", n, counter.Calls("/Heartbeat"))
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// The session's end releases the lease; it then runs out (polled:
+	// the server's end of the stream signals nothing the test can see).
+	for deadline := time.Now().Add(10 * time.Second); live(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the lease did not run out after the session ended")
+		}
+		clock.Advance(time.Minute)
+	}
+}
+
+// TestAClientAsksEachServerItMovesToForASession: given an older server
+// and a newer one, a client on the older follows it by its unary calls;
+// when that server cannot be reached it moves on to the newer one, asks
+// it for a session, and follows it on that session.
+func TestAClientAsksEachServerItMovesToForASession(t *testing.T) {
+	h := newHarness(t)
+	cut := faultproxy.NewHolder(t, h.srv.Addr)
+	older := faultproxy.NewHider(t, "http://"+cut.Addr, sessionServicePrefix)
+	newer := faultproxy.NewHider(t, h.srv.URL)
+	c := h.clientAt(older.URL+","+newer.URL, "i0")
+	h.waitRegistered("i0")
+	if older.Calls(assignmentCalls) == 0 || newer.Calls(sessionCalls) != 0 {
+		t.Fatalf("on the older server: %d assignment streams; %d sessions on the newer", older.Calls(assignmentCalls), newer.Calls(sessionCalls))
+	}
+	links := make(chan sdk.Connection, 16)
+	stop := c.OnConnection(func(l sdk.Connection) { links <- l })
+	defer stop()
+	cut.Partition()
+	for _, up := range []bool{false, true} {
+		select {
+		case l := <-links:
+			if l.Up != up {
+				t.Fatalf("the link went %v, want up=%v", l, up)
+			}
+		case <-h.ctx.Done():
+			t.Fatal("the client did not move on")
+		}
+	}
+	if c.Server() != newer.URL || newer.Calls(sessionCalls) != 1 || newer.Calls(assignmentCalls) != 0 {
+		t.Fatalf("on %s: %d sessions, %d assignment streams there", c.Server(), newer.Calls(sessionCalls), newer.Calls(assignmentCalls))
+	}
+	h.release(50, nil)
+	if got := strings.Join(h.awaitBootHealthy(1, c.BootID()), ","); got != everyStepOfOneRelease {
+		t.Fatalf("reported %s", got)
+	}
+	if n := newer.Calls(ackCalls); n != 0 {
+		t.Fatalf("%d ACKs by the unary call on the newer server", n)
+	}
+}
+
+// TestAnACKWhoseAnswerWasLostIsNotStoredTwice: by the unary call (an
+// older server's way, forced), the answer to the first ACK is lost after
+// the server stored it; the client sends it again with the same report
+// ID, and the server answers with what it stored: each step once.
+func TestAnACKWhoseAnswerWasLostIsNotStoredTwice(t *testing.T) {
+	h := newHarness(t)
+	loser := faultproxy.NewLoser(t, h.srv.URL)
+	loser.LoseNext("/Ack", 1)
+	c := h.clientAt(loser.URL, "i0", sdk.WithoutSession(), sdk.WithHTTPClient(&http.Client{}))
+	h.waitRegistered("i0")
+	h.release(50, nil)
+	if got := strings.Join(h.awaitBootHealthy(1, c.BootID()), ","); got != everyStepOfOneRelease {
+		t.Fatalf("stored %s; want each step once", got)
+	}
+	if loser.Lost("/Ack") != 1 {
+		t.Fatalf("%d answers lost", loser.Lost("/Ack"))
+	}
+}
