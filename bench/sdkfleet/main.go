@@ -119,6 +119,9 @@ func run(ctx context.Context, o options) error {
 	if err := b.start(ctx, 0, 1, compiled); err != nil {
 		return err
 	}
+	if err := b.waitRegistered(ctx, 1); err != nil { // a client registers from its own goroutine
+		return err
+	}
 	if err := b.release(ctx, 1, nil); err != nil {
 		return err
 	}
