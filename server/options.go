@@ -67,6 +67,7 @@ type config struct {
 	reservedConns     int
 	adminNetworks     []netip.Prefix
 	streamLimits      api.StreamLimits
+	maxSessionWatches int
 	// corsOrigins may call from a browser (WithCORSOrigins).
 	corsOrigins []string
 
@@ -170,6 +171,11 @@ const (
 	// fits. At about 19 KiB of memory per idle stream (docs/BENCHMARKS.md)
 	// that is 380 MiB.
 	DefaultMaxWatchersPerPrincipal = 20_000
+	// DefaultMaxSessionWatches is how many watches one session may hold
+	// open: far more than an SDK instance opens (a watch per followed
+	// prefix), few enough that one session's watches stay a small part of
+	// the server's memory (about 2 KB each).
+	DefaultMaxSessionWatches = 1000
 	// DefaultMaxStreamsPerPrincipal is how many streams of any kind one
 	// principal may hold open: its watchers and 5,000 downloads or
 	// snapshots besides.
@@ -234,6 +240,7 @@ func defaultConfig() config {
 		reservedConns:     DefaultReservedConns,
 		adminNetworks:     DefaultAdminNetworks(),
 		streamLimits:      api.StreamLimits{Streams: DefaultMaxStreamsPerPrincipal, Watchers: DefaultMaxWatchersPerPrincipal},
+		maxSessionWatches: DefaultMaxSessionWatches,
 	}
 }
 
@@ -286,6 +293,8 @@ func (c config) validate() error {
 		return fmt.Errorf("server: WithTimeouts(%s, %s, %s): each must be positive", c.readHeaderTimeout, c.readTimeout, c.idleTimeout)
 	case c.maxConns < 0 || c.maxConnsPerAddr < 0 || c.reservedConns < 0:
 		return fmt.Errorf("server: WithConnLimits(%d, %d, %d): each must be 0 or positive", c.maxConns, c.maxConnsPerAddr, c.reservedConns)
+	case c.maxSessionWatches < 0:
+		return fmt.Errorf("server: WithMaxSessionWatches(%d): must be 0 (no limit) or positive", c.maxSessionWatches)
 	case c.streamLimits.Streams < 0 || c.streamLimits.Watchers < 0:
 		return fmt.Errorf("server: WithStreamLimits(%d, %d): each must be 0 (no limit) or positive", c.streamLimits.Streams, c.streamLimits.Watchers)
 	case c.now == nil:
@@ -485,6 +494,12 @@ func WithAdminNetworks(networks ...netip.Prefix) Option {
 func WithStreamLimits(streams, watchers int) Option {
 	return func(c *config) { c.streamLimits = api.StreamLimits{Streams: streams, Watchers: watchers} }
 }
+
+// WithMaxSessionWatches bounds how many watches one session
+// (SessionService.Session) may hold open at once (0: no limit; default
+// DefaultMaxSessionWatches). A watch over it is refused, in the session,
+// with resource_exhausted; the session goes on.
+func WithMaxSessionWatches(n int) Option { return func(c *config) { c.maxSessionWatches = n } }
 
 // WithMetricsAuth makes /metrics answer only a request with a bearer
 // token or client certificate of the auth file (any principal; a scraper

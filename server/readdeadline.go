@@ -12,6 +12,8 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
+
+	"github.com/pawlcfg/pawl/server/internal/api"
 )
 
 // withReadDeadline gives each request d to deliver its body, from when
@@ -41,6 +43,9 @@ func withReadDeadline(next http.Handler, d time.Duration, open map[string]bool) 
 			if open[r.URL.Path] {
 				body := &firstMessage{ReadCloser: r.Body, lift: func() { _ = rc.SetReadDeadline(time.Time{}) }}
 				r.Body = &slowBody{ReadCloser: body, timeout: d, what: "the stream's first message"}
+				// A session whose sending side failed ends its receiving
+				// side with it: its body's reads fail from now on.
+				r = r.WithContext(api.WithReadAbort(r.Context(), func() { _ = rc.SetReadDeadline(time.Now()) }))
 			} else {
 				r.Body = &slowBody{ReadCloser: r.Body, timeout: d, what: "the request body"}
 			}

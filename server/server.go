@@ -121,7 +121,7 @@ const compressMinBytes = 4 << 10
 var services = []string{
 	pawlv1connect.KVServiceName, pawlv1connect.ValidatorServiceName,
 	pawlv1connect.ReleaseServiceName, pawlv1connect.InstanceServiceName, pawlv1connect.RolloutServiceName,
-	pawlv1connect.AuditServiceName, pawlv1connect.MaintenanceServiceName,
+	pawlv1connect.AuditServiceName, pawlv1connect.MaintenanceServiceName, pawlv1connect.SessionServiceName,
 }
 
 // New opens the store in the data directory and starts the watch hub.
@@ -338,7 +338,11 @@ func (s *Server) routes() http.Handler {
 	mux.Handle(pawlv1connect.NewValidatorServiceHandler(api.NewValidators(s.vals, s.cfg.maxValueBytes, s.cfg.log), validatorOpts...))
 	s.startBackground(rollouts)
 	mux.Handle(pawlv1connect.NewReleaseServiceHandler(api.NewReleases(releases, rollouts, s.cfg.log), shared...))
-	mux.Handle(pawlv1connect.NewInstanceServiceHandler(api.NewInstances(registry, rollouts, s.hub, s.cfg.log), shared...))
+	instances := api.NewInstances(registry, rollouts, s.hub, s.cfg.log)
+	mux.Handle(pawlv1connect.NewInstanceServiceHandler(instances, shared...))
+	// An instance's session: one stream for its registration, lease,
+	// assignments, ACKs and watches (counted as one stream by the limits).
+	mux.Handle(pawlv1connect.NewSessionServiceHandler(api.NewSessions(instances, s.store, s.cfg.maxSessionWatches, s.cfg.log), shared...))
 	mux.Handle(pawlv1connect.NewRolloutServiceHandler(api.NewRollouts(rollouts, releases, s.cfg.log), opts...))
 	mux.Handle(pawlv1connect.NewAuditServiceHandler(api.NewAudit(s.audit, s.cfg.log), opts...))
 	mux.Handle(pawlv1connect.NewMaintenanceServiceHandler(api.NewMaintenance(s.store, s.usage, s.cfg.log), opts...))

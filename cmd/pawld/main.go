@@ -128,6 +128,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	reservedConns := fs.Int("reserved-conns", server.DefaultReservedConns, "connections beyond --max-conns that only --admin-networks may open, so that an operator and health checks get in when a flood took every other slot")
 	adminNetworks := fs.String("admin-networks", "127.0.0.0/8,::1/128", "comma-separated networks (CIDR) whose connections may use --reserved-conns and have no per-address limit; empty for none")
 	maxStreams := fs.Int("max-streams-per-principal", server.DefaultMaxStreamsPerPrincipal, "most streams (watches, downloads, snapshots) one principal, or one address without --auth-file, may hold open (0: no limit); admins are exempt")
+	maxSessionWatches := fs.Int("max-session-watches", server.DefaultMaxSessionWatches, "most watches one instance's session may hold open (0: no limit); a watch over it is refused in the session, which goes on")
 	maxWatchers := fs.Int("max-watchers-per-principal", server.DefaultMaxWatchersPerPrincipal, "most watch streams (KV and assignment watches) one principal, or one address without --auth-file, may hold open (0: no limit); admins are exempt")
 	var corsOrigins flagconf.List
 	fs.Var(&corsOrigins, "cors-origin", "let pages of this origin (scheme://host[:port], exact) call pawld from a browser; repeat it or separate origins with commas; \"*\" alone allows every origin, without credentials. Off by default (the console at /ui is same-origin)")
@@ -209,6 +210,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		server.WithConnLimits(*maxConns, *maxConnsPerAddr, *reservedConns),
 		server.WithAdminNetworks(admins...),
 		server.WithStreamLimits(*maxStreams, *maxWatchers),
+		server.WithMaxSessionWatches(*maxSessionWatches),
 		server.WithCORSOrigins(corsOrigins...),
 		server.WithLogger(log),
 		server.WithOTLPEndpoint(*otlpEndpoint),

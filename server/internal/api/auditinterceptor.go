@@ -110,6 +110,16 @@ func (a *auditor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connec
 		ctx, call := a.begin(context.WithValue(ctx, streamConnKey{}, conn), conn.RequestHeader().Get("traceparent"))
 		conn.ResponseHeader().Set(RequestIDHeader, call.RequestID)
 		rc := &requestRecorder{StreamingHandlerConn: conn}
+		// A session's registration and ACKs are recorded one by one, each
+		// with a request ID of its own, by its handler (messageguard.go).
+		ctx = withMessageRecorder(ctx, func(ctx context.Context, procedure string, req, resp any, err error) error {
+			call := call
+			call.RequestID = audit.NewRequestID()
+			if ack, ok := req.(*pawlv1.AckRequest); ok {
+				call.TraceID, _ = rollout.TraceID(ack.GetAck().GetTraceparent())
+			}
+			return a.record(audit.WithCall(ctx, call), call, procedure, req, resp, err)
+		})
 		err := next(ctx, rc)
 		return a.record(ctx, call, conn.Spec().Procedure, rc.first, nil, err)
 	}
@@ -197,6 +207,8 @@ func subjectOf(req, resp any) auditchain.Subject {
 		fillSubject(&s, m.GetAck())
 	case *pawlv1.RegisterRequest:
 		fillSubject(&s, m.GetInstance())
+	case *pawlv1.SessionRequest:
+		fillSubject(&s, m.GetHello().GetInstance())
 	case *pawlv1.CreateReleaseRequest:
 		fillSubject(&s, m.GetSpec())
 	case *pawlv1.TxnRequest:

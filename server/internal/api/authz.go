@@ -65,6 +65,11 @@ func (a *authInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc
 			return err
 		}
 		ctx = auth.NewContext(ctx, p)
+		// The requests a session carries after its hello are authorized
+		// one by one by its handler, with this check (messageguard.go).
+		ctx = withMessageCheck(ctx, func(ctx context.Context, procedure string, msg any) error {
+			return a.authorize(ctx, p, procedure, msg)
+		}, true)
 		if p.IsAdmin() {
 			return next(ctx, conn) // nothing to check or narrow
 		}
@@ -77,9 +82,10 @@ func (a *authInterceptor) WrapStreamingClient(next connect.StreamingClientFunc) 
 	return next
 }
 
-// authConn authorizes a non-admin's stream on its request message (every
-// stream of Pawl's is a server stream: one request, then responses) and
-// narrows what it sends.
+// authConn authorizes a non-admin's stream on its request message (a
+// server stream: one request, then responses; a session: its hello, the
+// first message, while its handler authorizes each later request with
+// checkMessage) and narrows what it sends.
 type authConn struct {
 	connect.StreamingHandlerConn
 	ctx     context.Context
@@ -94,6 +100,9 @@ func (c *authConn) Receive(msg any) error {
 	}
 	if !c.checked {
 		c.checked = true
+		if m, ok := msg.(*pawlv1.SessionRequest); ok && m.GetHello() == nil {
+			return noHello()
+		}
 		return c.a.authorize(c.ctx, c.p, c.Spec().Procedure, msg)
 	}
 	return nil
@@ -340,6 +349,8 @@ func identityOf(p auth.Principal, msg any) (string, bool) {
 		id = m.GetInstance().GetWorkloadIdentity()
 	case *pawlv1.AckRequest:
 		id = m.GetAck().GetWorkloadIdentity()
+	case *pawlv1.SessionRequest:
+		id = m.GetHello().GetInstance().GetWorkloadIdentity()
 	case interface{ GetWorkloadIdentity() string }:
 		id = m.GetWorkloadIdentity()
 	}
@@ -378,6 +389,10 @@ func narrow(p auth.Principal, msg any) {
 		if len(events.Events) == 0 {
 			// Nothing readable changed: the watcher is current all the same.
 			m.Kind = &pawlv1.WatchResponse_Progress{Progress: &pawlv1.WatchProgress{Revision: last}}
+		}
+	case *pawlv1.SessionResponse:
+		for _, wm := range m.GetWatches() {
+			narrow(p, wm.GetResponse())
 		}
 	case *pawlv1.ListInstancesResponse:
 		for _, rec := range m.GetInstances() {

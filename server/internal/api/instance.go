@@ -57,22 +57,8 @@ func (h *Instances) WatchAssignments(ctx context.Context, req *connect.Request[p
 	if identity == "" {
 		return InvalidArgument("workload_identity is required")
 	}
-	if after := m.GetAfterRevision(); after != 0 {
-		now := h.hub.Revision()
-		if after > now {
-			// A replica's feed may trail the store by a moment: a client
-			// resuming here with a revision another replica sent it waits
-			// for this one to catch up (AssignmentsAt), unless the store
-			// has no such revision at all.
-			rev, err := h.hub.StoreRevision(ctx)
-			if err != nil {
-				return Error(h.log, req.Spec(), err)
-			}
-			now = max(now, rev)
-		}
-		if after < 0 || after > now {
-			return InvalidArgument("after_revision %d is not a revision this server has (its revision is %d): resume from a revision it sent you, or 0", after, now)
-		}
+	if err := h.checkAfterRevision(ctx, req.Spec(), "after_revision", m.GetAfterRevision()); err != nil {
+		return err
 	}
 	var w *watch.Watcher
 	defer func() {
@@ -87,7 +73,7 @@ func (h *Instances) WatchAssignments(ctx context.Context, req *connect.Request[p
 		}
 		defer release() // before the watcher closes: a stream counted open still holds
 	}
-	as := &assignmentStream{stream: stream, identity: identity, deltas: m.GetDeltas(), held: map[string]uint64{}, rollouts: h.rollouts}
+	as := &assignmentStream{send: stream.Send, identity: identity, deltas: m.GetDeltas(), held: map[string]uint64{}, rollouts: h.rollouts}
 	for {
 		if w == nil {
 			var err error
@@ -135,6 +121,30 @@ func (h *Instances) WatchAssignments(ctx context.Context, req *connect.Request[p
 	}
 }
 
+// checkAfterRevision refuses a revision to resume assignments after
+// (field) that is not one this server has.
+func (h *Instances) checkAfterRevision(ctx context.Context, spec connect.Spec, field string, after int64) error {
+	if after == 0 {
+		return nil
+	}
+	now := h.hub.Revision()
+	if after > now {
+		// A replica's feed may trail the store by a moment: a client
+		// resuming here with a revision another replica sent it waits
+		// for this one to catch up (AssignmentsAt), unless the store
+		// has no such revision at all.
+		rev, err := h.hub.StoreRevision(ctx)
+		if err != nil {
+			return Error(h.log, spec, err)
+		}
+		now = max(now, rev)
+	}
+	if after < 0 || after > now {
+		return InvalidArgument("%s %d is not a revision this server has (its revision is %d): resume from a revision it sent you, or 0", field, after, now)
+	}
+	return nil
+}
+
 // touchedConfigs are the configs whose records the events changed.
 func touchedConfigs(events []store.Event) []string {
 	var out []string
@@ -147,11 +157,12 @@ func touchedConfigs(events []store.Event) []string {
 	return out
 }
 
-// assignmentStream is what one stream sent its instance: per config, a
-// key of the assignments it holds. It keeps no copy of what it sent: a
-// stream of full sets computes the whole set again when something changed.
+// assignmentStream is what one stream (or session) sent its instance:
+// per config, a key of the assignments it holds. It keeps no copy of what
+// it sent: a stream of full sets computes the whole set again when
+// something changed. send sends one message.
 type assignmentStream struct {
-	stream   *connect.ServerStream[pawlv1.WatchAssignmentsResponse]
+	send     func(*pawlv1.WatchAssignmentsResponse) error
 	identity string
 	deltas   bool
 	held     map[string]uint64 // config -> key of its assignments as sent
@@ -164,7 +175,7 @@ func (s *assignmentStream) sendFull(byConfig map[string][]rollout.Assignment, re
 	for config, as := range byConfig {
 		s.held[config] = assignmentsKey(as)
 	}
-	return s.stream.Send(&pawlv1.WatchAssignmentsResponse{Assignments: flatten(byConfig), Revision: rev, Full: true})
+	return s.send(&pawlv1.WatchAssignmentsResponse{Assignments: flatten(byConfig), Revision: rev, Full: true})
 }
 
 // sendChanges sends what changed of the configs computed, if anything did:
@@ -191,7 +202,7 @@ func (s *assignmentStream) sendChanges(ctx context.Context, byConfig map[string]
 	case !changed:
 		return nil
 	case s.deltas:
-		return s.stream.Send(delta)
+		return s.send(delta)
 	}
 	all, at, err := s.rollouts.AssignmentsAt(ctx, s.identity, rev, nil)
 	if err != nil {
@@ -236,7 +247,20 @@ func assignmentsKey(as []rollout.Assignment) uint64 {
 // registration another principal made is refused (PermissionDenied) and
 // the attempt logged.
 func (h *Instances) Register(ctx context.Context, req *connect.Request[pawlv1.RegisterRequest]) (*connect.Response[pawlv1.RegisterResponse], error) {
-	in := req.Msg.GetInstance()
+	rec, err := h.register(ctx, req.Msg.GetInstance(), req.Peer().Addr)
+	if err != nil {
+		return nil, Error(h.log, req.Spec(), err)
+	}
+	return connect.NewResponse(&pawlv1.RegisterResponse{
+		Record:            h.toProto(rec),
+		HeartbeatInterval: durationpb.New(h.registry.Lease() / 3),
+	}), nil
+}
+
+// register registers in as the principal of ctx (Register and a
+// session's hello); peer names the caller in the log of a refused
+// takeover.
+func (h *Instances) register(ctx context.Context, in *pawlv1.Instance, peer string) (instance.Record, error) {
 	p, ok := auth.PrincipalFrom(ctx)
 	if !ok {
 		p = auth.Open()
@@ -247,15 +271,9 @@ func (h *Instances) Register(ctx context.Context, req *connect.Request[pawlv1.Re
 		TrafficWeight: in.GetTrafficWeight(), AppVersion: in.GetAppVersion(), Labels: in.GetLabels(),
 	}, by, p.Method != auth.MethodOpen)
 	if errors.Is(err, instance.ErrTakeover) {
-		h.log.Warn("refused an identity takeover", "principal", p.Name, "method", p.Method, "identity", in.GetWorkloadIdentity(), "peer", req.Peer().Addr)
+		h.log.Warn("refused an identity takeover", "principal", p.Name, "method", p.Method, "identity", in.GetWorkloadIdentity(), "peer", peer)
 	}
-	if err != nil {
-		return nil, Error(h.log, req.Spec(), err)
-	}
-	return connect.NewResponse(&pawlv1.RegisterResponse{
-		Record:            h.toProto(rec),
-		HeartbeatInterval: durationpb.New(h.registry.Lease() / 3),
-	}), nil
+	return rec, err
 }
 
 // Heartbeat implements pawl.v1.InstanceService.Heartbeat.

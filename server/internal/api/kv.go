@@ -255,27 +255,39 @@ func (s *KV) Watch(ctx context.Context, req *connect.Request[pawlv1.WatchRequest
 }
 
 func sendCompacted(stream *connect.ServerStream[pawlv1.WatchResponse], c *store.CompactedError) error {
-	return stream.Send(&pawlv1.WatchResponse{Kind: &pawlv1.WatchResponse_Compacted{Compacted: &pawlv1.WatchCompacted{
+	return stream.Send(compactedMessage(c))
+}
+
+// compactedMessage tells a watcher that the revision it needs was
+// compacted: it takes a snapshot and watches again from there.
+func compactedMessage(c *store.CompactedError) *pawlv1.WatchResponse {
+	return &pawlv1.WatchResponse{Kind: &pawlv1.WatchResponse_Compacted{Compacted: &pawlv1.WatchCompacted{
 		CompactRevision:  c.CompactRevision,
 		SnapshotRevision: c.Revision,
 		Reason:           pawlv1.WatchResyncReason_WATCH_RESYNC_REASON_COMPACTED,
-	}}})
+	}}}
 }
 
 // sendIncarnationChanged tells a watcher that resumed with another
 // incarnation than the store's to take a snapshot at the store's current
 // revision: WatchStarted with the incarnation to resume with, then
-// WatchCompacted with the reason.
+// WatchCompacted with the reason (incarnationChanged).
 func sendIncarnationChanged(stream *connect.ServerStream[pawlv1.WatchResponse], st store.Status) error {
 	started := &pawlv1.WatchStarted{Revision: st.Revision, Incarnation: st.Incarnation}
 	if err := stream.Send(&pawlv1.WatchResponse{Kind: &pawlv1.WatchResponse_Started{Started: started}}); err != nil {
 		return err
 	}
-	return stream.Send(&pawlv1.WatchResponse{Kind: &pawlv1.WatchResponse_Compacted{Compacted: &pawlv1.WatchCompacted{
+	return stream.Send(incarnationChanged(st))
+}
+
+// incarnationChanged is the WatchCompacted that follows the WatchStarted
+// of a watcher that resumed with another incarnation than the store's.
+func incarnationChanged(st store.Status) *pawlv1.WatchResponse {
+	return &pawlv1.WatchResponse{Kind: &pawlv1.WatchResponse_Compacted{Compacted: &pawlv1.WatchCompacted{
 		CompactRevision:  st.CompactRevision,
 		SnapshotRevision: st.Revision,
 		Reason:           pawlv1.WatchResyncReason_WATCH_RESYNC_REASON_INCARNATION_CHANGED,
-	}}})
+	}}}
 }
 
 func (s *KV) checkWrite(key string, expect *int64) error {

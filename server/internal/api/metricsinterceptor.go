@@ -84,18 +84,30 @@ func (i *metricsInterceptor) ack(req connect.AnyRequest, resp connect.AnyRespons
 	if !ok {
 		return
 	}
+	var stored *pawlv1.Ack
+	if err == nil {
+		if out, ok := resp.Any().(*pawlv1.AckResponse); ok {
+			stored = out.GetAck()
+		}
+	}
+	countAck(i.m, in.GetAck(), stored, err)
+}
+
+// countAck counts an ACK, in, by its state and outcome: refused (err),
+// or stored and counted or not.
+func countAck(m *metrics.Metrics, in, stored *pawlv1.Ack, err error) {
 	state := "UNKNOWN" // a number outside the enum: no label of its own
-	if s := in.GetAck().GetState(); pawlv1.InstanceState_name[int32(s)] != "" {
+	if s := in.GetState(); pawlv1.InstanceState_name[int32(s)] != "" {
 		state = strings.TrimPrefix(s.String(), "INSTANCE_STATE_")
 	}
 	result := metrics.AckRefused
 	if err == nil {
 		result = metrics.AckNotCounted
-		if out, ok := resp.Any().(*pawlv1.AckResponse); ok && out.GetAck().GetCounted() {
+		if stored.GetCounted() {
 			result = metrics.AckCounted
 		}
 	}
-	i.m.AckReceived(state, result)
+	m.AckReceived(state, result)
 }
 
 // codeLabel is the code a call ended with, as a label: "ok", or the

@@ -86,6 +86,10 @@ var RoleTable = map[string][]Permit{
 	pawlv1connect.InstanceServiceWatchAssignmentsProcedure: {{auth.Instance, Identity}},
 	pawlv1connect.InstanceServiceListInstancesProcedure:    {{auth.Releaser, Everywhere}, {auth.Promoter, Everywhere}},
 
+	// A session as its hello: the ACKs and watches it carries are
+	// authorized one by one as RolloutService.Ack and KVService.Watch.
+	pawlv1connect.SessionServiceSessionProcedure: {{auth.Instance, Identity}},
+
 	pawlv1connect.RolloutServiceAckProcedure:              {{auth.Instance, Registered}},
 	pawlv1connect.RolloutServiceGetRolloutStatusProcedure: {{auth.Releaser, Config}, {auth.Promoter, Config}},
 	pawlv1connect.RolloutServicePromoteProcedure:          {{auth.Promoter, Config}},

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
+	pawlv1 "github.com/pawlcfg/pawl/gen/pawl/v1"
 	"github.com/pawlcfg/pawl/sdk/textsafe"
 )
 
@@ -44,6 +45,14 @@ func (i *textInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 
 func (i *textInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
 	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
+		// The requests a session carries after its hello are checked one
+		// by one by its handler, which answers a refusal in the session.
+		ctx = withMessageCheck(ctx, func(_ context.Context, _ string, msg any) error {
+			if m, ok := msg.(proto.Message); ok {
+				return i.check(m)
+			}
+			return nil
+		}, false)
 		return next(ctx, &textCheckedConn{StreamingHandlerConn: conn, i: i})
 	}
 }
@@ -53,7 +62,8 @@ func (i *textInterceptor) WrapStreamingClient(next connect.StreamingClientFunc) 
 	return next
 }
 
-// textCheckedConn checks each message it receives.
+// textCheckedConn checks each message it receives; of a session, its
+// hellos (its handler checks the requests it carries).
 type textCheckedConn struct {
 	connect.StreamingHandlerConn
 	i *textInterceptor
@@ -62,6 +72,9 @@ type textCheckedConn struct {
 func (c *textCheckedConn) Receive(msg any) error {
 	if err := c.StreamingHandlerConn.Receive(msg); err != nil {
 		return err
+	}
+	if m, ok := msg.(*pawlv1.SessionRequest); ok && m.GetHello() == nil {
+		return nil
 	}
 	if m, ok := msg.(proto.Message); ok {
 		return c.i.check(m)

@@ -113,6 +113,7 @@ type Hub struct {
 	wmu      sync.Mutex
 	watchers map[string]map[*Watcher]struct{} // by prefix
 	wanting  map[*Watcher]struct{}            // watchers that requested progress
+	marking  map[*Group][]*Watcher            // scratch of Publish: group watchers to mark ready; guarded by wmu
 
 	catchUps    atomic.Int64
 	ctx         context.Context
@@ -242,18 +243,24 @@ func (h *Hub) SetStale(err error) {
 	h.stale = reason
 	h.staleGen++
 	h.mu.Unlock()
-	h.eachWatcher((*Watcher).wake)
+	h.eachWatcher(func(*Watcher) {})
 }
 
-// eachWatcher calls fn for every open watcher, under wmu.
+// eachWatcher calls fn for every open watcher, under wmu, and then wakes
+// it (the watchers of a group marked together).
 func (h *Hub) eachWatcher(fn func(w *Watcher)) {
 	h.wmu.Lock()
 	defer h.wmu.Unlock()
 	for _, set := range h.watchers {
 		for w := range set {
 			fn(w)
+			h.wakeLocked(w)
 		}
 	}
+	for g, ws := range h.marking {
+		g.mark(ws)
+	}
+	clear(h.marking)
 }
 
 // want adds w, while it is open, to the watchers that every Publish wakes
@@ -375,8 +382,11 @@ func (h *Hub) publish(events []store.Event, early bool) {
 	}
 	h.wmu.Lock()
 	defer h.wmu.Unlock()
+	// The watchers of groups are marked per group once every watcher the
+	// batch concerns is known, so that a group's owner finds them all
+	// ready at its wake-up (one message for what one change did).
 	for w := range h.wanting {
-		w.wake() // the publish may have made it current at a newer revision
+		h.wakeLocked(w) // the publish may have made it current at a newer revision
 	}
 	for prefix, set := range h.watchers {
 		// After a gap, the lost events may concern any prefix: every
@@ -385,9 +395,26 @@ func (h *Hub) publish(events []store.Event, early bool) {
 			continue
 		}
 		for w := range set {
-			w.wake()
+			h.wakeLocked(w)
 		}
 	}
+	for g, ws := range h.marking {
+		g.mark(ws)
+	}
+	clear(h.marking)
+}
+
+// wakeLocked wakes w, or for a watcher of a group notes it in h.marking,
+// which the caller marks. The caller holds wmu.
+func (h *Hub) wakeLocked(w *Watcher) {
+	if w.group == nil {
+		w.wake()
+		return
+	}
+	if h.marking == nil {
+		h.marking = map[*Group][]*Watcher{}
+	}
+	h.marking[w.group] = append(h.marking[w.group], w)
 }
 
 func anyUnder(events []store.Event, prefix string) bool {
@@ -444,10 +471,7 @@ func (h *Hub) runProgress() {
 		case <-h.ctx.Done():
 			return
 		case <-t.C:
-			h.eachWatcher(func(w *Watcher) {
-				w.progressDue.Store(true)
-				w.wake()
-			})
+			h.eachWatcher(func(w *Watcher) { w.progressDue.Store(true) })
 		}
 	}
 }
@@ -458,7 +482,16 @@ func (h *Hub) runProgress() {
 // *store.FutureRevisionError when start is more than one past the store's
 // revision. The caller must Close the watcher.
 func (h *Hub) Watch(ctx context.Context, prefix string, start int64) (*Watcher, error) {
-	w := &Watcher{hub: h, prefix: prefix, notify: make(chan struct{}, 1)}
+	return h.watch(ctx, prefix, start, nil)
+}
+
+// watch is Watch, for a watcher of group g (nil: a watcher of its own,
+// woken through its notify channel).
+func (h *Hub) watch(ctx context.Context, prefix string, start int64, g *Group) (*Watcher, error) {
+	w := &Watcher{hub: h, prefix: prefix, group: g}
+	if g == nil {
+		w.notify = make(chan struct{}, 1)
+	}
 	if start > 0 {
 		st, err := h.src.Status(ctx)
 		if err != nil {

@@ -10,13 +10,18 @@ import (
 
 // Watcher is one watch: a cursor over the hub's events under a prefix.
 //
-// Next and Close may be called from one goroutine at a time (the stream's
-// handler); the hub wakes the watcher concurrently.
+// Next (or Poll) and Close may be called from one goroutine at a time (the
+// stream's handler, or the owner of the watcher's Group); the hub wakes
+// the watcher concurrently.
 type Watcher struct {
-	hub         *Hub
-	prefix      string
-	next        int64         // the next revision to deliver; owned by Next's caller
-	notify      chan struct{} // buffered(1): a pending wake-up
+	hub    *Hub
+	prefix string
+	next   int64         // the next revision to deliver; owned by Next's caller
+	notify chan struct{} // buffered(1): a pending wake-up; nil for a watcher of a group
+	// group, when set, is the group whose wake-up the watcher shares;
+	// inReady says it is on the group's ready list (guarded by group.mu).
+	group       *Group
+	inReady     bool
 	progressDue atomic.Bool
 	// reported is the newest progress reported; owned by Next's caller.
 	// Whether progress is wanted is the watcher's place in Hub.wanting;
@@ -51,42 +56,14 @@ func (w *Watcher) StartedAt() int64 { return w.next - 1 }
 // notification is due, and returns them. It returns ctx.Err() when ctx ends,
 // ErrClosed when the hub closes, and a *store.CompactedError when the
 // watcher needs a revision the change log no longer holds; after an error,
-// only Close may be called.
+// only Close may be called. A watcher of a Group is drained with Poll
+// instead: its wake-ups go to the group.
 func (w *Watcher) Next(ctx context.Context) (Batch, error) {
 	h := w.hub
 	for {
-		events, needLog, err := w.fromRing()
-		if err != nil {
-			return Batch{}, err
-		}
-		if len(events) > 0 {
-			return Batch{Events: events}, nil
-		}
-		if needLog {
-			h.catchUps.Add(1)
-			ch, err := h.src.Changes(ctx, w.next, w.prefix, h.opts.catchUpBatch)
-			if err != nil {
-				return Batch{}, err
-			}
-			w.next = ch.Through + 1
-			if len(ch.Events) > 0 {
-				return Batch{Events: ch.Events}, nil
-			}
-			continue
-		}
-		if reason, changed := w.staleness(); changed {
-			// Stale: say so once. Following again: say how current.
-			return Batch{Progress: w.next - 1, Stale: reason}, nil
-		} else if reason != "" {
-			w.progressDue.Store(false) // no progress while stale
-		}
-		if w.progressDue.Swap(false) {
-			w.reported = w.next - 1
-			return Batch{Progress: w.next - 1}, nil
-		}
-		if w.next-1 > w.reported && w.wanted.Load() && w.hub.unwant(w) {
-			w.reported = w.next - 1
-			return Batch{Progress: w.next - 1}, nil
+		b, ok, err := w.Poll(ctx)
+		if err != nil || ok {
+			return b, err
 		}
 		select {
 		case <-w.notify:
@@ -95,6 +72,53 @@ func (w *Watcher) Next(ctx context.Context) (Batch, error) {
 		case <-h.ctx.Done():
 			return Batch{}, ErrClosed
 		}
+	}
+}
+
+// Poll is Next without the wait: it returns what is pending for the
+// watcher (events from the ring or from the change log, a stale notice,
+// a progress notification), with ok set, or ok unset when nothing is. It
+// reads the store's change log when the watcher fell out of the ring, but
+// never waits for a change. Its errors are Next's; after an error, only
+// Close may be called. A watcher of a Group is polled by the group's
+// owner until ok is unset, after Ready returned it.
+func (w *Watcher) Poll(ctx context.Context) (b Batch, ok bool, err error) {
+	h := w.hub
+	for {
+		events, needLog, err := w.fromRing()
+		if err != nil {
+			return Batch{}, false, err
+		}
+		if len(events) > 0 {
+			return Batch{Events: events}, true, nil
+		}
+		if needLog {
+			h.catchUps.Add(1)
+			ch, err := h.src.Changes(ctx, w.next, w.prefix, h.opts.catchUpBatch)
+			if err != nil {
+				return Batch{}, false, err
+			}
+			w.next = ch.Through + 1
+			if len(ch.Events) > 0 {
+				return Batch{Events: ch.Events}, true, nil
+			}
+			continue
+		}
+		if reason, changed := w.staleness(); changed {
+			// Stale: say so once. Following again: say how current.
+			return Batch{Progress: w.next - 1, Stale: reason}, true, nil
+		} else if reason != "" {
+			w.progressDue.Store(false) // no progress while stale
+		}
+		if w.progressDue.Swap(false) {
+			w.reported = w.next - 1
+			return Batch{Progress: w.next - 1}, true, nil
+		}
+		if w.next-1 > w.reported && w.wanted.Load() && w.hub.unwant(w) {
+			w.reported = w.next - 1
+			return Batch{Progress: w.next - 1}, true, nil
+		}
+		return Batch{}, false, nil
 	}
 }
 
@@ -110,6 +134,9 @@ func (w *Watcher) RequestProgress() {
 	w.hub.want(w)
 	w.wake()
 }
+
+// Prefix is the prefix the watcher follows.
+func (w *Watcher) Prefix() string { return w.prefix }
 
 // fromRing copies the matching events of the ring from the cursor on, at
 // most opts.maxBatch of them, and advances the cursor past every event it
@@ -165,8 +192,13 @@ func (w *Watcher) staleness() (reason string, changed bool) {
 	return h.stale, true
 }
 
-// wake makes a pending wake-up without blocking.
+// wake makes a pending wake-up without blocking: on the watcher's notify
+// channel, or on its group's.
 func (w *Watcher) wake() {
+	if w.group != nil {
+		w.group.mark([]*Watcher{w})
+		return
+	}
 	select {
 	case w.notify <- struct{}{}:
 	default:

@@ -1,0 +1,673 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+
+	pawlv1 "github.com/pawlcfg/pawl/gen/pawl/v1"
+	"github.com/pawlcfg/pawl/gen/pawl/v1/pawlv1connect"
+	"github.com/pawlcfg/pawl/server/internal/auth"
+	"github.com/pawlcfg/pawl/server/internal/instance"
+	"github.com/pawlcfg/pawl/server/internal/metrics"
+	"github.com/pawlcfg/pawl/server/internal/records"
+	"github.com/pawlcfg/pawl/server/internal/rollout"
+	"github.com/pawlcfg/pawl/server/internal/store"
+	"github.com/pawlcfg/pawl/server/internal/watch"
+)
+
+// Sessions is the SessionService handler.
+//
+// A session has two goroutines: the handler's, which receives (the
+// hello, then ACKs and watch requests), and one writer, which sends
+// everything the session says: the ACKs' answers, the assignments and
+// the messages of every watch, several of them in one SessionResponse
+// when they are pending together. The watchers of a session (its
+// assignment watcher on the release records and its key-space watches)
+// form one watch.Group: the hub wakes the writer once for all of them,
+// and the writer drains every ready watcher with Poll; a session has no
+// goroutine per watch. ACKs are recorded concurrently (at most
+// maxAcksInFlight unanswered per session; the receiver waits past that)
+// and answered in the order they came.
+type Sessions struct {
+	instances  *Instances
+	store      store.Store
+	maxWatches int
+	log        *slog.Logger
+}
+
+var _ pawlv1connect.SessionServiceHandler = (*Sessions)(nil)
+
+// MaxSessionWatchesFlag is the pawld flag that bounds the watches of one
+// session, which a refusal names.
+const MaxSessionWatchesFlag = "--max-session-watches"
+
+// NewSessions returns the SessionService handler: registrations, leases
+// and assignments as instances' InstanceService does, ACKs as
+// RolloutService.Ack, watches of st as KVService.Watch, at most
+// maxWatches open per session.
+func NewSessions(instances *Instances, st store.Store, maxWatches int, log *slog.Logger) *Sessions {
+	return &Sessions{instances: instances, store: st, maxWatches: maxWatches, log: log}
+}
+
+const (
+	// maxAcksInFlight bounds the ACKs of one session received and not yet
+	// answered: enough to keep a batching store busy from one instance,
+	// small enough that a session holds little while its client does not
+	// read.
+	maxAcksInFlight = 256
+	// maxSessionMessageBytes is about the most key and value bytes of
+	// watch events the writer puts in one SessionResponse before it sends
+	// it and goes on in the next, far below the 4 MiB a gRPC client reads
+	// by default. (One watch's batch is not split: a transaction travels
+	// in one message, as on KVService.Watch.)
+	maxSessionMessageBytes = 1 << 20
+	// sessionCommands is how many watch requests the receiver queues for
+	// the writer before it waits for the writer to take them.
+	sessionCommands = 64
+)
+
+func noHello() error {
+	return InvalidArgument("the first message of a session must be a hello (SessionHello): register or resume first")
+}
+
+// Session implements pawl.v1.SessionService.Session.
+func (h *Sessions) Session(ctx context.Context, stream *connect.BidiStream[pawlv1.SessionRequest, pawlv1.SessionResponse]) error {
+	first, err := stream.Receive()
+	switch {
+	case errors.Is(err, io.EOF):
+		return noHello()
+	case err != nil:
+		return err
+	case first.GetHello() == nil:
+		return noHello()
+	}
+	hello := first.GetHello()
+	rec, release, err := h.open(ctx, stream.Spec(), stream.Peer().Addr, hello)
+	if err != nil {
+		return err
+	}
+	defer release() // the lease then runs a full term
+	s := &session{
+		h: h, identity: rec.WorkloadIdentity, boot: rec.BootID, group: h.instances.hub.NewGroup(),
+		send: stream.Send, wake: make(chan struct{}, 1), cmds: make(chan *pawlv1.SessionRequest, sessionCommands),
+		eof: make(chan struct{}), slots: make(chan struct{}, maxAcksInFlight), watches: map[int64]*sessionWatch{}, byW: map[*watch.Watcher]*sessionWatch{},
+		spec: stream.Spec(), lag: metrics.FromContext(ctx),
+	}
+	s.ctx, s.cancel = context.WithCancel(ctx)
+	s.assign = &assignmentStream{identity: s.identity, deltas: true, held: map[string]uint64{}, rollouts: h.instances.rollouts}
+	writerDone := make(chan error, 1)
+	go func() { writerDone <- s.write(h.instances.toProto(rec), hello.GetAssignmentsAfterRevision()) }()
+	rerr := s.receive(stream)
+	if errors.Is(rerr, io.EOF) {
+		// The client is done sending: its ACKs still get their answers.
+		s.acks.Wait()
+		close(s.eof)
+	} else {
+		s.cancel()
+	}
+	werr := <-writerDone
+	s.cancel()
+	s.acks.Wait()
+	switch {
+	case werr != nil:
+		return werr
+	case errors.Is(rerr, io.EOF), ctx.Err() != nil:
+		return nil
+	}
+	return rerr
+}
+
+// open registers or resumes the hello's instance and holds its lease:
+// it returns the registration and the release of the hold.
+func (h *Sessions) open(ctx context.Context, spec connect.Spec, peer string, hello *pawlv1.SessionHello) (instance.Record, func(), error) {
+	in := hello.GetInstance()
+	identity, boot, epoch := in.GetWorkloadIdentity(), in.GetBootId(), hello.GetMembershipEpoch()
+	switch {
+	case in == nil:
+		return instance.Record{}, nil, InvalidArgument("hello.instance is required")
+	case epoch < 0:
+		return instance.Record{}, nil, InvalidArgument("hello.membership_epoch is %d; it must be 0 (register) or the epoch of the registration to resume", epoch)
+	case boot == "":
+		return instance.Record{}, nil, InvalidArgument("hello.instance.boot_id is required (a new one on every process start)")
+	}
+	if err := h.instances.checkAfterRevision(ctx, spec, "hello.assignments_after_revision", hello.GetAssignmentsAfterRevision()); err != nil {
+		return instance.Record{}, nil, err
+	}
+	registry := h.instances.registry
+	if epoch == 0 {
+		rec, err := h.instances.register(ctx, in, peer)
+		var resp any
+		if err == nil {
+			resp = &pawlv1.RegisterResponse{Record: h.instances.toProto(rec)}
+		}
+		if err := recordMessage(ctx, pawlv1connect.InstanceServiceRegisterProcedure, &pawlv1.RegisterRequest{Instance: in}, resp, Error(h.log, spec, err)); err != nil {
+			return instance.Record{}, nil, err
+		}
+		epoch = rec.MembershipEpoch
+	} else {
+		rec, err := registry.Registration(ctx, identity, boot)
+		switch {
+		case errors.Is(err, instance.ErrNotFound):
+			return instance.Record{}, nil, newError(connect.CodeFailedPrecondition,
+				"%s is not registered: register again (hello.membership_epoch 0)", identity)
+		case err != nil:
+			return instance.Record{}, nil, Error(h.log, spec, err)
+		case rec.BootID != boot || rec.MembershipEpoch != epoch:
+			return instance.Record{}, nil, newError(connect.CodeFailedPrecondition,
+				"%s is registered with boot %s at membership epoch %d, not boot %s at epoch %d: register again (hello.membership_epoch 0)",
+				identity, rec.BootID, rec.MembershipEpoch, boot, epoch)
+		}
+		if p, ok := auth.PrincipalFrom(ctx); ok && p.Method != auth.MethodOpen && !p.IsAdmin() && rec.Principal != p.Name {
+			h.log.Warn("refused a session resuming a registration another principal made", "principal", p.Name, "identity", identity)
+			return instance.Record{}, nil, newError(connect.CodePermissionDenied,
+				"%s resumes a registration another principal made: principal %q may resume only its own", spec.Procedure, p.Name)
+		}
+	}
+	release, err := registry.Hold(ctx, identity, boot)
+	if err != nil {
+		return instance.Record{}, nil, Error(h.log, spec, err)
+	}
+	rec, err := registry.Get(ctx, identity)
+	if err == nil && (rec.BootID != boot || rec.MembershipEpoch != epoch) {
+		err = fmt.Errorf("%w: %s registered again meanwhile (epoch %d)", instance.ErrStaleBoot, identity, rec.MembershipEpoch)
+	}
+	if err != nil {
+		release()
+		return instance.Record{}, nil, Error(h.log, spec, err)
+	}
+	return rec, release, nil
+}
+
+// submitAck records one ACK of a session: the one place where a
+// session's ACKs meet the rollout domain.
+func (h *Sessions) submitAck(ctx context.Context, ack rollout.Ack) (rollout.Ack, error) {
+	return h.instances.rollouts.RecordAck(ctx, ack)
+}
+
+// session is one open session.
+type session struct {
+	h              *Sessions
+	ctx            context.Context // ends with the session
+	cancel         context.CancelFunc
+	identity, boot string
+	spec           connect.Spec
+	lag            *metrics.Metrics
+	send           func(*pawlv1.SessionResponse) error
+
+	// Between the receiver and the writer: wake is a pending wake-up of
+	// the writer (an ACK answered); cmds the watch requests in the order
+	// received; eof is closed when the client is done sending and every
+	// ACK is answered.
+	wake chan struct{}
+	cmds chan *pawlv1.SessionRequest
+	eof  chan struct{}
+
+	// ACKs: slots counts those received and not yet answered; acks waits
+	// for the recordings under way; answers (under mu) are in the order
+	// received, each answered once result is set.
+	slots   chan struct{}
+	acks    sync.WaitGroup
+	mu      sync.Mutex
+	answers []*ackAnswer
+
+	// Owned by the writer.
+	group   *watch.Group
+	assign  *assignmentStream
+	assignW *watch.Watcher
+	watches map[int64]*sessionWatch
+	byW     map[*watch.Watcher]*sessionWatch
+	// taken are watch requests the writer took from cmds and has not
+	// carried out yet.
+	taken []*pawlv1.SessionRequest
+	// behind are watchers the writer did not drain in the last message
+	// (it was full), in the order to continue.
+	behind []*sessionWatch
+}
+
+// ackAnswer is the answer to one ACK, once result is set (under
+// session.mu).
+type ackAnswer struct {
+	result *pawlv1.SessionAckResult
+	id     uint64
+}
+
+// sessionWatch is one key-space watch of a session.
+type sessionWatch struct {
+	id      int64
+	w       *watch.Watcher
+	started int64 // the store's revision when it started: older events are history, not fan-out
+	closed  bool
+	queued  bool // in the writer's list of watches to drain
+}
+
+// receive reads the client's messages after the hello until the stream
+// ends (io.EOF when the client closed it) or one ends the session.
+func (s *session) receive(stream *connect.BidiStream[pawlv1.SessionRequest, pawlv1.SessionResponse]) error {
+	for {
+		msg, err := stream.Receive()
+		if err != nil {
+			return err
+		}
+		switch k := msg.GetKind().(type) {
+		case *pawlv1.SessionRequest_Hello:
+			return InvalidArgument("a session has one hello, its first message: open another session to register again")
+		case *pawlv1.SessionRequest_Ack:
+			if err := s.ack(k.Ack); err != nil {
+				return err
+			}
+		case *pawlv1.SessionRequest_WatchCreate, *pawlv1.SessionRequest_WatchCancel, *pawlv1.SessionRequest_ProgressRequest:
+			select {
+			case s.cmds <- msg:
+			case <-s.ctx.Done():
+				return s.ctx.Err()
+			}
+		default:
+			return InvalidArgument("the message sets none of hello, ack, watch_create, watch_cancel or progress_request")
+		}
+	}
+}
+
+// ack takes one ACK: it is answered in its turn, after it is recorded
+// or refused. It waits while maxAcksInFlight ACKs are unanswered.
+func (s *session) ack(m *pawlv1.SessionAck) error {
+	select {
+	case s.slots <- struct{}{}:
+	case <-s.ctx.Done():
+		return s.ctx.Err()
+	}
+	a := &ackAnswer{id: m.GetAckId()}
+	s.mu.Lock()
+	s.answers = append(s.answers, a)
+	s.mu.Unlock()
+	req := &pawlv1.AckRequest{Ack: m.GetAck()}
+	switch got := m.GetAck(); {
+	case got == nil:
+		s.answer(a, req, nil, InvalidArgument("ack %d carries no ack", m.GetAckId()))
+		return nil
+	case got.GetWorkloadIdentity() != s.identity || got.GetBootId() != s.boot:
+		s.answer(a, req, nil, newError(connect.CodePermissionDenied,
+			"the ACK is for %s boot %s; this session speaks for %s boot %s only: send it on that instance's session",
+			got.GetWorkloadIdentity(), got.GetBootId(), s.identity, s.boot))
+		return nil
+	}
+	s.acks.Add(1)
+	go func() {
+		defer s.acks.Done()
+		stored, err := s.recordAck(req)
+		s.answer(a, req, stored, err)
+	}()
+	return nil
+}
+
+// recordAck checks and records one ACK as RolloutService.Ack would.
+func (s *session) recordAck(req *pawlv1.AckRequest) (*pawlv1.Ack, error) {
+	if err := checkMessage(s.ctx, pawlv1connect.RolloutServiceAckProcedure, req); err != nil {
+		return nil, err
+	}
+	ack, err := fromProtoAck(req.GetAck())
+	if err != nil {
+		return nil, err
+	}
+	stored, err := s.h.submitAck(s.ctx, ack)
+	if err != nil {
+		return nil, Error(s.h.log, s.spec, err)
+	}
+	return toProtoAck(stored), nil
+}
+
+// answer sets an ACK's answer, after its audit record, and wakes the
+// writer.
+func (s *session) answer(a *ackAnswer, req *pawlv1.AckRequest, stored *pawlv1.Ack, err error) {
+	var resp any
+	if err == nil {
+		resp = &pawlv1.AckResponse{Ack: stored}
+	}
+	err = recordMessage(s.ctx, pawlv1connect.RolloutServiceAckProcedure, req, resp, err)
+	countAck(s.lag, req.GetAck(), stored, err)
+	result := &pawlv1.SessionAckResult{AckId: a.id}
+	if err != nil {
+		result.Error = sessionError(err)
+	} else {
+		result.Ack = stored
+	}
+	s.mu.Lock()
+	a.result = result
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// sessionError is a refusal within a session.
+func sessionError(err error) *pawlv1.SessionError {
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		return &pawlv1.SessionError{Code: ce.Code().String(), Message: ce.Message()}
+	}
+	return &pawlv1.SessionError{Code: connect.CodeOf(err).String(), Message: err.Error()}
+}
+
+// takeAnswers moves the answers due, in order, into msg and frees their
+// slots.
+func (s *session) takeAnswers(msg *pawlv1.SessionResponse) {
+	s.mu.Lock()
+	n := 0
+	for n < len(s.answers) && s.answers[n].result != nil {
+		msg.Acks = append(msg.Acks, s.answers[n].result)
+		n++
+	}
+	s.answers = slices.Delete(s.answers, 0, n)
+	s.mu.Unlock()
+	for range n {
+		<-s.slots
+	}
+}
+
+// write is the writer: it sends the started message and the first
+// assignments, then whatever is pending, until the session ends. It
+// returns nil when the session ended from the receiving side, and the
+// error that ends it otherwise (having made the receiver stop).
+func (s *session) write(started *pawlv1.InstanceRecord, after int64) (err error) {
+	defer func() {
+		if s.assignW != nil {
+			s.assignW.Close()
+		}
+		for _, sw := range s.watches {
+			sw.w.Close()
+		}
+		if err != nil {
+			s.cancel()
+			abortRead(s.ctx)
+		}
+	}()
+	msg := &pawlv1.SessionResponse{Started: &pawlv1.SessionStarted{Record: started}}
+	if err := s.startAssignments(msg, after); err != nil {
+		return err
+	}
+	if err := s.send(msg); err != nil {
+		return s.ended(err)
+	}
+	for {
+		msg := &pawlv1.SessionResponse{}
+		s.takeAnswers(msg)
+		more, err := s.fill(msg)
+		if err != nil {
+			return s.ended(Error(s.h.log, s.spec, err))
+		}
+		if len(msg.Acks) > 0 || len(msg.Watches) > 0 || msg.Assignments != nil {
+			if err := s.send(msg); err != nil {
+				return s.ended(err)
+			}
+		}
+		if more {
+			continue
+		}
+		select {
+		case <-s.group.Notify():
+		case <-s.wake:
+		case c := <-s.cmds:
+			s.taken = append(s.taken, c) // fill carries it out, before those still queued
+		case <-s.group.Done():
+			return Error(s.h.log, s.spec, watch.ErrClosed)
+		case <-s.eof:
+			s.takeAnswers(msg)
+			if len(msg.Acks) > 0 {
+				return s.ended(s.send(msg))
+			}
+			return nil
+		case <-s.ctx.Done():
+			return nil
+		}
+	}
+}
+
+// ended is nil when the session ended from the receiving side (its
+// context is done: the client went away), and err otherwise.
+func (s *session) ended(err error) error {
+	if s.ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+// fill puts into msg the watch requests queued and what the ready
+// watchers have pending, up to about maxSessionMessageBytes; more says
+// that something is left for the next message.
+func (s *session) fill(msg *pawlv1.SessionResponse) (more bool, err error) {
+	for len(s.cmds) > 0 {
+		s.taken = append(s.taken, <-s.cmds)
+	}
+	for len(s.taken) > 0 {
+		c := s.taken[0]
+		s.taken = s.taken[1:]
+		if err := s.command(msg, c); err != nil {
+			return false, err
+		}
+	}
+	ready := s.behind // each marked queued
+	s.behind = nil
+	assignments := false
+	for _, w := range s.group.Ready() {
+		if w == s.assignW {
+			assignments = true
+			continue
+		}
+		if sw := s.byW[w]; sw != nil && !sw.queued {
+			sw.queued = true
+			ready = append(ready, sw)
+		}
+	}
+	if assignments {
+		if err := s.drainAssignments(msg); err != nil {
+			return false, err
+		}
+	}
+	size := 0
+	for i, sw := range ready {
+		if size >= maxSessionMessageBytes {
+			s.behind = append(s.behind, ready[i:]...)
+			break
+		}
+		n, drained, err := s.drainWatch(msg, sw, maxSessionMessageBytes-size)
+		if err != nil {
+			return false, err
+		}
+		size += n
+		if drained {
+			sw.queued = false
+		} else {
+			s.behind = append(s.behind, sw)
+		}
+	}
+	s.behind = slices.DeleteFunc(s.behind, func(sw *sessionWatch) bool { return sw.closed })
+	return len(s.behind) > 0, nil
+}
+
+// command carries out one watch request.
+func (s *session) command(msg *pawlv1.SessionResponse, req *pawlv1.SessionRequest) error {
+	switch k := req.GetKind().(type) {
+	case *pawlv1.SessionRequest_WatchCreate:
+		return s.create(msg, k.WatchCreate)
+	case *pawlv1.SessionRequest_WatchCancel:
+		id := k.WatchCancel.GetWatchId()
+		if sw := s.watches[id]; sw != nil {
+			s.close(sw)
+		}
+		// A watch that is not open (it ended, or never opened) is
+		// cancelled all the same: nothing more of it follows.
+		msg.Watches = append(msg.Watches, &pawlv1.SessionWatchMessage{WatchId: id, Canceled: true})
+	case *pawlv1.SessionRequest_ProgressRequest:
+		for _, sw := range s.watches {
+			sw.w.RequestProgress()
+		}
+	}
+	return nil
+}
+
+func (s *session) close(sw *sessionWatch) {
+	sw.w.Close()
+	sw.closed = true
+	delete(s.watches, sw.id)
+	delete(s.byW, sw.w)
+}
+
+// create opens a watch, or says in msg why it cannot; only a failure of
+// the server (it shuts down) is returned.
+func (s *session) create(msg *pawlv1.SessionResponse, c *pawlv1.SessionWatchCreate) error {
+	id, req := c.GetWatchId(), c.GetWatch()
+	reply := func(resp *pawlv1.WatchResponse) {
+		msg.Watches = append(msg.Watches, &pawlv1.SessionWatchMessage{WatchId: id, Response: resp})
+	}
+	refuse := func(err error) error {
+		msg.Watches = append(msg.Watches, &pawlv1.SessionWatchMessage{WatchId: id, Error: sessionError(err)})
+		return nil
+	}
+	switch {
+	case id <= 0:
+		return refuse(InvalidArgument("watch_id is %d; it must be positive", id))
+	case s.watches[id] != nil:
+		return refuse(InvalidArgument("watch_id %d is open already; the IDs of a session's open watches are unique", id))
+	case req == nil:
+		return refuse(InvalidArgument("watch_create %d carries no watch", id))
+	case s.h.maxWatches > 0 && len(s.watches) >= s.h.maxWatches:
+		return refuse(LimitExceeded(MaxSessionWatchesFlag, uint64(len(s.watches)), uint64(s.h.maxWatches), "watches",
+			"the session holds %d watches, the limit per session (pawld %s %d): cancel one, or ask the operator to raise it",
+			len(s.watches), MaxSessionWatchesFlag, s.h.maxWatches))
+	}
+	if err := store.ValidatePrefix(req.GetPrefix()); err != nil {
+		return refuse(Error(s.h.log, s.spec, err))
+	}
+	if err := checkRevision("start_revision", req.GetStartRevision()); err != nil {
+		return refuse(err)
+	}
+	if err := checkMessage(s.ctx, pawlv1connect.KVServiceWatchProcedure, req); err != nil {
+		return refuse(err)
+	}
+	st, err := s.h.store.Status(s.ctx)
+	if err != nil {
+		return refuse(Error(s.h.log, s.spec, err))
+	}
+	if seen := req.GetIncarnation(); seen != "" && st.Incarnation != "" && seen != st.Incarnation {
+		// Another history (a restored backup): the client lists and
+		// starts over, as on KVService.Watch.
+		reply(&pawlv1.WatchResponse{Kind: &pawlv1.WatchResponse_Started{Started: &pawlv1.WatchStarted{Revision: st.Revision, Incarnation: st.Incarnation}}})
+		reply(incarnationChanged(st))
+		return nil
+	}
+	w, err := s.group.Watch(s.ctx, req.GetPrefix(), req.GetStartRevision())
+	var compacted *store.CompactedError
+	switch {
+	case errors.As(err, &compacted):
+		reply(compactedMessage(compacted))
+		return nil
+	case errors.Is(err, watch.ErrClosed):
+		return err
+	case err != nil:
+		return refuse(Error(s.h.log, s.spec, err))
+	}
+	sw := &sessionWatch{id: id, w: w, started: st.Revision}
+	s.watches[id], s.byW[w] = sw, sw
+	reply(&pawlv1.WatchResponse{Kind: &pawlv1.WatchResponse_Started{Started: &pawlv1.WatchStarted{Revision: w.StartedAt(), Incarnation: st.Incarnation}}})
+	return nil
+}
+
+// drainWatch puts into msg what the watch has pending, while msg has
+// room (about room bytes). It returns the bytes added and whether the
+// watch has nothing more pending. A compacted watch ends; a failure of
+// the server (it shuts down) is returned.
+func (s *session) drainWatch(msg *pawlv1.SessionResponse, sw *sessionWatch, room int) (int, bool, error) {
+	size := 0
+	for size < room {
+		b, ok, err := sw.w.Poll(s.ctx)
+		var compacted *store.CompactedError
+		switch {
+		case errors.As(err, &compacted):
+			msg.Watches = append(msg.Watches, &pawlv1.SessionWatchMessage{WatchId: sw.id, Response: compactedMessage(compacted)})
+			s.close(sw)
+			return size, true, nil
+		case err != nil:
+			return size, false, err
+		case !ok:
+			return size, true, nil
+		}
+		msg.Watches = append(msg.Watches, &pawlv1.SessionWatchMessage{WatchId: sw.id, Response: toProtoBatch(b)})
+		for _, ev := range b.Events {
+			size += len(ev.KV.Key) + len(ev.KV.Value) + 64
+		}
+		if n := len(b.Events); n > 0 && b.Events[n-1].Revision() > sw.started {
+			s.lag.FanoutLag(time.Since(b.Events[n-1].Time))
+		}
+	}
+	return size, false, nil
+}
+
+// startAssignments starts the session's assignment watcher and puts the
+// full set of assignments, at after or later, into msg.
+func (s *session) startAssignments(msg *pawlv1.SessionResponse, after int64) error {
+	w, err := s.group.Watch(s.ctx, records.ConfigsPrefix, 0)
+	if err != nil {
+		return Error(s.h.log, s.spec, err)
+	}
+	s.assignW = w
+	// From now: the full set is computed after the watcher started, so
+	// no change between the two is missed.
+	byConfig, rev, err := s.h.instances.rollouts.AssignmentsAt(s.ctx, s.identity, max(w.StartedAt(), after), nil)
+	if err != nil {
+		return Error(s.h.log, s.spec, err)
+	}
+	s.assign.send = func(m *pawlv1.WatchAssignmentsResponse) error { msg.Assignments = m; return nil }
+	return s.assign.sendFull(byConfig, rev)
+}
+
+// drainAssignments reads every change to the release records pending
+// and puts what changed of the instance's assignments into msg.
+func (s *session) drainAssignments(msg *pawlv1.SessionResponse) error {
+	var configs []string
+	var last int64
+	for {
+		b, ok, err := s.assignW.Poll(s.ctx)
+		var compacted *store.CompactedError
+		switch {
+		case errors.As(err, &compacted):
+			s.h.log.Info("session's assignments fell behind the change log's compaction; they start over from the current set",
+				"identity", s.identity, "needed", compacted.Requested, "compact_revision", compacted.CompactRevision)
+			s.assignW.Close()
+			s.assignW = nil
+			return s.startAssignments(msg, 0)
+		case err != nil:
+			return Error(s.h.log, s.spec, err)
+		case !ok:
+			if last == 0 {
+				return nil
+			}
+			byConfig, rev, err := s.h.instances.rollouts.AssignmentsAt(s.ctx, s.identity, last, configs)
+			if err != nil {
+				return Error(s.h.log, s.spec, err)
+			}
+			s.assign.send = func(m *pawlv1.WatchAssignmentsResponse) error { msg.Assignments = m; return nil }
+			return s.assign.sendChanges(s.ctx, byConfig, rev)
+		case b.Stale != "":
+			// This replica cannot follow the store: the instance must not
+			// wait on it for assignments that may already exist.
+			return connect.NewError(connect.CodeUnavailable, fmt.Errorf(
+				"this server cannot follow its store (%s): open the session on another replica with assignments_after_revision %d", b.Stale, b.Progress))
+		}
+		for _, c := range touchedConfigs(b.Events) {
+			if !slices.Contains(configs, c) {
+				configs = append(configs, c)
+			}
+		}
+		if n := len(b.Events); n > 0 {
+			last = b.Events[n-1].Revision()
+		}
+	}
+}

@@ -1,0 +1,96 @@
+package watch
+
+import (
+	"context"
+	"sync"
+)
+
+// Group is a set of watchers that share one wake-up, so that one
+// goroutine (a session's writer) serves them all: no goroutine and no
+// notify channel per watcher.
+//
+// A watcher of a group that the hub wakes (an event under its prefix, a
+// progress tick, a stale notice, a progress request) puts itself once on
+// the group's ready list and makes a pending wake-up on the group's one
+// notify channel, without blocking. The group's owner waits on Notify,
+// takes the ready watchers with Ready, and drains each with
+// Watcher.Poll. Publish marks every watcher of a group that one batch
+// concerns before it makes the wake-up, so that the owner finds all of
+// them ready together and can send what one change did to several
+// watches in one message.
+//
+// The owner is one goroutine: Ready, Watch (of the group), Poll and Close
+// of the group's watchers are called from it; the hub marks watchers
+// ready concurrently.
+type Group struct {
+	hub    *Hub
+	notify chan struct{} // buffered(1): a pending wake-up
+
+	mu    sync.Mutex
+	ready []*Watcher // the watchers marked ready, each once (Watcher.inReady)
+}
+
+// NewGroup returns an empty group of the hub's watchers. A group holds
+// no goroutine and needs no Close; its watchers are closed one by one.
+func (h *Hub) NewGroup() *Group {
+	return &Group{hub: h, notify: make(chan struct{}, 1)}
+}
+
+// Watch registers a watcher of the group, as Hub.Watch does: for keys
+// under prefix, from revision start (inclusive; 0 means after the newest
+// revision). The watcher is drained with Poll (Next would never wake);
+// it is ready at once, so that a watcher whose start is in the past is
+// polled without waiting for a change. The caller must Close it.
+func (g *Group) Watch(ctx context.Context, prefix string, start int64) (*Watcher, error) {
+	w, err := g.hub.watch(ctx, prefix, start, g)
+	if err != nil {
+		return nil, err
+	}
+	g.mark([]*Watcher{w})
+	return w, nil
+}
+
+// Notify is the group's wake-up: it has a value pending after any of its
+// watchers was marked ready since the last receive.
+func (g *Group) Notify() <-chan struct{} { return g.notify }
+
+// Done is closed when the hub closes: the polls of the group's watchers
+// then fail with ErrClosed, and no wake-up comes any more.
+func (g *Group) Done() <-chan struct{} { return g.hub.ctx.Done() }
+
+// Ready takes the watchers marked ready since the last call, in the
+// order they were marked, leaving out the closed ones. A watcher woken
+// again after Ready took it is marked again.
+func (g *Group) Ready() []*Watcher {
+	g.mu.Lock()
+	ready := g.ready
+	g.ready = nil
+	for _, w := range ready {
+		w.inReady = false
+	}
+	g.mu.Unlock()
+	out := ready[:0]
+	for _, w := range ready {
+		if !w.closed {
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
+// mark puts the watchers not already there on the ready list, then makes
+// a wake-up pending. It never blocks on the owner.
+func (g *Group) mark(ws []*Watcher) {
+	g.mu.Lock()
+	for _, w := range ws {
+		if !w.inReady {
+			w.inReady = true
+			g.ready = append(g.ready, w)
+		}
+	}
+	g.mu.Unlock()
+	select {
+	case g.notify <- struct{}{}:
+	default:
+	}
+}
