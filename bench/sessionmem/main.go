@@ -29,6 +29,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -45,7 +46,7 @@ import (
 
 type options struct {
 	sessions, moreWatches, workers int
-	layouts, pawld                 string
+	layouts, pawld, profiles       string
 }
 
 const warmup = 100
@@ -57,6 +58,7 @@ func main() {
 	flag.IntVar(&o.workers, "workers", 64, "sessions opened at a time")
 	flag.StringVar(&o.layouts, "layouts", "own,64", `sessions on connections, each layout on a fresh pawld: "own" (a connection per session) or a number of connections`)
 	flag.StringVar(&o.pawld, "pawld", "", "pawld binary (default: built from ./cmd/pawld)")
+	flag.StringVar(&o.profiles, "profiles", "", "write pawld's heap profile with the sessions open to this directory, per layout")
 	flag.Parse()
 	if err := run(context.Background(), o); err != nil {
 		fmt.Fprintln(os.Stderr, "sessionmem:", err)
@@ -149,6 +151,12 @@ func measure(ctx context.Context, o options, conns int, col string, grid *benchk
 	m1, err := benchkit.ReadMemory(ctx, srv.Pid(), srv.URL, f.pprofURL)
 	if err != nil {
 		return err
+	}
+	if o.profiles != "" {
+		file := filepath.Join(o.profiles, fmt.Sprintf("sessions-%d-conns.heap.pprof", conns))
+		if err := benchkit.SaveProfile(ctx, f.pprofURL+"/debug/pprof/heap", file); err != nil {
+			return err
+		}
 	}
 	if err := f.watch(ctx, 3, 2+o.moreWatches); err != nil {
 		return err
