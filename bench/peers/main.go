@@ -69,7 +69,7 @@ type options struct {
 	watchers          []int
 	rate              int
 	duration, putsFor time.Duration
-	only              string
+	only, profiles    string
 }
 
 func main() {
@@ -80,6 +80,7 @@ func main() {
 	flag.DurationVar(&o.duration, "duration", 10*time.Second, "how long each fan-out row writes")
 	flag.DurationVar(&o.putsFor, "puts-for", 5*time.Second, "how long each put row writes")
 	flag.StringVar(&o.only, "systems", "pawl,etcd,redis,nats", "systems to measure, in order")
+	flag.StringVar(&o.profiles, "profiles", "", "write pawld's CPU profile of each fan-out row's writes to this directory")
 	flag.Parse()
 	for _, w := range strings.Split(watchers, ",") {
 		n, err := strconv.Atoi(w)
@@ -157,7 +158,11 @@ func run(ctx context.Context, o options) error {
 		}
 		for _, w := range o.watchers {
 			if err := fresh(func(s system) error {
-				r, err := fanOut(ctx, s, w, o.rate, o.duration)
+				profile := ""
+				if o.profiles != "" {
+					profile = filepath.Join(o.profiles, fmt.Sprintf("%s-%d.cpu.pprof", key, w))
+				}
+				r, err := fanOut(ctx, s, w, o.rate, o.duration, profile)
 				if err != nil {
 					return err
 				}
@@ -243,9 +248,16 @@ type fanResult struct {
 	missing    int
 }
 
+// profiler is a system whose server can profile itself (pawld --pprof).
+type profiler interface {
+	// cpuProfile writes a CPU profile of the server over d to file.
+	cpuProfile(ctx context.Context, d time.Duration, file string) error
+}
+
 // fanOut subscribes n watchers and writes at the rate for d, each write
-// waited for.
-func fanOut(ctx context.Context, s system, n, rate int, d time.Duration) (fanResult, error) {
+// waited for; with profile set, and a system that can, it profiles the
+// server over the writes into that file.
+func fanOut(ctx context.Context, s system, n, rate int, d time.Duration, profile string) (fanResult, error) {
 	total := int(d.Seconds() * float64(rate))
 	sent := make([]atomic.Int64, total)
 	last := make([]atomic.Int64, total)
@@ -279,6 +291,12 @@ func fanOut(ctx context.Context, s system, n, rate int, d time.Duration) (fanRes
 	tick := time.NewTicker(time.Second / time.Duration(rate))
 	defer tick.Stop()
 	var putTimes []time.Duration
+	profiled := make(chan error, 1)
+	if p, ok := s.(profiler); ok && profile != "" {
+		go func() { profiled <- p.cpuProfile(ctx, d, profile) }()
+	} else {
+		profiled <- nil
+	}
 	begin := time.Now()
 	written := 0
 	for i := 0; i < total && time.Since(begin) < d; i++ {
@@ -292,6 +310,9 @@ func fanOut(ctx context.Context, s system, n, rate int, d time.Duration) (fanRes
 		written++
 	}
 	elapsed := time.Since(begin)
+	if err := <-profiled; err != nil {
+		return fanResult{}, err
+	}
 	// Wait for the deliveries to settle: every write at every watcher, or
 	// nothing new for 5 s.
 	for quiet, seen := time.Now(), int64(-1); time.Since(quiet) < 5*time.Second; time.Sleep(50 * time.Millisecond) {

@@ -8,8 +8,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"connectrpc.com/connect"
+
+	"github.com/pawlcfg/pawl/bench/internal/benchkit"
 
 	pawlv1 "github.com/pawlcfg/pawl/gen/pawl/v1"
 	"github.com/pawlcfg/pawl/gen/pawl/v1/pawlv1connect"
@@ -24,6 +27,7 @@ var (
 type pawl struct {
 	p       *proc
 	url     string
+	pprof   string // where pawld serves its profiles
 	h2cs    []*http.Client                  // the connections
 	clients []pawlv1connect.KVServiceClient // one on each connection
 	next    int
@@ -53,11 +57,15 @@ func startPawl(ctx context.Context, dir string) (system, error) {
 		return nil, err
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	p, err := startProc(ctx, dir, addr, pawldBin, "--listen", addr, "--data", filepath.Join(dir, "data"), "--log-level", "warn")
+	pprofAddr, err := benchkit.FreeAddr()
 	if err != nil {
 		return nil, err
 	}
-	s := &pawl{p: p, url: "http://" + addr}
+	p, err := startProc(ctx, dir, addr, pawldBin, "--listen", addr, "--data", filepath.Join(dir, "data"), "--log-level", "warn", "--pprof", pprofAddr)
+	if err != nil {
+		return nil, err
+	}
+	s := &pawl{p: p, url: "http://" + addr, pprof: "http://" + pprofAddr}
 	for range 64 {
 		c := h2c()
 		s.h2cs = append(s.h2cs, c)
@@ -128,6 +136,10 @@ func (s *pawl) catchUp(ctx context.Context, count int) (bool, error) {
 }
 
 func (s *pawl) server() *proc { return s.p }
+
+func (s *pawl) cpuProfile(ctx context.Context, d time.Duration, file string) error {
+	return benchkit.SaveProfile(ctx, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", s.pprof, int(d.Seconds())), file)
+}
 
 func (s *pawl) close() {
 	for _, c := range s.clients {
