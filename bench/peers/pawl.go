@@ -27,7 +27,7 @@ var (
 type pawl struct {
 	p       *proc
 	url     string
-	pprof   string // where pawld serves its profiles
+	pprof   string                          // where pawld serves its profiles
 	h2cs    []*http.Client                  // the connections
 	clients []pawlv1connect.KVServiceClient // one on each connection
 	next    int
