@@ -81,6 +81,7 @@ func main() {
 	flag.DurationVar(&o.putsFor, "puts-for", 5*time.Second, "how long each put row writes")
 	flag.StringVar(&o.only, "systems", "pawl,etcd,redis,nats", "systems to measure, in order")
 	flag.StringVar(&o.profiles, "profiles", "", "write pawld's CPU profile of each fan-out row's writes to this directory")
+	flag.StringVar(&pawldBin, "pawld", "", "pawld binary (default: built from Pawl's module, two directories up)")
 	flag.Parse()
 	for _, w := range strings.Split(watchers, ",") {
 		n, err := strconv.Atoi(w)

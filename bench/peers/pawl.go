@@ -42,6 +42,9 @@ func h2c() *http.Client {
 
 func startPawl(ctx context.Context, dir string) (system, error) {
 	pawldOnce.Do(func() {
+		if pawldBin != "" {
+			return
+		}
 		pawldBin = filepath.Join(os.TempDir(), fmt.Sprintf("peers-pawld-%d", os.Getpid()))
 		// Built in Pawl's own module (two levels up), with its dependencies.
 		build := exec.Command("go", "build", "-o", pawldBin, "./cmd/pawld")
