@@ -30,6 +30,10 @@ func LimitExceeded(limit string, value, max uint64, unit string, format string, 
 		&pawlv1.LimitExceeded{Limit: limit, Value: value, LimitValue: max, Unit: unit})
 }
 
+// AcksWaitingLimit names, in LimitExceeded, the bound on the ACKs waiting
+// to be recorded (rollout.DefaultAcksWaiting), which no flag sets.
+const AcksWaitingLimit = "acks waiting"
+
 // sizeLimit is LimitExceeded for a number of bytes over a flag's limit,
 // with the message every such refusal has: "WHAT is N bytes; the limit is
 // M bytes (pawld FLAG)".

@@ -64,6 +64,7 @@ func Error(log *slog.Logger, spec connect.Spec, err error) error {
 		hostLimit *host.LimitError
 		tooLarge  *validator.TooLargeError
 		moved     *rollout.PointerError
+		busy      *rollout.BusyError
 	)
 	switch {
 	case errors.As(err, &quota):
@@ -104,8 +105,8 @@ func Error(log *slog.Logger, spec connect.Spec, err error) error {
 		return connect.NewError(connect.CodeAlreadyExists, err)
 	case errors.Is(err, rollout.ErrContended):
 		return connect.NewError(connect.CodeAborted, err)
-	case errors.Is(err, rollout.ErrBusy):
-		return connect.NewError(connect.CodeResourceExhausted, err)
+	case errors.As(err, &busy):
+		return LimitExceeded(AcksWaitingLimit, uint64(busy.Waiting), uint64(busy.Limit), "acks", "%v", busy)
 	case errors.Is(err, release.ErrInvalid), errors.Is(err, instance.ErrInvalid), errors.Is(err, rollout.ErrInvalid):
 		return connect.NewError(connect.CodeInvalidArgument, err)
 	case errors.Is(err, release.ErrNotFound), errors.Is(err, instance.ErrNotFound):

@@ -210,7 +210,7 @@ func (r *Rollouts) recordOne(ctx context.Context, ack Ack, attempts int) (Ack, i
 		if w.resent {
 			return w.ack, w.rev, nil
 		}
-		res, err := r.store.Txn(ctx, store.Txn{Unchanged: w.unchanged, Puts: w.puts, Deletes: w.deletes})
+		res, err := r.store.Txn(ctx, store.Txn{Compares: w.compares, Unchanged: w.unchanged, Puts: w.puts, Deletes: w.deletes})
 		if errors.Is(err, store.ErrRevisionMismatch) {
 			// The views lagged what the judgement rests on: catch up, judge again.
 			if err := r.wait(ctx, true); err != nil {
@@ -252,10 +252,11 @@ type ackWrite struct {
 	// rev is the revision the judgement read at.
 	rev int64
 	// The write: stored only if nothing the judgement read changed since
-	// rev (unchanged).
+	// rev (unchanged, compares).
 	puts      []store.Put
 	deletes   []string
 	unchanged []store.Unchanged
+	compares  []store.Compare
 }
 
 // decideAck judges a prepared ACK against av and says what storing it
@@ -312,6 +313,14 @@ func (r *Rollouts) decideAck(ctx context.Context, ack Ack, av ackView) (ackWrite
 	// retirements, the instance's registration, its ACKs and its applied
 	// record.
 	w.unchanged = append(releaseUnchanged(ack.ConfigID, ack.Generation, av.rev), instanceUnchanged(ack, av.rev)...)
+	// The applied record by its revision, not as a prefix: the prefix of
+	// "pay-1"'s record is also that of "pay-10"'s, whose every report would
+	// make this one's write fail.
+	var appliedRev int64
+	if av.applied != nil {
+		appliedRev = av.applied.rev
+	}
+	w.compares = []store.Compare{{Key: records.Applied(ack.ConfigID, ack.WorkloadIdentity), ModRevision: appliedRev}}
 	return w, nil
 }
 
@@ -329,13 +338,12 @@ func releaseUnchanged(config string, gen, rev int64) []store.Unchanged {
 }
 
 // instanceUnchanged are the conditions of an ACK's write on its
-// instance's records: its registration, its ACKs of the release and its
-// applied record of the config.
+// instance's records: its registration and its ACKs of the release (its
+// applied record is compared by revision).
 func instanceUnchanged(ack Ack, rev int64) []store.Unchanged {
 	return []store.Unchanged{
 		{Prefix: instance.RegistrationKey(ack.WorkloadIdentity), Since: rev},
 		{Prefix: records.AcksOf(ack.ConfigID, ack.Generation, ack.WorkloadIdentity), Since: rev},
-		{Prefix: records.Applied(ack.ConfigID, ack.WorkloadIdentity), Since: rev},
 	}
 }
 

@@ -37,15 +37,6 @@ type AppliedRecord struct {
 	CurrentBoot bool `json:"-"`
 }
 
-func (r *Rollouts) appliedAt(ctx context.Context, config, identity string, rev int64) (*AppliedRecord, error) {
-	var rec AppliedRecord
-	_, ok, err := getAt(ctx, r.store, records.Applied(config, identity), rev, &rec)
-	if err != nil || !ok {
-		return nil, err
-	}
-	return &rec, nil
-}
-
 // newApplied returns the applied record ack makes, if it makes one: an
 // APPLIED or HEALTHY_ACKED from the instance's current registration that
 // records a newer apply, within its boot, than the record it replaces. A

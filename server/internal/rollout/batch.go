@@ -11,8 +11,22 @@ import (
 )
 
 // ErrBusy means too many ACKs wait to be recorded: the ACK was not taken,
-// and may be sent again shortly.
+// and may be sent again shortly. *BusyError says how many.
 var ErrBusy = errors.New("rollout: too many ACKs waiting to be recorded")
+
+// BusyError reports an ACK refused because the queue was full. It
+// matches ErrBusy.
+type BusyError struct {
+	// Waiting is the ACKs queued; Limit, the most that may be.
+	Waiting, Limit int
+}
+
+func (e *BusyError) Error() string {
+	return fmt.Sprintf("rollout: %d ACKs wait to be recorded (the limit is %d); send this one again shortly", e.Waiting, e.Limit)
+}
+
+// Is reports whether target is ErrBusy.
+func (e *BusyError) Is(target error) bool { return target == ErrBusy }
 
 // The batches' tunables (WithAckBatching changes them).
 const (
@@ -159,7 +173,7 @@ func (b *ackBatcher) enqueue(ctx context.Context, p *pendingAck) {
 		return
 	case len(b.queue) >= b.maxQueue:
 		b.mu.Unlock()
-		p.answer(Ack{}, fmt.Errorf("%w: %d ACKs wait (the limit); send this one again shortly", ErrBusy, len(b.queue)))
+		p.answer(Ack{}, &BusyError{Waiting: len(b.queue), Limit: b.maxQueue})
 		return
 	}
 	p.release = context.AfterFunc(ctx, func() {
@@ -284,7 +298,8 @@ func (b *ackBatcher) judge(ctx context.Context, batch []*pendingAck) []*judged {
 	for i, p := range batch {
 		js[i] = &judged{p: p}
 	}
-	if err := b.r.views.waitFor(ctx, b.lastRev); err != nil {
+	// The last batch's commit is an event under /_pawl/: the feed brings it.
+	if err := b.r.views.waitUntil(ctx, b.lastRev, false); err != nil {
 		for _, j := range js {
 			j.err = err
 		}
@@ -319,6 +334,7 @@ func (b *ackBatcher) commit(ctx context.Context, writes []*judged) {
 	for _, j := range writes {
 		t.Puts = append(t.Puts, j.w.puts...)
 		t.Deletes = append(t.Deletes, j.w.deletes...)
+		t.Compares = append(t.Compares, j.w.compares...) // one instance's of one config each
 		for _, u := range j.w.unchanged {
 			if i, ok := seen[u.Prefix]; ok {
 				t.Unchanged[i].Since = min(t.Unchanged[i].Since, u.Since)
@@ -341,7 +357,7 @@ func (b *ackBatcher) commit(ctx context.Context, writes []*judged) {
 		b.alone(ctx, writes)
 	default:
 		for _, j := range writes {
-			j.err = fmt.Errorf("rollout: store ACK: %w", err)
+			j.w, j.err = ackWrite{}, fmt.Errorf("rollout: store ACK: %w", err)
 		}
 	}
 }
@@ -352,7 +368,7 @@ func (b *ackBatcher) commit(ctx context.Context, writes []*judged) {
 func (b *ackBatcher) alone(ctx context.Context, writes []*judged) {
 	if err := b.r.wait(ctx, true); err != nil {
 		for _, j := range writes {
-			j.err = err
+			j.w, j.err = ackWrite{}, err
 		}
 		return
 	}
@@ -361,9 +377,8 @@ func (b *ackBatcher) alone(ctx context.Context, writes []*judged) {
 		wg.Go(func() {
 			var stored Ack
 			stored, j.rev, j.err = b.r.recordOne(ctx, j.p.ack, maxAttempts-1)
-			if j.err == nil {
-				j.w = ackWrite{ack: stored}
-			} else if errors.Is(j.err, ErrContended) {
+			j.w = ackWrite{ack: stored} // Ack{} when not recorded
+			if errors.Is(j.err, ErrContended) {
 				j.err = contended(j.p.ack, maxAttempts)
 			}
 		})

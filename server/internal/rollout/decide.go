@@ -7,6 +7,7 @@ import (
 
 	"github.com/pawlcfg/pawl/server/internal/instance"
 	"github.com/pawlcfg/pawl/server/internal/quorum"
+	"github.com/pawlcfg/pawl/server/internal/records"
 )
 
 // releaseView is what a decision about one release rests on, at one store
@@ -107,7 +108,7 @@ func (r *Rollouts) regsAndAppliedAt(ctx context.Context, config string, rev int6
 	}
 	applied := make(map[string]applyInfo, len(all))
 	for id, rec := range all {
-		applied[id] = applyInfoOf(rec)
+		applied[id] = applyInfoOf(rec, 0)
 	}
 	return regs, applied, nil
 }
@@ -204,12 +205,13 @@ func (r *Rollouts) ackViewFromStore(ctx context.Context, config string, gen int6
 			av.prior = append(av.prior, a)
 		}
 	}
-	applied, err := r.appliedAt(ctx, config, identity, rev)
+	var applied AppliedRecord
+	kv, ok, err := getAt(ctx, r.store, records.Applied(config, identity), rev, &applied)
 	if err != nil {
 		return ackView{}, err
 	}
-	if applied != nil {
-		info := applyInfoOf(*applied)
+	if ok {
+		info := applyInfoOf(applied, kv.ModRevision)
 		av.applied = &info
 	}
 	return av, nil

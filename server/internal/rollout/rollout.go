@@ -16,6 +16,16 @@
 // a stop of the same release cannot both win, and an ACK is judged against
 // the pointer, stop record and registration it is stored with.
 //
+// # ACKs in batches
+//
+// ACKs are recorded in batches (SubmitAck; RecordAck waits for one): what
+// queued while the previous batch committed is judged at one revision
+// and stored with one transaction whose conditions are the union of the
+// judgements', at most one ACK per instance and config per batch, so that
+// an instance's reports are judged in order, each against those before
+// it. Each is answered once its batch committed. A report sent again with
+// its report ID is answered with the ACK stored the first time.
+//
 // # What counts
 //
 // An ACK counts toward quorum only when it comes from a frozen, unretired
@@ -264,6 +274,9 @@ func (r *Rollouts) Run(ctx context.Context) error {
 	hub, err := watch.New(ctx, r.store)
 	if err != nil {
 		r.acks.stop()
+		if ctx.Err() != nil {
+			return nil // ended before it started: nothing failed
+		}
 		return fmt.Errorf("rollout: %w", err)
 	}
 	defer hub.Close()

@@ -53,7 +53,7 @@ func newEnv(t *testing.T) *env {
 
 // newEnvOn is newEnv over st, with n instances, and Rollouts (made with
 // opts) that write through rst: st, or a wrapper of it.
-func newEnvOn(t *testing.T, st, rst store.Store, n int, opts ...rollout.Option) *env {
+func newEnvOn(t testing.TB, st, rst store.Store, n int, opts ...rollout.Option) *env {
 	t.Helper()
 	ctx := context.Background()
 	v := wasmbuild.Load(t, "routing")
@@ -71,7 +71,7 @@ func newEnvOn(t *testing.T, st, rst store.Store, n int, opts ...rollout.Option) 
 }
 
 // run runs r's views until the test ends (before its store closes).
-func run(t *testing.T, r *rollout.Rollouts) *rollout.Rollouts {
+func run(t testing.TB, r *rollout.Rollouts) *rollout.Rollouts {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -88,19 +88,19 @@ func run(t *testing.T, r *rollout.Rollouts) *rollout.Rollouts {
 	return r
 }
 
-func (e *env) register(t *testing.T, id, boot, zone string) {
+func (e *env) register(t testing.TB, id, boot, zone string) {
 	t.Helper()
 	if _, err := e.registry.Register(context.Background(), instance.Instance{WorkloadIdentity: id, BootID: boot, Zone: zone, Role: "worker", TrafficWeight: 1}); err != nil {
 		t.Fatal(err)
 	}
 }
 
-func (e *env) release(t *testing.T, weight int) release.Release {
+func (e *env) release(t testing.TB, weight int) release.Release {
 	t.Helper()
 	return e.releaseWith(t, weight, func(*release.Spec) {})
 }
 
-func (e *env) releaseWith(t *testing.T, weight int, edit func(*release.Spec)) release.Release {
+func (e *env) releaseWith(t testing.TB, weight int, edit func(*release.Spec)) release.Release {
 	t.Helper()
 	spec := release.Spec{
 		ConfigID: "routing", MediaType: "application/json", ValidatorDigest: e.digest,
@@ -129,7 +129,7 @@ func (e *env) ack(t *testing.T, rel release.Release, id, boot string, seq int64,
 }
 
 // ackOf is the ACK that ack records.
-func (e *env) ackOf(t *testing.T, rel release.Release, id, boot string, seq int64, state rollout.AckState, opts ...func(*rollout.Ack)) rollout.Ack {
+func (e *env) ackOf(t testing.TB, rel release.Release, id, boot string, seq int64, state rollout.AckState, opts ...func(*rollout.Ack)) rollout.Ack {
 	t.Helper()
 	reg, err := e.registry.Get(context.Background(), id)
 	if err != nil {

@@ -241,7 +241,7 @@ func (r *Rollouts) readViews(ctx context.Context, rev int64) (viewsSnapshot, err
 		if snap.applied[rec.ConfigID] == nil {
 			snap.applied[rec.ConfigID] = map[string]applyInfo{}
 		}
-		snap.applied[rec.ConfigID][rec.WorkloadIdentity] = applyInfoOf(rec)
+		snap.applied[rec.ConfigID][rec.WorkloadIdentity] = applyInfoOf(rec, kv.ModRevision)
 		return nil
 	})
 	if err != nil {
@@ -341,6 +341,8 @@ func decodeRegistration(kv store.KeyValue) (registration, error) {
 	return registrationOf(rec), nil
 }
 
-func applyInfoOf(rec AppliedRecord) applyInfo {
-	return applyInfo{gen: rec.Generation, contentDigest: rec.ContentDigest, boot: rec.BootID, epoch: rec.MembershipEpoch, seq: rec.ApplySequence}
+// applyInfoOf is what judging needs of an applied record stored at
+// revision rev.
+func applyInfoOf(rec AppliedRecord, rev int64) applyInfo {
+	return applyInfo{gen: rec.Generation, contentDigest: rec.ContentDigest, boot: rec.BootID, epoch: rec.MembershipEpoch, seq: rec.ApplySequence, rev: rev}
 }

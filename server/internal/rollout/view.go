@@ -77,6 +77,8 @@ type applyInfo struct {
 	boot          string
 	epoch         int64
 	seq           int64
+	// rev is the record's store revision: an ACK's write compares it.
+	rev int64
 }
 
 func newViews(r *Rollouts) *views {
@@ -163,42 +165,65 @@ func (v *views) advanceLocked(rev int64) {
 
 // apply applies events, in revision order, and moves rev past the last.
 // What needs the store (a release that becomes the newest or the active
-// one) is read before the lock, at the event's revision.
+// one) is read before the lock, at the event's revision. The events
+// between two such are applied under one lock, and rev moves once for
+// them: a batch of ACKs' hundreds of records wake a waiter once, not once
+// each.
 func (v *views) apply(ctx context.Context, events []store.Event) error {
-	for _, ev := range events {
-		var load *tracked
-		config, rest, isConfig := strings.Cut(strings.TrimPrefix(ev.KV.Key, records.ConfigsPrefix), "/")
-		if isConfig && strings.HasPrefix(ev.KV.Key, records.ConfigsPrefix) && ev.Type == store.EventPut && (rest == "head" || rest == "active") {
-			var gen int64
-			if rest == "head" {
-				var err error
-				if gen, err = records.HeadGeneration(ev.KV.Value); err != nil {
-					return err
-				}
-			} else {
-				var p Pointer
-				if err := records.Decode(ev.KV, &p); err != nil {
-					return err
-				}
-				gen = p.Generation
-			}
-			if !v.tracks(config, gen) {
-				t, err := v.r.loadTracked(ctx, config, gen, ev.Revision())
-				if err != nil {
-					return fmt.Errorf("rollout views: load %s generation %d at revision %d: %w", config, gen, ev.Revision(), err)
-				}
-				load = t
-			}
+	for i := 0; i < len(events); {
+		load, err := v.loadFor(ctx, events[i])
+		if err != nil {
+			return err
 		}
 		v.mu.Lock()
-		err := v.applyLocked(ev, load)
-		v.advanceLocked(ev.Revision())
+		err = v.applyLocked(events[i], load)
+		for i++; err == nil && i < len(events) && !movesRelease(events[i]); i++ {
+			err = v.applyLocked(events[i], nil)
+		}
+		v.advanceLocked(events[i-1].Revision())
 		v.mu.Unlock()
 		if err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// movesRelease reports whether ev may make another release of its config
+// the newest or the active one: a put of its head or pointer.
+func movesRelease(ev store.Event) bool {
+	config, rest, isConfig := strings.Cut(strings.TrimPrefix(ev.KV.Key, records.ConfigsPrefix), "/")
+	return config != "" && isConfig && strings.HasPrefix(ev.KV.Key, records.ConfigsPrefix) && ev.Type == store.EventPut && (rest == "head" || rest == "active")
+}
+
+// loadFor reads the release that ev makes the newest or the active one
+// of its config, when the views do not track it yet (nil otherwise).
+func (v *views) loadFor(ctx context.Context, ev store.Event) (*tracked, error) {
+	if !movesRelease(ev) {
+		return nil, nil
+	}
+	config, rest, _ := strings.Cut(strings.TrimPrefix(ev.KV.Key, records.ConfigsPrefix), "/")
+	var gen int64
+	if rest == "head" {
+		var err error
+		if gen, err = records.HeadGeneration(ev.KV.Value); err != nil {
+			return nil, err
+		}
+	} else {
+		var p Pointer
+		if err := records.Decode(ev.KV, &p); err != nil {
+			return nil, err
+		}
+		gen = p.Generation
+	}
+	if v.tracks(config, gen) {
+		return nil, nil
+	}
+	t, err := v.r.loadTracked(ctx, config, gen, ev.Revision())
+	if err != nil {
+		return nil, fmt.Errorf("rollout views: load %s generation %d at revision %d: %w", config, gen, ev.Revision(), err)
+	}
+	return t, nil
 }
 
 // tracks reports whether the views already track generation gen of config.
@@ -273,7 +298,7 @@ func (v *views) applyLocked(ev store.Event, load *tracked) error {
 			byID = map[string]applyInfo{}
 			v.applied[rec.ConfigID] = byID
 		}
-		byID[rec.WorkloadIdentity] = applyInfoOf(rec)
+		byID[rec.WorkloadIdentity] = applyInfoOf(rec, ev.KV.ModRevision)
 	case strings.HasPrefix(key, records.ConfigsPrefix):
 		return v.applyConfigLocked(ev, load)
 	}
@@ -365,6 +390,13 @@ func (v *views) applyConfigLocked(ev store.Event, load *tracked) error {
 // revision moved only by writes outside /_pawl/ is reached as soon as the
 // hub has published it, not at the next progress tick.
 func (v *views) waitFor(ctx context.Context, rev int64) error {
+	return v.waitUntil(ctx, rev, true)
+}
+
+// waitUntil is waitFor; without progress, it does not ask the feed for
+// progress: for a revision that an event under /_pawl/ brings (a write of
+// the caller's own records), which the feed delivers unasked.
+func (v *views) waitUntil(ctx context.Context, rev int64, progress bool) error {
 	for {
 		v.mu.RLock()
 		ready, at, advanced, failed, feed := v.ready, v.rev, v.advanced, v.failed, v.feed
@@ -375,7 +407,7 @@ func (v *views) waitFor(ctx context.Context, rev int64) error {
 		case ready && at >= rev:
 			return nil
 		}
-		if feed != nil && rev > 0 {
+		if feed != nil && rev > 0 && progress {
 			feed.RequestProgress()
 		}
 		select {
