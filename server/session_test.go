@@ -2,10 +2,12 @@ package server_test
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -14,7 +16,9 @@ import (
 
 	pawlv1 "github.com/pawlcfg/pawl/gen/pawl/v1"
 	"github.com/pawlcfg/pawl/gen/pawl/v1/pawlv1connect"
+	"github.com/pawlcfg/pawl/internal/testkit/testclock"
 	"github.com/pawlcfg/pawl/internal/testkit/testserver"
+	"github.com/pawlcfg/pawl/server"
 )
 
 // streamProtocols are the protocols of protocols that carry a
@@ -125,7 +129,11 @@ func (l *watchLog) add(m *pawlv1.SessionResponse) {
 			l.other[id] = append(l.other[id], "compacted")
 		case r.GetEvents() != nil:
 			for _, ev := range r.GetEvents().GetEvents() {
-				l.events[id] = append(l.events[id], fmt.Sprintf("%s=%s@%d", ev.GetKv().GetKey(), ev.GetKv().GetValue(), ev.GetKv().GetModRevision()))
+				value := string(ev.GetKv().GetValue())
+				if len(value) > 16 {
+					value = "..."
+				}
+				l.events[id] = append(l.events[id], fmt.Sprintf("%s=%s@%d", ev.GetKv().GetKey(), value, ev.GetKv().GetModRevision()))
 			}
 		}
 	}
@@ -266,4 +274,299 @@ func TestSessionRefusesWhatIsNotAHello(t *testing.T) {
 	if code := openSession(t, ctx, client, srv.URL, &pawlv1.SessionHello{Instance: other, MembershipEpoch: epoch}).endsWith(); code != connect.CodeFailedPrecondition {
 		t.Fatalf("a resume by another boot: %v", code)
 	}
+}
+
+// TestSessionAuthorizesEveryRequest: with an auth file, an instance
+// principal opens a session only for an identity it may speak for,
+// resumes only a registration it made, ACKs only as its session's
+// identity, and watches only prefixes it may read, seeing only keys it
+// may read; a refused ACK or watch is answered in the session, which goes
+// on.
+func TestSessionAuthorizesEveryRequest(t *testing.T) {
+	f := &authFixture{t: t, ctx: context.Background(), tokens: map[string]string{}, hashes: map[string]string{}}
+	body := f.authYAML("admin", "other-instance:instance")
+	svc, svcHash := testserver.NewToken(t)
+	body += fmt.Sprintf("  - principal: svc\n    hash: %s\n    grants: [{role: instance, identities: [\"app-*\"]}, {role: reader, prefixes: [\"/app/\"]}]\n", svcHash)
+	f.path = testserver.WriteAuthFile(t, body)
+	f.srv = testserver.Start(t, server.WithAuthFile(f.path))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	svcClient := testserver.BearerClient(t, svc)
+	admin := f.as("admin")
+
+	for _, proto := range streamProtocols {
+		t.Run(proto.name, func(t *testing.T) {
+			if code := openSession(t, ctx, svcClient, f.srv.URL, &pawlv1.SessionHello{Instance: instanceOf("pay-1")}, proto.opts...).endsWith(); code != connect.CodePermissionDenied {
+				t.Fatalf("a session for an identity the principal may not speak for: %v", code)
+			}
+			id := "app-" + proto.name
+			s, first := start(t, ctx, svcClient, f.srv.URL, id, proto.opts...)
+			epoch := first.GetStarted().GetRecord().GetMembershipEpoch()
+			other := openSession(t, ctx, testserver.BearerClient(t, f.tokens["other-instance"]), f.srv.URL,
+				&pawlv1.SessionHello{Instance: instanceOf(id), MembershipEpoch: epoch}, proto.opts...)
+			if code := other.endsWith(); code != connect.CodePermissionDenied {
+				t.Fatalf("another principal resuming the registration: %v", code)
+			}
+			takeover := openSession(t, ctx, testserver.BearerClient(t, f.tokens["other-instance"]), f.srv.URL,
+				&pawlv1.SessionHello{Instance: instanceOf(id)}, proto.opts...)
+			if code := takeover.endsWith(); code != connect.CodePermissionDenied {
+				t.Fatalf("another principal registering the live identity: %v", code)
+			}
+
+			s.watch(1, "/", 0)        // some of it readable: narrowed
+			s.watch(2, "/secret/", 0) // none of it readable: refused
+			log := newWatchLog()
+			s.until(log, func() bool { return log.started[1] != nil && (len(log.other[2]) > 0 || log.started[2] != nil) })
+			if got := log.other[2]; len(got) != 1 || got[0] != "error:permission_denied" || log.started[2] != nil {
+				t.Fatalf("a watch of an unreadable prefix: %v", got)
+			}
+			for _, key := range []string{"/secret/k", "/app/k"} {
+				if _, err := admin.kv.Put(ctx, connect.NewRequest(&pawlv1.PutRequest{Key: key, Value: []byte("v")})); err != nil {
+					t.Fatal(err)
+				}
+			}
+			s.until(log, func() bool { return len(log.events[1]) > 0 })
+			for _, ev := range log.events[1] {
+				if strings.HasPrefix(ev, "/secret/") {
+					t.Fatalf("the session saw a key its principal may not read: %v", log.events[1])
+				}
+			}
+
+			other2 := "app-x" + proto.name
+			if _, err := f.as("admin").register(other2, "b"); err != nil {
+				t.Fatal(err)
+			}
+			ack := &pawlv1.Ack{ConfigId: "app", Generation: 1, WorkloadIdentity: other2, BootId: "b", MembershipEpoch: epoch,
+				State: pawlv1.InstanceState_INSTANCE_STATE_DOWNLOADED}
+			s.ack(1, ack)
+			var results []*pawlv1.SessionAckResult
+			for len(results) == 0 {
+				results = s.recv().GetAcks()
+			}
+			if results[0].GetError().GetCode() != "permission_denied" {
+				t.Fatalf("an ACK for another identity: %v", results)
+			}
+			// The session goes on: a watch of its own prefix still opens.
+			s.watch(3, "/app/", 0)
+			s.until(log, func() bool { return log.started[3] != nil })
+		})
+	}
+}
+
+// TestSessionHoldsTheLease: an instance whose session is open stays live
+// with no heartbeat, long past its lease; when the session ends its lease
+// runs one full term and then lapses.
+func TestSessionHoldsTheLease(t *testing.T) {
+	clock := testclock.New(time.Now())
+	srv := testserver.Start(t, server.WithClock(clock.Now), server.WithInstanceLease(30*time.Second))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	client := testserver.HTTPClient(t)
+	is := pawlv1connect.NewInstanceServiceClient(client, srv.URL, connect.WithGRPC())
+	live := func() bool {
+		t.Helper()
+		resp, err := is.ListInstances(ctx, connect.NewRequest(&pawlv1.ListInstancesRequest{}))
+		if err != nil || len(resp.Msg.GetInstances()) != 1 {
+			t.Fatalf("ListInstances = %v, %v", resp, err)
+		}
+		return resp.Msg.GetInstances()[0].GetLive()
+	}
+	sctx, closeSession := context.WithCancel(ctx)
+	s, _ := start(t, sctx, client, srv.URL, "pay-1", connect.WithGRPC())
+	clock.Advance(10 * time.Minute)
+	if !live() {
+		t.Fatal("the instance holding its session lost its lease")
+	}
+	closeSession()
+	_ = s.CloseResponse()
+	// The session releases the lease before its watchers close: once the
+	// server counts no watcher, the lease runs from the release.
+	for deadline := time.Now().Add(10 * time.Second); srv.Server.WatchStats().Watchers != 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("the session's handler did not end")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	clock.Advance(29 * time.Second)
+	if !live() {
+		t.Fatal("after its session ended the instance did not have a full lease")
+	}
+	clock.Advance(2 * time.Second)
+	if live() {
+		t.Fatal("the lease outlived its term after the session ended")
+	}
+}
+
+// TestSessionWatchesCancelCompactAndLimits: a cancelled watch says so
+// and nothing more of it follows while another watch of the same prefix
+// goes on; a watch from a compacted revision gets its notice and ends
+// alone; IDs must be positive and unique among open watches; past
+// --max-session-watches a watch is refused with resource_exhausted and
+// the session goes on.
+func TestSessionWatchesCancelCompactAndLimits(t *testing.T) {
+	srv := testserver.Start(t, server.WithRetention(5, 0), server.WithMaxSessionWatches(3))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	client := testserver.HTTPClient(t)
+	kv := newKV(t, srv)
+	for i := range 20 {
+		put(t, kv, fmt.Sprintf("/c/%d", i%3), fmt.Sprint(i))
+	}
+	if _, err := srv.Server.ApplyRetention(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s, _ := start(t, ctx, client, srv.URL, "pay-1", connect.WithGRPC())
+	log := newWatchLog()
+	s.watch(1, "/c/", 0)
+	s.watch(2, "/c/", 0)
+	s.watch(3, "/c/", 3) // compacted
+	s.watch(1, "/d/", 0) // ID open already
+	s.watch(0, "/d/", 0)
+	s.until(log, func() bool { return len(log.other[3]) > 0 && len(log.other[1]) > 0 && len(log.other[0]) > 0 })
+	if log.other[3][0] != "compacted" || log.other[1][0] != "error:invalid_argument" || log.other[0][0] != "error:invalid_argument" {
+		t.Fatalf("compacted and refused watches: %v", log.other)
+	}
+	s.watch(4, "/d/", 0)
+	s.watch(5, "/d/", 0) // over the limit of 3 (1, 2, 4 are open)
+	s.until(log, func() bool { return log.started[4] != nil && len(log.other[5]) > 0 })
+	if log.other[5][0] != "error:resource_exhausted" {
+		t.Fatalf("a watch over the limit: %v", log.other[5])
+	}
+	s.send(&pawlv1.SessionRequest{Kind: &pawlv1.SessionRequest_WatchCancel{WatchCancel: &pawlv1.SessionWatchCancel{WatchId: 2}}})
+	s.until(log, func() bool { return len(log.other[2]) > 0 })
+	if log.other[2][0] != "canceled" {
+		t.Fatalf("cancel: %v", log.other[2])
+	}
+	rev := put(t, kv, "/c/after", "x")
+	s.until(log, func() bool { return len(log.events[1]) > 0 })
+	if len(log.events[2]) != 0 || len(log.other[2]) != 1 {
+		t.Fatalf("a cancelled watch went on: %v %v", log.events[2], log.other[2])
+	}
+	if log.events[1][0] != fmt.Sprintf("/c/after=x@%d", rev) {
+		t.Fatalf("watch 1 after the cancel of 2: %v", log.events[1])
+	}
+	// The slot of the cancelled watch is free again.
+	s.watch(6, "/d/", 0)
+	s.until(log, func() bool { return log.started[6] != nil || len(log.other[6]) > 0 })
+	if log.started[6] == nil {
+		t.Fatalf("a watch after a cancel freed a slot: %v", log.other[6])
+	}
+}
+
+// TestSessionWatchResumesExactlyOnce: a session cut in the middle of a
+// stream of changes; a new session resuming the watch from the revision
+// after the last event it got sees every later change once, in order.
+func TestSessionWatchResumesExactlyOnce(t *testing.T) {
+	srv := testserver.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	kv := newKV(t, srv)
+	sctx, cut := context.WithCancel(ctx)
+	s, first := start(t, sctx, testserver.HTTPClient(t), srv.URL, "pay-1")
+	epoch := first.GetStarted().GetRecord().GetMembershipEpoch()
+	s.watch(7, "/r/", 0)
+	log := newWatchLog()
+	s.until(log, func() bool { return log.started[7] != nil })
+	var revs []int64
+	for i := range 40 {
+		revs = append(revs, put(t, kv, fmt.Sprintf("/r/%d", i%5), fmt.Sprint(i)))
+		put(t, kv, "/other/k", "x") // not the watch's
+	}
+	s.until(log, func() bool { return len(log.events[7]) >= 10 })
+	cut()
+	got := slices.Clone(log.events[7])
+	last := revs[len(got)-1]
+	var rest []int64
+	for i := range 20 {
+		rest = append(rest, put(t, kv, fmt.Sprintf("/r/%d", i%5), fmt.Sprint(40+i)))
+	}
+	r := openSession(t, ctx, testserver.HTTPClient(t), srv.URL, &pawlv1.SessionHello{Instance: instanceOf("pay-1"), MembershipEpoch: epoch})
+	r.send(&pawlv1.SessionRequest{Kind: &pawlv1.SessionRequest_WatchCreate{WatchCreate: &pawlv1.SessionWatchCreate{
+		WatchId: 7, Watch: &pawlv1.WatchRequest{Prefix: "/r/", StartRevision: last + 1}}}})
+	log2 := newWatchLog()
+	want := len(revs) + len(rest) - len(got)
+	r.until(log2, func() bool { return len(log2.events[7]) >= want })
+	all := append(got, log2.events[7]...)
+	wantRevs := append(slices.Clone(revs), rest...)
+	if len(all) != len(wantRevs) {
+		t.Fatalf("got %d events, want %d", len(all), len(wantRevs))
+	}
+	for i, ev := range all {
+		if !strings.HasSuffix(ev, fmt.Sprintf("@%d", wantRevs[i])) {
+			t.Fatalf("event %d is %s, want revision %d (a gap or a duplicate)", i, ev, wantRevs[i])
+		}
+	}
+}
+
+// TestASlowSessionDelaysNobody: one session reads nothing while 1,500
+// changes of 4 KiB are made (far more than the watch ring holds, and than
+// HTTP/2 flow control lets the server send unread: its writer blocks);
+// another session on its own connection gets every one of them meanwhile,
+// and so does each of its two watches; the slow session then reads every
+// change once, in order, from the change log and the ring.
+func TestASlowSessionDelaysNobody(t *testing.T) {
+	// No progress ticks: nothing but the writer's own bookkeeping brings
+	// the slow session the rest of what it has not been sent.
+	srv := testserver.Start(t, server.WithWatchRing(64), server.WithProgressInterval(time.Hour))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	kv := newKV(t, srv)
+	slow, _ := start(t, ctx, testserver.HTTPClient(t), srv.URL, "slow-1", connect.WithGRPC())
+	fast, _ := start(t, ctx, testserver.HTTPClient(t), srv.URL, "fast-1")
+	slow.watch(1, "/s/", 0)
+	slow.watch(2, "/s/a/", 0)
+	fast.watch(1, "/s/", 0)
+	fast.watch(2, "/s/a/", 0)
+	slowLog, fastLog := newWatchLog(), newWatchLog()
+	slow.until(slowLog, func() bool { return slowLog.started[1] != nil && slowLog.started[2] != nil })
+	fast.until(fastLog, func() bool { return fastLog.started[1] != nil && fastLog.started[2] != nil })
+	const n = 1500
+	value := make([]byte, 4096) // random: compression does not shrink it
+	_, _ = rand.Read(value)
+	done := make(chan []int64)
+	go func() {
+		var revs []int64
+		for i := range n {
+			resp, err := kv.Put(ctx, connect.NewRequest(&pawlv1.PutRequest{Key: fmt.Sprintf("/s/%c/%d", 'a'+i%2, i%10), Value: value}))
+			if err != nil {
+				close(done)
+				return
+			}
+			revs = append(revs, resp.Msg.GetRevision())
+		}
+		done <- revs
+	}()
+	fast.until(fastLog, func() bool { return len(fastLog.events[1]) >= n })
+	revs := <-done
+	if len(revs) != n {
+		t.Fatal("the puts failed")
+	}
+	fast.until(fastLog, func() bool { return len(fastLog.events[2]) >= n/2 })
+	check := func(who string, l *watchLog) {
+		t.Helper()
+		for id, every := range map[int64]int{1: 1, 2: 2} {
+			var want []int64
+			for i := 0; i < n; i += every {
+				want = append(want, revs[i])
+			}
+			if len(l.events[id]) != len(want) {
+				t.Fatalf("%s watch %d: %d events, want %d", who, id, len(l.events[id]), len(want))
+			}
+			for i, ev := range l.events[id] {
+				if !strings.HasSuffix(ev, fmt.Sprintf("@%d", want[i])) {
+					t.Fatalf("%s watch %d: event %d is %s, want revision %d", who, id, i, ev, want[i])
+				}
+			}
+		}
+	}
+	check("fast", fastLog)
+	slow.until(slowLog, func() bool { return len(slowLog.events[1]) >= n && len(slowLog.events[2]) >= n/2 })
+	check("slow", slowLog)
+	if slowLog.messages >= n {
+		t.Fatalf("the slow session got %d messages for %d changes: nothing was batched", slowLog.messages, n)
+	}
+	if srv.Server.WatchStats().LogCatchUps == 0 {
+		t.Fatal("the slow session never fell out of the ring: the test did not test the catch-up")
+	}
+	t.Logf("the slow session got %d changes in %d messages; %d change-log reads", n, slowLog.messages, srv.Server.WatchStats().LogCatchUps)
 }

@@ -94,7 +94,6 @@ func (h *Sessions) Session(ctx context.Context, stream *connect.BidiStream[pawlv
 	if err != nil {
 		return err
 	}
-	defer release() // the lease then runs a full term
 	s := &session{
 		h: h, identity: rec.WorkloadIdentity, boot: rec.BootID, group: h.instances.hub.NewGroup(),
 		send: stream.Send, wake: make(chan struct{}, 1), cmds: make(chan *pawlv1.SessionRequest, sessionCommands),
@@ -116,6 +115,11 @@ func (h *Sessions) Session(ctx context.Context, stream *connect.BidiStream[pawlv
 	werr := <-writerDone
 	s.cancel()
 	s.acks.Wait()
+	// The lease runs a full term from now; then the watchers close (the
+	// writer, their owner, has ended), so that a session counted open
+	// still holds.
+	release()
+	s.closeWatchers()
 	switch {
 	case werr != nil:
 		return werr
@@ -378,12 +382,6 @@ func (s *session) takeAnswers(msg *pawlv1.SessionResponse) {
 // error that ends it otherwise (having made the receiver stop).
 func (s *session) write(started *pawlv1.InstanceRecord, after int64) (err error) {
 	defer func() {
-		if s.assignW != nil {
-			s.assignW.Close()
-		}
-		for _, sw := range s.watches {
-			sw.w.Close()
-		}
 		if err != nil {
 			s.cancel()
 			abortRead(s.ctx)
@@ -427,6 +425,16 @@ func (s *session) write(started *pawlv1.InstanceRecord, after int64) (err error)
 		case <-s.ctx.Done():
 			return nil
 		}
+	}
+}
+
+// closeWatchers closes the session's watchers, once the writer ended.
+func (s *session) closeWatchers() {
+	if s.assignW != nil {
+		s.assignW.Close()
+	}
+	for _, sw := range s.watches {
+		sw.w.Close()
 	}
 }
 
