@@ -23,3 +23,7 @@ func TrialOver(c *Client, config string) <-chan struct{} {
 	}
 	return nil
 }
+
+// WithSessionStart sets how long a session's hello may go unanswered
+// before the client uses the server's unary calls (DefaultSessionStart).
+func WithSessionStart(d time.Duration) Option { return func(c *config) { c.sessionStart = d } }

@@ -63,6 +63,7 @@ type config struct {
 	healthInterval time.Duration
 	grpc           bool
 	noSession      bool
+	sessionStart   time.Duration
 	// downloadAttempts bounds the downloads of one assignment that do
 	// not match it (WithDownloadAttempts).
 	downloadAttempts int
@@ -90,6 +91,13 @@ const (
 	// server or cache that keeps sending the wrong bytes is rejected
 	// within seconds (the waits between tries follow WithBackoff).
 	DefaultDownloadAttempts = 5
+	// DefaultSessionStart is how long the server may take to answer a
+	// session's hello before the client treats it as a server without
+	// sessions and uses its unary calls: pawld answers in milliseconds,
+	// and a way that cannot carry a bidirectional stream (an HTTP/1.1
+	// proxy holding the request until its body ends) never answers. Long
+	// enough for a server under a reconnecting fleet's load.
+	DefaultSessionStart = 30 * time.Second
 )
 
 func defaultConfig() config {
@@ -104,6 +112,7 @@ func defaultConfig() config {
 		backoffMin:     DefaultBackoffMin,
 		backoffMax:     DefaultBackoffMax,
 		healthInterval: DefaultHealthInterval,
+		sessionStart:   DefaultSessionStart,
 
 		downloadAttempts: DefaultDownloadAttempts,
 	}

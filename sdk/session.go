@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"slices"
 	"sync"
+	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
@@ -166,9 +167,13 @@ func (s *session) moved() {
 	}
 }
 
+// errNoStart ends a session the server did not answer in time.
+var errNoStart = errors.New("sdk: the server did not answer the session's hello")
+
 // noSession says an error means the server has no session service: it
 // answered Unimplemented (an older server; or the way to it does not
-// carry HTTP/2, see http2Check).
+// carry HTTP/2, see http2Check), or nothing at all within the time a
+// session's start is given (DefaultSessionStart).
 func noSession(err error) bool { return connect.CodeOf(err) == connect.CodeUnimplemented }
 
 // runSession runs one session on server at until it breaks: the hello,
@@ -178,14 +183,23 @@ func (c *Client) runSession(ctx context.Context, at int64, as *assignmentState, 
 	s := c.sess
 	ctx, cancel := context.WithCancelCause(ctx)
 	st := &sessionStream{stream: s.client.Session(ctx), at: at, cancel: cancel, sent: map[uint64]*pendingAck{}, watches: map[int64]*sessionWatch{}}
+	// HTTP/2 notices the end of ctx only once the request's body is
+	// done: closing it ends a Receive that waits when ctx ends.
+	stopClosing := context.AfterFunc(ctx, func() { _ = st.stream.CloseRequest() })
 	var resend sync.WaitGroup
 	defer func() {
 		cancel(nil)
+		stopClosing()
 		resend.Wait()
 		_ = st.stream.CloseRequest()
 		_ = st.stream.CloseResponse()
 		s.end(st, err)
 	}()
+	// A session that nothing answers (a proxy on the way that holds a
+	// request until its body ends, as HTTP/1.1 ones do) is given up
+	// after a while, as if the server had none.
+	timer := time.AfterFunc(c.cfg.sessionStart, func() { cancel(errNoStart) })
+	defer timer.Stop()
 	hello := &pawlv1.SessionHello{Instance: c.instance(), MembershipEpoch: c.epoch.Load(), AssignmentsAfterRevision: as.after}
 	if err := st.stream.Send(&pawlv1.SessionRequest{Kind: &pawlv1.SessionRequest_Hello{Hello: hello}}); err != nil && !errors.Is(err, io.EOF) {
 		return err // io.EOF: the server ended the stream, and Receive says why
@@ -200,8 +214,11 @@ func (c *Client) runSession(ctx context.Context, at int64, as *assignmentState, 
 				err = connect.NewError(connect.CodeUnavailable, fmt.Errorf("the server ended the session: %w", io.EOF))
 			}
 			if ctx.Err() != nil {
-				if cause := context.Cause(ctx); errors.Is(cause, errMoved) {
+				switch cause := context.Cause(ctx); {
+				case errors.Is(cause, errMoved):
 					return connect.NewError(connect.CodeUnavailable, cause)
+				case errors.Is(cause, errNoStart):
+					return connect.NewError(connect.CodeUnimplemented, fmt.Errorf("%w within %s", cause, c.cfg.sessionStart))
 				}
 				if errors.Is(err, context.Canceled) {
 					return ctx.Err()
@@ -217,6 +234,7 @@ func (c *Client) runSession(ctx context.Context, at int64, as *assignmentState, 
 				return connect.NewError(connect.CodeInternal, err)
 			}
 			started = true
+			timer.Stop()
 			// Sends wait until what was pending is sent again, in its
 			// order; the receive loop goes on meanwhile.
 			st.sendMu.Lock()

@@ -64,6 +64,26 @@ func followThrough(t *testing.T, h *harness, url string) (*sdk.Client, *tracetes
 	return c, recorder
 }
 
+// awaitReconnect runs cut, which breaks c's link, and waits until c
+// told of the link going down and then up again.
+func awaitReconnect(t *testing.T, h *harness, c *sdk.Client, cut func()) {
+	t.Helper()
+	links := make(chan sdk.Connection, 16)
+	stop := c.OnConnection(func(l sdk.Connection) { links <- l })
+	defer stop()
+	cut()
+	for _, up := range []bool{false, true} {
+		select {
+		case l := <-links:
+			if l.Up != up {
+				t.Fatalf("the link went %v, want up=%v", l, up)
+			}
+		case <-h.ctx.Done():
+			t.Fatal("the client did not reconnect")
+		}
+	}
+}
+
 // TestAClientFollowsTheServerOnOneSession: a client registers, follows
 // its assignments, reports every ACK of a rollout (each with the W3C
 // trace context of its step's span) and follows a space, all on one
@@ -115,21 +135,10 @@ func TestAnOlderServerIsFollowedByItsUnaryCalls(t *testing.T) {
 	// The connection breaks; the client comes back to the same server
 	// without asking it for a session again.
 	streams := older.Calls(assignmentCalls)
-	links := make(chan sdk.Connection, 16)
-	stop := c.OnConnection(func(l sdk.Connection) { links <- l })
-	defer stop()
-	cut.Partition()
-	cut.Heal()
-	for _, up := range []bool{false, true} {
-		select {
-		case l := <-links:
-			if l.Up != up {
-				t.Fatalf("the link went %v, want up=%v", l, up)
-			}
-		case <-h.ctx.Done():
-			t.Fatal("the client did not reconnect")
-		}
-	}
+	awaitReconnect(t, h, c, func() {
+		cut.Partition()
+		cut.Heal()
+	})
 	if older.Calls(assignmentCalls) <= streams {
 		t.Error("the client came back without an assignment stream")
 	}
@@ -150,16 +159,28 @@ func TestAnACKCutOffBeforeItsAnswerIsAnsweredOnTheNextSession(t *testing.T) {
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	// The applier runs just before the swap and the APPLIED: it waits
+	// there until the client has the answer to its STAGED (nothing is in
+	// flight) and what the server sends is held.
+	applying, proceed := make(chan struct{}), make(chan struct{})
 	var once sync.Once
-	// The applier runs just before the swap and the APPLIED: from then
-	// on, what the server sends is held.
-	hold := sdk.WithApplier(func(context.Context, *sdk.Snapshot) error {
-		once.Do(proxy.Hold)
+	hold := sdk.WithApplier(func(ctx context.Context, _ *sdk.Snapshot) error {
+		once.Do(func() {
+			close(applying)
+			select {
+			case <-proceed:
+			case <-ctx.Done():
+			}
+		})
 		return nil
 	})
 	c := h.clientAt("http://"+proxy.Addr, "i0", hold, sdk.WithMeterProvider(mp))
 	h.waitRegistered("i0")
 	h.release(50, nil)
+	<-applying
+	awaitPoint(t, reader, sdk.MetricAcksSent, "pawl.config=routing,pawl.state=STAGED", 1)
+	proxy.Hold()
+	close(proceed)
 	h.awaitAcks(1, func(s map[string][]string) bool { return reported(s, "i0", "APPLIED") })
 	proxy.Partition() // the held answer is lost with the connection
 	proxy.Release()
@@ -228,23 +249,10 @@ func TestAClientAsksEachServerItMovesToForASession(t *testing.T) {
 	newer := faultproxy.NewHider(t, h.srv.URL)
 	c := h.clientAt(older.URL+","+newer.URL, "i0")
 	h.waitRegistered("i0")
-	if older.Calls(assignmentCalls) == 0 || newer.Calls(sessionCalls) != 0 {
-		t.Fatalf("on the older server: %d assignment streams; %d sessions on the newer", older.Calls(assignmentCalls), newer.Calls(sessionCalls))
+	if older.Calls(sessionCalls) != 1 || newer.Calls(sessionCalls) != 0 {
+		t.Fatalf("%d sessions asked of the older server, %d of the newer", older.Calls(sessionCalls), newer.Calls(sessionCalls))
 	}
-	links := make(chan sdk.Connection, 16)
-	stop := c.OnConnection(func(l sdk.Connection) { links <- l })
-	defer stop()
-	cut.Partition()
-	for _, up := range []bool{false, true} {
-		select {
-		case l := <-links:
-			if l.Up != up {
-				t.Fatalf("the link went %v, want up=%v", l, up)
-			}
-		case <-h.ctx.Done():
-			t.Fatal("the client did not move on")
-		}
-	}
+	awaitReconnect(t, h, c, cut.Partition)
 	if c.Server() != newer.URL || newer.Calls(sessionCalls) != 1 || newer.Calls(assignmentCalls) != 0 {
 		t.Fatalf("on %s: %d sessions, %d assignment streams there", c.Server(), newer.Calls(sessionCalls), newer.Calls(assignmentCalls))
 	}
@@ -273,5 +281,20 @@ func TestAnACKWhoseAnswerWasLostIsNotStoredTwice(t *testing.T) {
 	}
 	if loser.Lost("/Ack") != 1 {
 		t.Fatalf("%d answers lost", loser.Lost("/Ack"))
+	}
+}
+
+// TestAWayWithoutHTTP2IsFollowedByTheUnaryCalls: a client that speaks
+// HTTP/1.1 through a proxy that speaks HTTP/1.1 to the server gets no
+// answer to its session's hello (the proxy waits for the request's end);
+// it gives the session up and follows the server by its unary calls.
+func TestAWayWithoutHTTP2IsFollowedByTheUnaryCalls(t *testing.T) {
+	h := newHarness(t)
+	loser := faultproxy.NewLoser(t, h.srv.URL)
+	c := h.clientAt(loser.URL, "i0", sdk.WithHTTPClient(&http.Client{}), sdk.WithSessionStart(300*time.Millisecond))
+	h.waitRegistered("i0")
+	h.release(50, nil)
+	if got := strings.Join(h.awaitBootHealthy(1, c.BootID()), ","); got != everyStepOfOneRelease {
+		t.Fatalf("stored %s", got)
 	}
 }

@@ -49,6 +49,8 @@ type options struct {
 	clients, promotions int
 	pawld               string
 	idleWait            time.Duration
+	// unary makes the clients use the unary calls, not a session each.
+	unary bool
 }
 
 func main() {
@@ -57,6 +59,7 @@ func main() {
 	flag.IntVar(&o.promotions, "promotions", 5, "promotions to time")
 	flag.StringVar(&o.pawld, "pawld", "", "pawld binary (default: built from ./cmd/pawld)")
 	flag.DurationVar(&o.idleWait, "idle-wait", 40*time.Second, "how long to wait before measuring memory at rest (validators unload after 30s unused)")
+	flag.BoolVar(&o.unary, "unary", false, "clients use the unary calls and streams (sdk.WithoutSession), not one session each")
 	flag.Parse()
 	if err := run(context.Background(), o); err != nil {
 		fmt.Fprintln(os.Stderr, "sdkfleet:", err)
@@ -210,6 +213,15 @@ func canaryOnly(spec *pawlv1.ReleaseSpec) {
 		Policy: &pawlv1.AckPolicy{Kind: pawlv1.AckPolicyKind_ACK_POLICY_KIND_ALL}}}
 }
 
+// sessionOpts are the clients' options for the way they follow the
+// server: a session each, or with -unary the older calls.
+func (b *bench) sessionOpts() []sdk.Option {
+	if b.o.unary {
+		return []sdk.Option{sdk.WithoutSession()}
+	}
+	return nil
+}
+
 // start starts clients from to to-1, client 0 the canary.
 func (b *bench) start(ctx context.Context, from, to int, compiled string) error {
 	for i := from; i < to; i++ {
@@ -217,8 +229,8 @@ func (b *bench) start(ctx context.Context, from, to int, compiled string) error 
 		if i == 0 {
 			labels["canary"] = "true"
 		}
-		c, err := sdk.New(ctx, b.srv.URL, sdk.WithWorkloadIdentity(fmt.Sprintf("sdk-%04d", i)), sdk.WithZone(fmt.Sprintf("zone-%c", 'a'+i%3)),
-			sdk.WithLabels(labels), sdk.WithCompiledCacheDir(compiled), sdk.WithLogger(b.quiet))
+		c, err := sdk.New(ctx, b.srv.URL, append(b.sessionOpts(), sdk.WithWorkloadIdentity(fmt.Sprintf("sdk-%04d", i)), sdk.WithZone(fmt.Sprintf("zone-%c", 'a'+i%3)),
+			sdk.WithLabels(labels), sdk.WithCompiledCacheDir(compiled), sdk.WithLogger(b.quiet))...)
 		if err != nil {
 			return err
 		}
@@ -339,8 +351,8 @@ func (b *bench) promote(ctx context.Context, gen int64) error {
 // it applied the server's assignment; then closes it.
 func (b *bench) firstApply(ctx context.Context, cache string) (visible, applied time.Duration, err error) {
 	start := time.Now()
-	c, err := sdk.New(ctx, b.srv.URL, sdk.WithWorkloadIdentity("sdk-newcomer"), sdk.WithLabels(map[string]string{"fleet": "sdk"}),
-		sdk.WithCacheDir(cache), sdk.WithLogger(b.quiet))
+	c, err := sdk.New(ctx, b.srv.URL, append(b.sessionOpts(), sdk.WithWorkloadIdentity("sdk-newcomer"), sdk.WithLabels(map[string]string{"fleet": "sdk"}),
+		sdk.WithCacheDir(cache), sdk.WithLogger(b.quiet))...)
 	if err != nil {
 		return 0, 0, err
 	}

@@ -335,14 +335,7 @@ func TestAFailingExecReportsTheReleaseUnhealthy(t *testing.T) {
 	srv, ctx, client, digest, acks := startWatchingRecords(t)
 	dir := t.TempDir()
 	lines := runAgent(t, "--server", srv.URL, "--identity", "agent-1", "--dir", dir, "--exec", "echo reload refused; exit 3")
-	for registered := false; !registered; { // the release must freeze the agent into its membership
-		if !acks.Receive() {
-			t.Fatal(acks.Err())
-		}
-		for _, ev := range acks.Msg().GetEvents().GetEvents() {
-			registered = registered || strings.HasPrefix(ev.GetKv().GetKey(), "/_pawl/instances/agent-1")
-		}
-	}
+	awaitRegistered(t, acks, "agent-1")
 	rs := pawlv1connect.NewReleaseServiceClient(client, srv.URL)
 	if _, err := rs.CreateRelease(ctx, connect.NewRequest(&pawlv1.CreateReleaseRequest{Spec: &pawlv1.ReleaseSpec{
 		ConfigId: "routing", MediaType: "application/json", ValidatorDigest: digest, Content: bigRouting(1),

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -30,14 +29,7 @@ func TestTheAgentFollowsOnOneSessionOrAnOlderServersCalls(t *testing.T) {
 			dir := t.TempDir()
 			lines := runAgent(t, "--server", proxy.URL, "--identity", "agent-1", "--prefix", "/flags/", "--dir", dir)
 			await(t, lines, "mirrored 0 keys under /flags/")
-			for registered := false; !registered; { // the release must freeze the agent into its membership
-				if !records.Receive() {
-					t.Fatal(records.Err())
-				}
-				for _, ev := range records.Msg().GetEvents().GetEvents() {
-					registered = registered || strings.HasPrefix(ev.GetKv().GetKey(), "/_pawl/instances/agent-1")
-				}
-			}
+			awaitRegistered(t, records, "agent-1")
 			rs := pawlv1connect.NewReleaseServiceClient(client, srv.URL)
 			if _, err := rs.CreateRelease(ctx, connect.NewRequest(&pawlv1.CreateReleaseRequest{Spec: &pawlv1.ReleaseSpec{
 				ConfigId: "routing", MediaType: "application/json", ValidatorDigest: digest, Content: bigRouting(1),

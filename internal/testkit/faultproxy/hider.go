@@ -40,7 +40,7 @@ func NewHider(t testing.TB, target string, prefixes ...string) *Hider {
 	proxy.ErrorLog = log.New(io.Discard, "", 0)
 	proxy.FlushInterval = -1
 	proxy.Transport = h2cTransport()
-	front := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h.URL = startFront(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h.mu.Lock()
 		h.calls[r.URL.Path]++
 		h.mu.Unlock()
@@ -52,13 +52,6 @@ func NewHider(t testing.TB, target string, prefixes ...string) *Hider {
 		}
 		proxy.ServeHTTP(w, r)
 	}))
-	var p http.Protocols
-	p.SetHTTP1(true)
-	p.SetUnencryptedHTTP2(true)
-	front.Config.Protocols = &p
-	front.Start()
-	t.Cleanup(front.Close)
-	h.URL = front.URL
 	return h
 }
 
@@ -74,6 +67,20 @@ func (h *Hider) Calls(suffix string) int {
 		}
 	}
 	return n
+}
+
+// startFront serves handler to clients over HTTP/1.1 and h2c (HTTP/2
+// with prior knowledge, as the SDK's default client) until the test
+// ends, and returns its URL.
+func startFront(t testing.TB, handler http.Handler) string {
+	front := httptest.NewUnstartedServer(handler)
+	var p http.Protocols
+	p.SetHTTP1(true)
+	p.SetUnencryptedHTTP2(true)
+	front.Config.Protocols = &p
+	front.Start()
+	t.Cleanup(front.Close)
+	return front.URL
 }
 
 // h2cTransport speaks HTTP/2 with prior knowledge to the server, as the

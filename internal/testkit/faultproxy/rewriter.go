@@ -7,7 +7,6 @@ import (
 	"io"
 	"log"
 	"net/http"
-	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
 	"strings"
@@ -114,14 +113,7 @@ func NewRewriter(t testing.TB, target string, edit Edit) *Rewriter {
 		}
 		return nil
 	}
-	front := httptest.NewUnstartedServer(proxy)
-	var p http.Protocols
-	p.SetHTTP1(true)
-	p.SetUnencryptedHTTP2(true)
-	front.Config.Protocols = &p
-	front.Start()
-	t.Cleanup(front.Close)
-	return &Rewriter{URL: front.URL}
+	return &Rewriter{URL: startFront(t, proxy)}
 }
 
 // messagesOf returns the request and answer types of a procedure path.
