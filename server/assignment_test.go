@@ -393,14 +393,7 @@ func TestAnAssignmentStreamHoldsTheLease(t *testing.T) {
 	client := testserver.HTTPClient(t)
 	is := pawlv1connect.NewInstanceServiceClient(client, srv.URL, connect.WithGRPC())
 	register(t, is, "pay-1", "boot-1", "zone-a", nil)
-	live := func() bool {
-		t.Helper()
-		resp, err := is.ListInstances(ctx, connect.NewRequest(&pawlv1.ListInstancesRequest{}))
-		if err != nil || len(resp.Msg.GetInstances()) != 1 {
-			t.Fatalf("ListInstances = %v, %v", resp, err)
-		}
-		return resp.Msg.GetInstances()[0].GetLive()
-	}
+	live := soleLive(t, ctx, is)
 	stale, err := is.WatchAssignments(ctx, connect.NewRequest(&pawlv1.WatchAssignmentsRequest{WorkloadIdentity: "pay-1", BootId: "boot-0"}))
 	if err != nil {
 		t.Fatal(err)
@@ -423,8 +416,28 @@ func TestAnAssignmentStreamHoldsTheLease(t *testing.T) {
 	}
 	closeStream()
 	_ = s.Close()
-	// The handler releases the lease before its watcher closes: once the
-	// server counts no watcher, the lease runs from the release.
+	leaseRunsOneTerm(t, srv, clock, live)
+}
+
+// soleLive reports whether the one registered instance is live.
+func soleLive(t *testing.T, ctx context.Context, is pawlv1connect.InstanceServiceClient) func() bool {
+	return func() bool {
+		t.Helper()
+		resp, err := is.ListInstances(ctx, connect.NewRequest(&pawlv1.ListInstancesRequest{}))
+		if err != nil || len(resp.Msg.GetInstances()) != 1 {
+			t.Fatalf("ListInstances = %v, %v", resp, err)
+		}
+		return resp.Msg.GetInstances()[0].GetLive()
+	}
+}
+
+// leaseRunsOneTerm checks, after the stream that held an instance's
+// lease (30s) was closed, that the lease runs one full term from then
+// and lapses after it. The handler releases the lease before its
+// watchers close: once the server counts no watcher, the lease runs from
+// the release.
+func leaseRunsOneTerm(t *testing.T, srv *testserver.Server, clock *testclock.Clock, live func() bool) {
+	t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); srv.Server.WatchStats().Watchers != 0; {
 		if time.Now().After(deadline) {
 			t.Fatal("the stream's handler did not end")

@@ -133,7 +133,7 @@ func newAuthFixture(t *testing.T, opts ...server.Option) *authFixture {
 	return f
 }
 
-// clients are a caller's clients of the seven services.
+// clients are a caller's clients of the eight services.
 type clients struct {
 	au  pawlv1connect.AuditServiceClient
 	mt  pawlv1connect.MaintenanceServiceClient
@@ -142,6 +142,7 @@ type clients struct {
 	rs  pawlv1connect.ReleaseServiceClient
 	is  pawlv1connect.InstanceServiceClient
 	ro  pawlv1connect.RolloutServiceClient
+	ss  pawlv1connect.SessionServiceClient
 	ctx context.Context
 }
 
@@ -157,6 +158,7 @@ func (f *authFixture) as(principal string) clients {
 		ro: pawlv1connect.NewRolloutServiceClient(client, f.srv.URL, connect.WithGRPC()), ctx: f.ctx,
 		au: pawlv1connect.NewAuditServiceClient(client, f.srv.URL),
 		mt: pawlv1connect.NewMaintenanceServiceClient(client, f.srv.URL),
+		ss: pawlv1connect.NewSessionServiceClient(client, f.srv.URL, connect.WithGRPC()),
 	}
 }
 
@@ -212,7 +214,7 @@ func firstOf[T any](s *connect.ServerStreamForClient[T], err error) error {
 	return nil
 }
 
-// TestEveryRPCAgainstEveryRole calls every procedure of the seven services
+// TestEveryRPCAgainstEveryRole calls every procedure of the eight services
 // as every role (and with no token), on requests inside each role's scope,
 // and checks that it is allowed (any outcome but UNAUTHENTICATED and
 // PERMISSION_DENIED) exactly when docs/AUTH.md says so.
@@ -296,6 +298,16 @@ func TestEveryRPCAgainstEveryRole(t *testing.T) {
 		},
 		"InstanceService/WatchAssignments": func(c clients, _ string) error {
 			return firstOf(c.is.WatchAssignments(c.ctx, connect.NewRequest(&pawlv1.WatchAssignmentsRequest{WorkloadIdentity: "app-1"})))
+		},
+		"SessionService/Session": func(c clients, role string) error {
+			s := c.ss.Session(c.ctx)
+			defer func() { _ = s.CloseRequest(); _ = s.CloseResponse() }()
+			hello := &pawlv1.SessionHello{Instance: &pawlv1.Instance{WorkloadIdentity: "app-sess-" + role, BootId: "b1", Zone: "z", TrafficWeight: 1}}
+			if err := s.Send(&pawlv1.SessionRequest{Kind: &pawlv1.SessionRequest_Hello{Hello: hello}}); err != nil {
+				return err
+			}
+			_, err := s.Receive()
+			return err
 		},
 		"InstanceService/ListInstances": func(c clients, _ string) error {
 			_, err := c.is.ListInstances(c.ctx, connect.NewRequest(&pawlv1.ListInstancesRequest{}))
