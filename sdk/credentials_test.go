@@ -105,7 +105,7 @@ func TestNewRefusesATokenInClearTextBeyondLoopback(t *testing.T) {
 }
 
 // TestATokenReachesPawldOnLoopback: over clear text to loopback, the token
-// goes with every call, the assignment stream's and a space's.
+// goes with every call, the session's and a space's.
 func TestATokenReachesPawldOnLoopback(t *testing.T) {
 	skipUnderAuth(t)
 	h := newHarness(t)
@@ -115,7 +115,7 @@ func TestATokenReachesPawldOnLoopback(t *testing.T) {
 	if _, err := c.Space(h.ctx, "/flags/"); err != nil {
 		t.Fatal(err)
 	}
-	waitRequest(t, h.ctx, rec, "Register", "Bearer pawl_loopback", "")
+	waitRequest(t, h.ctx, rec, "Session", "Bearer pawl_loopback", "")
 	for _, r := range requests(rec) {
 		if r.Authorization != "Bearer pawl_loopback" {
 			t.Errorf("%s came with Authorization %q", r.Path, r.Authorization)
@@ -148,7 +148,7 @@ func TestATokenFileCAAndClientCertificateReachPawld(t *testing.T) {
 	}
 	write("pawl_first")
 	c := h.clientAt(url, "mtls-1", sdk.WithAuthTokenFile(tokenFile), sdk.WithCAFile(pki.CA), sdk.WithClientCertificate(pki.ClientCert, pki.ClientKey))
-	waitRequest(t, h.ctx, rec, "Register", "Bearer pawl_first", testtls.ClientID)
+	waitRequest(t, h.ctx, rec, "Session", "Bearer pawl_first", testtls.ClientID)
 	if _, err := c.Space(h.ctx, "/a/"); err != nil {
 		t.Fatal(err)
 	}

@@ -129,8 +129,8 @@ func TestAKilledServerIsUnavailableAndLoggedOnce(t *testing.T) {
 			first = l
 		}
 	}
-	if !strings.Contains(first.attrs["call"], "assignment stream") || !strings.Contains(first.attrs["error"], sdk.ErrConnectionLost.Error()) {
-		t.Fatalf("the first failure was logged as %v: want the assignment stream's lost connection", first)
+	if !strings.Contains(first.attrs["call"], "the session") || !strings.Contains(first.attrs["error"], sdk.ErrConnectionLost.Error()) {
+		t.Fatalf("the first failure was logged as %v: want the session's lost connection", first)
 	}
 
 	pawldtest.Start(t, "--data", data, "--listen", p.Addr)

@@ -21,10 +21,28 @@ import (
 // which the server's short change log compacts away; reconnected, it is
 // told so, reads a fresh snapshot, and its copy and its change callbacks
 // end exactly at the server's keys, with no gap.
+// It runs on a client's session (with an instance's identity) and by
+// KVService.Watch (a client WithoutAssignments).
 func TestASpaceFollowsAThousandKeysThroughACompaction(t *testing.T) {
+	for _, onSession := range []bool{true, false} {
+		t.Run(fmt.Sprintf("session=%v", onSession), func(t *testing.T) {
+			opts := []sdk.Option{sdk.WithoutAssignments()}
+			if onSession {
+				opts = nil
+			}
+			spaceThroughACompaction(t, opts...)
+		})
+	}
+}
+
+func spaceThroughACompaction(t *testing.T, opts ...sdk.Option) {
 	h := newHarness(t, server.WithRetention(200, 0), server.WithWatchRing(64))
 	proxy := faultproxy.NewHolder(t, h.srv.Addr)
-	c := h.clientAt("http://"+proxy.Addr, "", sdk.WithoutAssignments(), sdk.WithCacheDir(t.TempDir()))
+	id := ""
+	if len(opts) == 0 {
+		id = "reader"
+	}
+	c := h.clientAt("http://"+proxy.Addr, id, append(opts, sdk.WithCacheDir(t.TempDir()))...)
 	put := func(key, value string) int64 {
 		resp, err := h.kv.Put(h.ctx, connect.NewRequest(&pawlv1.PutRequest{Key: key, Value: []byte(value)}))
 		if err != nil {

@@ -54,13 +54,14 @@ func TestACKTraceIDsMatchTheSpans(t *testing.T) {
 }
 
 // tracedApply runs instance i0, with a tracer provider that records its
-// spans, through one apply to HEALTHY_ACKED, and returns the recorder.
-func tracedApply(h *harness) *tracetest.SpanRecorder {
+// spans (and opts), through one apply to HEALTHY_ACKED, and returns the
+// recorder.
+func tracedApply(h *harness, opts ...sdk.Option) *tracetest.SpanRecorder {
 	h.t.Helper()
 	recorder := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(recorder))
 	h.t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-	h.client("i0", sdk.WithTracerProvider(tp))
+	h.client("i0", append(opts, sdk.WithTracerProvider(tp))...)
 	h.waitRegistered("i0")
 	h.release(50, nil)
 	h.awaitAcks(1, func(s map[string][]string) bool { return reported(s, "i0", "HEALTHY_ACKED") })

@@ -43,7 +43,7 @@ func TestTheCredentialFlagsReachTheSDK(t *testing.T) {
 		var listed, registered bool
 		for _, r := range seen {
 			listed = listed || strings.HasSuffix(r.Path, "/List") && r.Authorization == "Bearer pawl_from_file"
-			registered = registered || strings.HasSuffix(r.Path, "/Register") && r.Authorization == "Bearer pawl_from_env"
+			registered = registered || strings.HasSuffix(r.Path, "/Session") && r.Authorization == "Bearer pawl_from_env"
 			if r.ClientID != testtls.ClientID || (r.Authorization != "Bearer pawl_from_file" && r.Authorization != "Bearer pawl_from_env") {
 				t.Fatalf("%s came with Authorization %q and client %q", r.Path, r.Authorization, r.ClientID)
 			}
