@@ -1,11 +1,20 @@
 // Command fleet measures pawld under a simulated fleet: thousands of
-// registered instances, each holding an assignment stream (with deltas, as
-// the SDK follows it), and a hundred
-// configs with an active release. It starts pawld as its own process (so
-// its CPU and memory are its own), drives it over loopback with real gRPC
-// clients, and prints a Markdown table:
+// registered instances and a hundred configs with an active release. It
+// starts pawld as its own process (so its CPU and memory are its own),
+// drives it over loopback with real gRPC clients, and prints a Markdown
+// table with a column per mode:
 //
-//	go run ./bench/fleet -instances 10000 -configs 100
+//	go run ./bench/fleet -instances 10000 -configs 100 -modes unary,session
+//
+// The modes are how each instance talks to pawld, each measured on a
+// fresh pawld:
+//   - unary: Register, an assignment stream (WatchAssignments with
+//     deltas, as the SDK followed it before sessions) and a unary Ack call
+//     per ACK, 64 callers at a time;
+//   - session: one SessionService.Session stream per instance, which
+//     registers it (the hello), holds its lease, carries its assignments
+//     and its ACKs; every instance ACKs at once, each waiting for the
+//     answer (the ACK is durable) before its next ACK.
 //
 // What it measures, in order:
 //   - the time until every stream holds its first assignment set;
@@ -27,9 +36,11 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"path/filepath"
 	"runtime"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -47,9 +58,14 @@ type options struct {
 	instances, configs, conns, workers, promotions, statusCalls int
 	retainRevisions                                             int64
 	idle, lease                                                 time.Duration
-	pawld, pprof                                                string
+	pawld, pprof, modes, profiles                               string
 	rpcHeartbeats                                               bool
 }
+
+const (
+	unary   = "unary"
+	session = "session"
+)
 
 func main() {
 	var o options
@@ -64,7 +80,9 @@ func main() {
 	flag.StringVar(&o.pawld, "pawld", "", "pawld binary (default: built from ./cmd/pawld)")
 	flag.StringVar(&o.pprof, "pprof", "", "have pawld serve its profiles on this address (pawld --pprof)")
 	flag.Int64Var(&o.retainRevisions, "retain-revisions", 0, "pawld --retain-revisions (0: pawld's default); the report says whether the ACKs compacted away the history a watcher resumes from")
-	flag.BoolVar(&o.rpcHeartbeats, "rpc-heartbeats", false, "keep leases with Heartbeat calls every lease/3 instead of with the assignment streams (boot_id)")
+	flag.BoolVar(&o.rpcHeartbeats, "rpc-heartbeats", false, "unary mode: keep leases with Heartbeat calls every lease/3 instead of with the assignment streams (boot_id)")
+	flag.StringVar(&o.modes, "modes", unary+","+session, "modes to measure, each on a fresh pawld, in order: unary, session")
+	flag.StringVar(&o.profiles, "profiles", "", "write pawld's CPU profile of the ACK phase and its heap profile at idle to this directory, per mode")
 	flag.Parse()
 	if err := run(context.Background(), o); err != nil {
 		fmt.Fprintln(os.Stderr, "fleet:", err)
@@ -73,6 +91,24 @@ func main() {
 }
 
 func run(ctx context.Context, o options) error {
+	report := &benchkit.Grid{Name: "fleet"}
+	fmt.Printf("%d CPUs, %s; %d instances on %d connections, %d configs\n\n", runtime.NumCPU(), runtime.Version(), o.instances, o.conns, o.configs)
+	for _, mode := range strings.Split(o.modes, ",") {
+		if mode != unary && mode != session {
+			return fmt.Errorf("-modes: unknown mode %q", mode)
+		}
+		if mode == session && o.rpcHeartbeats {
+			return errors.New("-rpc-heartbeats: sessions hold their leases; measure it with -modes unary")
+		}
+		if err := runMode(ctx, o, mode, report); err != nil {
+			return fmt.Errorf("%s mode: %w", mode, err)
+		}
+	}
+	report.Print(os.Stdout)
+	return nil
+}
+
+func runMode(ctx context.Context, o options, mode string, grid *benchkit.Grid) error {
 	dir, err := os.MkdirTemp("", "pawl-fleet")
 	if err != nil {
 		return err
@@ -82,30 +118,35 @@ func run(ctx context.Context, o options) error {
 	if o.retainRevisions > 0 {
 		args = append(args, "--retain-revisions", strconv.FormatInt(o.retainRevisions, 10))
 	}
-	if o.pprof != "" {
-		args = append(args, "--pprof", o.pprof)
+	pprofAddr := o.pprof
+	if pprofAddr == "" {
+		if pprofAddr, err = benchkit.FreeAddr(); err != nil {
+			return err
+		}
 	}
+	args = append(args, "--pprof", pprofAddr)
 	srv, err := benchkit.StartPawld(ctx, o.pawld, dir, args...)
 	if err != nil {
 		return err
 	}
 	defer srv.Stop()
-	b := newBench(o, srv)
+	b := newBench(o, srv, mode)
+	b.pprofURL = "http://" + pprofAddr
 	defer b.close()
-	report := &benchkit.Table{Name: "fleet"}
-	report.Add("machine", fmt.Sprintf("%d CPUs, %s", runtime.NumCPU(), runtime.Version()))
-	leases := "assignment streams hold the leases"
+	column := mode
 	if o.rpcHeartbeats {
-		leases = fmt.Sprintf("Heartbeat calls every %s", o.lease/3)
+		column = fmt.Sprintf("%s, Heartbeat calls every %s", mode, o.lease/3)
 	}
-	report.Add("fleet", fmt.Sprintf("%d instances with a stream each on %d connections, %d configs; %s", o.instances, o.conns, o.configs, leases))
+	report := &cells{grid: grid, col: column}
 
-	validator, err := b.upload(ctx, dir)
+	validator, err := benchkit.UploadValidator(ctx, b.unary, srv.URL, dir, "routing")
 	if err != nil {
 		return err
 	}
-	if err := b.register(ctx); err != nil {
-		return err
+	if mode == unary {
+		if err := b.register(ctx); err != nil {
+			return err
+		}
 	}
 	// With -rpc-heartbeats, instances heartbeat from now on, every
 	// lease/3; otherwise their assignment streams hold their leases.
@@ -122,7 +163,7 @@ func run(ctx context.Context, o options) error {
 	if err := b.openStreams(ctx); err != nil {
 		return err
 	}
-	report.Add("all streams hold their first set", time.Since(start).Round(time.Millisecond).String())
+	report.Add("all streams hold their first set (session: with the registration)", time.Since(start).Round(time.Millisecond).String())
 
 	start = time.Now()
 	if err := b.activate(ctx, validator); err != nil {
@@ -147,7 +188,7 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
-	acks, took, cpu, err := b.ingest(ctx, validator)
+	acks, took, cpu, err := b.ingest(ctx, validator, o.profiles)
 	if err != nil {
 		return err
 	}
@@ -168,16 +209,36 @@ func run(ctx context.Context, o options) error {
 	report.Add(fmt.Sprintf("GetRolloutStatus of %d members: p50, p99", o.instances), fmt.Sprintf("%s, %s (%d bytes)",
 		benchkit.Percentile(lat, 0.5).Round(time.Microsecond), benchkit.Percentile(lat, 0.99).Round(time.Microsecond), size))
 
-	cpuShare, rss, err := b.idle(ctx)
+	cpuShare, err := b.idle(ctx)
 	if err != nil {
 		return err
 	}
 	report.Add(fmt.Sprintf("pawld CPU while idle for %s (of one core)", o.idle), fmt.Sprintf("%.1f%%", 100*cpuShare))
 	report.Add("pawld CPU while idle (of all cores)", fmt.Sprintf("%.1f%%", 100*cpuShare/float64(runtime.NumCPU())))
+	rss, err := benchkit.RSS(srv.Pid())
+	if err != nil {
+		return err
+	}
 	report.Add("pawld resident memory", fmt.Sprintf("%d MiB", rss>>20))
-	report.Print(os.Stdout)
+	mem, err := benchkit.ReadMemory(ctx, srv.Pid(), srv.URL, b.pprofURL)
+	if err != nil {
+		return err
+	}
+	report.Add("pawld after a GC: resident, Go heap in use, stacks, goroutines", fmt.Sprintf("%d MiB, %d MiB, %d MiB, %d",
+		mem.RSS>>20, mem.HeapInuse>>20, mem.StackInuse>>20, mem.Goroutines))
+	if o.profiles != "" {
+		return benchkit.SaveProfile(ctx, b.pprofURL+"/debug/pprof/heap", filepath.Join(o.profiles, mode+"-idle.heap.pprof"))
+	}
 	return nil
 }
+
+// cells adds a mode's measures to its column of the grid.
+type cells struct {
+	grid *benchkit.Grid
+	col  string
+}
+
+func (c *cells) Add(row, value string) { c.grid.Set(row, c.col, value) }
 
 // stream is one instance's assignment stream, as the instance sees it.
 type stream struct {
@@ -187,10 +248,43 @@ type stream struct {
 	stages map[string]string    // config -> stage of a canary assignment
 	seen   map[string]time.Time // "config@gen" -> when it first arrived
 	first  chan struct{}        // closed on the first message
+	opened bool                 // first is closed
+}
+
+// apply applies a set of assignments, as the SDK does.
+func (s *stream) apply(msg *pawlv1.WatchAssignmentsResponse) {
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if msg.GetFull() {
+		clear(s.gens)
+		clear(s.stages)
+	}
+	for _, config := range msg.GetRemovedConfigIds() {
+		delete(s.gens, config)
+		delete(s.stages, config)
+	}
+	for _, a := range msg.GetAssignments() {
+		if a.GetShadow() {
+			continue
+		}
+		s.gens[a.GetConfigId()] = a.GetGeneration()
+		s.stages[a.GetConfigId()] = a.GetStage()
+		key := fmt.Sprintf("%s@%d", a.GetConfigId(), a.GetGeneration())
+		if _, ok := s.seen[key]; !ok {
+			s.seen[key] = now
+		}
+	}
+	if !s.opened {
+		s.opened = true
+		close(s.first)
+	}
 }
 
 type bench struct {
 	o        options
+	mode     string
+	pprofURL string
 	srv      *benchkit.Pawld
 	clients  []*http.Client
 	unary    *http.Client
@@ -202,9 +296,10 @@ type bench struct {
 	acker    []pawlv1connect.RolloutServiceClient
 	epochs   map[string]int64
 	streams  map[string]*stream
+	sessions map[string]*benchkit.Session // session mode: instance -> its session
+	smu      sync.Mutex                   // guards sessions and epochs while they open
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
-	received atomic.Int64
 	ingested *pawlv1.Release
 	// heartbeatsFailed counts heartbeats that failed.
 	heartbeatsFailed atomic.Int64
@@ -216,8 +311,9 @@ func h2c(streams int) *http.Client {
 	return &http.Client{Transport: &http.Transport{Protocols: &p, HTTP2: &http.HTTP2Config{MaxConcurrentStreams: streams}}}
 }
 
-func newBench(o options, srv *benchkit.Pawld) *bench {
-	b := &bench{o: o, srv: srv, unary: h2c(0), epochs: map[string]int64{}, streams: map[string]*stream{}, conn: map[string]int{}}
+func newBench(o options, srv *benchkit.Pawld, mode string) *bench {
+	b := &bench{o: o, mode: mode, srv: srv, unary: h2c(0), epochs: map[string]int64{}, streams: map[string]*stream{}, conn: map[string]int{},
+		sessions: map[string]*benchkit.Session{}}
 	for range o.conns {
 		b.clients = append(b.clients, h2c(0))
 	}
@@ -235,6 +331,9 @@ func newBench(o options, srv *benchkit.Pawld) *bench {
 }
 
 func (b *bench) close() {
+	for _, s := range b.sessions {
+		s.Close()
+	}
 	if b.cancel != nil {
 		b.cancel()
 	}
@@ -243,50 +342,14 @@ func (b *bench) close() {
 
 // parallel runs fn on every item with the configured number of workers.
 func (b *bench) parallel(n int, fn func(i int) error) error {
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	errs := make(chan error, b.o.workers)
-	for range b.o.workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= n {
-					return
-				}
-				if err := fn(i); err != nil {
-					errs <- err
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	return <-errs
-}
-
-func (b *bench) upload(ctx context.Context, dir string) (string, error) {
-	wasm, err := benchkit.BuildValidator(ctx, dir, "routing")
-	if err != nil {
-		return "", err
-	}
-	resp, err := pawlv1connect.NewValidatorServiceClient(b.unary, b.srv.URL, connect.WithGRPC()).Upload(ctx,
-		connect.NewRequest(&pawlv1.UploadRequest{Wasm: wasm, Name: "routing"}))
-	if err != nil {
-		return "", err
-	}
-	return resp.Msg.GetValidator().GetDigest(), nil
+	return benchkit.Parallel(b.o.workers, n, fn)
 }
 
 func (b *bench) register(ctx context.Context) error {
 	var mu sync.Mutex
 	return b.parallel(len(b.ids), func(i int) error {
 		id := b.ids[i]
-		resp, err := b.is.Register(ctx, connect.NewRequest(&pawlv1.RegisterRequest{Instance: &pawlv1.Instance{
-			WorkloadIdentity: id, BootId: "boot-1", Zone: fmt.Sprintf("zone-%c", 'a'+i%3), Role: "worker", TrafficWeight: 1, AppVersion: "1.0.0",
-		}}))
+		resp, err := b.is.Register(ctx, connect.NewRequest(&pawlv1.RegisterRequest{Instance: instance(i, id)}))
 		if err != nil {
 			return fmt.Errorf("register %s: %w", id, err)
 		}
@@ -297,14 +360,59 @@ func (b *bench) register(ctx context.Context) error {
 	})
 }
 
-// openStreams opens every instance's assignment stream, spread over the
-// connections, and waits until each holds its first set.
+// instance is the i-th simulated instance.
+func instance(i int, id string) *pawlv1.Instance {
+	return &pawlv1.Instance{WorkloadIdentity: id, BootId: "boot-1", Zone: fmt.Sprintf("zone-%c", 'a'+i%3), Role: "worker", TrafficWeight: 1, AppVersion: "1.0.0"}
+}
+
+// openStreams opens every instance's assignment stream or session, spread
+// over the connections, and waits until each holds its first set.
 func (b *bench) openStreams(ctx context.Context) error {
 	sctx, cancel := context.WithCancel(ctx)
 	b.cancel = cancel
+	for _, id := range b.ids {
+		b.streams[id] = &stream{id: id, gens: map[string]int64{}, stages: map[string]string{}, seen: map[string]time.Time{}, first: make(chan struct{})}
+	}
+	if b.mode == session {
+		if err := b.openSessions(sctx); err != nil {
+			return err
+		}
+	} else {
+		b.openAssignmentStreams(sctx)
+	}
+	timeout := time.After(10 * time.Minute)
+	for _, s := range b.streams {
+		select {
+		case <-s.first:
+		case <-timeout:
+			return errors.New("streams did not all receive their first set in 10 minutes")
+		}
+	}
+	return nil
+}
+
+// openSessions opens every instance's session, which registers it.
+func (b *bench) openSessions(ctx context.Context) error {
+	return b.parallel(len(b.ids), func(i int) error {
+		id := b.ids[i]
+		client := pawlv1connect.NewSessionServiceClient(b.clients[i%len(b.clients)], b.srv.URL, connect.WithGRPC())
+		s, err := benchkit.OpenSession(ctx, client, &pawlv1.SessionHello{Instance: instance(i, id)},
+			benchkit.SessionHandlers{Assignments: b.streams[id].apply})
+		if err != nil {
+			return err
+		}
+		b.smu.Lock()
+		b.sessions[id] = s
+		b.epochs[id] = s.Record.GetMembershipEpoch()
+		b.smu.Unlock()
+		return nil
+	})
+}
+
+// openAssignmentStreams opens every instance's WatchAssignments stream.
+func (b *bench) openAssignmentStreams(sctx context.Context) {
 	for i, id := range b.ids {
-		s := &stream{id: id, gens: map[string]int64{}, stages: map[string]string{}, seen: map[string]time.Time{}, first: make(chan struct{})}
-		b.streams[id] = s
+		s := b.streams[id]
 		client := pawlv1connect.NewInstanceServiceClient(b.clients[i%len(b.clients)], b.srv.URL, connect.WithGRPC())
 		b.wg.Add(1)
 		go func() {
@@ -318,48 +426,11 @@ func (b *bench) openStreams(ctx context.Context) error {
 				return
 			}
 			defer st.Close()
-			firstSeen := false
 			for st.Receive() {
-				now := time.Now()
-				s.mu.Lock()
-				msg := st.Msg()
-				if msg.GetFull() {
-					clear(s.gens)
-					clear(s.stages)
-				}
-				for _, config := range msg.GetRemovedConfigIds() {
-					delete(s.gens, config)
-					delete(s.stages, config)
-				}
-				for _, a := range msg.GetAssignments() {
-					if a.GetShadow() {
-						continue
-					}
-					s.gens[a.GetConfigId()] = a.GetGeneration()
-					s.stages[a.GetConfigId()] = a.GetStage()
-					key := fmt.Sprintf("%s@%d", a.GetConfigId(), a.GetGeneration())
-					if _, ok := s.seen[key]; !ok {
-						s.seen[key] = now
-					}
-				}
-				s.mu.Unlock()
-				b.received.Add(1)
-				if !firstSeen {
-					firstSeen = true
-					close(s.first)
-				}
+				s.apply(st.Msg())
 			}
 		}()
 	}
-	timeout := time.After(10 * time.Minute)
-	for _, s := range b.streams {
-		select {
-		case <-s.first:
-		case <-timeout:
-			return errors.New("streams did not all receive their first set in 10 minutes")
-		}
-	}
-	return nil
 }
 
 // spec is a release of config with one stage. Its simulated instances
@@ -432,19 +503,33 @@ func (b *bench) release(ctx context.Context, config, validator string, weight in
 	return rel, nil
 }
 
-// ack reports for id over the connection its stream uses, as an instance
-// does.
+// ack reports for id on its session, or with an Ack call over the
+// connection its stream uses, as an instance does.
 func (b *bench) ack(ctx context.Context, rel *pawlv1.Release, id string, state pawlv1.InstanceState, seq int64) error {
-	resp, err := b.acker[b.conn[id]].Ack(ctx, connect.NewRequest(&pawlv1.AckRequest{Ack: &pawlv1.Ack{
+	ack := &pawlv1.Ack{
 		ConfigId: rel.GetSpec().GetConfigId(), Generation: rel.GetGeneration(), WorkloadIdentity: id, BootId: "boot-1",
 		MembershipEpoch: b.epochs[id], ApplySequence: seq, ContentDigest: rel.GetContentDigest(),
 		ValidatorDigest: rel.GetSpec().GetValidatorDigest(), State: state, HealthOk: true,
-	}}))
-	if err != nil {
-		return fmt.Errorf("ack %s: %w", id, err)
 	}
-	if !resp.Msg.GetAck().GetCounted() {
-		return fmt.Errorf("ack of %s not counted: %s", id, resp.Msg.GetAck().GetNotCountedReason())
+	var stored *pawlv1.Ack
+	if b.mode == session {
+		r, err := b.sessions[id].Ack(ctx, ack)
+		if err != nil {
+			return fmt.Errorf("ack %s: %w", id, err)
+		}
+		if e := r.GetError(); e != nil {
+			return fmt.Errorf("ack %s: %s: %s", id, e.GetCode(), e.GetMessage())
+		}
+		stored = r.GetAck()
+	} else {
+		resp, err := b.acker[b.conn[id]].Ack(ctx, connect.NewRequest(&pawlv1.AckRequest{Ack: ack}))
+		if err != nil {
+			return fmt.Errorf("ack %s: %w", id, err)
+		}
+		stored = resp.Msg.GetAck()
+	}
+	if !stored.GetCounted() {
+		return fmt.Errorf("ack of %s not counted: %s", id, stored.GetNotCountedReason())
 	}
 	return nil
 }
@@ -503,8 +588,11 @@ func (b *bench) promote(ctx context.Context, validator, config string) ([]time.D
 }
 
 // ingest sends APPLIED then HEALTHY_ACKED from every instance for a
-// release of config "ingest" whose one stage takes everyone.
-func (b *bench) ingest(ctx context.Context, validator string) (int, time.Duration, time.Duration, error) {
+// release of config "ingest" whose one stage takes everyone: in unary mode
+// from the configured number of callers, in session mode from every
+// instance at once. With profiles set, it writes pawld's CPU profile of
+// the ACKs there.
+func (b *bench) ingest(ctx context.Context, validator, profiles string) (int, time.Duration, time.Duration, error) {
 	all := &pawlv1.Stage{Name: "all", Policy: &pawlv1.AckPolicy{Kind: pawlv1.AckPolicyKind_ACK_POLICY_KIND_ALL}}
 	resp, err := b.rs.CreateRelease(ctx, connect.NewRequest(&pawlv1.CreateReleaseRequest{Spec: b.spec("ingest", validator, 50, all)}))
 	if err != nil {
@@ -526,13 +614,28 @@ func (b *bench) ingest(ctx context.Context, validator string) (int, time.Duratio
 	if err != nil {
 		return 0, 0, 0, err
 	}
+	workers := b.o.workers
+	if b.mode == session {
+		workers = len(b.ids)
+	}
+	profiled := make(chan error, 1)
+	if profiles != "" {
+		go func() {
+			profiled <- benchkit.SaveProfile(ctx, b.pprofURL+"/debug/pprof/profile?seconds=4", filepath.Join(profiles, b.mode+"-acks.cpu.pprof"))
+		}()
+	} else {
+		profiled <- nil
+	}
 	start := time.Now()
 	for _, state := range []pawlv1.InstanceState{pawlv1.InstanceState_INSTANCE_STATE_APPLIED, pawlv1.InstanceState_INSTANCE_STATE_HEALTHY_ACKED} {
-		if err := b.parallel(len(b.ids), func(i int) error { return b.ack(ctx, rel, b.ids[i], state, 1) }); err != nil {
+		if err := benchkit.Parallel(workers, len(b.ids), func(i int) error { return b.ack(ctx, rel, b.ids[i], state, 1) }); err != nil {
 			return 0, 0, 0, err
 		}
 	}
 	took := time.Since(start)
+	if err := <-profiled; err != nil {
+		return 0, 0, 0, err
+	}
 	cpu1, err := benchkit.CPU(b.srv.Pid())
 	return 2 * len(b.ids), took, cpu1 - cpu0, err
 }
@@ -582,25 +685,24 @@ func (b *bench) heartbeat(ctx context.Context) error {
 	}
 }
 
-// idle measures pawld's CPU share and memory while nothing happens but
-// the streams being connected and every instance heartbeating.
-func (b *bench) idle(context.Context) (float64, int64, error) {
+// idle measures pawld's CPU share while nothing happens but the streams
+// being connected and every instance heartbeating.
+func (b *bench) idle(context.Context) (float64, error) {
 	cpu0, err := benchkit.CPU(b.srv.Pid())
 	if err != nil {
-		return 0, 0, err
+		return 0, err
 	}
 	start := time.Now()
 	time.Sleep(b.o.idle)
 	took := time.Since(start)
 	cpu1, err := benchkit.CPU(b.srv.Pid())
 	if err != nil {
-		return 0, 0, err
+		return 0, err
 	}
 	if n := b.heartbeatsFailed.Load(); n > 0 {
-		return 0, 0, fmt.Errorf("%d heartbeats failed", n)
+		return 0, fmt.Errorf("%d heartbeats failed", n)
 	}
-	rss, err := benchkit.RSS(b.srv.Pid())
-	return (cpu1 - cpu0).Seconds() / took.Seconds(), rss, err
+	return (cpu1 - cpu0).Seconds() / took.Seconds(), nil
 }
 
 // marker is the key whose revisions bracket the ACKs.

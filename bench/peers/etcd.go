@@ -95,6 +95,8 @@ func (s *etcd) catchUp(ctx context.Context, count int) (bool, error) {
 	return false, fmt.Errorf("caught up %d of %d", got, count)
 }
 
+func (s *etcd) server() *proc { return s.p }
+
 func (s *etcd) close() {
 	for _, c := range s.clients {
 		_ = c.Close()

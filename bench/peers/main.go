@@ -17,8 +17,17 @@
 //     deploy tool does): writes that got through per second, put p50, and
 //     the time from sending a write to its last watcher receiving it (p50,
 //     p99);
+//   - the server's resident memory per watcher: the growth of its VmRSS
+//     from before the fan-out's watchers subscribed to after, divided by
+//     their number (an upper bound for Go servers: it counts heap not yet
+//     collected);
 //   - catch-up: a watcher that starts at the first of 10,000 earlier
 //     writes, until it has them all (Pawl and etcd keep history).
+//
+// Pawl is measured twice for the fan-out with -systems pawl,pawl-session:
+// "pawl" opens each watcher as a KVService.Watch stream of its own,
+// "pawl-session" opens them on 64 SessionService sessions (one per
+// connection), each watch with its ID.
 package main
 
 import (
@@ -34,6 +43,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/pawlcfg/pawl/bench/internal/benchkit"
 )
 
 // system is one product under test.
@@ -49,6 +60,8 @@ type system interface {
 	// /cu/, from history, and returns when it has them all (false when
 	// the system keeps no history).
 	catchUp(ctx context.Context, count int) (bool, error)
+	// server is the system's server process.
+	server() *proc
 	close()
 }
 
@@ -56,7 +69,7 @@ type options struct {
 	watchers          []int
 	rate              int
 	duration, putsFor time.Duration
-	only              string
+	only, profiles    string
 }
 
 func main() {
@@ -67,6 +80,8 @@ func main() {
 	flag.DurationVar(&o.duration, "duration", 10*time.Second, "how long each fan-out row writes")
 	flag.DurationVar(&o.putsFor, "puts-for", 5*time.Second, "how long each put row writes")
 	flag.StringVar(&o.only, "systems", "pawl,etcd,redis,nats", "systems to measure, in order")
+	flag.StringVar(&o.profiles, "profiles", "", "write pawld's CPU profile of each fan-out row's writes to this directory")
+	flag.StringVar(&pawldBin, "pawld", "", "pawld binary (default: built from Pawl's module, two directories up)")
 	flag.Parse()
 	for _, w := range strings.Split(watchers, ",") {
 		n, err := strconv.Atoi(w)
@@ -83,7 +98,7 @@ func main() {
 }
 
 var starters = map[string]func(ctx context.Context, dir string) (system, error){
-	"pawl": startPawl, "etcd": startEtcd, "redis": startRedis, "nats": startNATS,
+	"pawl": startPawl, "pawl-session": startPawlSessions, "etcd": startEtcd, "redis": startRedis, "nats": startNATS,
 }
 
 func run(ctx context.Context, o options) error {
@@ -144,12 +159,17 @@ func run(ctx context.Context, o options) error {
 		}
 		for _, w := range o.watchers {
 			if err := fresh(func(s system) error {
-				r, err := fanOut(ctx, s, w, o.rate, o.duration)
+				profile := ""
+				if o.profiles != "" {
+					profile = filepath.Join(o.profiles, fmt.Sprintf("%s-%d.cpu.pprof", key, w))
+				}
+				r, err := fanOut(ctx, s, w, o.rate, o.duration, profile)
 				if err != nil {
 					return err
 				}
 				set(fmt.Sprintf("%d watchers, %d writes/s asked: writes/s through, put p50", w, o.rate), fmt.Sprintf("%.1f, %s", r.rate, ms(r.putP50)))
 				set(fmt.Sprintf("%d watchers: all-received p50, p99 (missing)", w), fmt.Sprintf("%s, %s (%d)", ms(r.p50), ms(r.p99), r.missing))
+				set(fmt.Sprintf("%d watchers: server resident memory per watcher", w), fmt.Sprintf("%.2f KiB", r.perWatcher/1024))
 				return nil
 			}); err != nil {
 				return fmt.Errorf("%s, %d watchers: %w", key, w, err)
@@ -222,21 +242,33 @@ func puts(ctx context.Context, s system, writers int, d time.Duration) (float64,
 }
 
 type fanResult struct {
-	rate     float64
-	putP50   time.Duration
-	p50, p99 time.Duration
-	missing  int
+	perWatcher float64 // bytes of the server's RSS
+	rate       float64
+	putP50     time.Duration
+	p50, p99   time.Duration
+	missing    int
+}
+
+// profiler is a system whose server can profile itself (pawld --pprof).
+type profiler interface {
+	// cpuProfile writes a CPU profile of the server over d to file.
+	cpuProfile(ctx context.Context, d time.Duration, file string) error
 }
 
 // fanOut subscribes n watchers and writes at the rate for d, each write
-// waited for.
-func fanOut(ctx context.Context, s system, n, rate int, d time.Duration) (fanResult, error) {
+// waited for; with profile set, and a system that can, it profiles the
+// server over the writes into that file.
+func fanOut(ctx context.Context, s system, n, rate int, d time.Duration, profile string) (fanResult, error) {
 	total := int(d.Seconds() * float64(rate))
 	sent := make([]atomic.Int64, total)
 	last := make([]atomic.Int64, total)
 	count := make([]atomic.Int32, total)
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	rss0, err := benchkit.RSS(s.server().pid())
+	if err != nil {
+		return fanResult{}, err
+	}
 	if err := s.subscribe(wctx, n, func(i int) {
 		if i < 0 || i >= total {
 			return
@@ -252,10 +284,20 @@ func fanOut(ctx context.Context, s system, n, rate int, d time.Duration) (fanRes
 	}); err != nil {
 		return fanResult{}, err
 	}
+	rss1, err := benchkit.RSS(s.server().pid())
+	if err != nil {
+		return fanResult{}, err
+	}
 	value := make([]byte, 1024)
 	tick := time.NewTicker(time.Second / time.Duration(rate))
 	defer tick.Stop()
 	var putTimes []time.Duration
+	profiled := make(chan error, 1)
+	if p, ok := s.(profiler); ok && profile != "" {
+		go func() { profiled <- p.cpuProfile(ctx, d, profile) }()
+	} else {
+		profiled <- nil
+	}
 	begin := time.Now()
 	written := 0
 	for i := 0; i < total && time.Since(begin) < d; i++ {
@@ -269,6 +311,9 @@ func fanOut(ctx context.Context, s system, n, rate int, d time.Duration) (fanRes
 		written++
 	}
 	elapsed := time.Since(begin)
+	if err := <-profiled; err != nil {
+		return fanResult{}, err
+	}
 	// Wait for the deliveries to settle: every write at every watcher, or
 	// nothing new for 5 s.
 	for quiet, seen := time.Now(), int64(-1); time.Since(quiet) < 5*time.Second; time.Sleep(50 * time.Millisecond) {
@@ -283,7 +328,7 @@ func fanOut(ctx context.Context, s system, n, rate int, d time.Duration) (fanRes
 			quiet, seen = time.Now(), got
 		}
 	}
-	var r fanResult
+	r := fanResult{perWatcher: float64(rss1-rss0) / float64(n)}
 	r.rate = float64(written) / elapsed.Seconds()
 	sort.Slice(putTimes, func(a, b int) bool { return putTimes[a] < putTimes[b] })
 	r.putP50 = putTimes[len(putTimes)/2]

@@ -71,6 +71,8 @@ func (s *natsPeer) subscribe(ctx context.Context, n int, deliver func(int)) erro
 
 func (s *natsPeer) catchUp(context.Context, int) (bool, error) { return false, nil }
 
+func (s *natsPeer) server() *proc { return s.p }
+
 func (s *natsPeer) close() {
 	for _, c := range s.conns {
 		c.Close()

@@ -8,8 +8,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"connectrpc.com/connect"
+
+	"github.com/pawlcfg/pawl/bench/internal/benchkit"
 
 	pawlv1 "github.com/pawlcfg/pawl/gen/pawl/v1"
 	"github.com/pawlcfg/pawl/gen/pawl/v1/pawlv1connect"
@@ -24,7 +27,9 @@ var (
 type pawl struct {
 	p       *proc
 	url     string
-	clients []pawlv1connect.KVServiceClient
+	pprof   string                          // where pawld serves its profiles
+	h2cs    []*http.Client                  // the connections
+	clients []pawlv1connect.KVServiceClient // one on each connection
 	next    int
 	mu      sync.Mutex
 }
@@ -37,6 +42,9 @@ func h2c() *http.Client {
 
 func startPawl(ctx context.Context, dir string) (system, error) {
 	pawldOnce.Do(func() {
+		if pawldBin != "" {
+			return
+		}
 		pawldBin = filepath.Join(os.TempDir(), fmt.Sprintf("peers-pawld-%d", os.Getpid()))
 		// Built in Pawl's own module (two levels up), with its dependencies.
 		build := exec.Command("go", "build", "-o", pawldBin, "./cmd/pawld")
@@ -52,13 +60,19 @@ func startPawl(ctx context.Context, dir string) (system, error) {
 		return nil, err
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	p, err := startProc(ctx, dir, addr, pawldBin, "--listen", addr, "--data", filepath.Join(dir, "data"), "--log-level", "warn")
+	pprofAddr, err := benchkit.FreeAddr()
 	if err != nil {
 		return nil, err
 	}
-	s := &pawl{p: p, url: "http://" + addr}
+	p, err := startProc(ctx, dir, addr, pawldBin, "--listen", addr, "--data", filepath.Join(dir, "data"), "--log-level", "warn", "--pprof", pprofAddr)
+	if err != nil {
+		return nil, err
+	}
+	s := &pawl{p: p, url: "http://" + addr, pprof: "http://" + pprofAddr}
 	for range 64 {
-		s.clients = append(s.clients, pawlv1connect.NewKVServiceClient(h2c(), s.url, connect.WithGRPC()))
+		c := h2c()
+		s.h2cs = append(s.h2cs, c)
+		s.clients = append(s.clients, pawlv1connect.NewKVServiceClient(c, s.url, connect.WithGRPC()))
 	}
 	return s, nil
 }
@@ -122,6 +136,12 @@ func (s *pawl) catchUp(ctx context.Context, count int) (bool, error) {
 		return false, fmt.Errorf("caught up %d of %d: %v", got, count, stream.Err())
 	}
 	return true, nil
+}
+
+func (s *pawl) server() *proc { return s.p }
+
+func (s *pawl) cpuProfile(ctx context.Context, d time.Duration, file string) error {
+	return benchkit.SaveProfile(ctx, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", s.pprof, int(d.Seconds())), file)
 }
 
 func (s *pawl) close() {

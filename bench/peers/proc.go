@@ -51,6 +51,8 @@ func startProc(ctx context.Context, dir, addr, bin string, args ...string) (*pro
 	}
 }
 
+func (p *proc) pid() int { return p.cmd.Process.Pid }
+
 func (p *proc) stop() {
 	_ = p.cmd.Process.Kill()
 	_ = p.cmd.Wait()

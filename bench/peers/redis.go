@@ -62,6 +62,8 @@ func (s *redisPeer) subscribe(ctx context.Context, n int, deliver func(int)) err
 
 func (s *redisPeer) catchUp(context.Context, int) (bool, error) { return false, nil }
 
+func (s *redisPeer) server() *proc { return s.p }
+
 func (s *redisPeer) close() {
 	for _, ps := range s.subs {
 		_ = ps.Close()

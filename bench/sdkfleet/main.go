@@ -108,15 +108,9 @@ func run(ctx context.Context, o options) error {
 	report.Add("machine", fmt.Sprintf("%d CPUs, %s", runtime.NumCPU(), runtime.Version()))
 	report.Add("fleet", fmt.Sprintf("%d SDK clients in this process, each with its own HTTP/2 connection; pawld in its own process", o.clients))
 
-	wasm, err := benchkit.BuildValidator(ctx, dir, "routing")
-	if err != nil {
+	if b.digest, err = benchkit.UploadValidator(ctx, httpClient(), srv.URL, dir, "routing"); err != nil {
 		return err
 	}
-	up, err := pawlv1connect.NewValidatorServiceClient(httpClient(), srv.URL).Upload(ctx, connect.NewRequest(&pawlv1.UploadRequest{Wasm: wasm, Name: "routing"}))
-	if err != nil {
-		return err
-	}
-	b.digest = up.Msg.GetValidator().GetDigest()
 
 	// Memory: one client, then the rest, each time once all applied
 	// generation 1 (a release of one stage for everyone).
@@ -126,6 +120,9 @@ func run(ctx context.Context, o options) error {
 	}
 	compiled := filepath.Join(dir, "compiled") // the process's clients share one validator runtime
 	if err := b.start(ctx, 0, 1, compiled); err != nil {
+		return err
+	}
+	if err := b.waitRegistered(ctx, 1); err != nil { // a client registers from its own goroutine
 		return err
 	}
 	if err := b.release(ctx, 1, nil); err != nil {

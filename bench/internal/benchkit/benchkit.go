@@ -1,7 +1,8 @@
 // Package benchkit is what the benchmark commands under bench/ share:
-// pawld started as its own process, its CPU and memory read from /proc,
-// the routing validator built from source, percentiles, and the Markdown
-// table they print.
+// pawld started as its own process, its CPU and memory read from /proc
+// and its Go heap from /metrics, the routing validator built from source,
+// a SessionService client, percentiles, and the Markdown tables they
+// print.
 package benchkit
 
 import (
@@ -10,12 +11,21 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
+
+	"connectrpc.com/connect"
+
+	pawlv1 "github.com/pawlcfg/pawl/gen/pawl/v1"
+	"github.com/pawlcfg/pawl/gen/pawl/v1/pawlv1connect"
 )
 
 // Pawld is a pawld process.
@@ -157,4 +167,165 @@ func (t *Table) Print(w io.Writer) {
 	for _, r := range t.rows {
 		fmt.Fprintf(w, "| %s | %s |\n", r[0], r[1])
 	}
+}
+
+// Grid is a Markdown table of measures (rows) by setup (columns), filled
+// in any order; each cell is also printed to stderr as it is set.
+type Grid struct {
+	// Name prefixes the lines printed to stderr.
+	Name       string
+	rows, cols []string
+	cells      map[[2]string]string
+}
+
+// Set sets the cell of row and col.
+func (g *Grid) Set(row, col, value string) {
+	if g.cells == nil {
+		g.cells = map[[2]string]string{}
+	}
+	if !slices.Contains(g.rows, row) {
+		g.rows = append(g.rows, row)
+	}
+	if !slices.Contains(g.cols, col) {
+		g.cols = append(g.cols, col)
+	}
+	g.cells[[2]string{row, col}] = value
+	fmt.Fprintf(os.Stderr, "%s: %s: %s: %s\n", g.Name, col, row, value)
+}
+
+// Print writes the table.
+func (g *Grid) Print(w io.Writer) {
+	fmt.Fprintf(w, "| measure | %s |\n|---|%s\n", strings.Join(g.cols, " | "), strings.Repeat("---|", len(g.cols)))
+	for _, r := range g.rows {
+		cells := make([]string, len(g.cols))
+		for i, c := range g.cols {
+			cells[i] = g.cells[[2]string{r, c}]
+		}
+		fmt.Fprintf(w, "| %s | %s |\n", r, strings.Join(cells, " | "))
+	}
+}
+
+// FreeAddr is a loopback address with a port free at the time of asking.
+func FreeAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
+// Memory is what a Go server process holds.
+type Memory struct {
+	// RSS is the resident set (VmRSS), in bytes.
+	RSS int64
+	// HeapInuse is the Go heap's in-use spans (go_memstats_heap_inuse_bytes)
+	// after a garbage collection, in bytes.
+	HeapInuse int64
+	// StackInuse is the goroutine stacks (go_memstats_stack_inuse_bytes).
+	StackInuse int64
+	// Goroutines is go_goroutines.
+	Goroutines int64
+}
+
+// ReadMemory reads pid's resident set and, from the server's /metrics at
+// apiURL, its Go heap, stacks and goroutines, after forcing a garbage
+// collection through its profile endpoint at pprofURL (pawld --pprof).
+func ReadMemory(ctx context.Context, pid int, apiURL, pprofURL string) (Memory, error) {
+	var m Memory
+	if _, err := get(ctx, pprofURL+"/debug/pprof/heap?gc=1"); err != nil {
+		return m, err
+	}
+	metrics, err := get(ctx, apiURL+"/metrics")
+	if err != nil {
+		return m, err
+	}
+	for _, line := range strings.Split(string(metrics), "\n") {
+		name, value, ok := strings.Cut(line, " ")
+		if !ok {
+			continue
+		}
+		dst := map[string]*int64{"go_memstats_heap_inuse_bytes": &m.HeapInuse, "go_memstats_stack_inuse_bytes": &m.StackInuse, "go_goroutines": &m.Goroutines}[name]
+		if dst != nil {
+			f, err := strconv.ParseFloat(value, 64)
+			if err != nil {
+				return m, fmt.Errorf("/metrics %s: %w", name, err)
+			}
+			*dst = int64(f)
+		}
+	}
+	m.RSS, err = RSS(pid)
+	return m, err
+}
+
+func get(ctx context.Context, url string) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	return body, err
+}
+
+// SaveProfile fetches a profile from url (a pprof endpoint) into file,
+// creating its directory.
+func SaveProfile(ctx context.Context, url, file string) error {
+	body, err := get(ctx, url)
+	if err != nil {
+		return fmt.Errorf("profile: %w", err)
+	}
+	if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(file, body, 0o644)
+}
+
+// Parallel runs fn on items 0 to n-1 with the given number of workers,
+// and returns the first error.
+func Parallel(workers, n int, fn func(i int) error) error {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n {
+					return
+				}
+				if err := fn(i); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
+// UploadValidator builds validators/examples/<name> in dir, uploads it to
+// the server at url, and returns its digest.
+func UploadValidator(ctx context.Context, client connect.HTTPClient, url, dir, name string) (string, error) {
+	wasm, err := BuildValidator(ctx, dir, name)
+	if err != nil {
+		return "", err
+	}
+	resp, err := pawlv1connect.NewValidatorServiceClient(client, url, connect.WithGRPC()).Upload(ctx,
+		connect.NewRequest(&pawlv1.UploadRequest{Wasm: wasm, Name: name}))
+	if err != nil {
+		return "", fmt.Errorf("upload the %s validator: %w", name, err)
+	}
+	return resp.Msg.GetValidator().GetDigest(), nil
 }
