@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -342,7 +343,13 @@ func (s *Server) routes() http.Handler {
 	mux.Handle(pawlv1connect.NewInstanceServiceHandler(instances, shared...))
 	// An instance's session: one stream for its registration, lease,
 	// assignments, ACKs and watches (counted as one stream by the limits).
-	mux.Handle(pawlv1connect.NewSessionServiceHandler(api.NewSessions(instances, s.store, s.cfg.maxSessionWatches, s.cfg.log, s.sessionOptions()...), shared...))
+	// Its messages go uncompressed, as etcd's watches and Envoy's
+	// discovery streams do by default: each session's message is its own
+	// (no compression to share), and compressing a change fanned out to
+	// every session was most of the fan-out's CPU (docs/BENCHMARKS.md).
+	// Compressed requests are still read.
+	sessionOpts := append(slices.Clone(opts), connect.WithCompressMinBytes(math.MaxInt))
+	mux.Handle(pawlv1connect.NewSessionServiceHandler(api.NewSessions(instances, s.store, s.cfg.maxSessionWatches, s.cfg.log, s.sessionOptions()...), sessionOpts...))
 	mux.Handle(pawlv1connect.NewRolloutServiceHandler(api.NewRollouts(rollouts, releases, s.cfg.log), opts...))
 	mux.Handle(pawlv1connect.NewAuditServiceHandler(api.NewAudit(s.audit, s.cfg.log), opts...))
 	mux.Handle(pawlv1connect.NewMaintenanceServiceHandler(api.NewMaintenance(s.store, s.usage, s.cfg.log), opts...))
