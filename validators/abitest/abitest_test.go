@@ -1,0 +1,103 @@
+package abitest_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"go.uber.org/goleak"
+
+	"github.com/pawlcfg/pawl/internal/testkit/wasmbuild"
+	"github.com/pawlcfg/pawl/validators/abitest"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+		wasmbuild.Cleanup()
+		os.Exit(code)
+	}))
+}
+
+// run runs the kit on the example module name with opts, with the tests'
+// shared compilation cache.
+func run(t *testing.T, name string, opts ...abitest.Option) *abitest.Report {
+	t.Helper()
+	wasm := wasmbuild.Build(t, name)
+	opts = append([]abitest.Option{abitest.WithCacheDir(wasmbuild.CacheDir(t)), abitest.WithCompileTimeout(wasmbuild.CompileTimeout)}, opts...)
+	rep, err := abitest.Run(context.Background(), wasm, opts...)
+	if err != nil {
+		t.Fatalf("abitest.Run(%s): %v", name, err)
+	}
+	return rep
+}
+
+func cases(t *testing.T, example string) abitest.Option {
+	t.Helper()
+	cs, err := abitest.LoadCases(filepath.Join(wasmbuild.Examples(), example, "cases"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return abitest.WithCases(cs...)
+}
+
+func describe(rep *abitest.Report) string {
+	var b strings.Builder
+	for _, c := range rep.Checks {
+		b.WriteString("\n\t" + string(c.Status) + "\t" + c.Name + "\t" + c.Detail)
+	}
+	return b.String()
+}
+
+// TestTheGoExamplesPass runs the kit on the Go examples, with their cases:
+// every check passes.
+func TestTheGoExamplesPass(t *testing.T) {
+	for _, name := range []string{"routing", "jsonschema"} {
+		t.Run(name, func(t *testing.T) {
+			rep := run(t, name, cases(t, name))
+			if !rep.OK() {
+				t.Fatalf("the kit fails %s:%s", name, describe(rep))
+			}
+			passed, _, skipped := rep.Counts()
+			if skipped != 0 || passed < 20 {
+				t.Fatalf("%d checks passed, %d skipped; want every check run:%s", passed, skipped, describe(rep))
+			}
+			for _, want := range []string{abitest.CheckReuse, abitest.CheckIsolation, abitest.CheckAfterFailure, abitest.CheckMemory} {
+				if c, _ := rep.Find(want); c.Status != abitest.Pass {
+					t.Errorf("check %q: %+v", want, c)
+				}
+			}
+		})
+	}
+}
+
+// TestHostileModulesFailWithTheirReason runs the kit on every hostile
+// module: each fails, at the check that names its misbehaviour.
+func TestHostileModulesFailWithTheirReason(t *testing.T) {
+	tests := []struct {
+		module, check, detail string
+	}{
+		{"hostile/noabi", abitest.CheckExports, "export pawl_validate is missing"},
+		{"hostile/forbidden", abitest.CheckImports, "import env.pawl_escape is not allowed"},
+		{"hostile/abiv2", abitest.CheckVersion, "pawl_abi_version returned 2"},
+		{"hostile/loop", abitest.CheckTime, "ran longer than the 1s limit"},
+		{"hostile/membomb", abitest.CheckMemory, "exceeded the memory limit of 64 MiB"},
+		{"hostile/trap", abitest.InputPrefix + "empty", "trap: validator gave up on purpose"},
+		{"hostile/bigoutput", abitest.CheckOutput, "output too large"},
+		{"hostile/stateful", abitest.CheckIsolation, "not the first config this instance saw"},
+		{"hostile/stateful", abitest.CheckAfterFailure, "input large: before {\"valid\":true"},
+	}
+	for _, tt := range tests {
+		t.Run(strings.TrimPrefix(tt.module, "hostile/")+"/"+tt.check, func(t *testing.T) {
+			rep := run(t, tt.module)
+			if rep.OK() {
+				t.Fatalf("the kit passes %s:%s", tt.module, describe(rep))
+			}
+			c, ok := rep.Find(tt.check)
+			if !ok || c.Status != abitest.Fail || !strings.Contains(c.Detail, tt.detail) {
+				t.Fatalf("check %q = %+v; want it failed with %q:%s", tt.check, c, tt.detail, describe(rep))
+			}
+		})
+	}
+}
