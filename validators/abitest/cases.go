@@ -88,16 +88,16 @@ func LoadCases(dir string) ([]Case, error) {
 	var names []string
 	for _, e := range entries {
 		if !e.IsDir() && strings.HasSuffix(e.Name(), expectSuffix) {
-			names = append(names, e.Name())
+			names = append(names, strings.TrimSuffix(e.Name(), expectSuffix))
 		}
 	}
+	slices.Sort(names)
 	if len(names) == 0 {
 		return nil, fmt.Errorf("abitest: cases: %s has no NAME%s file", dir, expectSuffix)
 	}
 	var cases []Case
-	for _, expectFile := range names {
-		name := strings.TrimSuffix(expectFile, expectSuffix)
-		c, err := loadCase(root, entries, name, expectFile)
+	for _, name := range names {
+		c, err := loadCase(root, entries, name, name+expectSuffix)
 		if err != nil {
 			return nil, fmt.Errorf("abitest: case %s in %s: %w", name, dir, err)
 		}
