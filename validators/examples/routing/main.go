@@ -13,7 +13,9 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"reflect"
 
 	"github.com/pawlcfg/pawl/validators/guest"
 )
@@ -33,7 +35,7 @@ type table struct {
 func validate(in guest.Input) guest.Result {
 	var t table
 	if err := json.Unmarshal(in.Config, &t); err != nil {
-		return fail("", "not a routing table: "+err.Error())
+		return fail("", "not a routing table: "+decodeError(err))
 	}
 	var res guest.Result
 	add := func(path, format string, args ...any) {
@@ -74,6 +76,35 @@ func validate(in guest.Input) guest.Result {
 	}
 	res.Valid = len(res.Violations) == 0
 	return res
+}
+
+// decodeError says why the config is not a routing table in words that
+// do not depend on Go: the Rust and AssemblyScript ports of this example
+// (routing-rust, routing-as) write the same messages.
+func decodeError(err error) string {
+	var te *json.UnmarshalTypeError
+	if !errors.As(err, &te) {
+		return "invalid JSON"
+	}
+	place := te.Field
+	if place == "" {
+		place = "the config"
+	}
+	var want string
+	switch te.Type.Kind() {
+	case reflect.Struct:
+		if te.Field != "" {
+			return fmt.Sprintf("%s must hold objects, not %s", place, te.Value)
+		}
+		want = "an object"
+	case reflect.Slice:
+		want = "an array"
+	case reflect.Int:
+		want = "an integer"
+	default:
+		want = "a string"
+	}
+	return fmt.Sprintf("%s must be %s, not %s", place, want, te.Value)
 }
 
 func fail(path, msg string) guest.Result {
