@@ -4,7 +4,8 @@
 // and upload it, and a cases directory that `pawl validator test` runs.
 //
 // A project carries a copy of its language's guest library (for Go,
-// validators/guest and validators/abi), so that it builds with nothing but
+// validators/guest and validators/abi; for Rust, validators/guest-rust; for
+// AssemblyScript, validators/guest-as), so that it builds with nothing but
 // its toolchain: ABI v1 does not change, and the copy is the library at
 // the version of the pawl binary that wrote it. The ABI and the guest
 // libraries live in the packages below this one (ABI.md).
@@ -36,11 +37,19 @@ const (
 // them.
 func Langs() []Lang { return []Lang{Go, Rust, AssemblyScript} }
 
-//go:embed templates guest/*.go abi/*.go
+// files are the templates, under templates/LANG (templates/cases goes to
+// every project's cases/), and the guest libraries the projects copy.
+//
+//go:embed templates guest/*.go abi/*.go guest-rust/Cargo.toml guest-rust/src/*.rs guest-as/assembly/*.ts
 var files embed.FS
 
-// placeholder stands for the project's name in templates.
-const placeholder = "__NAME__"
+// The placeholders of templates: the project's name, and the name of its
+// Rust crate (the name with underscores for hyphens), which names the
+// module Cargo builds.
+const (
+	placeholder      = "__NAME__"
+	cratePlaceholder = "__CRATE__"
+)
 
 // namePattern is what a project's name may be: a Go module path, a Rust
 // crate and an npm package all accept it.
@@ -49,7 +58,9 @@ var namePattern = regexp.MustCompile(`^[a-z][a-z0-9-]{0,62}$`)
 // libraries are the guest library files each language's project carries,
 // as (source directory in this package, directory in the project).
 var libraries = map[Lang][][2]string{
-	Go: {{"guest", "pawl/guest"}, {"abi", "pawl/abi"}},
+	Go:             {{"guest", "pawl/guest"}, {"abi", "pawl/abi"}},
+	Rust:           {{"guest-rust", "pawl-guest"}},
+	AssemblyScript: {{"guest-as", "pawl-guest"}},
 }
 
 // goImport is the import path of validators/abi that the Go project's copy
@@ -97,22 +108,25 @@ func WriteProject(dir string, lang Lang) ([]string, error) {
 		written = append(written, name)
 		return nil
 	}
-	err = fs.WalkDir(files, base, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		data, err := files.ReadFile(p)
+	expand := strings.NewReplacer(placeholder, name, cratePlaceholder, strings.ReplaceAll(name, "-", "_"))
+	for _, tree := range [][2]string{{base, ""}, {"templates/cases", "cases/"}} {
+		err := fs.WalkDir(files, tree[0], func(p string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() {
+				return err
+			}
+			data, err := files.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			rel := tree[1] + strings.TrimSuffix(strings.TrimPrefix(p, tree[0]+"/"), ".tmpl")
+			if rel == "gitignore" { // embed leaves out files whose names start with a dot
+				rel = ".gitignore"
+			}
+			return write(rel, []byte(expand.Replace(string(data))))
+		})
 		if err != nil {
-			return err
+			return written, fmt.Errorf("validators: write the project: %w", err)
 		}
-		rel := strings.TrimSuffix(strings.TrimPrefix(p, base+"/"), ".tmpl")
-		if rel == "gitignore" { // embed leaves out files whose names start with a dot
-			rel = ".gitignore"
-		}
-		return write(rel, []byte(strings.ReplaceAll(string(data), placeholder, name)))
-	})
-	if err != nil {
-		return written, fmt.Errorf("validators: write the project: %w", err)
 	}
 	for _, lib := range libraries[lang] {
 		err := fs.WalkDir(files, lib[0], func(p string, d fs.DirEntry, err error) error {

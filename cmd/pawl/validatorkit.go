@@ -132,7 +132,7 @@ func validatorNewCommand(g *globals) *cobra.Command {
 					return err
 				}
 			}
-			_, err = fmt.Fprintf(g.stdout, "wrote a %s validator in %s: see %s/README.md to build, test and upload it\n", lang, args[0], args[0])
+			_, err = fmt.Fprintf(g.stdout, "wrote the %s validator project %s: its README.md says how to build, test and upload it\n", lang, args[0])
 			return err
 		},
 	}
