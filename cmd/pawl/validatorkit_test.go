@@ -107,7 +107,8 @@ func TestValidatorNewThenTest(t *testing.T) {
 			}
 			project := filepath.Join(work, "payments-limits")
 			module := p.build(t, project)
-			code, out, errOut = pawlOffline(t, project, "validator", "test", module, "--cases", "cases", "--validator-cache", wasmbuild.CacheDir(t))
+			// A generous time limit: the machine running the tests may be loaded.
+			code, out, errOut = pawlOffline(t, project, "validator", "test", module, "--cases", "cases", "--validator-cache", wasmbuild.CacheDir(t), "--validator-timeout", "10s")
 			if code != 0 || !strings.Contains(out, "PASS  case single-replica") || !strings.Contains(out, ": 22 passed, 0 failed, 0 skipped\n") {
 				t.Fatalf("validator test of the new project = %d:\n%s\n%s", code, out, errOut)
 			}
@@ -136,7 +137,7 @@ func TestAValidatorThatBreaksACaseFailsTheTest(t *testing.T) {
 		t.Fatal(err)
 	}
 	module := projects[0].build(t, project)
-	code, out, _ := pawlOffline(t, project, "validator", "test", module, "--cases", "cases", "-o", "json", "--validator-cache", wasmbuild.CacheDir(t))
+	code, out, _ := pawlOffline(t, project, "validator", "test", module, "--cases", "cases", "-o", "json", "--validator-cache", wasmbuild.CacheDir(t), "--validator-timeout", "10s")
 	var rep abitest.Report
 	if err := json.Unmarshal([]byte(out), &rep); code != 1 || err != nil {
 		t.Fatalf("validator test of a broken validator = %d (%v):\n%s", code, err, out)

@@ -22,30 +22,24 @@ import (
 	"github.com/pawlcfg/pawl/internal/testkit/testserver"
 	"github.com/pawlcfg/pawl/internal/testkit/wasmbuild"
 	"github.com/pawlcfg/pawl/sdk"
+	"github.com/pawlcfg/pawl/server"
 	"github.com/pawlcfg/pawl/sdk/canonical"
 	"github.com/pawlcfg/pawl/validators/abi"
 	"github.com/pawlcfg/pawl/validators/abitest"
 	"github.com/pawlcfg/pawl/validators/host"
 )
 
-// agreementModules are the example modules whose cases the server and the
-// SDK must judge as the kit does, with their cases' directories.
-var agreementModules = []struct{ module, cases string }{
-	{"routing", "routing"},
-	{"jsonschema", "jsonschema"},
-}
-
 // TestServerAndSDKReachTheKitsVerdicts runs every case of every example
-// module three ways: in the kit; on a real pawld, as a dry run (Validate)
+// module, in every language, three ways: in the kit; on a real pawld, as a dry run (Validate)
 // and as a release (CreateRelease refuses an invalid one with its
 // violations); and in the SDK, which applies each valid case's release
 // from the server, and revalidates each case from its cache as it does at
 // start, serving the valid ones and refusing the others. All three reach
 // the same verdict and, where they report them, the same violations.
 func TestServerAndSDKReachTheKitsVerdicts(t *testing.T) {
-	for _, m := range agreementModules {
-		t.Run(m.module, func(t *testing.T) {
-			agree(t, wasmbuild.Build(t, m.module), filepath.Join(wasmbuild.Examples(), m.cases, "cases"))
+	for _, ex := range examples {
+		t.Run(ex.name, func(t *testing.T) {
+			agree(t, ex.build(t, ex.name), filepath.Join(wasmbuild.Examples(), ex.cases, "cases"))
 		})
 	}
 }
@@ -69,7 +63,8 @@ func agree(t *testing.T, wasm []byte, casesDir string) {
 	for i := range cases {
 		cases[i].Input.Name = configID(cases[i])
 	}
-	rep, err := abitest.Run(ctx, wasm, abitest.WithCases(cases...), abitest.WithCacheDir(wasmbuild.CacheDir(t)), abitest.WithCompileTimeout(wasmbuild.CompileTimeout))
+	rep, err := abitest.Run(ctx, wasm, abitest.WithCases(cases...), abitest.WithCacheDir(wasmbuild.CacheDir(t)),
+		abitest.WithCompileTimeout(wasmbuild.CompileTimeout), abitest.WithTimeout(loadedTimeout))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +77,7 @@ func agree(t *testing.T, wasm []byte, casesDir string) {
 		kit[c.Name] = *check.Result
 	}
 
-	srv := testserver.Start(t)
+	srv := testserver.Start(t, server.WithValidatorTimeout(loadedTimeout))
 	httpClient := testserver.HTTPClient(t)
 	vs := pawlv1connect.NewValidatorServiceClient(httpClient, srv.URL)
 	rs := pawlv1connect.NewReleaseServiceClient(httpClient, srv.URL)
@@ -174,7 +169,7 @@ func startClient(t *testing.T, ctx context.Context, url, dir string, logs *warni
 	c, err := sdk.New(ctx, url, append([]sdk.Option{
 		sdk.WithWorkloadIdentity("kit-0"), sdk.WithZone("zone-a"), sdk.WithAppVersion("1.0.0"),
 		sdk.WithCacheDir(dir), sdk.WithCompiledCacheDir(wasmbuild.CacheDir(t)), sdk.WithLogger(slog.New(handler)),
-		sdk.WithBackoff(10*time.Millisecond, 200*time.Millisecond),
+		sdk.WithBackoff(10*time.Millisecond, 200*time.Millisecond), sdk.WithValidatorTimeout(loadedTimeout),
 	}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
