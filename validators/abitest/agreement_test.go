@@ -120,7 +120,9 @@ func agree(t *testing.T, wasm []byte, casesDir string) {
 		case want.Valid:
 			// The SDK downloads, verifies and validates the release,
 			// and applies it.
-			s, err := client.Wait(ctx, c.Input.Name)
+			wctx, cancel := context.WithTimeout(ctx, time.Minute)
+			s, err := client.Wait(wctx, c.Input.Name)
+			cancel()
 			if err != nil || string(s.Content) != string(c.Input.Config) {
 				t.Fatalf("case %s: the SDK did not apply the valid release: %v", c.Name, err)
 			}
