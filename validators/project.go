@@ -38,7 +38,9 @@ const (
 func Langs() []Lang { return []Lang{Go, Rust, AssemblyScript} }
 
 // files are the templates, under templates/LANG (templates/cases goes to
-// every project's cases/), and the guest libraries the projects copy.
+// every project's cases/; a file or directory dot-NAME is written .NAME;
+// a suffix .tmpl keeps a Go or Cargo file out of this module's build), and
+// the guest libraries the projects copy.
 //
 //go:embed templates guest/*.go abi/*.go guest-rust/Cargo.toml guest-rust/src/*.rs guest-as/assembly/*.ts
 var files embed.FS
@@ -119,9 +121,15 @@ func WriteProject(dir string, lang Lang) ([]string, error) {
 				return err
 			}
 			rel := tree[1] + strings.TrimSuffix(strings.TrimPrefix(p, tree[0]+"/"), ".tmpl")
-			if rel == "gitignore" { // embed leaves out files whose names start with a dot
-				rel = ".gitignore"
+			// embed leaves out names that start with a dot: the templates
+			// spell them dot-NAME.
+			parts := strings.Split(rel, "/")
+			for i, part := range parts {
+				if name, ok := strings.CutPrefix(part, "dot-"); ok {
+					parts[i] = "." + name
+				}
 			}
+			rel = strings.Join(parts, "/")
 			return write(rel, []byte(expand.Replace(string(data))))
 		})
 		if err != nil {

@@ -17,7 +17,7 @@ import (
 func TestWriteProject(t *testing.T) {
 	want := map[validators.Lang][]string{
 		validators.Go:             {"go.mod", "main.go", "Makefile", "pawl/guest/guest.go", "pawl/abi/abi.go"},
-		validators.Rust:           {"Cargo.toml", "src/lib.rs", "Makefile", "pawl-guest/Cargo.toml", "pawl-guest/src/lib.rs"},
+		validators.Rust:           {"Cargo.toml", ".cargo/config.toml", "src/lib.rs", "Makefile", "pawl-guest/Cargo.toml", "pawl-guest/src/lib.rs"},
 		validators.AssemblyScript: {"package.json", "package-lock.json", "asconfig.json", "assembly/index.ts", "pawl-guest/assembly/index.ts"},
 	}
 	for _, lang := range validators.Langs() {
