@@ -150,7 +150,7 @@ func TestAValidatorThatBreaksACaseFailsTheTest(t *testing.T) {
 
 func TestValidatorTestReportsAHostileModule(t *testing.T) {
 	module := writeFile(t, "stateful.wasm", wasmbuild.Build(t, "hostile/stateful"))
-	code, out, _ := pawlOffline(t, "", "validator", "test", module, "--validator-cache", wasmbuild.CacheDir(t))
+	code, out, _ := pawlOffline(t, "", "validator", "test", module, "--validator-cache", wasmbuild.CacheDir(t), "--validator-timeout", "10s")
 	if code != 1 || !strings.Contains(out, "FAIL  isolation: earlier calls") || !strings.Contains(out, "FAILED sha256:") {
 		t.Fatalf("validator test of hostile/stateful = %d:\n%s", code, out)
 	}
