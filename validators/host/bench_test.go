@@ -65,8 +65,12 @@ func BenchmarkJSONSchema(b *testing.B) {
 // instantiate, validate. "cold" starts each iteration with an empty cache
 // directory, "warm" with one a previous runtime filled.
 func BenchmarkFirstCall(b *testing.B) {
-	wasm := wasmbuild.Build(b, "jsonschema")
-	in := host.Input{Config: document(1 << 10), Params: benchSchema}
+	benchFirstCall(b, "", wasmbuild.Build(b, "jsonschema"), host.Input{Config: document(1 << 10), Params: benchSchema})
+}
+
+// benchFirstCall runs the sub-benchmarks prefix+"cold" and prefix+"warm"
+// of BenchmarkFirstCall's measure for wasm and in.
+func benchFirstCall(b *testing.B, prefix string, wasm []byte, in host.Input) {
 	ctx := context.Background()
 	var loading, validating time.Duration
 	first := func(b *testing.B, dir string) {
@@ -88,11 +92,13 @@ func BenchmarkFirstCall(b *testing.B) {
 		validating += time.Since(loaded)
 	}
 	report := func(b *testing.B, n int) {
+		b.ReportMetric(float64(len(wasm))/1024, "module-KiB")
 		b.ReportMetric(ms(loading)/float64(n), "load-ms")
 		b.ReportMetric(ms(validating)/float64(n), "first-validate-ms")
+		b.ReportMetric(ms(loading+validating)/float64(n), "first-ms")
 		loading, validating = 0, 0
 	}
-	b.Run("cold", func(b *testing.B) {
+	b.Run(prefix+"cold", func(b *testing.B) {
 		n := 0
 		defer func() { report(b, n) }()
 		for b.Loop() {
@@ -109,7 +115,7 @@ func BenchmarkFirstCall(b *testing.B) {
 			b.StartTimer()
 		}
 	})
-	b.Run("warm", func(b *testing.B) {
+	b.Run(prefix+"warm", func(b *testing.B) {
 		dir := b.TempDir()
 		first(b, dir)
 		loading, validating = 0, 0

@@ -3,7 +3,6 @@ package host_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -83,67 +82,10 @@ func BenchmarkRoutingLanguages(b *testing.B) {
 }
 
 // BenchmarkRoutingFirstCall measures a new runtime's first validation of
-// the routing example in each language: load (compile, or read the
-// compilation cache), instantiate, validate. "cold" starts each iteration
-// with an empty cache directory, "warm" with one a previous runtime
-// filled.
+// the routing example in each language, as BenchmarkFirstCall does.
 func BenchmarkRoutingFirstCall(b *testing.B) {
-	ctx := context.Background()
 	in := host.Input{Config: routingTable(2), MediaType: "application/json"}
 	for _, m := range routingModules(b) {
-		var loading, validating time.Duration
-		first := func(b *testing.B, dir string) {
-			began := time.Now()
-			r, err := host.New(ctx, host.WithCacheDir(dir))
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer r.Close(ctx)
-			v, err := r.Load(ctx, host.Digest(m.wasm), m.wasm)
-			if err != nil {
-				b.Fatal(err)
-			}
-			loaded := time.Now()
-			if _, err := v.Validate(ctx, in); err != nil {
-				b.Fatal(err)
-			}
-			loading += loaded.Sub(began)
-			validating += time.Since(loaded)
-		}
-		report := func(b *testing.B, n int) {
-			b.ReportMetric(float64(len(m.wasm))/1024, "module-KiB")
-			b.ReportMetric(ms(loading)/float64(n), "load-ms")
-			b.ReportMetric(ms(validating)/float64(n), "first-validate-ms")
-			b.ReportMetric(ms(loading+validating)/float64(n), "first-ms")
-			loading, validating = 0, 0
-		}
-		b.Run(m.lang+"/cold", func(b *testing.B) {
-			n := 0
-			defer func() { report(b, n) }()
-			for b.Loop() {
-				n++
-				b.StopTimer()
-				dir, err := os.MkdirTemp("", "pawl-cold")
-				if err != nil {
-					b.Fatal(err)
-				}
-				b.StartTimer()
-				first(b, dir)
-				b.StopTimer()
-				os.RemoveAll(dir)
-				b.StartTimer()
-			}
-		})
-		b.Run(m.lang+"/warm", func(b *testing.B) {
-			dir := b.TempDir()
-			first(b, dir)
-			loading, validating = 0, 0
-			n := 0
-			for b.Loop() {
-				n++
-				first(b, dir)
-			}
-			report(b, n)
-		})
+		benchFirstCall(b, m.lang+"/", m.wasm, in)
 	}
 }
