@@ -98,6 +98,9 @@ func TestTheExamplesPass(t *testing.T) {
 	}
 }
 
+// membombLimit is the memory limit of hostile/membomb's test.
+const membombLimit = 24 << 20
+
 // TestHostileModulesFailWithTheirReason runs the kit on every hostile
 // module: each fails, at the check that names its misbehaviour.
 func TestHostileModulesFailWithTheirReason(t *testing.T) {
@@ -108,7 +111,7 @@ func TestHostileModulesFailWithTheirReason(t *testing.T) {
 		{"hostile/forbidden", abitest.CheckImports, "import env.pawl_escape is not allowed"},
 		{"hostile/abiv2", abitest.CheckVersion, "pawl_abi_version returned 2"},
 		{"hostile/loop", abitest.CheckTime, "ran longer than the 1s limit"},
-		{"hostile/membomb", abitest.CheckMemory, "exceeded the memory limit of 64 MiB"},
+		{"hostile/membomb", abitest.CheckMemory, "exceeded the memory limit of 24 MiB"},
 		{"hostile/trap", abitest.InputPrefix + "empty", "trap: validator gave up on purpose"},
 		{"hostile/bigoutput", abitest.CheckOutput, "output too large"},
 		{"hostile/stateful", abitest.CheckIsolation, "not the first config this instance saw"},
@@ -118,11 +121,15 @@ func TestHostileModulesFailWithTheirReason(t *testing.T) {
 		t.Run(strings.TrimPrefix(tt.module, "hostile/")+"/"+tt.check, func(t *testing.T) {
 			// Only the loop is about time: the others get a time limit a
 			// loaded machine does not reach before their own limit.
-			timeout := loadedTimeout
-			if tt.module == "hostile/loop" {
-				timeout = host.DefaultTimeout
+			opts := []abitest.Option{abitest.WithTimeout(loadedTimeout)}
+			switch tt.module {
+			case "hostile/loop":
+				opts = []abitest.Option{abitest.WithTimeout(host.DefaultTimeout)}
+			case "hostile/membomb":
+				// A smaller limit, reached sooner on a loaded machine.
+				opts = append(opts, abitest.WithMemoryLimit(membombLimit))
 			}
-			rep := run(t, tt.module, abitest.WithTimeout(timeout))
+			rep := run(t, tt.module, opts...)
 			if rep.OK() {
 				t.Fatalf("the kit passes %s:%s", tt.module, describe(rep))
 			}
