@@ -103,11 +103,11 @@ const (
 	// instance must never lose an ACK to the bound).
 	DefaultMaxTextBytes = 4096
 	// DefaultMaxValidatorBytes is the largest validator module accepted.
-	DefaultMaxValidatorBytes = 16 << 20
+	DefaultMaxValidatorBytes = host.DefaultMaxModuleBytes
 	// DefaultValidatorTimeout bounds one validation.
-	DefaultValidatorTimeout = time.Second
+	DefaultValidatorTimeout = host.DefaultTimeout
 	// DefaultValidatorMemory bounds one validator instance's memory.
-	DefaultValidatorMemory = 64 << 20
+	DefaultValidatorMemory = host.DefaultMemoryLimit
 	// DefaultValidatorMemoryBudget bounds the memory of all validator
 	// instances together: 16 of DefaultValidatorMemory.
 	DefaultValidatorMemoryBudget = host.DefaultMemoryBudget

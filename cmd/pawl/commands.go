@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -212,6 +213,17 @@ func (g *globals) transport() (*http.Client, []connect.ClientOption) {
 // names (marshalJSON).
 func (g *globals) printJSON(m proto.Message) error {
 	b, err := marshalJSON(m)
+	if err != nil {
+		return fmt.Errorf("encode output: %w", err)
+	}
+	_, err = fmt.Fprintf(g.stdout, "%s\n", b)
+	return err
+}
+
+// printValue prints v, which is not a proto message, as one line of JSON
+// (encoding/json's form).
+func (g *globals) printValue(v any) error {
+	b, err := json.Marshal(v)
 	if err != nil {
 		return fmt.Errorf("encode output: %w", err)
 	}

@@ -14,6 +14,11 @@
 // it is done. --version names the build; completion prints a shell
 // completion script.
 //
+// Two commands call no server: `pawl validator new --lang go|rust|assemblyscript
+// NAME` writes a starting validator project, and `pawl validator test
+// MODULE.wasm --cases DIR` runs the conformance kit (validators/abitest) on a
+// module locally, with the host and limits a server uses.
+//
 // Every call carries the credentials of --token or --token-file, --ca,
 // --cert and --key (or $PAWL_TOKEN, $PAWL_TOKEN_FILE, $PAWL_CA, $PAWL_CERT,
 // $PAWL_KEY); a token is never sent in clear text to a server beyond

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -46,12 +45,7 @@ func (g *globals) snapshotSave(ctx context.Context, path string) error {
 		return fmt.Errorf("snapshot save: %w", err)
 	}
 	if g.output == "json" {
-		b, err := json.Marshal(out)
-		if err != nil {
-			return err
-		}
-		_, err = fmt.Fprintf(g.stdout, "%s\n", b)
-		return err
+		return g.printValue(out)
 	}
 	_, err = fmt.Fprintf(g.stdout, "saved %s: revision %d, %d bytes, %s\n", path, out.Revision, out.Size, out.SHA256)
 	return err

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -62,12 +61,7 @@ SIGHUP.`,
 				if !until.IsZero() {
 					out["expires"] = until.Format(time.RFC3339)
 				}
-				b, err := json.Marshal(out)
-				if err != nil {
-					return err
-				}
-				_, err = fmt.Fprintf(g.stdout, "%s\n", b)
-				if err != nil {
+				if err := g.printValue(out); err != nil {
 					return err
 				}
 			} else if _, err := fmt.Fprintln(g.stdout, token); err != nil {

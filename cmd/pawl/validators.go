@@ -23,7 +23,7 @@ func (g *globals) validators() pawlv1connect.ValidatorServiceClient {
 }
 
 func validatorCommand(g *globals) *cobra.Command {
-	cmd := &cobra.Command{Use: "validator", Short: "Upload and inspect validators (Wasm modules, validators/ABI.md)"}
+	cmd := &cobra.Command{Use: "validator", Short: "Write, test, upload and inspect validators (Wasm modules, validators/ABI.md)"}
 	var name, actor string
 	uploadCmd := &cobra.Command{
 		Use:   "upload FILE.wasm",
@@ -82,7 +82,7 @@ func validatorCommand(g *globals) *cobra.Command {
 			}
 		},
 	}
-	cmd.AddCommand(uploadCmd, lsCmd)
+	cmd.AddCommand(uploadCmd, lsCmd, validatorTestCommand(g), validatorNewCommand(g))
 	return cmd
 }
 

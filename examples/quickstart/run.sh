@@ -205,4 +205,19 @@ await "every agent to go back to generation 1" same routing.json
 step pawl release ls payments.routing
 step pawl audit verify
 
+## Your own validator: write it, test it locally, upload it, release with it
+cd "$work"
+step pawl validator new --lang go payments-service
+cd payments-service
+step env GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o payments-service.wasm .
+step pawl validator test payments-service.wasm --cases cases | tee "$work/kit.log"
+grep -q '^ok sha256:.*: 22 passed, 0 failed, 0 skipped$' "$work/kit.log" || fail "the new validator did not pass every check"
+service=$(step pawl validator upload payments-service.wasm --name payments-service | tail -n 1)
+say "payments-service validator: $service"
+if step pawl release create payments.service --file cases/too-many-replicas.json --validator "$service" --stage all:all; then
+  fail "cases/too-many-replicas.json became a release"
+fi
+step pawl release create payments.service --file cases/valid.json --validator "$service" --stage all:all
+step pawl release ls payments.service
+
 say "quickstart: every step passed"

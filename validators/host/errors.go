@@ -111,8 +111,17 @@ func (e *LimitError) Is(target error) bool {
 
 // ABIError lists every way a module departs from ABI v1. It matches ErrABI.
 type ABIError struct {
-	// Problems are the offending imports and missing or mistyped exports.
+	// Problems are the offending imports and missing or mistyped exports,
+	// or the version mismatch: every problem below, in that order.
 	Problems []string
+	// Imports are the problems with the module's imports.
+	Imports []string
+	// Exports are the problems with its exports: missing, or of another
+	// signature.
+	Exports []string
+	// Version says what pawl_abi_version returned when it is not the
+	// host's ABI version; empty otherwise.
+	Version string
 }
 
 func (e *ABIError) Error() string {

@@ -283,7 +283,8 @@ func (r *Runtime) Load(ctx context.Context, digest string, wasm []byte) (*Valida
 	if version != ABIVersion {
 		inst.close(ctx)
 		compiled.release(ctx)
-		return nil, &ABIError{Problems: []string{fmt.Sprintf("pawl_abi_version returned %d; this host runs ABI %d", version, ABIVersion)}}
+		msg := fmt.Sprintf("pawl_abi_version returned %d; this host runs ABI %d", version, ABIVersion)
+		return nil, &ABIError{Problems: []string{msg}, Version: msg}
 	}
 	v.info.ABIVersion = version
 	r.mu.Lock()
@@ -292,6 +293,12 @@ func (r *Runtime) Load(ctx context.Context, digest string, wasm []byte) (*Valida
 	v.idle <- inst
 	return v, nil
 }
+
+// Check reads wasm's sections without compiling it, as Load does first:
+// its shape against the ModuleLimits, then its imports and exports against
+// ABI v1. It neither compiles nor runs anything. Errors: ErrNotWasm, a
+// *LimitError, or an *ABIError.
+func (r *Runtime) Check(wasm []byte) error { return r.check(wasm) }
 
 // check reads wasm's sections without compiling it: its shape against the
 // limits, then its imports and exports against ABI v1.
@@ -336,6 +343,15 @@ var requiredExports = map[string]wasmcheck.FuncType{
 // functions of the allowed WASI subset imported, the three functions and
 // the memory exported.
 func checkABI(m *wasmcheck.Module) error {
+	imports, exports := checkImports(m), checkExports(m)
+	if len(imports)+len(exports) > 0 {
+		return &ABIError{Problems: slices.Concat(imports, exports), Imports: imports, Exports: exports}
+	}
+	return nil
+}
+
+// checkImports lists the module's imports outside the allowed WASI subset.
+func checkImports(m *wasmcheck.Module) []string {
 	var problems []string
 	for _, im := range m.Imports {
 		switch {
@@ -347,6 +363,13 @@ func checkABI(m *wasmcheck.Module) error {
 			problems = append(problems, fmt.Sprintf("import %s.%s is not allowed", im.Module, im.Name))
 		}
 	}
+	return problems
+}
+
+// checkExports lists the exports of ABI v1 that the module lacks or
+// exports with another signature.
+func checkExports(m *wasmcheck.Module) []string {
+	var problems []string
 	funcs := map[string]wasmcheck.FuncType{}
 	memory := false
 	for _, ex := range m.Exports {
@@ -371,10 +394,7 @@ func checkABI(m *wasmcheck.Module) error {
 	if !memory {
 		problems = append(problems, "export memory is missing")
 	}
-	if len(problems) > 0 {
-		return &ABIError{Problems: problems}
-	}
-	return nil
+	return problems
 }
 
 func typeNames(ts []wasmcheck.ValueType) string {

@@ -157,6 +157,35 @@ func TestLoadRefusals(t *testing.T) {
 	}
 }
 
+// TestCheckIsLoadsFirstStep: Check refuses what Load refuses before
+// compiling, with the imports' and the exports' problems apart, and
+// compiles nothing; the ABI version is known only once a module runs.
+func TestCheckIsLoadsFirstStep(t *testing.T) {
+	r := newRuntime(t)
+	for _, c := range []struct {
+		name             string
+		imports, exports int
+	}{{"hostile/forbidden", 1, 0}, {"hostile/noabi", 0, 3}, {"hostile/abiv2", 0, 0}, {"routing", 0, 0}} {
+		err := r.Check(wasmbuild.Build(t, c.name))
+		var abiErr *host.ABIError
+		switch {
+		case c.imports+c.exports == 0 && err != nil:
+			t.Errorf("Check(%s) = %v", c.name, err)
+		case c.imports+c.exports > 0 && (!errors.As(err, &abiErr) || len(abiErr.Imports) != c.imports || len(abiErr.Exports) != c.exports ||
+			len(abiErr.Problems) != c.imports+c.exports || abiErr.Version != ""):
+			t.Errorf("Check(%s) = %#v; want %d import and %d export problems", c.name, err, c.imports, c.exports)
+		}
+	}
+	if _, err := r.Load(context.Background(), host.Digest(wasmbuild.Build(t, "hostile/abiv2")), wasmbuild.Build(t, "hostile/abiv2")); err == nil {
+		t.Fatal("Load of hostile/abiv2 succeeded")
+	} else if abiErr := (*host.ABIError)(nil); !errors.As(err, &abiErr) || abiErr.Version != "pawl_abi_version returned 2; this host runs ABI 1" {
+		t.Errorf("Load of hostile/abiv2 = %#v; want its Version", err)
+	}
+	if n := r.Stats().Compiles; n != 1 {
+		t.Errorf("%d compilations; want the one of Load", n)
+	}
+}
+
 func TestHostileModulesAreContained(t *testing.T) {
 	// The limit on time is generous here so that the memory and output
 	// limits are what stop membomb and bigoutput; loop gets a short one.

@@ -63,6 +63,10 @@ const (
 	DefaultTimeout = time.Second
 	// DefaultMaxOutput bounds a result: violations, not a copy of the config.
 	DefaultMaxOutput = 1 << 20
+	// DefaultMaxModuleBytes is the largest module a server accepts at
+	// upload unless told otherwise (pawld --max-validator-bytes): the Go
+	// examples are 3-6 MB.
+	DefaultMaxModuleBytes = 16 << 20
 	// DefaultCompileTimeout bounds one module's compilation. The 6 MB Go
 	// example compiles in 9s on a 2-core machine under a load of 8; the
 	// limit leaves room for a 16 MB module there. Compilation stops between

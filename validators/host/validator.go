@@ -50,18 +50,25 @@ func (v *Validator) Close(ctx context.Context) error {
 		v.r.mu.Lock()
 		delete(v.r.validators, v)
 		v.r.mu.Unlock()
-		for {
-			select {
-			case inst := <-v.idle:
-				inst.close(ctx)
-				continue
-			default:
-			}
-			break
-		}
+		v.DiscardIdle(ctx)
 		v.compiled.release(ctx)
 	})
 	return nil
+}
+
+// DiscardIdle closes the module's idle instances, so that the next call
+// runs on a fresh one, instantiated as after a failure. Instances in a
+// running call are not affected. The conformance kit (validators/abitest)
+// compares a fresh instance's verdict with a reused one's this way.
+func (v *Validator) DiscardIdle(ctx context.Context) {
+	for {
+		select {
+		case inst := <-v.idle:
+			inst.close(ctx)
+		default:
+			return
+		}
+	}
 }
 
 // Validate runs the module on in. Errors: *TimeoutError, a *LimitError
