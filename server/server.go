@@ -89,6 +89,8 @@ type Server struct {
 	// background waits for them.
 	stopBackground context.CancelFunc
 	background     sync.WaitGroup
+	// sessions is the SessionService handler, whose ACKs Close awaits.
+	sessions *api.Sessions
 
 	closeOnce sync.Once
 	closeErr  error
@@ -349,7 +351,8 @@ func (s *Server) routes() http.Handler {
 	// every session was most of the fan-out's CPU (docs/BENCHMARKS.md).
 	// Compressed requests are still read.
 	sessionOpts := append(slices.Clone(opts), connect.WithCompressMinBytes(math.MaxInt))
-	mux.Handle(pawlv1connect.NewSessionServiceHandler(api.NewSessions(instances, s.store, s.cfg.maxSessionWatches, s.cfg.log, s.sessionOptions()...), sessionOpts...))
+	s.sessions = api.NewSessions(instances, s.store, s.cfg.maxSessionWatches, s.cfg.log, s.sessionOptions()...)
+	mux.Handle(pawlv1connect.NewSessionServiceHandler(s.sessions, sessionOpts...))
 	mux.Handle(pawlv1connect.NewRolloutServiceHandler(api.NewRollouts(rollouts, releases, s.cfg.log), opts...))
 	mux.Handle(pawlv1connect.NewAuditServiceHandler(api.NewAudit(s.audit, s.cfg.log), opts...))
 	mux.Handle(pawlv1connect.NewMaintenanceServiceHandler(api.NewMaintenance(s.store, s.usage, s.cfg.log), opts...))
@@ -613,6 +616,9 @@ func (s *Server) Close() error {
 			s.stopStale()
 		}
 		s.hub.Close()
+		if s.sessions != nil {
+			s.sessions.Wait() // the ACKs of sessions that ended, before the audit log closes
+		}
 		s.vals.Close(context.Background())
 		s.closeErr = errors.Join(s.audit.Close(), s.wasm.Close(context.Background()), s.store.Close())
 		s.closeClient()

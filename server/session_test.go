@@ -16,6 +16,8 @@ import (
 
 	pawlv1 "github.com/pawlcfg/pawl/gen/pawl/v1"
 	"github.com/pawlcfg/pawl/gen/pawl/v1/pawlv1connect"
+	"github.com/pawlcfg/pawl/internal/testkit/faultproxy"
+	"github.com/pawlcfg/pawl/internal/testkit/redistest"
 	"github.com/pawlcfg/pawl/internal/testkit/testclock"
 	"github.com/pawlcfg/pawl/internal/testkit/testserver"
 	"github.com/pawlcfg/pawl/server"
@@ -589,4 +591,34 @@ func TestServerShutdownEndsSessionsUnavailable(t *testing.T) {
 		t.Fatalf("a session when the server stops: %v", code)
 	}
 	<-stopped
+}
+
+// TestSessionEndsAtOnceWhenItsReplicaLosesRedis: a replica cut off from
+// Redis ends its sessions with Unavailable as soon as it notices (the
+// instance goes to another replica), even while one of their ACKs waits
+// for its audit record, which retries Redis for 10 s: the session does
+// not wait for it. The bound is half of those 10 s.
+func TestSessionEndsAtOnceWhenItsReplicaLosesRedis(t *testing.T) {
+	_, prefix := redistest.Shared(t)
+	proxy := faultproxy.NewHolder(t, redistest.Addr())
+	srv := testserver.Start(t, server.WithStore("redis://"+proxy.Addr+"/0"), server.WithRedisPrefix(prefix))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s, first := start(t, ctx, testserver.HTTPClient(t), srv.URL, "cut-1", connect.WithGRPC())
+	digest := "sha256:" + strings.Repeat("ab", 32)
+	proxy.Partition()
+	s.ack(1, &pawlv1.Ack{ConfigId: "routing", Generation: 1, WorkloadIdentity: "cut-1", BootId: "b", ApplySequence: 1,
+		MembershipEpoch: first.GetStarted().GetRecord().GetMembershipEpoch(), ContentDigest: digest, ValidatorDigest: digest,
+		State: pawlv1.InstanceState_INSTANCE_STATE_DOWNLOADED})
+	ended := make(chan connect.Code, 1)
+	go func() { ended <- s.endsWith() }()
+	select {
+	case code := <-ended:
+		if code != connect.CodeUnavailable {
+			t.Fatalf("the session of a replica cut off from Redis ended with %v, want Unavailable", code)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the session of a replica cut off from Redis is still open after 5 s: it waits for its ACK's audit record")
+	}
+	proxy.Heal() // the audit record goes in, and the server stops without waiting out the retries
 }

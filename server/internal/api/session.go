@@ -50,6 +50,9 @@ type Sessions struct {
 	store      store.Store
 	maxWatches int
 	log        *slog.Logger
+	// answering counts the goroutines that wait for ACKs' records and
+	// audit them, which outlive a session that ended on an error (Wait).
+	answering sync.WaitGroup
 }
 
 var _ pawlv1connect.SessionServiceHandler = (*Sessions)(nil)
@@ -158,7 +161,15 @@ func (h *Sessions) Session(ctx context.Context, stream *connect.BidiStream[pawlv
 	}
 	werr := <-writerDone
 	s.cancel()
-	s.acks.Wait()
+	if werr == nil {
+		// The session ends from the client's side: its last answers
+		// are sent, so they are awaited. A session the server ends (this
+		// replica cannot follow its store) ends at once: an answer can no
+		// longer be sent, the client sends the ACK again on its next
+		// session, and the answer's audit record (which can take a while
+		// when the store cannot be reached) finishes under Wait.
+		s.acks.Wait()
+	}
 	// The lease runs a full term from now; then the watchers close (the
 	// writer, their owner, has ended), so that a session counted open
 	// still holds.
@@ -172,6 +183,11 @@ func (h *Sessions) Session(ctx context.Context, stream *connect.BidiStream[pawlv
 	}
 	return rerr
 }
+
+// Wait waits until every ACK that ended sessions took is recorded or
+// refused, and audited. Call it after the server stopped serving, before
+// closing the audit log and the store.
+func (h *Sessions) Wait() { h.answering.Wait() }
 
 // open registers or resumes the hello's instance and holds its lease:
 // it returns the registration and the release of the hold.
@@ -359,7 +375,9 @@ func (s *session) ack(m *pawlv1.SessionAck) error {
 	// the next ACK joins the same batch.
 	result := s.h.submitAck(s.ctx, ack)
 	s.acks.Add(1)
+	s.h.answering.Add(1)
 	go func() {
+		defer s.h.answering.Done()
 		defer s.acks.Done()
 		r := <-result
 		if r.Err != nil {
