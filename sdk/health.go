@@ -14,30 +14,33 @@ const healthSamples = 8192
 // healthRecorder keeps the outcomes of the most recent requests the
 // middleware and interceptor measured, with their times, so that each
 // health window reads the error rate and p99 of the requests it spans.
+// The ring grows as requests come, up to healthSamples: a client that
+// serves no requests (an agent, a job) holds none.
 type healthRecorder struct {
 	mu      sync.Mutex
-	samples []sample // a ring of healthSamples
-	next    int
-	full    bool
+	samples []sample // a ring of at most healthSamples
+	next    int      // where the next sample goes once the ring is full
 }
 
+// sample is one request's outcome: when it ended (Unix nanoseconds),
+// how long it took, and whether it failed.
 type sample struct {
-	at      time.Time
+	at      int64
 	latency time.Duration
 	failed  bool
 }
 
-func newHealthRecorder() *healthRecorder {
-	return &healthRecorder{samples: make([]sample, healthSamples)}
-}
+func newHealthRecorder() *healthRecorder { return &healthRecorder{} }
 
 // record adds one request outcome.
 func (h *healthRecorder) record(at time.Time, latency time.Duration, failed bool) {
+	s := sample{at: at.UnixNano(), latency: latency, failed: failed}
 	h.mu.Lock()
-	h.samples[h.next] = sample{at: at, latency: latency, failed: failed}
-	h.next++
-	if h.next == len(h.samples) {
-		h.next, h.full = 0, true
+	if len(h.samples) < healthSamples {
+		h.samples = append(h.samples, s)
+	} else {
+		h.samples[h.next] = s
+		h.next = (h.next + 1) % healthSamples
 	}
 	h.mu.Unlock()
 }
@@ -55,15 +58,12 @@ type Measurement struct {
 // since measures the requests that ended at or after start (as many as the
 // recorder still holds).
 func (h *healthRecorder) since(start time.Time) Measurement {
+	from := start.UnixNano()
 	h.mu.Lock()
-	n := h.next
-	if h.full {
-		n = len(h.samples)
-	}
 	var lat []time.Duration
 	failed := 0
-	for _, s := range h.samples[:n] {
-		if s.at.Before(start) {
+	for _, s := range h.samples {
+		if s.at < from {
 			continue
 		}
 		lat = append(lat, s.latency)

@@ -32,6 +32,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"runtime/pprof"
 	"slices"
 	"sync"
 	"time"
@@ -51,6 +52,9 @@ type options struct {
 	idleWait            time.Duration
 	// unary makes the clients use the unary calls, not a session each.
 	unary bool
+	// memProfile, when set, is where a heap profile of this process goes
+	// once every client applied (what the clients hold).
+	memProfile string
 }
 
 func main() {
@@ -60,6 +64,7 @@ func main() {
 	flag.StringVar(&o.pawld, "pawld", "", "pawld binary (default: built from ./cmd/pawld)")
 	flag.DurationVar(&o.idleWait, "idle-wait", 40*time.Second, "how long to wait before measuring memory at rest (validators unload after 30s unused)")
 	flag.BoolVar(&o.unary, "unary", false, "clients use the unary calls and streams (sdk.WithoutSession), not one session each")
+	flag.StringVar(&o.memProfile, "memprofile", "", "write a heap profile of this process (the clients) here once every client applied")
 	flag.Parse()
 	if err := run(context.Background(), o); err != nil {
 		fmt.Fprintln(os.Stderr, "sdkfleet:", err)
@@ -145,6 +150,11 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	rssN, _ := settledRSS()
+	if o.memProfile != "" {
+		if err := writeHeapProfile(o.memProfile); err != nil {
+			return err
+		}
+	}
 	report.Add("resident memory: the process before any client", fmt.Sprintf("%.1f MiB", mib(rss0)))
 	report.Add("resident memory added by the first client, just after its apply (validator loaded)", fmt.Sprintf("%.1f MiB", mib(rss1-rss0)))
 	report.Add("resident memory added per further client, just after their apply", fmt.Sprintf("%.2f MiB", mib(rssN-rss1)/float64(o.clients-1)))
@@ -377,4 +387,17 @@ func httpClient() connect.HTTPClient {
 	var p http.Protocols
 	p.SetUnencryptedHTTP2(true)
 	return &http.Client{Transport: &http.Transport{Protocols: &p}}
+}
+
+// writeHeapProfile writes this process's heap profile to file.
+func writeHeapProfile(file string) error {
+	f, err := os.Create(file)
+	if err != nil {
+		return fmt.Errorf("heap profile: %w", err)
+	}
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("heap profile: %w", err)
+	}
+	return f.Close()
 }
