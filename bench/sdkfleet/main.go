@@ -23,6 +23,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -55,6 +56,12 @@ type options struct {
 	// memProfile, when set, is where a heap profile of this process goes
 	// once every client applied (what the clients hold).
 	memProfile string
+	// validator is the example module under validators/examples the
+	// routing config is checked with (on the server and in every client).
+	validator string
+	// profiles, when set, is a directory for CPU profiles of pawld and of
+	// this process over the first timed promotion.
+	profiles string
 }
 
 func main() {
@@ -64,6 +71,8 @@ func main() {
 	flag.StringVar(&o.pawld, "pawld", "", "pawld binary (default: built from ./cmd/pawld)")
 	flag.DurationVar(&o.idleWait, "idle-wait", 40*time.Second, "how long to wait before measuring memory at rest (validators unload after 30s unused)")
 	flag.BoolVar(&o.unary, "unary", false, "clients use the unary calls and streams (sdk.WithoutSession), not one session each")
+	flag.StringVar(&o.validator, "validator", "routing", "the routing validator: routing (Go) or routing-rust")
+	flag.StringVar(&o.profiles, "profiles", "", "write CPU profiles of pawld and of this process (the clients) over the first timed promotion to this directory")
 	flag.StringVar(&o.memProfile, "memprofile", "", "write a heap profile of this process (the clients) here once every client applied")
 	flag.Parse()
 	if err := run(context.Background(), o); err != nil {
@@ -82,6 +91,8 @@ type bench struct {
 	is      pawlv1connect.InstanceServiceClient
 	clients []*sdk.Client
 	quiet   *slog.Logger
+	// pprofURL is where pawld serves its profiles.
+	pprofURL string
 
 	mu      sync.Mutex
 	applied map[int64][]time.Time // generation -> when each client swapped it in
@@ -94,12 +105,17 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	srv, err := benchkit.StartPawld(ctx, o.pawld, dir, "--instance-lease", "30s")
+	pprofAddr, err := benchkit.FreeAddr()
 	if err != nil {
 		return err
 	}
+	srv, err := benchkit.StartPawld(ctx, o.pawld, dir, "--instance-lease", "30s", "--pprof", pprofAddr)
+	if err != nil {
+		return err
+	}
+	b0 := "http://" + pprofAddr
 	defer srv.Stop()
-	b := &bench{o: o, srv: srv, dir: dir, quiet: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	b := &bench{o: o, srv: srv, dir: dir, pprofURL: b0, quiet: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		applied: map[int64][]time.Time{}, changed: make(chan struct{})}
 	b.rs = pawlv1connect.NewReleaseServiceClient(httpClient(), srv.URL)
 	b.ro = pawlv1connect.NewRolloutServiceClient(httpClient(), srv.URL)
@@ -111,9 +127,9 @@ func run(ctx context.Context, o options) error {
 	}()
 	report := &benchkit.Table{Name: "sdkfleet"}
 	report.Add("machine", fmt.Sprintf("%d CPUs, %s", runtime.NumCPU(), runtime.Version()))
-	report.Add("fleet", fmt.Sprintf("%d SDK clients in this process, each with its own HTTP/2 connection; pawld in its own process", o.clients))
+	report.Add("fleet", fmt.Sprintf("%d SDK clients in this process, each with its own HTTP/2 connection; pawld in its own process; validator %s", o.clients, o.validator))
 
-	if b.digest, err = benchkit.UploadValidator(ctx, httpClient(), srv.URL, dir, "routing"); err != nil {
+	if b.digest, err = benchkit.UploadValidator(ctx, httpClient(), srv.URL, dir, o.validator); err != nil {
 		return err
 	}
 
@@ -180,12 +196,18 @@ func run(ctx context.Context, o options) error {
 		if err := b.awaitPassed(ctx, gen); err != nil {
 			return err
 		}
+		stopProfiles := func() error { return nil }
+		if i == 0 && o.profiles != "" {
+			if stopProfiles, err = b.startProfiles(ctx, o.profiles); err != nil {
+				return err
+			}
+		}
 		start := time.Now()
 		if err := b.promote(ctx, gen); err != nil {
 			return err
 		}
 		d, err := b.await(ctx, gen, o.clients, start)
-		if err != nil {
+		if err := errors.Join(err, stopProfiles()); err != nil {
 			return err
 		}
 		p50s, p99s, maxes = append(p50s, benchkit.Percentile(d, 0.5)), append(p99s, benchkit.Percentile(d, 0.99)), append(maxes, d[len(d)-1])
@@ -400,4 +422,29 @@ func writeHeapProfile(file string) error {
 		return fmt.Errorf("heap profile: %w", err)
 	}
 	return f.Close()
+}
+
+// startProfiles starts CPU profiles of this process and of pawld (the
+// next 30 s) into dir; the function returned stops this process's and
+// waits for pawld's.
+func (b *bench) startProfiles(ctx context.Context, dir string) (func() error, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	f, err := os.Create(filepath.Join(dir, "sdkfleet-promote.cpu.pprof"))
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	pawld := make(chan error, 1)
+	go func() {
+		pawld <- benchkit.SaveProfile(ctx, b.pprofURL+"/debug/pprof/profile?seconds=30", filepath.Join(dir, "pawld-promote.cpu.pprof"))
+	}()
+	return func() error {
+		pprof.StopCPUProfile()
+		return errors.Join(f.Close(), <-pawld)
+	}, nil
 }

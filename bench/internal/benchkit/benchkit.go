@@ -118,8 +118,12 @@ func RSS(pid int) (int64, error) {
 }
 
 // BuildValidator builds validators/examples/<name> to WebAssembly in dir
-// and returns the module.
+// and returns the module: with Go for wasip1, or with Cargo when name
+// ends in "-rust".
 func BuildValidator(ctx context.Context, dir, name string) ([]byte, error) {
+	if strings.HasSuffix(name, "-rust") {
+		return buildRustValidator(ctx, dir, name)
+	}
 	out := filepath.Join(dir, filepath.Base(name)+".wasm")
 	build := exec.CommandContext(ctx, "go", "build", "-o", out, "-buildmode=c-shared", "./validators/examples/"+name)
 	build.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
@@ -128,6 +132,21 @@ func BuildValidator(ctx context.Context, dir, name string) ([]byte, error) {
 		return nil, fmt.Errorf("build the %s validator: %w", name, err)
 	}
 	return os.ReadFile(out)
+}
+
+// buildRustValidator builds the Cargo package validators/examples/<name>
+// (e.g. "routing-rust") with Debian's toolchain, as `task validators`
+// does, into dir.
+func buildRustValidator(ctx context.Context, dir, name string) ([]byte, error) {
+	const target = "wasm32-unknown-unknown"
+	build := exec.CommandContext(ctx, "/usr/bin/cargo", "build", "--offline", "--quiet", "--release", "--target", target)
+	build.Dir = filepath.Join("validators", "examples", name)
+	build.Env = append(os.Environ(), "RUSTC=/usr/bin/rustc", "CARGO_TARGET_DIR="+filepath.Join(dir, "cargo"))
+	build.Stderr = os.Stderr
+	if err := build.Run(); err != nil {
+		return nil, fmt.Errorf("build the %s validator (apt-get install rustc cargo libstd-rust-dev-wasm32): %w", name, err)
+	}
+	return os.ReadFile(filepath.Join(dir, "cargo", target, "release", strings.ReplaceAll(name, "-", "_")+".wasm"))
 }
 
 // Percentile is the p-th percentile (0..1) of sorted durations.
