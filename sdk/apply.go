@@ -501,6 +501,26 @@ func (c *Client) verify(a *pawlv1.Assignment, f fetched) (string, error) {
 // validate runs the release's validator on its content, with the input
 // validators/ABI.md defines for a release.
 func (c *Client) validate(ctx context.Context, f *fetched) error {
+	// The time limit is wall-clock time: on a starved machine it can stop
+	// a validation (or the module's start) that passes on a quiet one, as
+	// the server's did. A stop by the limit is tried again before it
+	// rejects the release.
+	for attempt := 1; ; attempt++ {
+		err := c.validateOnce(ctx, f)
+		if !errors.Is(err, host.ErrTimeout) || ctx.Err() != nil {
+			return err
+		}
+		if attempt == validateAttempts {
+			return fmt.Errorf("%w (%d attempts)", err, attempt)
+		}
+		c.cfg.log.Warn("pawl: the validator ran past its time limit; validating again (the machine may be busy)",
+			"config", f.release.Config, "generation", f.release.Generation, "attempt", attempt+1, "error", err)
+	}
+}
+
+// validateOnce loads f's validator (unless loaded) and runs it once on
+// f's content.
+func (c *Client) validateOnce(ctx context.Context, f *fetched) error {
 	v := f.validator
 	if v == nil {
 		var err error
@@ -532,6 +552,10 @@ func (c *Client) validate(ctx context.Context, f *fetched) error {
 	}
 	return nil
 }
+
+// validateAttempts is how many times a validation that the time limit
+// stopped is run before the release is rejected.
+const validateAttempts = 3
 
 // Kinds of failure that decide what happens next, matched with errors.Is:
 // the validator refused the content; its module cannot be loaded; a

@@ -300,8 +300,10 @@ func WithCompiledCacheDir(dir string) Option { return func(c *config) { c.compil
 
 // WithValidatorTimeout bounds each local validation in wall-clock time
 // (default 1s, as on the server). A validation that runs longer is
-// stopped and the release is REJECTED, so give a slow or busy instance
-// that validates large configs more.
+// stopped and run again, up to three times in all (a busy machine can
+// starve one run); when the last is stopped too, the release is
+// REJECTED. Give a slow or busy instance that validates large configs
+// more.
 func WithValidatorTimeout(d time.Duration) Option { return func(c *config) { c.validatorLimit = d } }
 
 // WithTracerProvider sets where the spans of each apply step go; their

@@ -35,6 +35,7 @@ import (
 	"runtime/debug"
 	"runtime/pprof"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -91,6 +92,8 @@ type bench struct {
 	is      pawlv1connect.InstanceServiceClient
 	clients []*sdk.Client
 	quiet   *slog.Logger
+	// clientLog is the clients' logger: warnings and errors only.
+	clientLog *slog.Logger
 	// pprofURL is where pawld serves its profiles.
 	pprofURL string
 
@@ -116,7 +119,8 @@ func run(ctx context.Context, o options) error {
 	b0 := "http://" + pprofAddr
 	defer srv.Stop()
 	b := &bench{o: o, srv: srv, dir: dir, pprofURL: b0, quiet: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		applied: map[int64][]time.Time{}, changed: make(chan struct{})}
+		clientLog: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		applied:   map[int64][]time.Time{}, changed: make(chan struct{})}
 	b.rs = pawlv1connect.NewReleaseServiceClient(httpClient(), srv.URL)
 	b.ro = pawlv1connect.NewRolloutServiceClient(httpClient(), srv.URL)
 	b.is = pawlv1connect.NewInstanceServiceClient(httpClient(), srv.URL)
@@ -262,7 +266,7 @@ func (b *bench) start(ctx context.Context, from, to int, compiled string) error 
 			labels["canary"] = "true"
 		}
 		c, err := sdk.New(ctx, b.srv.URL, append(b.sessionOpts(), sdk.WithWorkloadIdentity(fmt.Sprintf("sdk-%04d", i)), sdk.WithZone(fmt.Sprintf("zone-%c", 'a'+i%3)),
-			sdk.WithLabels(labels), sdk.WithCompiledCacheDir(compiled), sdk.WithLogger(b.quiet))...)
+			sdk.WithLabels(labels), sdk.WithCompiledCacheDir(compiled), sdk.WithLogger(b.clientLog.With("client", i)))...)
 		if err != nil {
 			return err
 		}
@@ -300,9 +304,27 @@ func (b *bench) await(ctx context.Context, gen int64, n int, start time.Time) ([
 		select {
 		case <-changed:
 		case <-ctx.Done():
-			return nil, fmt.Errorf("generation %d: %d of %d clients applied it: %w", gen, len(times), n, ctx.Err())
+			return nil, fmt.Errorf("generation %d: %d of %d clients applied it: %w%s", gen, len(times), n, ctx.Err(), b.behind(gen))
 		}
 	}
+}
+
+// behind describes (up to ten of) the clients that have not applied gen:
+// what each says of itself.
+func (b *bench) behind(gen int64) string {
+	var out strings.Builder
+	shown := 0
+	for i, c := range b.clients {
+		st := c.Status()
+		if st.Configs["routing"].Generation >= gen {
+			continue
+		}
+		if shown++; shown > 10 {
+			break
+		}
+		fmt.Fprintf(&out, "\n  sdk-%04d: %+v", i, st)
+	}
+	return out.String()
 }
 
 func (b *bench) waitRegistered(ctx context.Context, n int) error {
@@ -384,7 +406,7 @@ func (b *bench) promote(ctx context.Context, gen int64) error {
 func (b *bench) firstApply(ctx context.Context, cache string) (visible, applied time.Duration, err error) {
 	start := time.Now()
 	c, err := sdk.New(ctx, b.srv.URL, append(b.sessionOpts(), sdk.WithWorkloadIdentity("sdk-newcomer"), sdk.WithLabels(map[string]string{"fleet": "sdk"}),
-		sdk.WithCacheDir(cache), sdk.WithLogger(b.quiet))...)
+		sdk.WithCacheDir(cache), sdk.WithLogger(b.clientLog.With("client", "newcomer")))...)
 	if err != nil {
 		return 0, 0, err
 	}
