@@ -27,3 +27,7 @@ func TrialOver(c *Client, config string) <-chan struct{} {
 // WithSessionStart sets how long a session's hello may go unanswered
 // before the client uses the server's unary calls (DefaultSessionStart).
 func WithSessionStart(d time.Duration) Option { return func(c *config) { c.sessionStart = d } }
+
+// WithSessionRetry sets how long the client follows a server without a
+// session by its unary calls before it asks it again (DefaultSessionRetry).
+func WithSessionRetry(d time.Duration) Option { return func(c *config) { c.sessionRetry = d } }

@@ -52,9 +52,20 @@ func (c *Client) follow() {
 					continue
 				}
 			}
-			err = c.watchAssignments(c.ctx, as, b)
+			// Against a server that had no session, until it is time to
+			// ask it again.
+			ctx, cancel := c.ctx, context.CancelFunc(func() {})
+			if until := c.sess.unaryUntil(); !until.IsZero() {
+				ctx, cancel = context.WithDeadline(c.ctx, until)
+			}
+			err = c.watchAssignments(ctx, as, b)
+			retry := ctx.Err() != nil
+			cancel()
 			if c.ctx.Err() != nil {
 				return
+			}
+			if retry {
+				continue
 			}
 			what = "the assignment stream (resuming after revision " + strconv.FormatInt(as.after, 10) + ")"
 		}

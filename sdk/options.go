@@ -64,6 +64,7 @@ type config struct {
 	grpc           bool
 	noSession      bool
 	sessionStart   time.Duration
+	sessionRetry   time.Duration
 	// downloadAttempts bounds the downloads of one assignment that do
 	// not match it (WithDownloadAttempts).
 	downloadAttempts int
@@ -98,6 +99,12 @@ const (
 	// proxy holding the request until its body ends) never answers. Long
 	// enough for a server under a reconnecting fleet's load.
 	DefaultSessionStart = 30 * time.Second
+	// DefaultSessionRetry is how long the client follows a server by its
+	// unary calls, after the server had no session for it, before it asks
+	// that server for a session again: a pawld upgraded under a running
+	// client, or one too busy to answer a hello in time, gets the
+	// client's session back within this long.
+	DefaultSessionRetry = 10 * time.Minute
 )
 
 func defaultConfig() config {
@@ -113,6 +120,7 @@ func defaultConfig() config {
 		backoffMax:     DefaultBackoffMax,
 		healthInterval: DefaultHealthInterval,
 		sessionStart:   DefaultSessionStart,
+		sessionRetry:   DefaultSessionRetry,
 
 		downloadAttempts: DefaultDownloadAttempts,
 	}

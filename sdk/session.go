@@ -28,9 +28,11 @@ import (
 // and each space's watch from its revision.
 //
 // A server without the service (it answers Unimplemented: an older
-// pawld) is remembered, per server of the client's list, and the client
-// uses the unary calls and streams there, as before sessions: Register
-// and WatchAssignments, RolloutService.Ack, KVService.Watch.
+// pawld) is remembered, per server of the client's list, for
+// DefaultSessionRetry, and the client uses the unary calls and streams
+// there, as before sessions: Register and WatchAssignments,
+// RolloutService.Ack, KVService.Watch. Then it asks that server for a
+// session again (it may have been upgraded).
 //
 // Lock order: a stream's sendMu, then mu. The receive loop takes mu only
 // briefly, and never while a Send waits.
@@ -49,9 +51,9 @@ type session struct {
 	changed chan struct{}
 	// pending holds the ACKs not yet answered, in the order they came.
 	pending []*pendingAck
-	// unary marks the servers (by index in the list) that have no
-	// session.
-	unary map[int64]bool
+	// unary holds, for the servers (by index in the list) that had no
+	// session, until when the client uses their unary calls.
+	unary map[int64]time.Time
 	// nextWatch numbers the watches; IDs are never reused in a boot.
 	nextWatch int64
 }
@@ -99,7 +101,7 @@ func newSession(c *Client, httpClient *http.Client, baseURL string, servers int,
 	hc.Transport = http2Check{next: hc.Transport}
 	return &session{
 		c: c, client: pawlv1connect.NewSessionServiceClient(&hc, baseURL, opts...), servers: servers,
-		changed: make(chan struct{}), unary: map[int64]bool{},
+		changed: make(chan struct{}), unary: map[int64]time.Time{},
 	}
 }
 
@@ -120,21 +122,41 @@ func (s *session) use() (int64, bool) {
 	at := s.at()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return at, !s.unary[at]
+	return at, !s.unaryAtLocked(at)
 }
 
 // unaryLocked says whether the server in use has no session. The caller
 // holds mu.
-func (s *session) unaryLocked() bool { return s.unary[s.at()] }
+func (s *session) unaryLocked() bool { return s.unaryAtLocked(s.at()) }
+
+// unaryAtLocked says whether server at had no session, less than the
+// retry ago. The caller holds mu.
+func (s *session) unaryAtLocked(at int64) bool {
+	until, ok := s.unary[at]
+	return ok && time.Now().Before(until)
+}
+
+// unaryUntil is until when the server in use is followed by its unary
+// calls (zero when it is not, or the client has no session).
+func (s *session) unaryUntil() time.Time {
+	if s == nil {
+		return time.Time{}
+	}
+	at := s.at()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.unary[at]
+}
 
 // fallBack remembers that server at has no session: the ACKs waiting for
 // one go by the unary call, and the watches waiting for one by
 // KVService.Watch.
 func (s *session) fallBack(at int64, err error) {
+	retry := time.Now().Add(s.c.cfg.sessionRetry)
 	s.c.cfg.log.Info("pawl: the server has no session service (an older server); using its unary calls and streams",
-		"server", s.c.Server(), "error", err)
+		"server", s.c.Server(), "error", err, "asks_again_at", retry)
 	s.mu.Lock()
-	s.unary[at] = true
+	s.unary[at] = retry
 	waiting := s.pending
 	s.pending = nil
 	s.signalLocked()

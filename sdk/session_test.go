@@ -150,6 +150,37 @@ func TestAnOlderServerIsFollowedByItsUnaryCalls(t *testing.T) {
 	}
 }
 
+// TestAServerUpgradedUnderTheClientGetsItsSession: a client that found
+// no session on its server (an older pawld) asks it again once the retry
+// interval has passed; once the server has one (it was upgraded), the
+// client follows it on its session and reports there, not by the unary
+// calls.
+func TestAServerUpgradedUnderTheClientGetsItsSession(t *testing.T) {
+	h := newHarness(t)
+	older := faultproxy.NewHider(t, h.srv.URL, sessionServicePrefix)
+	c := h.clientAt(older.URL, "i0", sdk.WithSessionRetry(200*time.Millisecond))
+	await := func(what string, done func() bool) { // bounded by the harness's context
+		t.Helper()
+		for !done() {
+			select {
+			case <-h.ctx.Done():
+				t.Fatal(what)
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	}
+	await("the client without a session never followed its assignment stream", func() bool { return older.Calls(assignmentCalls) > 0 })
+	hidden := older.Reveal(sessionCalls)
+	await("the client never asked the upgraded server for a session again", func() bool { return older.Calls(sessionCalls) > hidden })
+	h.release(50, nil)
+	if got := strings.Join(h.awaitBootHealthy(1, c.BootID()), ","); got != everyStepOfOneRelease {
+		t.Fatalf("reported %s", got)
+	}
+	if n := older.Calls(ackCalls); n != 0 {
+		t.Fatalf("%d ACKs by the unary call after the server got its session", n)
+	}
+}
+
 // TestAnACKCutOffBeforeItsAnswerIsAnsweredOnTheNextSession: the session
 // breaks after the client sent its APPLIED and the server recorded it,
 // before the answer arrived. The client sends it again, with the same

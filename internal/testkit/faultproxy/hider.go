@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -23,8 +24,9 @@ type Hider struct {
 	// URL is the address clients use instead of the server's.
 	URL string
 
-	mu    sync.Mutex
-	calls map[string]int // path -> calls
+	mu       sync.Mutex
+	calls    map[string]int // path -> calls
+	prefixes []string       // hidden, until Reveal
 }
 
 // NewHider proxies to the server at target (http://host:port) until the
@@ -35,7 +37,7 @@ func NewHider(t testing.TB, target string, prefixes ...string) *Hider {
 	if err != nil {
 		t.Fatalf("faultproxy: %v", err)
 	}
-	h := &Hider{calls: map[string]int{}}
+	h := &Hider{calls: map[string]int{}, prefixes: prefixes}
 	proxy := httputil.NewSingleHostReverseProxy(u)
 	proxy.ErrorLog = log.New(io.Discard, "", 0)
 	proxy.FlushInterval = -1
@@ -43,16 +45,25 @@ func NewHider(t testing.TB, target string, prefixes ...string) *Hider {
 	h.URL = startFront(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h.mu.Lock()
 		h.calls[r.URL.Path]++
+		hidden := slices.ContainsFunc(h.prefixes, func(p string) bool { return strings.HasPrefix(r.URL.Path, p) })
 		h.mu.Unlock()
-		for _, p := range prefixes {
-			if strings.HasPrefix(r.URL.Path, p) {
-				http.NotFound(w, r)
-				return
-			}
+		if hidden {
+			http.NotFound(w, r)
+			return
 		}
 		proxy.ServeHTTP(w, r)
 	}))
 	return h
+}
+
+// Reveal stops hiding (the server behind was upgraded) and returns how
+// many calls whose path ends with suffix reached the proxy until then:
+// those counted later were served.
+func (h *Hider) Reveal(suffix string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.prefixes = nil
+	return h.callsLocked(suffix)
 }
 
 // Calls returns how many calls reached the proxy whose path ends with
@@ -60,6 +71,11 @@ func NewHider(t testing.TB, target string, prefixes ...string) *Hider {
 func (h *Hider) Calls(suffix string) int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	return h.callsLocked(suffix)
+}
+
+// callsLocked is Calls; the caller holds mu.
+func (h *Hider) callsLocked(suffix string) int {
 	n := 0
 	for path, c := range h.calls {
 		if strings.HasSuffix(path, suffix) {
