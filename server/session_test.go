@@ -104,40 +104,67 @@ func (s *session) endsWith() connect.Code {
 	}
 }
 
-// watchLog collects, per watch ID, what a session's watches said.
+// watchLog collects, per watch ID, what a session's watches said. A
+// watch message shared with other watches (shared_with) is each one's, as
+// a client hands it out.
 type watchLog struct {
 	events   map[int64][]string // "key=value@rev" per watch
+	batches  map[int64][]string // per watch, the revisions of each events message, "rev,rev"
 	started  map[int64]*pawlv1.WatchStarted
 	other    map[int64][]string // "compacted", "canceled", "error:<code>", "progress"
 	messages int
+	// shared counts the watch messages for more than one watch; wrong
+	// says what was wrong with one (not events, or a watch named twice).
+	shared int
+	wrong  []string
 }
 
 func newWatchLog() *watchLog {
-	return &watchLog{events: map[int64][]string{}, started: map[int64]*pawlv1.WatchStarted{}, other: map[int64][]string{}}
+	return &watchLog{events: map[int64][]string{}, batches: map[int64][]string{}, started: map[int64]*pawlv1.WatchStarted{}, other: map[int64][]string{}}
 }
 
 func (l *watchLog) add(m *pawlv1.SessionResponse) {
 	l.messages++
 	for _, wm := range m.GetWatches() {
-		id := wm.GetWatchId()
-		switch r := wm.GetResponse(); {
-		case wm.GetCanceled():
-			l.other[id] = append(l.other[id], "canceled")
-		case wm.GetError() != nil:
-			l.other[id] = append(l.other[id], "error:"+wm.GetError().GetCode())
-		case r.GetStarted() != nil:
-			l.started[id] = r.GetStarted()
-		case r.GetCompacted() != nil:
-			l.other[id] = append(l.other[id], "compacted")
-		case r.GetEvents() != nil:
-			for _, ev := range r.GetEvents().GetEvents() {
-				value := string(ev.GetKv().GetValue())
-				if len(value) > 16 {
-					value = "..."
-				}
-				l.events[id] = append(l.events[id], fmt.Sprintf("%s=%s@%d", ev.GetKv().GetKey(), value, ev.GetKv().GetModRevision()))
+		ids := append([]int64{wm.GetWatchId()}, wm.GetSharedWith()...)
+		if len(ids) > 1 {
+			l.shared++
+			if wm.GetResponse().GetEvents() == nil {
+				l.wrong = append(l.wrong, fmt.Sprintf("shared, not events: %v", wm))
 			}
 		}
+		seen := map[int64]bool{}
+		for _, id := range ids {
+			if seen[id] {
+				l.wrong = append(l.wrong, fmt.Sprintf("watch %d twice in one message: %v", id, ids))
+			}
+			seen[id] = true
+			l.addFor(id, wm)
+		}
+	}
+}
+
+func (l *watchLog) addFor(id int64, wm *pawlv1.SessionWatchMessage) {
+	switch r := wm.GetResponse(); {
+	case wm.GetCanceled():
+		l.other[id] = append(l.other[id], "canceled")
+	case wm.GetError() != nil:
+		l.other[id] = append(l.other[id], "error:"+wm.GetError().GetCode())
+	case r.GetStarted() != nil:
+		l.started[id] = r.GetStarted()
+	case r.GetCompacted() != nil:
+		l.other[id] = append(l.other[id], "compacted")
+	case r.GetEvents() != nil:
+		var revs []string
+		for _, ev := range r.GetEvents().GetEvents() {
+			value := string(ev.GetKv().GetValue())
+			if len(value) > 16 {
+				value = "..."
+			}
+			l.events[id] = append(l.events[id], fmt.Sprintf("%s=%s@%d", ev.GetKv().GetKey(), value, ev.GetKv().GetModRevision()))
+			revs = append(revs, fmt.Sprint(ev.GetKv().GetModRevision()))
+		}
+		l.batches[id] = append(l.batches[id], strings.Join(revs, ","))
 	}
 }
 
