@@ -100,7 +100,7 @@ func main() {
 }
 
 var starters = map[string]func(ctx context.Context, dir string) (system, error){
-	"pawl": startPawl, "pawl-session": startPawlSessions, "pawl-shared": startPawlSharedSessions, "etcd": startEtcd, "redis": startRedis, "nats": startNATS,
+	"pawl": startPawl, "pawl-session": startPawlSessions(false), "pawl-shared": startPawlSessions(true), "etcd": startEtcd, "redis": startRedis, "nats": startNATS,
 }
 
 func run(ctx context.Context, o options) error {

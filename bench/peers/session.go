@@ -27,20 +27,16 @@ type pawlSessions struct {
 	sessions []*benchkit.Session
 }
 
-func startPawlSessions(ctx context.Context, dir string) (system, error) {
-	s, err := startPawl(ctx, dir)
-	if err != nil {
-		return nil, err
+// startPawlSessions returns the starter of pawlSessions, with or
+// without shared events.
+func startPawlSessions(shared bool) func(ctx context.Context, dir string) (system, error) {
+	return func(ctx context.Context, dir string) (system, error) {
+		s, err := startPawl(ctx, dir)
+		if err != nil {
+			return nil, err
+		}
+		return &pawlSessions{pawl: s.(*pawl), shared: shared}, nil
 	}
-	return &pawlSessions{pawl: s.(*pawl)}, nil
-}
-
-func startPawlSharedSessions(ctx context.Context, dir string) (system, error) {
-	s, err := startPawl(ctx, dir)
-	if err != nil {
-		return nil, err
-	}
-	return &pawlSessions{pawl: s.(*pawl), shared: true}, nil
 }
 
 func (s *pawlSessions) name() string {
