@@ -13,6 +13,7 @@ import (
 	pawlv1 "github.com/pawlcfg/pawl/gen/pawl/v1"
 	"github.com/pawlcfg/pawl/gen/pawl/v1/pawlv1connect"
 	"github.com/pawlcfg/pawl/internal/testkit/testserver"
+	"github.com/pawlcfg/pawl/server"
 )
 
 // change is one change of the store, as a test made it.
@@ -73,14 +74,17 @@ func (c *changes) under(prefix string, from int64) []string {
 // each watch still gets exactly its own events (those under its prefix,
 // from its start revision), each once, in order, a transaction in one
 // message: watches of one prefix, of a prefix under it, of another
-// prefix, started now or at a revision in the past, over history, live
-// puts and transactions that touch several prefixes. A session that does
+// prefix, started now or at a revision in the past (older than the
+// watch ring: their history comes from the change log), over history,
+// live puts and transactions that touch several prefixes. A session that does
 // not ask gets a message per watch, as before.
 func TestSessionSharesEventsAmongItsWatches(t *testing.T) {
 	for _, shared := range []bool{true, false} {
 		for _, proto := range streamProtocols {
 			t.Run(fmt.Sprintf("%s/shared=%v", proto.name, shared), func(t *testing.T) {
-				srv := testserver.Start(t)
+				// A ring of 8 events: the watches that start in the past
+				// read their history from the change log.
+				srv := testserver.Start(t, server.WithWatchRing(8))
 				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 				defer cancel()
 				c := &changes{t: t, ctx: ctx, kv: newKV(t, srv)}
@@ -89,7 +93,9 @@ func TestSessionSharesEventsAmongItsWatches(t *testing.T) {
 				from := c.all[len(c.all)-1].rev // where the watches of the past start
 				c.txn("/m/a/h", "/m/b/h", "/n/h")
 				c.put("/n/1")
-				c.put("/m/a/2")
+				for i := range 20 {
+					c.put(fmt.Sprintf("/m/%c/%d", 'a'+i%2, 10+i))
+				}
 
 				s := openSession(t, ctx, testserver.HTTPClient(t), srv.URL, &pawlv1.SessionHello{Instance: instanceOf("pay-1"), SharedEvents: shared}, proto.opts...)
 				log := newWatchLog()
@@ -145,6 +151,9 @@ func TestSessionSharesEventsAmongItsWatches(t *testing.T) {
 							t.Errorf("watch %d: the transaction %v split over %v", id, revs, log.batches[id])
 						}
 					}
+				}
+				if srv.Server.WatchStats().LogCatchUps == 0 {
+					t.Error("no watch read the change log: the test did not test the catch-up")
 				}
 				if len(log.wrong) > 0 {
 					t.Errorf("malformed shared messages: %v", log.wrong)
