@@ -481,47 +481,64 @@ func TestSessionWatchesCancelCompactAndLimits(t *testing.T) {
 }
 
 // TestSessionWatchResumesExactlyOnce: a session cut in the middle of a
-// stream of changes; a new session resuming the watch from the revision
-// after the last event it got sees every later change once, in order.
+// stream of changes; a new session resuming its two watches of one
+// prefix, each from the revision after the last event it got, sees every
+// later change once, in order, on each, with and without shared events.
 func TestSessionWatchResumesExactlyOnce(t *testing.T) {
-	srv := testserver.Start(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	kv := newKV(t, srv)
-	sctx, cut := context.WithCancel(ctx)
-	s, first := start(t, sctx, testserver.HTTPClient(t), srv.URL, "pay-1")
-	epoch := first.GetStarted().GetRecord().GetMembershipEpoch()
-	s.watch(7, "/r/", 0)
-	log := newWatchLog()
-	s.until(log, func() bool { return log.started[7] != nil })
-	var revs []int64
-	for i := range 40 {
-		revs = append(revs, put(t, kv, fmt.Sprintf("/r/%d", i%5), fmt.Sprint(i)))
-		put(t, kv, "/other/k", "x") // not the watch's
-	}
-	s.until(log, func() bool { return len(log.events[7]) >= 10 })
-	cut()
-	got := slices.Clone(log.events[7])
-	last := revs[len(got)-1]
-	var rest []int64
-	for i := range 20 {
-		rest = append(rest, put(t, kv, fmt.Sprintf("/r/%d", i%5), fmt.Sprint(40+i)))
-	}
-	r := openSession(t, ctx, testserver.HTTPClient(t), srv.URL, &pawlv1.SessionHello{Instance: instanceOf("pay-1"), MembershipEpoch: epoch})
-	r.send(&pawlv1.SessionRequest{Kind: &pawlv1.SessionRequest_WatchCreate{WatchCreate: &pawlv1.SessionWatchCreate{
-		WatchId: 7, Watch: &pawlv1.WatchRequest{Prefix: "/r/", StartRevision: last + 1}}}})
-	log2 := newWatchLog()
-	want := len(revs) + len(rest) - len(got)
-	r.until(log2, func() bool { return len(log2.events[7]) >= want })
-	all := append(got, log2.events[7]...)
-	wantRevs := append(slices.Clone(revs), rest...)
-	if len(all) != len(wantRevs) {
-		t.Fatalf("got %d events, want %d", len(all), len(wantRevs))
-	}
-	for i, ev := range all {
-		if !strings.HasSuffix(ev, fmt.Sprintf("@%d", wantRevs[i])) {
-			t.Fatalf("event %d is %s, want revision %d (a gap or a duplicate)", i, ev, wantRevs[i])
-		}
+	for _, shared := range []bool{false, true} {
+		t.Run(fmt.Sprintf("shared=%v", shared), func(t *testing.T) {
+			srv := testserver.Start(t)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			kv := newKV(t, srv)
+			sctx, cut := context.WithCancel(ctx)
+			s := openSession(t, sctx, testserver.HTTPClient(t), srv.URL, &pawlv1.SessionHello{Instance: instanceOf("pay-1"), SharedEvents: shared})
+			first := s.recv()
+			epoch := first.GetStarted().GetRecord().GetMembershipEpoch()
+			ids := []int64{7, 8}
+			for _, id := range ids {
+				s.watch(id, "/r/", 0)
+			}
+			log := newWatchLog()
+			s.until(log, func() bool { return log.started[7] != nil && log.started[8] != nil })
+			var revs []int64
+			for i := range 40 {
+				revs = append(revs, put(t, kv, fmt.Sprintf("/r/%d", i%5), fmt.Sprint(i)))
+				put(t, kv, "/other/k", "x") // not the watches'
+			}
+			s.until(log, func() bool { return len(log.events[7]) >= 10 && len(log.events[8]) >= 10 })
+			cut()
+			var rest []int64
+			for i := range 20 {
+				rest = append(rest, put(t, kv, fmt.Sprintf("/r/%d", i%5), fmt.Sprint(40+i)))
+			}
+			r := openSession(t, ctx, testserver.HTTPClient(t), srv.URL, &pawlv1.SessionHello{Instance: instanceOf("pay-1"), MembershipEpoch: epoch, SharedEvents: shared})
+			got := map[int64][]string{}
+			for _, id := range ids {
+				got[id] = slices.Clone(log.events[id])
+				r.send(&pawlv1.SessionRequest{Kind: &pawlv1.SessionRequest_WatchCreate{WatchCreate: &pawlv1.SessionWatchCreate{
+					WatchId: id, Watch: &pawlv1.WatchRequest{Prefix: "/r/", StartRevision: revs[len(got[id])-1] + 1}}}})
+			}
+			log2 := newWatchLog()
+			wantRevs := append(slices.Clone(revs), rest...)
+			r.until(log2, func() bool {
+				return len(got[7])+len(log2.events[7]) >= len(wantRevs) && len(got[8])+len(log2.events[8]) >= len(wantRevs)
+			})
+			for _, id := range ids {
+				all := append(got[id], log2.events[id]...)
+				if len(all) != len(wantRevs) {
+					t.Fatalf("watch %d got %d events, want %d", id, len(all), len(wantRevs))
+				}
+				for i, ev := range all {
+					if !strings.HasSuffix(ev, fmt.Sprintf("@%d", wantRevs[i])) {
+						t.Fatalf("watch %d: event %d is %s, want revision %d (a gap or a duplicate)", id, i, ev, wantRevs[i])
+					}
+				}
+			}
+			if shared && log.shared+log2.shared == 0 {
+				t.Error("nothing was shared between the two watches of one prefix")
+			}
+		})
 	}
 }
 
