@@ -222,7 +222,10 @@ func (c *Client) runSession(ctx context.Context, at int64, as *assignmentState, 
 	// after a while, as if the server had none.
 	timer := time.AfterFunc(c.cfg.sessionStart, func() { cancel(errNoStart) })
 	defer timer.Stop()
-	hello := &pawlv1.SessionHello{Instance: c.instance(), MembershipEpoch: c.epoch.Load(), AssignmentsAfterRevision: as.after}
+	// Shared events: a change that several spaces' watches get comes
+	// once (watchMessage hands it to each); a server that predates them
+	// sends a message per watch, which watchMessage handles alike.
+	hello := &pawlv1.SessionHello{Instance: c.instance(), MembershipEpoch: c.epoch.Load(), AssignmentsAfterRevision: as.after, SharedEvents: true}
 	if err := st.stream.Send(&pawlv1.SessionRequest{Kind: &pawlv1.SessionRequest_Hello{Hello: hello}}); err != nil && !errors.Is(err, io.EOF) {
 		return err // io.EOF: the server ended the stream, and Receive says why
 	}

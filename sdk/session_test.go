@@ -332,3 +332,60 @@ func TestAWayWithoutHTTP2IsFollowedByTheUnaryCalls(t *testing.T) {
 		t.Fatalf("stored %s", got)
 	}
 }
+
+// TestSpacesOnASharedSessionGetEveryChange: one client follows three
+// spaces, two of one prefix and one of a prefix under it, on its session,
+// which asks for shared events: the server sends a change they all get
+// once, and the client hands it to each. Every space ends with exactly
+// the keys under its prefix, a transaction's included.
+func TestSpacesOnASharedSessionGetEveryChange(t *testing.T) {
+	h := newHarness(t)
+	c := h.client("i0")
+	prefixes := []string{"/sh/", "/sh/", "/sh/a/"}
+	var spaces []*sdk.Space
+	for _, p := range prefixes {
+		s, err := c.Space(h.ctx, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(s.Close)
+		spaces = append(spaces, s)
+	}
+	h.waitRegistered("i0")
+	want := map[string]string{}
+	var last int64
+	for i := range 10 {
+		key := []string{"/sh/a/", "/sh/b/"}[i%2] + string(rune('k'+i))
+		resp, err := h.kv.Put(h.ctx, connect.NewRequest(&pawlv1.PutRequest{Key: key, Value: []byte{byte('0' + i)}}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[key], last = string([]byte{byte('0' + i)}), resp.Msg.GetRevision()
+	}
+	txn, err := h.kv.Txn(h.ctx, connect.NewRequest(&pawlv1.TxnRequest{Ops: []*pawlv1.TxnOp{
+		{Key: "/sh/a/t", Value: []byte("t1")}, {Key: "/sh/b/t", Value: []byte("t2")}, {Key: "/other/t", Value: []byte("t3")}}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want["/sh/a/t"], want["/sh/b/t"], last = "t1", "t2", txn.Msg.GetRevision()
+	for i, s := range spaces {
+		if err := s.WaitRevision(h.ctx, last); err != nil {
+			t.Fatalf("space %d (%s): %v", i, prefixes[i], err)
+		}
+		got := map[string]string{}
+		entries, _ := s.Entries()
+		for _, e := range entries {
+			got[e.Key] = string(e.Value)
+		}
+		for k, v := range want {
+			if strings.HasPrefix(k, prefixes[i]) && got[k] != v {
+				t.Errorf("space %d (%s): %s is %q, want %q", i, prefixes[i], k, got[k], v)
+			}
+		}
+		for k := range got {
+			if _, ok := want[k]; !ok || !strings.HasPrefix(k, prefixes[i]) {
+				t.Errorf("space %d (%s) has %s", i, prefixes[i], k)
+			}
+		}
+	}
+}

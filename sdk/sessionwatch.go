@@ -83,16 +83,27 @@ func (s *session) watch(ctx context.Context, req *pawlv1.WatchRequest) (*session
 	return w, nil
 }
 
-// watchMessage hands a watch message on st to its watch. A message of a
-// watch no longer open (cancelled meanwhile) is dropped.
+// watchMessage hands a watch message on st to its watch, and to each
+// watch it is shared with (SessionWatchMessage.shared_with: the same
+// response, for each at this place in its order). A message of a watch
+// no longer open (cancelled meanwhile) is dropped; the spaces only read
+// a shared response.
 func (s *session) watchMessage(st *sessionStream, m *pawlv1.SessionWatchMessage) {
+	s.watchMessageFor(st, m.GetWatchId(), m)
+	for _, id := range m.GetSharedWith() {
+		s.watchMessageFor(st, id, m)
+	}
+}
+
+// watchMessageFor hands m to watch id.
+func (s *session) watchMessageFor(st *sessionStream, id int64, m *pawlv1.SessionWatchMessage) {
 	s.mu.Lock()
-	w := st.watches[m.GetWatchId()]
+	w := st.watches[id]
 	// The server closes a watch that failed, was cancelled or reported a
 	// compaction: nothing more of it follows.
 	closed := m.GetError() != nil || m.GetCanceled() || m.GetResponse().GetCompacted() != nil
 	if w != nil && closed {
-		delete(st.watches, m.GetWatchId())
+		delete(st.watches, id)
 	}
 	s.mu.Unlock()
 	switch {

@@ -104,40 +104,67 @@ func (s *session) endsWith() connect.Code {
 	}
 }
 
-// watchLog collects, per watch ID, what a session's watches said.
+// watchLog collects, per watch ID, what a session's watches said. A
+// watch message shared with other watches (shared_with) is each one's, as
+// a client hands it out.
 type watchLog struct {
 	events   map[int64][]string // "key=value@rev" per watch
+	batches  map[int64][]string // per watch, the revisions of each events message, "rev,rev"
 	started  map[int64]*pawlv1.WatchStarted
 	other    map[int64][]string // "compacted", "canceled", "error:<code>", "progress"
 	messages int
+	// shared counts the watch messages for more than one watch; wrong
+	// says what was wrong with one (not events, or a watch named twice).
+	shared int
+	wrong  []string
 }
 
 func newWatchLog() *watchLog {
-	return &watchLog{events: map[int64][]string{}, started: map[int64]*pawlv1.WatchStarted{}, other: map[int64][]string{}}
+	return &watchLog{events: map[int64][]string{}, batches: map[int64][]string{}, started: map[int64]*pawlv1.WatchStarted{}, other: map[int64][]string{}}
 }
 
 func (l *watchLog) add(m *pawlv1.SessionResponse) {
 	l.messages++
 	for _, wm := range m.GetWatches() {
-		id := wm.GetWatchId()
-		switch r := wm.GetResponse(); {
-		case wm.GetCanceled():
-			l.other[id] = append(l.other[id], "canceled")
-		case wm.GetError() != nil:
-			l.other[id] = append(l.other[id], "error:"+wm.GetError().GetCode())
-		case r.GetStarted() != nil:
-			l.started[id] = r.GetStarted()
-		case r.GetCompacted() != nil:
-			l.other[id] = append(l.other[id], "compacted")
-		case r.GetEvents() != nil:
-			for _, ev := range r.GetEvents().GetEvents() {
-				value := string(ev.GetKv().GetValue())
-				if len(value) > 16 {
-					value = "..."
-				}
-				l.events[id] = append(l.events[id], fmt.Sprintf("%s=%s@%d", ev.GetKv().GetKey(), value, ev.GetKv().GetModRevision()))
+		ids := append([]int64{wm.GetWatchId()}, wm.GetSharedWith()...)
+		if len(ids) > 1 {
+			l.shared++
+			if wm.GetResponse().GetEvents() == nil {
+				l.wrong = append(l.wrong, fmt.Sprintf("shared, not events: %v", wm))
 			}
 		}
+		seen := map[int64]bool{}
+		for _, id := range ids {
+			if seen[id] {
+				l.wrong = append(l.wrong, fmt.Sprintf("watch %d twice in one message: %v", id, ids))
+			}
+			seen[id] = true
+			l.addFor(id, wm)
+		}
+	}
+}
+
+func (l *watchLog) addFor(id int64, wm *pawlv1.SessionWatchMessage) {
+	switch r := wm.GetResponse(); {
+	case wm.GetCanceled():
+		l.other[id] = append(l.other[id], "canceled")
+	case wm.GetError() != nil:
+		l.other[id] = append(l.other[id], "error:"+wm.GetError().GetCode())
+	case r.GetStarted() != nil:
+		l.started[id] = r.GetStarted()
+	case r.GetCompacted() != nil:
+		l.other[id] = append(l.other[id], "compacted")
+	case r.GetEvents() != nil:
+		var revs []string
+		for _, ev := range r.GetEvents().GetEvents() {
+			value := string(ev.GetKv().GetValue())
+			if len(value) > 16 {
+				value = "..."
+			}
+			l.events[id] = append(l.events[id], fmt.Sprintf("%s=%s@%d", ev.GetKv().GetKey(), value, ev.GetKv().GetModRevision()))
+			revs = append(revs, fmt.Sprint(ev.GetKv().GetModRevision()))
+		}
+		l.batches[id] = append(l.batches[id], strings.Join(revs, ","))
 	}
 }
 
@@ -454,47 +481,64 @@ func TestSessionWatchesCancelCompactAndLimits(t *testing.T) {
 }
 
 // TestSessionWatchResumesExactlyOnce: a session cut in the middle of a
-// stream of changes; a new session resuming the watch from the revision
-// after the last event it got sees every later change once, in order.
+// stream of changes; a new session resuming its two watches of one
+// prefix, each from the revision after the last event it got, sees every
+// later change once, in order, on each, with and without shared events.
 func TestSessionWatchResumesExactlyOnce(t *testing.T) {
-	srv := testserver.Start(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	kv := newKV(t, srv)
-	sctx, cut := context.WithCancel(ctx)
-	s, first := start(t, sctx, testserver.HTTPClient(t), srv.URL, "pay-1")
-	epoch := first.GetStarted().GetRecord().GetMembershipEpoch()
-	s.watch(7, "/r/", 0)
-	log := newWatchLog()
-	s.until(log, func() bool { return log.started[7] != nil })
-	var revs []int64
-	for i := range 40 {
-		revs = append(revs, put(t, kv, fmt.Sprintf("/r/%d", i%5), fmt.Sprint(i)))
-		put(t, kv, "/other/k", "x") // not the watch's
-	}
-	s.until(log, func() bool { return len(log.events[7]) >= 10 })
-	cut()
-	got := slices.Clone(log.events[7])
-	last := revs[len(got)-1]
-	var rest []int64
-	for i := range 20 {
-		rest = append(rest, put(t, kv, fmt.Sprintf("/r/%d", i%5), fmt.Sprint(40+i)))
-	}
-	r := openSession(t, ctx, testserver.HTTPClient(t), srv.URL, &pawlv1.SessionHello{Instance: instanceOf("pay-1"), MembershipEpoch: epoch})
-	r.send(&pawlv1.SessionRequest{Kind: &pawlv1.SessionRequest_WatchCreate{WatchCreate: &pawlv1.SessionWatchCreate{
-		WatchId: 7, Watch: &pawlv1.WatchRequest{Prefix: "/r/", StartRevision: last + 1}}}})
-	log2 := newWatchLog()
-	want := len(revs) + len(rest) - len(got)
-	r.until(log2, func() bool { return len(log2.events[7]) >= want })
-	all := append(got, log2.events[7]...)
-	wantRevs := append(slices.Clone(revs), rest...)
-	if len(all) != len(wantRevs) {
-		t.Fatalf("got %d events, want %d", len(all), len(wantRevs))
-	}
-	for i, ev := range all {
-		if !strings.HasSuffix(ev, fmt.Sprintf("@%d", wantRevs[i])) {
-			t.Fatalf("event %d is %s, want revision %d (a gap or a duplicate)", i, ev, wantRevs[i])
-		}
+	for _, shared := range []bool{false, true} {
+		t.Run(fmt.Sprintf("shared=%v", shared), func(t *testing.T) {
+			srv := testserver.Start(t)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			kv := newKV(t, srv)
+			sctx, cut := context.WithCancel(ctx)
+			s := openSession(t, sctx, testserver.HTTPClient(t), srv.URL, &pawlv1.SessionHello{Instance: instanceOf("pay-1"), SharedEvents: shared})
+			first := s.recv()
+			epoch := first.GetStarted().GetRecord().GetMembershipEpoch()
+			ids := []int64{7, 8}
+			for _, id := range ids {
+				s.watch(id, "/r/", 0)
+			}
+			log := newWatchLog()
+			s.until(log, func() bool { return log.started[7] != nil && log.started[8] != nil })
+			var revs []int64
+			for i := range 40 {
+				revs = append(revs, put(t, kv, fmt.Sprintf("/r/%d", i%5), fmt.Sprint(i)))
+				put(t, kv, "/other/k", "x") // not the watches'
+			}
+			s.until(log, func() bool { return len(log.events[7]) >= 10 && len(log.events[8]) >= 10 })
+			cut()
+			var rest []int64
+			for i := range 20 {
+				rest = append(rest, put(t, kv, fmt.Sprintf("/r/%d", i%5), fmt.Sprint(40+i)))
+			}
+			r := openSession(t, ctx, testserver.HTTPClient(t), srv.URL, &pawlv1.SessionHello{Instance: instanceOf("pay-1"), MembershipEpoch: epoch, SharedEvents: shared})
+			got := map[int64][]string{}
+			for _, id := range ids {
+				got[id] = slices.Clone(log.events[id])
+				r.send(&pawlv1.SessionRequest{Kind: &pawlv1.SessionRequest_WatchCreate{WatchCreate: &pawlv1.SessionWatchCreate{
+					WatchId: id, Watch: &pawlv1.WatchRequest{Prefix: "/r/", StartRevision: revs[len(got[id])-1] + 1}}}})
+			}
+			log2 := newWatchLog()
+			wantRevs := append(slices.Clone(revs), rest...)
+			r.until(log2, func() bool {
+				return len(got[7])+len(log2.events[7]) >= len(wantRevs) && len(got[8])+len(log2.events[8]) >= len(wantRevs)
+			})
+			for _, id := range ids {
+				all := append(got[id], log2.events[id]...)
+				if len(all) != len(wantRevs) {
+					t.Fatalf("watch %d got %d events, want %d", id, len(all), len(wantRevs))
+				}
+				for i, ev := range all {
+					if !strings.HasSuffix(ev, fmt.Sprintf("@%d", wantRevs[i])) {
+						t.Fatalf("watch %d: event %d is %s, want revision %d (a gap or a duplicate)", id, i, ev, wantRevs[i])
+					}
+				}
+			}
+			if shared && log.shared+log2.shared == 0 {
+				t.Error("nothing was shared between the two watches of one prefix")
+			}
+		})
 	}
 }
 

@@ -27,7 +27,9 @@
 // Pawl is measured twice for the fan-out with -systems pawl,pawl-session:
 // "pawl" opens each watcher as a KVService.Watch stream of its own,
 // "pawl-session" opens them on 64 SessionService sessions (one per
-// connection), each watch with its ID.
+// connection), each watch with its ID; "pawl-shared" likewise, with the
+// sessions asking for shared events (a change once per session, with the
+// IDs of the watches it is for, as the SDK asks).
 package main
 
 import (
@@ -98,7 +100,7 @@ func main() {
 }
 
 var starters = map[string]func(ctx context.Context, dir string) (system, error){
-	"pawl": startPawl, "pawl-session": startPawlSessions, "etcd": startEtcd, "redis": startRedis, "nats": startNATS,
+	"pawl": startPawl, "pawl-session": startPawlSessions(false), "pawl-shared": startPawlSessions(true), "etcd": startEtcd, "redis": startRedis, "nats": startNATS,
 }
 
 func run(ctx context.Context, o options) error {

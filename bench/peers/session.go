@@ -18,21 +18,31 @@ const sessionCount = 64
 
 // pawlSessions is pawld with its watchers opened on a few sessions, each
 // holding many watches, instead of a stream per watcher. Puts and
-// catch-up are pawl's.
+// catch-up are pawl's. With shared set, the sessions ask for shared
+// events (SessionHello.shared_events): a change comes once per session,
+// with the IDs of the watches it is for.
 type pawlSessions struct {
 	*pawl
+	shared   bool
 	sessions []*benchkit.Session
 }
 
-func startPawlSessions(ctx context.Context, dir string) (system, error) {
-	s, err := startPawl(ctx, dir)
-	if err != nil {
-		return nil, err
+// startPawlSessions returns the starter of pawlSessions, with or
+// without shared events.
+func startPawlSessions(shared bool) func(ctx context.Context, dir string) (system, error) {
+	return func(ctx context.Context, dir string) (system, error) {
+		s, err := startPawl(ctx, dir)
+		if err != nil {
+			return nil, err
+		}
+		return &pawlSessions{pawl: s.(*pawl), shared: shared}, nil
 	}
-	return &pawlSessions{pawl: s.(*pawl)}, nil
 }
 
 func (s *pawlSessions) name() string {
+	if s.shared {
+		return fmt.Sprintf("Pawl, watches on %d sessions, shared events", sessionCount)
+	}
 	return fmt.Sprintf("Pawl, watches on %d sessions (SessionService)", sessionCount)
 }
 
@@ -52,15 +62,18 @@ func (s *pawlSessions) subscribe(ctx context.Context, n int, deliver func(int)) 
 			mu.Unlock()
 			started.Done()
 		}
+		// A shared message is for watch_id and each of shared_with.
 		for _, ev := range m.GetResponse().GetEvents().GetEvents() {
-			deliver(index(ev.GetKv().GetKey()))
+			for range 1 + len(m.GetSharedWith()) {
+				deliver(index(ev.GetKv().GetKey()))
+			}
 		}
 	}}
 	for k := range min(sessionCount, n) {
 		client := pawlv1connect.NewSessionServiceClient(s.h2cs[k%len(s.h2cs)], s.url, connect.WithGRPC())
 		sess, err := benchkit.OpenSession(ctx, client, &pawlv1.SessionHello{Instance: &pawlv1.Instance{
 			WorkloadIdentity: fmt.Sprintf("peers-%02d", k), BootId: "boot-1", Zone: "zone-a", Role: "watcher", TrafficWeight: 1, AppVersion: "1.0.0",
-		}}, handlers)
+		}, SharedEvents: s.shared}, handlers)
 		if err != nil {
 			return err
 		}

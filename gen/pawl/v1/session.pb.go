@@ -176,8 +176,18 @@ type SessionHello struct {
 	// reconnects: the first set sent is computed at this revision or a later
 	// one (0: no constraint), as WatchAssignmentsRequest.after_revision.
 	AssignmentsAfterRevision int64 `protobuf:"varint,3,opt,name=assignments_after_revision,json=assignmentsAfterRevision,proto3" json:"assignments_after_revision,omitempty"`
-	unknownFields            protoimpl.UnknownFields
-	sizeCache                protoimpl.SizeCache
+	// Asks for shared events: when several watches of the session get the
+	// same events (one change under all of their prefixes, each watch past
+	// its start revision), the server may send them once, in one
+	// SessionWatchMessage that names every one of those watches
+	// (SessionWatchMessage.shared_with), instead of once per watch. A
+	// session with 157 watches of one prefix then carries a change once, not
+	// 157 times. Unset: every watch message is for one watch, as before this
+	// field existed; a server that predates it ignores it, so a client that
+	// sets it handles both forms.
+	SharedEvents  bool `protobuf:"varint,4,opt,name=shared_events,json=sharedEvents,proto3" json:"shared_events,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SessionHello) Reset() {
@@ -229,6 +239,13 @@ func (x *SessionHello) GetAssignmentsAfterRevision() int64 {
 		return x.AssignmentsAfterRevision
 	}
 	return 0
+}
+
+func (x *SessionHello) GetSharedEvents() bool {
+	if x != nil {
+		return x.SharedEvents
+	}
+	return false
 }
 
 // SessionAck carries one ACK with the client's number for it.
@@ -444,7 +461,9 @@ type SessionResponse struct {
 	// Answers to ACKs, in the order the ACKs were sent.
 	Acks []*SessionAckResult `protobuf:"bytes,3,rep,name=acks,proto3" json:"acks,omitempty"`
 	// Messages of the session's watches, per watch in the order of that
-	// watch's stream.
+	// watch's stream. With SessionHello.shared_events, a message may be for
+	// several watches (SessionWatchMessage.shared_with): the client hands it
+	// to each of them in its place in this list.
 	Watches       []*SessionWatchMessage `protobuf:"bytes,4,rep,name=watches,proto3" json:"watches,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -634,7 +653,15 @@ type SessionWatchMessage struct {
 	Error *SessionError `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
 	// Set when the watch was cancelled at the client's request: it is
 	// closed, and nothing more of it follows.
-	Canceled      bool `protobuf:"varint,4,opt,name=canceled,proto3" json:"canceled,omitempty"`
+	Canceled bool `protobuf:"varint,4,opt,name=canceled,proto3" json:"canceled,omitempty"`
+	// The other watches of the session that this message is for, besides
+	// watch_id (only when the hello set shared_events, and only on a message
+	// of events). Each of them gets response exactly as watch_id does, and
+	// at this place in its own order: each watch's messages are still in the
+	// order of its stream, once each, and each watch gets exactly the events
+	// of its prefix from its start revision on, as if the message were sent
+	// once per watch. No watch appears twice in one message.
+	SharedWith    []int64 `protobuf:"varint,5,rep,packed,name=shared_with,json=sharedWith,proto3" json:"shared_with,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -695,6 +722,13 @@ func (x *SessionWatchMessage) GetCanceled() bool {
 		return x.Canceled
 	}
 	return false
+}
+
+func (x *SessionWatchMessage) GetSharedWith() []int64 {
+	if x != nil {
+		return x.SharedWith
+	}
+	return nil
 }
 
 // SessionError is a refusal of one request within a session, which goes
@@ -765,11 +799,12 @@ const file_pawl_v1_session_proto_rawDesc = "" +
 	"\fwatch_create\x18\x03 \x01(\v2\x1b.pawl.v1.SessionWatchCreateH\x00R\vwatchCreate\x12@\n" +
 	"\fwatch_cancel\x18\x04 \x01(\v2\x1b.pawl.v1.SessionWatchCancelH\x00R\vwatchCancel\x12L\n" +
 	"\x10progress_request\x18\x05 \x01(\v2\x1f.pawl.v1.SessionProgressRequestH\x00R\x0fprogressRequestB\x06\n" +
-	"\x04kind\"\xa6\x01\n" +
+	"\x04kind\"\xcb\x01\n" +
 	"\fSessionHello\x12-\n" +
 	"\binstance\x18\x01 \x01(\v2\x11.pawl.v1.InstanceR\binstance\x12)\n" +
 	"\x10membership_epoch\x18\x02 \x01(\x03R\x0fmembershipEpoch\x12<\n" +
-	"\x1aassignments_after_revision\x18\x03 \x01(\x03R\x18assignmentsAfterRevision\"C\n" +
+	"\x1aassignments_after_revision\x18\x03 \x01(\x03R\x18assignmentsAfterRevision\x12#\n" +
+	"\rshared_events\x18\x04 \x01(\bR\fsharedEvents\"C\n" +
 	"\n" +
 	"SessionAck\x12\x15\n" +
 	"\x06ack_id\x18\x01 \x01(\x04R\x05ackId\x12\x1e\n" +
@@ -790,12 +825,14 @@ const file_pawl_v1_session_proto_rawDesc = "" +
 	"\x10SessionAckResult\x12\x15\n" +
 	"\x06ack_id\x18\x01 \x01(\x04R\x05ackId\x12\x1e\n" +
 	"\x03ack\x18\x02 \x01(\v2\f.pawl.v1.AckR\x03ack\x12+\n" +
-	"\x05error\x18\x03 \x01(\v2\x15.pawl.v1.SessionErrorR\x05error\"\xad\x01\n" +
+	"\x05error\x18\x03 \x01(\v2\x15.pawl.v1.SessionErrorR\x05error\"\xce\x01\n" +
 	"\x13SessionWatchMessage\x12\x19\n" +
 	"\bwatch_id\x18\x01 \x01(\x03R\awatchId\x122\n" +
 	"\bresponse\x18\x02 \x01(\v2\x16.pawl.v1.WatchResponseR\bresponse\x12+\n" +
 	"\x05error\x18\x03 \x01(\v2\x15.pawl.v1.SessionErrorR\x05error\x12\x1a\n" +
-	"\bcanceled\x18\x04 \x01(\bR\bcanceled\"<\n" +
+	"\bcanceled\x18\x04 \x01(\bR\bcanceled\x12\x1f\n" +
+	"\vshared_with\x18\x05 \x03(\x03R\n" +
+	"sharedWith\"<\n" +
 	"\fSessionError\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage2T\n" +

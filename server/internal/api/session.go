@@ -38,7 +38,9 @@ import (
 // assignment watcher on the release records and its key-space watches)
 // form one watch.Group: the hub wakes the writer once for all of them,
 // and the writer drains every ready watcher with Poll; a session has no
-// goroutine per watch. ACKs are submitted, in the order they came, to
+// goroutine per watch. When the hello asks for shared events, the events
+// that several of the session's watches get go once in a message, with
+// the IDs of all of them (eventShare). ACKs are submitted, in the order they came, to
 // the rollout domain's batches (rollout.Rollouts.SubmitAck), which judge
 // one instance's ACKs in that order and commit many sessions' ACKs in
 // one store transaction; each is answered, in that order too, once its
@@ -146,6 +148,9 @@ func (h *Sessions) Session(ctx context.Context, stream *connect.BidiStream[pawlv
 		send: stream.Send, wake: make(chan struct{}, 1), cmds: make(chan *pawlv1.SessionRequest, sessionCommands),
 		eof: make(chan struct{}), slots: make(chan struct{}, maxAcksInFlight), watches: map[int64]*sessionWatch{}, byW: map[*watch.Watcher]*sessionWatch{},
 		spec: stream.Spec(), lag: metrics.FromContext(ctx),
+	}
+	if hello.GetSharedEvents() {
+		s.share = newEventShare()
 	}
 	s.ctx, s.cancel = context.WithCancel(ctx)
 	s.assign = &assignmentStream{identity: s.identity, deltas: true, held: map[string]uint64{}, rollouts: h.instances.rollouts}
@@ -296,6 +301,9 @@ type session struct {
 	// behind are watchers the writer did not drain in the last message
 	// (it was full), in the order to continue.
 	behind []*sessionWatch
+	// share, when the hello asked for shared events, sends the events
+	// that several watches get once per message; nil otherwise.
+	share *eventShare
 }
 
 // ackAnswer is the answer to one ACK, once result is set (under
@@ -528,6 +536,7 @@ func (s *session) ended(err error) error {
 // watchers have pending, up to about maxSessionMessageBytes; more says
 // that something is left for the next message.
 func (s *session) fill(msg *pawlv1.SessionResponse) (more bool, err error) {
+	s.share.reset()
 	for len(s.cmds) > 0 {
 		s.taken = append(s.taken, <-s.cmds)
 	}
@@ -589,7 +598,7 @@ func (s *session) command(msg *pawlv1.SessionResponse, req *pawlv1.SessionReques
 		}
 		// A watch that is not open (it ended, or never opened) is
 		// cancelled all the same: nothing more of it follows.
-		msg.Watches = append(msg.Watches, &pawlv1.SessionWatchMessage{WatchId: id, Canceled: true})
+		s.putWatch(msg, &pawlv1.SessionWatchMessage{WatchId: id, Canceled: true})
 	case *pawlv1.SessionRequest_ProgressRequest:
 		for _, sw := range s.watches {
 			sw.w.RequestProgress()
@@ -610,10 +619,10 @@ func (s *session) close(sw *sessionWatch) {
 func (s *session) create(msg *pawlv1.SessionResponse, c *pawlv1.SessionWatchCreate) error {
 	id, req := c.GetWatchId(), c.GetWatch()
 	reply := func(resp *pawlv1.WatchResponse) {
-		msg.Watches = append(msg.Watches, &pawlv1.SessionWatchMessage{WatchId: id, Response: resp})
+		s.putWatch(msg, &pawlv1.SessionWatchMessage{WatchId: id, Response: resp})
 	}
 	refuse := func(err error) error {
-		msg.Watches = append(msg.Watches, &pawlv1.SessionWatchMessage{WatchId: id, Error: sessionError(err)})
+		s.putWatch(msg, &pawlv1.SessionWatchMessage{WatchId: id, Error: sessionError(err)})
 		return nil
 	}
 	switch {
@@ -676,7 +685,7 @@ func (s *session) drainWatch(msg *pawlv1.SessionResponse, sw *sessionWatch, room
 		var compacted *store.CompactedError
 		switch {
 		case errors.As(err, &compacted):
-			msg.Watches = append(msg.Watches, &pawlv1.SessionWatchMessage{WatchId: sw.id, Response: compactedMessage(compacted)})
+			s.putWatch(msg, &pawlv1.SessionWatchMessage{WatchId: sw.id, Response: compactedMessage(compacted)})
 			s.close(sw)
 			return size, true, nil
 		case err != nil:
@@ -684,10 +693,7 @@ func (s *session) drainWatch(msg *pawlv1.SessionResponse, sw *sessionWatch, room
 		case !ok:
 			return size, true, nil
 		}
-		msg.Watches = append(msg.Watches, &pawlv1.SessionWatchMessage{WatchId: sw.id, Response: toProtoBatch(b)})
-		for _, ev := range b.Events {
-			size += len(ev.KV.Key) + len(ev.KV.Value) + 64
-		}
+		size += s.putBatch(msg, sw.id, b)
 		if n := len(b.Events); n > 0 && b.Events[n-1].Revision() > sw.started {
 			s.lag.FanoutLag(time.Since(b.Events[n-1].Time))
 		}

@@ -35,14 +35,16 @@ class SessionError(_message.Message):
     def __init__(self, code: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
 
 class SessionHello(_message.Message):
-    __slots__ = ["assignments_after_revision", "instance", "membership_epoch"]
+    __slots__ = ["assignments_after_revision", "instance", "membership_epoch", "shared_events"]
     ASSIGNMENTS_AFTER_REVISION_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_FIELD_NUMBER: _ClassVar[int]
     MEMBERSHIP_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    SHARED_EVENTS_FIELD_NUMBER: _ClassVar[int]
     assignments_after_revision: int
     instance: _instance_pb2.Instance
     membership_epoch: int
-    def __init__(self, instance: _Optional[_Union[_instance_pb2.Instance, _Mapping]] = ..., membership_epoch: _Optional[int] = ..., assignments_after_revision: _Optional[int] = ...) -> None: ...
+    shared_events: bool
+    def __init__(self, instance: _Optional[_Union[_instance_pb2.Instance, _Mapping]] = ..., membership_epoch: _Optional[int] = ..., assignments_after_revision: _Optional[int] = ..., shared_events: bool = ...) -> None: ...
 
 class SessionProgressRequest(_message.Message):
     __slots__ = []
@@ -95,13 +97,15 @@ class SessionWatchCreate(_message.Message):
     def __init__(self, watch_id: _Optional[int] = ..., watch: _Optional[_Union[_kv_pb2.WatchRequest, _Mapping]] = ...) -> None: ...
 
 class SessionWatchMessage(_message.Message):
-    __slots__ = ["canceled", "error", "response", "watch_id"]
+    __slots__ = ["canceled", "error", "response", "shared_with", "watch_id"]
     CANCELED_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     RESPONSE_FIELD_NUMBER: _ClassVar[int]
+    SHARED_WITH_FIELD_NUMBER: _ClassVar[int]
     WATCH_ID_FIELD_NUMBER: _ClassVar[int]
     canceled: bool
     error: SessionError
     response: _kv_pb2.WatchResponse
+    shared_with: _containers.RepeatedScalarFieldContainer[int]
     watch_id: int
-    def __init__(self, watch_id: _Optional[int] = ..., response: _Optional[_Union[_kv_pb2.WatchResponse, _Mapping]] = ..., error: _Optional[_Union[SessionError, _Mapping]] = ..., canceled: bool = ...) -> None: ...
+    def __init__(self, watch_id: _Optional[int] = ..., response: _Optional[_Union[_kv_pb2.WatchResponse, _Mapping]] = ..., error: _Optional[_Union[SessionError, _Mapping]] = ..., canceled: bool = ..., shared_with: _Optional[_Iterable[int]] = ...) -> None: ...

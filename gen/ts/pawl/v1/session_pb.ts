@@ -16,7 +16,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file pawl/v1/session.proto.
  */
 export const file_pawl_v1_session: GenFile = /*@__PURE__*/
-  fileDesc("ChVwYXdsL3YxL3Nlc3Npb24ucHJvdG8SB3Bhd2wudjEiiwIKDlNlc3Npb25SZXF1ZXN0EiYKBWhlbGxvGAEgASgLMhUucGF3bC52MS5TZXNzaW9uSGVsbG9IABIiCgNhY2sYAiABKAsyEy5wYXdsLnYxLlNlc3Npb25BY2tIABIzCgx3YXRjaF9jcmVhdGUYAyABKAsyGy5wYXdsLnYxLlNlc3Npb25XYXRjaENyZWF0ZUgAEjMKDHdhdGNoX2NhbmNlbBgEIAEoCzIbLnBhd2wudjEuU2Vzc2lvbldhdGNoQ2FuY2VsSAASOwoQcHJvZ3Jlc3NfcmVxdWVzdBgFIAEoCzIfLnBhd2wudjEuU2Vzc2lvblByb2dyZXNzUmVxdWVzdEgAQgYKBGtpbmQicQoMU2Vzc2lvbkhlbGxvEiMKCGluc3RhbmNlGAEgASgLMhEucGF3bC52MS5JbnN0YW5jZRIYChBtZW1iZXJzaGlwX2Vwb2NoGAIgASgDEiIKGmFzc2lnbm1lbnRzX2FmdGVyX3JldmlzaW9uGAMgASgDIjcKClNlc3Npb25BY2sSDgoGYWNrX2lkGAEgASgEEhkKA2FjaxgCIAEoCzIMLnBhd2wudjEuQWNrIkwKElNlc3Npb25XYXRjaENyZWF0ZRIQCgh3YXRjaF9pZBgBIAEoAxIkCgV3YXRjaBgCIAEoCzIVLnBhd2wudjEuV2F0Y2hSZXF1ZXN0IiYKElNlc3Npb25XYXRjaENhbmNlbBIQCgh3YXRjaF9pZBgBIAEoAyIYChZTZXNzaW9uUHJvZ3Jlc3NSZXF1ZXN0IssBCg9TZXNzaW9uUmVzcG9uc2USKAoHc3RhcnRlZBgBIAEoCzIXLnBhd2wudjEuU2Vzc2lvblN0YXJ0ZWQSNgoLYXNzaWdubWVudHMYAiABKAsyIS5wYXdsLnYxLldhdGNoQXNzaWdubWVudHNSZXNwb25zZRInCgRhY2tzGAMgAygLMhkucGF3bC52MS5TZXNzaW9uQWNrUmVzdWx0Ei0KB3dhdGNoZXMYBCADKAsyHC5wYXdsLnYxLlNlc3Npb25XYXRjaE1lc3NhZ2UiOQoOU2Vzc2lvblN0YXJ0ZWQSJwoGcmVjb3JkGAEgASgLMhcucGF3bC52MS5JbnN0YW5jZVJlY29yZCJjChBTZXNzaW9uQWNrUmVzdWx0Eg4KBmFja19pZBgBIAEoBBIZCgNhY2sYAiABKAsyDC5wYXdsLnYxLkFjaxIkCgVlcnJvchgDIAEoCzIVLnBhd2wudjEuU2Vzc2lvbkVycm9yIokBChNTZXNzaW9uV2F0Y2hNZXNzYWdlEhAKCHdhdGNoX2lkGAEgASgDEigKCHJlc3BvbnNlGAIgASgLMhYucGF3bC52MS5XYXRjaFJlc3BvbnNlEiQKBWVycm9yGAMgASgLMhUucGF3bC52MS5TZXNzaW9uRXJyb3ISEAoIY2FuY2VsZWQYBCABKAgiLQoMU2Vzc2lvbkVycm9yEgwKBGNvZGUYASABKAkSDwoHbWVzc2FnZRgCIAEoCTJUCg5TZXNzaW9uU2VydmljZRJCCgdTZXNzaW9uEhcucGF3bC52MS5TZXNzaW9uUmVxdWVzdBoYLnBhd2wudjEuU2Vzc2lvblJlc3BvbnNlIgAoATABQixaKmdpdGh1Yi5jb20vcGF3bGNmZy9wYXdsL2dlbi9wYXdsL3YxO3Bhd2x2MWIGcHJvdG8z", [file_pawl_v1_instance, file_pawl_v1_kv, file_pawl_v1_rollout]);
+  fileDesc("ChVwYXdsL3YxL3Nlc3Npb24ucHJvdG8SB3Bhd2wudjEiiwIKDlNlc3Npb25SZXF1ZXN0EiYKBWhlbGxvGAEgASgLMhUucGF3bC52MS5TZXNzaW9uSGVsbG9IABIiCgNhY2sYAiABKAsyEy5wYXdsLnYxLlNlc3Npb25BY2tIABIzCgx3YXRjaF9jcmVhdGUYAyABKAsyGy5wYXdsLnYxLlNlc3Npb25XYXRjaENyZWF0ZUgAEjMKDHdhdGNoX2NhbmNlbBgEIAEoCzIbLnBhd2wudjEuU2Vzc2lvbldhdGNoQ2FuY2VsSAASOwoQcHJvZ3Jlc3NfcmVxdWVzdBgFIAEoCzIfLnBhd2wudjEuU2Vzc2lvblByb2dyZXNzUmVxdWVzdEgAQgYKBGtpbmQiiAEKDFNlc3Npb25IZWxsbxIjCghpbnN0YW5jZRgBIAEoCzIRLnBhd2wudjEuSW5zdGFuY2USGAoQbWVtYmVyc2hpcF9lcG9jaBgCIAEoAxIiChphc3NpZ25tZW50c19hZnRlcl9yZXZpc2lvbhgDIAEoAxIVCg1zaGFyZWRfZXZlbnRzGAQgASgIIjcKClNlc3Npb25BY2sSDgoGYWNrX2lkGAEgASgEEhkKA2FjaxgCIAEoCzIMLnBhd2wudjEuQWNrIkwKElNlc3Npb25XYXRjaENyZWF0ZRIQCgh3YXRjaF9pZBgBIAEoAxIkCgV3YXRjaBgCIAEoCzIVLnBhd2wudjEuV2F0Y2hSZXF1ZXN0IiYKElNlc3Npb25XYXRjaENhbmNlbBIQCgh3YXRjaF9pZBgBIAEoAyIYChZTZXNzaW9uUHJvZ3Jlc3NSZXF1ZXN0IssBCg9TZXNzaW9uUmVzcG9uc2USKAoHc3RhcnRlZBgBIAEoCzIXLnBhd2wudjEuU2Vzc2lvblN0YXJ0ZWQSNgoLYXNzaWdubWVudHMYAiABKAsyIS5wYXdsLnYxLldhdGNoQXNzaWdubWVudHNSZXNwb25zZRInCgRhY2tzGAMgAygLMhkucGF3bC52MS5TZXNzaW9uQWNrUmVzdWx0Ei0KB3dhdGNoZXMYBCADKAsyHC5wYXdsLnYxLlNlc3Npb25XYXRjaE1lc3NhZ2UiOQoOU2Vzc2lvblN0YXJ0ZWQSJwoGcmVjb3JkGAEgASgLMhcucGF3bC52MS5JbnN0YW5jZVJlY29yZCJjChBTZXNzaW9uQWNrUmVzdWx0Eg4KBmFja19pZBgBIAEoBBIZCgNhY2sYAiABKAsyDC5wYXdsLnYxLkFjaxIkCgVlcnJvchgDIAEoCzIVLnBhd2wudjEuU2Vzc2lvbkVycm9yIp4BChNTZXNzaW9uV2F0Y2hNZXNzYWdlEhAKCHdhdGNoX2lkGAEgASgDEigKCHJlc3BvbnNlGAIgASgLMhYucGF3bC52MS5XYXRjaFJlc3BvbnNlEiQKBWVycm9yGAMgASgLMhUucGF3bC52MS5TZXNzaW9uRXJyb3ISEAoIY2FuY2VsZWQYBCABKAgSEwoLc2hhcmVkX3dpdGgYBSADKAMiLQoMU2Vzc2lvbkVycm9yEgwKBGNvZGUYASABKAkSDwoHbWVzc2FnZRgCIAEoCTJUCg5TZXNzaW9uU2VydmljZRJCCgdTZXNzaW9uEhcucGF3bC52MS5TZXNzaW9uUmVxdWVzdBoYLnBhd2wudjEuU2Vzc2lvblJlc3BvbnNlIgAoATABQixaKmdpdGh1Yi5jb20vcGF3bGNmZy9wYXdsL2dlbi9wYXdsL3YxO3Bhd2x2MWIGcHJvdG8z", [file_pawl_v1_instance, file_pawl_v1_kv, file_pawl_v1_rollout]);
 
 /**
  * SessionRequest is one message from the instance.
@@ -113,6 +113,21 @@ export type SessionHello = Message<"pawl.v1.SessionHello"> & {
    * @generated from field: int64 assignments_after_revision = 3;
    */
   assignmentsAfterRevision: bigint;
+
+  /**
+   * Asks for shared events: when several watches of the session get the
+   * same events (one change under all of their prefixes, each watch past
+   * its start revision), the server may send them once, in one
+   * SessionWatchMessage that names every one of those watches
+   * (SessionWatchMessage.shared_with), instead of once per watch. A
+   * session with 157 watches of one prefix then carries a change once, not
+   * 157 times. Unset: every watch message is for one watch, as before this
+   * field existed; a server that predates it ignores it, so a client that
+   * sets it handles both forms.
+   *
+   * @generated from field: bool shared_events = 4;
+   */
+  sharedEvents: boolean;
 };
 
 /**
@@ -253,7 +268,9 @@ export type SessionResponse = Message<"pawl.v1.SessionResponse"> & {
 
   /**
    * Messages of the session's watches, per watch in the order of that
-   * watch's stream.
+   * watch's stream. With SessionHello.shared_events, a message may be for
+   * several watches (SessionWatchMessage.shared_with): the client hands it
+   * to each of them in its place in this list.
    *
    * @generated from field: repeated pawl.v1.SessionWatchMessage watches = 4;
    */
@@ -362,6 +379,19 @@ export type SessionWatchMessage = Message<"pawl.v1.SessionWatchMessage"> & {
    * @generated from field: bool canceled = 4;
    */
   canceled: boolean;
+
+  /**
+   * The other watches of the session that this message is for, besides
+   * watch_id (only when the hello set shared_events, and only on a message
+   * of events). Each of them gets response exactly as watch_id does, and
+   * at this place in its own order: each watch's messages are still in the
+   * order of its stream, once each, and each watch gets exactly the events
+   * of its prefix from its start revision on, as if the message were sent
+   * once per watch. No watch appears twice in one message.
+   *
+   * @generated from field: repeated int64 shared_with = 5;
+   */
+  sharedWith: bigint[];
 };
 
 /**
