@@ -9,15 +9,17 @@ import (
 // goroutine (a session's writer) serves them all: no goroutine and no
 // notify channel per watcher.
 //
-// A watcher of a group that the hub wakes (an event under its prefix, a
-// progress tick, a stale notice, a progress request) puts itself once on
-// the group's ready list and makes a pending wake-up on the group's one
-// notify channel, without blocking. The group's owner waits on Notify,
-// takes the ready watchers with Ready, and drains each with
-// Watcher.Poll. Publish marks every watcher of a group that one batch
-// concerns before it makes the wake-up, so that the owner finds all of
-// them ready together and can send what one change did to several
-// watches in one message.
+// A watcher of a group that the hub wakes (a progress tick, a stale
+// notice, a progress request) puts itself once on the group's ready list
+// and makes a pending wake-up on the group's one notify channel, without
+// blocking. Publish instead marks, once per group, the prefixes the batch
+// concerns (its cost on the commit path is per group, not per watcher);
+// Ready expands them into the group's watchers of those prefixes. The
+// group's owner waits on Notify, takes the ready watchers with Ready, and
+// drains each with Watcher.Poll. Publish marks all that one batch
+// concerns of a group before it makes the wake-up, so that the owner
+// finds all of them ready together and can send what one change did to
+// several watches in one message.
 //
 // The owner is one goroutine: Ready, Watch (of the group), Poll and Close
 // of the group's watchers are called from it; the hub marks watchers
@@ -26,14 +28,28 @@ type Group struct {
 	hub    *Hub
 	notify chan struct{} // buffered(1): a pending wake-up
 
-	mu    sync.Mutex
-	ready []*Watcher // the watchers marked ready, each once (Watcher.inReady)
+	mu       sync.Mutex
+	ready    []*Watcher                       // the watchers marked ready, each once (Watcher.inReady)
+	prefixes map[string]struct{}              // the prefixes marked ready: all the group's watchers of them are
+	byPrefix map[string]map[*Watcher]struct{} // the group's open watchers, by prefix
+}
+
+// marks is what the hub marks ready in a group at one wake-up: watchers,
+// and prefixes whose every watcher of the group is ready.
+type marks struct {
+	watchers []*Watcher
+	prefixes []string
 }
 
 // NewGroup returns an empty group of the hub's watchers. A group holds
 // no goroutine and needs no Close; its watchers are closed one by one.
 func (h *Hub) NewGroup() *Group {
-	return &Group{hub: h, notify: make(chan struct{}, 1)}
+	return &Group{
+		hub:      h,
+		notify:   make(chan struct{}, 1),
+		prefixes: make(map[string]struct{}),
+		byPrefix: make(map[string]map[*Watcher]struct{}),
+	}
 }
 
 // Watch registers a watcher of the group, as Hub.Watch does: for keys
@@ -46,7 +62,7 @@ func (g *Group) Watch(ctx context.Context, prefix string, start int64) (*Watcher
 	if err != nil {
 		return nil, err
 	}
-	g.mark([]*Watcher{w})
+	g.mark(marks{watchers: []*Watcher{w}})
 	return w, nil
 }
 
@@ -58,13 +74,23 @@ func (g *Group) Notify() <-chan struct{} { return g.notify }
 // then fail with ErrClosed, and no wake-up comes any more.
 func (g *Group) Done() <-chan struct{} { return g.hub.ctx.Done() }
 
-// Ready takes the watchers marked ready since the last call, in the
-// order they were marked, leaving out the closed ones. A watcher woken
-// again after Ready took it is marked again.
+// Ready takes the watchers marked ready since the last call, each once:
+// those marked one by one in the order they were marked, then those of
+// the prefixes marked, leaving out the closed ones. A watcher woken again
+// after Ready took it is marked again.
 func (g *Group) Ready() []*Watcher {
 	g.mu.Lock()
 	ready := g.ready
 	g.ready = nil
+	for p := range g.prefixes {
+		for w := range g.byPrefix[p] {
+			if !w.inReady {
+				w.inReady = true
+				ready = append(ready, w)
+			}
+		}
+	}
+	clear(g.prefixes)
 	for _, w := range ready {
 		w.inReady = false
 	}
@@ -78,15 +104,19 @@ func (g *Group) Ready() []*Watcher {
 	return out
 }
 
-// mark puts the watchers not already there on the ready list, then makes
-// a wake-up pending. It never blocks on the owner.
-func (g *Group) mark(ws []*Watcher) {
+// mark puts the watchers of m not already there on the ready list and
+// the prefixes of m in the ready prefixes, then makes a wake-up pending.
+// It never blocks on the owner.
+func (g *Group) mark(m marks) {
 	g.mu.Lock()
-	for _, w := range ws {
+	for _, w := range m.watchers {
 		if !w.inReady {
 			w.inReady = true
 			g.ready = append(g.ready, w)
 		}
+	}
+	for _, p := range m.prefixes {
+		g.prefixes[p] = struct{}{}
 	}
 	g.mu.Unlock()
 	select {

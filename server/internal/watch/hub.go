@@ -56,8 +56,11 @@ type Source interface {
 //
 // Groups: a watcher of a Group has no notify channel of its own. Its
 // wake-up puts it on the group's ready list and makes one pending wake-up
-// on the group's channel; Publish marks all the watchers of a group that
-// one batch concerns before that wake-up. The group's owner (a session's
+// on the group's channel. Publish does not mark a group's watchers one
+// by one: it marks, once per group, the prefixes the batch concerns (one
+// mark and one channel send per group, whatever the number of its
+// watchers), and the group's Ready expands them into the group's watchers
+// of those prefixes on the owner's side. The group's owner (a session's
 // writer, one goroutine for all of the session's watchers) takes the
 // ready list and drains each watcher with Poll, which is Next without the
 // wait. Ten thousand watches over sixty-four sessions are then sixty-four
@@ -121,9 +124,11 @@ type Hub struct {
 	early    []store.Event
 
 	wmu      sync.Mutex
-	watchers map[string]map[*Watcher]struct{} // by prefix
+	watchers map[string]map[*Watcher]struct{} // every open watcher, by prefix
+	solo     map[string]map[*Watcher]struct{} // the watchers of no group, by prefix
+	groups   map[string]map[*Group]int        // per prefix, the groups with watchers of it, and how many
 	wanting  map[*Watcher]struct{}            // watchers that requested progress
-	marking  map[*Group][]*Watcher            // scratch of Publish: group watchers to mark ready; guarded by wmu
+	marking  map[*Group]marks                 // scratch of Publish: what to mark ready per group; guarded by wmu
 
 	catchUps    atomic.Int64
 	ctx         context.Context
@@ -176,6 +181,8 @@ func New(ctx context.Context, src Source, opts ...Option) (*Hub, error) {
 		opts:     o,
 		ring:     make([]store.Event, o.ringEvents),
 		watchers: make(map[string]map[*Watcher]struct{}),
+		solo:     make(map[string]map[*Watcher]struct{}),
+		groups:   make(map[string]map[*Group]int),
 		wanting:  make(map[*Watcher]struct{}),
 		prefixes: make(map[string]*prefixTrack),
 		ctx:      hctx,
@@ -267,8 +274,14 @@ func (h *Hub) eachWatcher(fn func(w *Watcher)) {
 			h.wakeLocked(w)
 		}
 	}
-	for g, ws := range h.marking {
-		g.mark(ws)
+	h.markGroupsLocked()
+}
+
+// markGroupsLocked marks what h.marking holds, each group once, and
+// empties it. The caller holds wmu.
+func (h *Hub) markGroupsLocked() {
+	for g, m := range h.marking {
+		g.mark(m)
 	}
 	clear(h.marking)
 }
@@ -398,20 +411,38 @@ func (h *Hub) publish(events []store.Event, early bool) {
 	for w := range h.wanting {
 		h.wakeLocked(w) // the publish may have made it current at a newer revision
 	}
-	for prefix, set := range h.watchers {
+	for prefix, set := range h.solo {
 		// After a gap, the lost events may concern any prefix: every
 		// watcher wakes and reads them from the change log.
 		if !gap && !anyUnder(added, prefix) {
 			continue
 		}
 		for w := range set {
-			h.wakeLocked(w)
+			w.wake()
 		}
 	}
-	for g, ws := range h.marking {
-		g.mark(ws)
+	// A group's watchers are marked by prefix, once per group: the cost on
+	// the commit path is per group, not per watcher.
+	for prefix, gs := range h.groups {
+		if !gap && !anyUnder(added, prefix) {
+			continue
+		}
+		for g := range gs {
+			m := h.markingOf(g)
+			m.prefixes = append(m.prefixes, prefix)
+			h.marking[g] = m
+		}
 	}
-	clear(h.marking)
+	h.markGroupsLocked()
+}
+
+// markingOf is what h.marking holds for g, creating the map. The caller
+// holds wmu.
+func (h *Hub) markingOf(g *Group) marks {
+	if h.marking == nil {
+		h.marking = map[*Group]marks{}
+	}
+	return h.marking[g]
 }
 
 // wakeLocked wakes w, or for a watcher of a group notes it in h.marking,
@@ -421,10 +452,9 @@ func (h *Hub) wakeLocked(w *Watcher) {
 		w.wake()
 		return
 	}
-	if h.marking == nil {
-		h.marking = map[*Group][]*Watcher{}
-	}
-	h.marking[w.group] = append(h.marking[w.group], w)
+	m := h.markingOf(w.group)
+	m.watchers = append(m.watchers, w)
+	h.marking[w.group] = m
 }
 
 func anyUnder(events []store.Event, prefix string) bool {
@@ -543,6 +573,39 @@ func (h *Hub) watch(ctx context.Context, prefix string, start int64, g *Group) (
 		h.watchers[prefix] = set
 	}
 	set[w] = struct{}{}
+	if g == nil {
+		addTo(h.solo, prefix, w)
+	} else {
+		gs := h.groups[prefix]
+		if gs == nil {
+			gs = make(map[*Group]int)
+			h.groups[prefix] = gs
+		}
+		gs[g]++
+		g.mu.Lock()
+		addTo(g.byPrefix, prefix, w)
+		g.mu.Unlock()
+	}
 	h.wmu.Unlock()
 	return w, nil
+}
+
+// addTo adds w to m's set for prefix, creating it.
+func addTo(m map[string]map[*Watcher]struct{}, prefix string, w *Watcher) {
+	set := m[prefix]
+	if set == nil {
+		set = make(map[*Watcher]struct{})
+		m[prefix] = set
+	}
+	set[w] = struct{}{}
+}
+
+// removeFrom removes w from m's set for prefix, and the set when empty.
+func removeFrom(m map[string]map[*Watcher]struct{}, prefix string, w *Watcher) {
+	if set := m[prefix]; set != nil {
+		delete(set, w)
+		if len(set) == 0 {
+			delete(m, prefix)
+		}
+	}
 }

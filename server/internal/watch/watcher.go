@@ -196,7 +196,7 @@ func (w *Watcher) staleness() (reason string, changed bool) {
 // channel, or on its group's.
 func (w *Watcher) wake() {
 	if w.group != nil {
-		w.group.mark([]*Watcher{w})
+		w.group.mark(marks{watchers: []*Watcher{w}})
 		return
 	}
 	select {
@@ -222,10 +222,21 @@ func (w *Watcher) Close() {
 	h.wmu.Lock()
 	defer h.wmu.Unlock()
 	delete(h.wanting, w)
-	if set := h.watchers[w.prefix]; set != nil {
-		delete(set, w)
-		if len(set) == 0 {
-			delete(h.watchers, w.prefix)
+	removeFrom(h.watchers, w.prefix, w)
+	g := w.group
+	if g == nil {
+		removeFrom(h.solo, w.prefix, w)
+		return
+	}
+	if gs := h.groups[w.prefix]; gs != nil {
+		if gs[g]--; gs[g] <= 0 {
+			delete(gs, g)
+		}
+		if len(gs) == 0 {
+			delete(h.groups, w.prefix)
 		}
 	}
+	g.mu.Lock()
+	removeFrom(g.byPrefix, w.prefix, w)
+	g.mu.Unlock()
 }
