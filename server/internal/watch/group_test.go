@@ -198,3 +198,82 @@ func TestPollIsNextWithoutTheWait(t *testing.T) {
 		t.Fatalf("Poll of a closed hub: %v", err)
 	}
 }
+
+// TestPublishMarksAGroupOncePerPrefix: a put under a prefix that a
+// group's 500 watchers follow marks the group once, by prefix, without
+// putting each watcher on its ready list on the commit path; Ready then
+// hands out every one of them once (a watcher also marked on its own
+// included), and never a closed one or one of another prefix.
+func TestPublishMarksAGroupOncePerPrefix(t *testing.T) {
+	st, hub := newHub(t, nil, watch.WithProgressInterval(time.Hour))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	g := hub.NewGroup()
+	fleet := map[*watch.Watcher]bool{}
+	for range 500 {
+		w, err := g.Watch(ctx, "/fleet/", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Close()
+		fleet[w] = true
+	}
+	other, err := g.Watch(ctx, "/other/", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	wait := func() {
+		t.Helper()
+		select {
+		case <-g.Notify():
+		case <-ctx.Done():
+			t.Fatal("no wake-up")
+		}
+	}
+	// readyOnce checks that Ready hands out exactly want, each once.
+	readyOnce := func(want map[*watch.Watcher]bool) {
+		t.Helper()
+		got := map[*watch.Watcher]bool{}
+		for _, w := range g.Ready() {
+			if got[w] {
+				t.Fatal("Ready handed out a watcher twice")
+			}
+			if !want[w] {
+				t.Fatalf("Ready handed out a watcher of %s that is closed or not concerned", w.Prefix())
+			}
+			got[w] = true
+		}
+		if len(got) != len(want) {
+			t.Fatalf("Ready handed out %d watchers, want %d", len(got), len(want))
+		}
+	}
+	wait()
+	all := map[*watch.Watcher]bool{other: true}
+	for w := range fleet {
+		all[w] = true
+	}
+	readyOnce(all) // new watchers are ready once
+
+	put(t, st, "/fleet/k", "1")
+	wait()
+	if n := watch.MarkedOneByOne(g); n != 0 {
+		t.Fatalf("Publish marked %d watchers one by one; want the group marked once by prefix", n)
+	}
+	readyOnce(fleet)
+
+	var one, closed *watch.Watcher
+	for w := range fleet {
+		if one == nil {
+			one = w
+		} else if closed == nil {
+			closed = w
+		}
+	}
+	one.RequestProgress() // marked on its own, and by its prefix at the put
+	closed.Close()
+	delete(fleet, closed)
+	put(t, st, "/fleet/k", "2")
+	wait()
+	readyOnce(fleet)
+}

@@ -1,0 +1,9 @@
+package watch
+
+// MarkedOneByOne is the number of watchers on g's ready list, marked one
+// by one (not through a prefix) since its owner last called Ready.
+func MarkedOneByOne(g *Group) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.ready)
+}
