@@ -122,6 +122,9 @@ type Hub struct {
 	// calls Publish.)
 	starting bool
 	early    []store.Event
+	// seen mirrors newest, staleGen and closed (written under mu with
+	// them) so that Poll finds a current watcher current without the lock.
+	seen seen
 
 	wmu      sync.Mutex
 	watchers map[string]map[*Watcher]struct{} // every open watcher, by prefix
@@ -137,6 +140,13 @@ type Hub struct {
 	unsubscribe func()
 	stopStale   func()
 	closeOnce   sync.Once
+}
+
+// seen is what Poll reads of the hub without its lock.
+type seen struct {
+	newest   atomic.Int64
+	staleGen atomic.Int64
+	closed   atomic.Bool
 }
 
 // prefixTrack is what the hub saw of one watched prefix: every event after
@@ -203,6 +213,7 @@ func New(ctx context.Context, src Source, opts ...Option) (*Hub, error) {
 	}
 	h.mu.Lock()
 	h.newest = st.Revision
+	h.seen.newest.Store(h.newest)
 	h.mu.Unlock()
 	// Publish what came meanwhile (what the revision covers is skipped),
 	// until none is left; only then may Publish go straight to the ring,
@@ -236,6 +247,7 @@ func (h *Hub) Close() {
 		h.stopStale()
 		h.mu.Lock()
 		h.closed = true
+		h.seen.closed.Store(true)
 		h.mu.Unlock()
 		h.cancel()
 		h.wg.Wait()
@@ -259,6 +271,7 @@ func (h *Hub) SetStale(err error) {
 	}
 	h.stale = reason
 	h.staleGen++
+	h.seen.staleGen.Store(h.staleGen)
 	h.mu.Unlock()
 	h.eachWatcher(func(*Watcher) {})
 }
@@ -381,6 +394,7 @@ func (h *Hub) publish(events []store.Event, early bool) {
 		h.newest = rev
 		added = append(added, ev)
 	}
+	h.seen.newest.Store(h.newest)
 	for prefix, t := range h.prefixes {
 		if gap {
 			// What the lost events were is unknown: only the log can say.

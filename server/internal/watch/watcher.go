@@ -84,6 +84,9 @@ func (w *Watcher) Next(ctx context.Context) (Batch, error) {
 // owner until ok is unset, after Ready returned it.
 func (w *Watcher) Poll(ctx context.Context) (b Batch, ok bool, err error) {
 	h := w.hub
+	if w.current() {
+		return Batch{}, false, nil
+	}
 	for {
 		events, needLog, err := w.fromRing()
 		if err != nil {
@@ -120,6 +123,21 @@ func (w *Watcher) Poll(ctx context.Context) (b Batch, ok bool, err error) {
 		}
 		return Batch{}, false, nil
 	}
+}
+
+// current reports, without the hub's lock, that nothing is pending for
+// the watcher: its cursor is past the newest revision, no stale notice,
+// progress or progress request is due, and the hub is open. A session's
+// writer polls each ready watcher until it has nothing: that last poll,
+// one per watcher and change, then costs a few atomic loads, not the
+// hub's read lock twice.
+func (w *Watcher) current() bool {
+	s := &w.hub.seen
+	return w.next > s.newest.Load() &&
+		s.staleGen.Load() == w.staleSeen &&
+		!s.closed.Load() &&
+		!w.progressDue.Load() &&
+		!w.wanted.Load()
 }
 
 // RequestProgress asks for a progress notification as soon as the watcher
