@@ -7,3 +7,9 @@ func MarkedOneByOne(g *Group) int {
 	defer g.mu.Unlock()
 	return len(g.ready)
 }
+
+// LockHub takes h's lock, as Publish does, until unlock is called.
+func LockHub(h *Hub) (unlock func()) {
+	h.mu.Lock()
+	return h.mu.Unlock
+}

@@ -277,3 +277,38 @@ func TestPublishMarksAGroupOncePerPrefix(t *testing.T) {
 	wait()
 	readyOnce(fleet)
 }
+
+// TestPollOfACurrentWatcherTakesNoLock: a session's writer polls each
+// ready watcher until it has nothing; that last poll of a watcher already
+// at the newest revision answers without the hub's lock, so it neither
+// waits for a Publish nor slows one.
+func TestPollOfACurrentWatcherTakesNoLock(t *testing.T) {
+	st, hub := newHub(t, nil, watch.WithProgressInterval(time.Hour))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	w := watchFrom(t, hub, "/a/", 0)
+	defer w.Close()
+	put(t, st, "/a/k", "1")
+	if b, err := w.Next(ctx); err != nil || len(b.Events) != 1 {
+		t.Fatalf("Next: %v, %v", b, err)
+	}
+	unlock := watch.LockHub(hub)
+	done := make(chan error, 1)
+	go func() {
+		_, ok, err := w.Poll(ctx)
+		if ok {
+			err = errors.New("Poll of a current watcher returned something")
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		unlock()
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-ctx.Done():
+		unlock()
+		t.Fatal("Poll of a current watcher waited for the hub's lock")
+	}
+}
