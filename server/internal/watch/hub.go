@@ -99,7 +99,9 @@ type Source interface {
 // it until it reports a newer revision.
 //
 // Lock order: mu before wmu is never needed; Publish takes mu, releases it,
-// then takes wmu. Next takes only mu (read).
+// then takes wmu. Next takes only mu (read), and Poll of a current
+// watcher no lock at all. A Group's mu is taken under wmu (marking,
+// registering, closing) or alone (Ready), never the other way round.
 type Hub struct {
 	src  Source
 	opts options
