@@ -188,14 +188,18 @@ func TestCheckIsLoadsFirstStep(t *testing.T) {
 
 func TestHostileModulesAreContained(t *testing.T) {
 	// The limit on time is generous here so that the memory and output
-	// limits are what stop membomb and bigoutput; loop gets a short one.
+	// limits are what stop membomb and bigoutput; loop gets a shorter one
+	// (it never returns, so it exceeds any limit), yet long enough for
+	// its Load, whose start of the Go runtime and ABI version call run
+	// under the same wall-clock limit: 300 ms was too short for those on
+	// a loaded 2-core machine under -race.
 	r := newRuntime(t, host.WithTimeout(10*time.Second), host.WithMemoryLimit(32<<20))
 	ctx := context.Background()
 	good := load(t, r, "routing")
 	valid := host.Input{Config: []byte(`{"upstreams":[{"host":"a","weight":100}]}`)}
 
 	t.Run("loop", func(t *testing.T) {
-		v := load(t, newRuntime(t, host.WithTimeout(300*time.Millisecond)), "hostile/loop")
+		v := load(t, newRuntime(t, host.WithTimeout(3*time.Second)), "hostile/loop")
 		_, err := v.Validate(ctx, host.Input{})
 		var timeout *host.TimeoutError
 		if !errors.As(err, &timeout) || !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, host.ErrTimeout) {
