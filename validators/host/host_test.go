@@ -33,7 +33,10 @@ func TestMain(m *testing.M) {
 
 func newRuntime(t testing.TB, opts ...host.Option) *host.Runtime {
 	t.Helper()
-	r, err := host.New(context.Background(), append([]host.Option{host.WithCacheDir(wasmbuild.CacheDir(t)), host.WithCompileTimeout(wasmbuild.CompileTimeout)}, opts...)...)
+	// A generous validation limit (opts may set another): the tests that
+	// need a validation, or a Load, to succeed are not tests of the limit.
+	r, err := host.New(context.Background(), append([]host.Option{host.WithCacheDir(wasmbuild.CacheDir(t)),
+		host.WithCompileTimeout(wasmbuild.CompileTimeout), host.WithTimeout(wasmbuild.ValidatorTimeout)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
