@@ -112,13 +112,13 @@ func (a *auditor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connec
 		rc := &requestRecorder{StreamingHandlerConn: conn}
 		// A session's registration and ACKs are recorded one by one, each
 		// with a request ID of its own, by its handler (messageguard.go).
-		ctx = withMessageRecorder(ctx, func(ctx context.Context, procedure string, req, resp any, err error) error {
+		ctx = withMessageRecorder(ctx, func(ctx context.Context, procedure string, req, resp any, err error, done func(error)) {
 			call := call
 			call.RequestID = audit.NewRequestID()
 			if ack, ok := req.(*pawlv1.AckRequest); ok {
 				call.TraceID, _ = rollout.TraceID(ack.GetAck().GetTraceparent())
 			}
-			return a.record(audit.WithCall(ctx, call), call, procedure, req, resp, err)
+			a.recordAsync(audit.WithCall(ctx, call), call, procedure, req, resp, err, done)
 		})
 		err := next(ctx, rc)
 		return a.record(ctx, call, conn.Spec().Procedure, rc.first, nil, err)
@@ -148,10 +148,39 @@ func (r *requestRecorder) Receive(m any) error {
 // record writes the call's record if it is one to keep, and returns the
 // call's error, or the error saying it went unaudited.
 func (a *auditor) record(ctx context.Context, call audit.Call, procedure string, req, resp any, err error) error {
+	rec, keep := a.entry(ctx, &call, procedure, req, resp, err)
+	if !keep {
+		return err
+	}
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), auditAppendTimeout)
+	defer cancel()
+	_, aerr := a.log.Append(actx, rec)
+	return a.outcome(call, rec, err, aerr)
+}
+
+// recordAsync is record without waiting: done gets what record would
+// return, once the record is durable (or failed), on the audit log's
+// writer; done must not block.
+func (a *auditor) recordAsync(ctx context.Context, call audit.Call, procedure string, req, resp any, err error, done func(error)) {
+	rec, keep := a.entry(ctx, &call, procedure, req, resp, err)
+	if !keep {
+		done(err)
+		return
+	}
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), auditAppendTimeout)
+	a.log.AppendAsync(actx, rec, func(_ auditchain.Record, aerr error) {
+		cancel()
+		done(a.outcome(call, rec, err, aerr))
+	})
+}
+
+// entry returns the record of a call and whether it is one to keep; it
+// sets call's principal, now known.
+func (a *auditor) entry(ctx context.Context, call *audit.Call, procedure string, req, resp any, err error) (auditchain.Record, bool) {
 	code := connect.CodeOf(err)
 	refused := err != nil && (code == connect.CodeUnauthenticated || code == connect.CodePermissionDenied)
 	if !mutations[procedure] && !refused {
-		return err
+		return auditchain.Record{}, false
 	}
 	// Authentication ran inside this interceptor, after begin: who the
 	// call was is known now.
@@ -163,18 +192,23 @@ func (a *auditor) record(ctx context.Context, call audit.Call, procedure string,
 	if err != nil {
 		rec.Outcome, rec.Message = code.String(), truncate(errorMessage(err), auditchain.MaxMessageBytes)
 	}
-	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), auditAppendTimeout)
-	defer cancel()
-	if _, aerr := a.log.Append(actx, rec); aerr != nil {
-		a.logger.Error("a call went unaudited", "procedure", procedure, "request_id", call.RequestID, "principal", call.Principal,
-			"outcome", rec.Outcome, "error", aerr)
-		if err == nil {
-			return connect.NewError(connect.CodeUnavailable, fmt.Errorf("unaudited: the request succeeded (its change was made, request ID %s), "+
-				"but its audit record could not be written: %v", call.RequestID, aerr))
-		}
-		return connect.NewError(code, fmt.Errorf("%s (unaudited: its audit record could not be written: %v)", errorMessage(err), aerr))
+	return rec, true
+}
+
+// outcome returns the error of a call whose record rec the audit log
+// appended (aerr nil) or not: the call's own, or one saying it went
+// unaudited.
+func (a *auditor) outcome(call audit.Call, rec auditchain.Record, err, aerr error) error {
+	if aerr == nil {
+		return err
 	}
-	return err
+	a.logger.Error("a call went unaudited", "procedure", rec.Procedure, "request_id", call.RequestID, "principal", call.Principal,
+		"outcome", rec.Outcome, "error", aerr)
+	if err == nil {
+		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("unaudited: the request succeeded (its change was made, request ID %s), "+
+			"but its audit record could not be written: %v", call.RequestID, aerr))
+	}
+	return connect.NewError(connect.CodeOf(err), fmt.Errorf("%s (unaudited: its audit record could not be written: %v)", errorMessage(err), aerr))
 }
 
 func errorMessage(err error) string {

@@ -29,9 +29,12 @@ type messageGuards struct {
 type messageCheck func(ctx context.Context, procedure string, msg any) error
 
 // messageRecorder records a request carried by a stream, with its answer
-// or error, as its procedure's own call would be, and returns the error
-// to answer with (err, or the audit log's failure).
-type messageRecorder func(ctx context.Context, procedure string, req, resp any, err error) error
+// or error, as its procedure's own call would be, and calls done with the
+// error to answer with (err, or the audit log's failure) once the record
+// is durable. It does not wait: done runs on the audit log's writer (or
+// on the caller's goroutine when there is nothing to record), and must
+// not block.
+type messageRecorder func(ctx context.Context, procedure string, req, resp any, err error, done func(error))
 
 type guardsKey struct{}
 
@@ -79,13 +82,24 @@ func checkMessage(ctx context.Context, procedure string, msg any) error {
 	return nil
 }
 
-// recordMessage records a request carried by a stream (see
-// messageRecorder); without a recorder it returns err.
+// recordMessage records a request carried by a stream and waits until
+// its record is durable (see messageRecorder); without a recorder it
+// returns err.
 func recordMessage(ctx context.Context, procedure string, req, resp any, err error) error {
+	res := make(chan error, 1)
+	recordMessageAsync(ctx, procedure, req, resp, err, func(err error) { res <- err })
+	return <-res
+}
+
+// recordMessageAsync records a request carried by a stream without
+// waiting: done gets the error to answer with once the record is durable
+// (see messageRecorder); without a recorder, done(err) at once.
+func recordMessageAsync(ctx context.Context, procedure string, req, resp any, err error, done func(error)) {
 	if g := guardsFrom(ctx); g.record != nil {
-		return g.record(ctx, procedure, req, resp, err)
+		g.record(ctx, procedure, req, resp, err, done)
+		return
 	}
-	return err
+	done(err)
 }
 
 // abortRead makes the pending Receive of the stream of ctx fail, if the
