@@ -57,7 +57,7 @@ func TestWriterAsyncContextAndStop(t *testing.T) {
 		t.Fatalf("second batch %v: b, cancelled in the queue, must not be written", ids)
 	}
 	appendAsync(context.Background(), "d") // queued behind c when the writer stops
-	w.cancel() // stop, in two steps: c's batch ends after the writer is told to stop
+	w.cancel()                             // stop, in two steps: c's batch ends after the writer is told to stop
 	proceed <- struct{}{}
 	w.stop()
 	got := []string{<-answers, <-answers}
