@@ -95,7 +95,13 @@ func recordMessage(ctx context.Context, procedure string, req, resp any, err err
 // waiting: done gets the error to answer with once the record is durable
 // (see messageRecorder); without a recorder, done(err) at once.
 func recordMessageAsync(ctx context.Context, procedure string, req, resp any, err error, done func(error)) {
-	if g := guardsFrom(ctx); g.record != nil {
+	guardsFrom(ctx).recordAsync(ctx, procedure, req, resp, err, done)
+}
+
+// recordAsync is recordMessageAsync with the guards of ctx read off it
+// already.
+func (g messageGuards) recordAsync(ctx context.Context, procedure string, req, resp any, err error, done func(error)) {
+	if g.record != nil {
 		g.record(ctx, procedure, req, resp, err, done)
 		return
 	}

@@ -154,6 +154,7 @@ func (h *Sessions) Session(ctx context.Context, stream *connect.BidiStream[pawlv
 		spec: stream.Spec(), lag: metrics.FromContext(ctx),
 	}
 	s.ctx, s.cancel = context.WithCancel(ctx)
+	s.guards = guardsFrom(ctx)
 	s.assign = &assignmentStream{identity: s.identity, deltas: true, held: map[string]uint64{}, rollouts: h.instances.rollouts}
 	writerDone := make(chan error, 1)
 	go func() { writerDone <- s.write(h.instances.toProto(rec), hello.GetAssignmentsAfterRevision()) }()
@@ -274,6 +275,10 @@ type session struct {
 	spec           connect.Spec
 	lag            *metrics.Metrics
 	send           func(*pawlv1.SessionResponse) error
+	// guards are the stream's message guards, read off its context once:
+	// its ACKs' answers are audited from the batches' goroutine, which
+	// should not walk the context's chain for each.
+	guards messageGuards
 
 	// Between the receiver and the writer: wake is a pending wake-up of
 	// the writer (an ACK answered); cmds the watch requests in the order
@@ -415,7 +420,7 @@ func (s *session) answer(a *ackAnswer, req *pawlv1.AckRequest, stored *pawlv1.Ac
 	if err == nil {
 		resp = &pawlv1.AckResponse{Ack: stored}
 	}
-	recordMessageAsync(s.ctx, pawlv1connect.RolloutServiceAckProcedure, req, resp, err, func(err error) {
+	s.guards.recordAsync(s.ctx, pawlv1connect.RolloutServiceAckProcedure, req, resp, err, func(err error) {
 		s.answered(a, req, stored, err)
 	})
 }
@@ -490,8 +495,11 @@ func (s *session) write(started *pawlv1.InstanceRecord, after int64) (err error)
 	if err := s.send(msg); err != nil {
 		return s.ended(err)
 	}
+	// One message, reused: Send has marshaled it when it returns, and a
+	// wake-up that finds nothing to send (most, when each answer is sent
+	// as it comes) allocates nothing.
+	msg = &pawlv1.SessionResponse{}
 	for {
-		msg := &pawlv1.SessionResponse{}
 		s.takeAnswers(msg)
 		more, err := s.fill(msg)
 		if err != nil {
@@ -501,6 +509,7 @@ func (s *session) write(started *pawlv1.InstanceRecord, after int64) (err error)
 			if err := s.send(msg); err != nil {
 				return s.ended(err)
 			}
+			msg.Reset()
 		}
 		if more {
 			continue
