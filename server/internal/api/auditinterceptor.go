@@ -112,13 +112,13 @@ func (a *auditor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connec
 		rc := &requestRecorder{StreamingHandlerConn: conn}
 		// A session's registration and ACKs are recorded one by one, each
 		// with a request ID of its own, by its handler (messageguard.go).
-		ctx = withMessageRecorder(ctx, func(ctx context.Context, procedure string, req, resp any, err error, done func(error)) {
+		ctx = withMessageRecorder(ctx, func(ctx context.Context, procedure string, req any) finishRecord {
 			call := call
 			call.RequestID = audit.NewRequestID()
 			if ack, ok := req.(*pawlv1.AckRequest); ok {
 				call.TraceID, _ = rollout.TraceID(ack.GetAck().GetTraceparent())
 			}
-			a.recordAsync(audit.WithCall(ctx, call), call, procedure, req, resp, err, done)
+			return a.prepare(audit.WithCall(ctx, call), call, procedure, req)
 		})
 		err := next(ctx, rc)
 		return a.record(ctx, call, conn.Spec().Procedure, rc.first, nil, err)
@@ -148,51 +148,64 @@ func (r *requestRecorder) Receive(m any) error {
 // record writes the call's record if it is one to keep, and returns the
 // call's error, or the error saying it went unaudited.
 func (a *auditor) record(ctx context.Context, call audit.Call, procedure string, req, resp any, err error) error {
-	rec, keep := a.entry(ctx, &call, procedure, req, resp, err)
-	if !keep {
+	if !keeps(procedure, err) {
 		return err
 	}
+	// Authentication ran inside this interceptor, after begin: who the
+	// call was is known now.
+	call.Principal, call.OnBehalfOf = a.principal(ctx)
+	s := requestSubject(req)
+	addResponseSubject(&s, resp)
+	rec := a.entry(call, procedure, s, err)
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), auditAppendTimeout)
 	defer cancel()
 	_, aerr := a.log.Append(actx, rec)
 	return a.outcome(call, rec, err, aerr)
 }
 
-// recordAsync is record without waiting: done gets what record would
-// return, once the record is durable (or failed), on the audit log's
-// writer; done must not block.
-func (a *auditor) recordAsync(ctx context.Context, call audit.Call, procedure string, req, resp any, err error, done func(error)) {
-	rec, keep := a.entry(ctx, &call, procedure, req, resp, err)
-	if !keep {
-		done(err)
-		return
+// prepare reads now what the record of a request carried by a stream
+// needs of ctx and of the request (who, what about), on the stream's
+// goroutine, and returns the function that records it with its outcome
+// without waiting (see finishRecord), which can then run on whatever
+// goroutine learns the outcome and does little there.
+func (a *auditor) prepare(ctx context.Context, call audit.Call, procedure string, req any) finishRecord {
+	call.Principal, call.OnBehalfOf = a.principal(ctx) // the stream's, authenticated
+	subject := requestSubject(req)
+	actx := context.WithoutCancel(ctx)
+	return func(resp any, err error, done func(error)) {
+		if !keeps(procedure, err) {
+			done(err)
+			return
+		}
+		s := subject
+		addResponseSubject(&s, resp)
+		rec := a.entry(call, procedure, s, err)
+		actx, cancel := context.WithTimeout(actx, auditAppendTimeout)
+		a.log.AppendAsync(actx, rec, func(_ auditchain.Record, aerr error) {
+			cancel()
+			done(a.outcome(call, rec, err, aerr))
+		})
 	}
-	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), auditAppendTimeout)
-	a.log.AppendAsync(actx, rec, func(_ auditchain.Record, aerr error) {
-		cancel()
-		done(a.outcome(call, rec, err, aerr))
-	})
 }
 
-// entry returns the record of a call and whether it is one to keep; it
-// sets call's principal, now known.
-func (a *auditor) entry(ctx context.Context, call *audit.Call, procedure string, req, resp any, err error) (auditchain.Record, bool) {
+// keeps says whether a call to procedure that ended with err is recorded:
+// every mutation, and every refusal.
+func keeps(procedure string, err error) bool {
 	code := connect.CodeOf(err)
-	refused := err != nil && (code == connect.CodeUnauthenticated || code == connect.CodePermissionDenied)
-	if !mutations[procedure] && !refused {
-		return auditchain.Record{}, false
-	}
-	// Authentication ran inside this interceptor, after begin: who the
-	// call was is known now.
-	call.Principal, call.OnBehalfOf = a.principal(ctx)
+	return mutations[procedure] || (err != nil && (code == connect.CodeUnauthenticated || code == connect.CodePermissionDenied))
+}
+
+// entry returns the record of a call (its principal known) about
+// subject that ended with err, made now.
+func (a *auditor) entry(call audit.Call, procedure string, subject auditchain.Subject, err error) auditchain.Record {
 	rec := auditchain.Record{
 		Time: auditchain.FormatTime(a.now()), Principal: call.Principal, OnBehalfOf: call.OnBehalfOf, Procedure: procedure,
-		RequestID: call.RequestID, TraceID: call.TraceID, Outcome: auditchain.OutcomeOK, Subject: subjectOf(req, resp),
+		RequestID: call.RequestID, TraceID: call.TraceID, Outcome: auditchain.OutcomeOK, Subject: subject,
 	}
 	if err != nil {
-		rec.Outcome, rec.Message = code.String(), truncate(errorMessage(err), auditchain.MaxMessageBytes)
+		rec.Outcome, rec.Message = connect.CodeOf(err).String(), truncate(errorMessage(err), auditchain.MaxMessageBytes)
 	}
-	return rec, true
+	return rec
 }
 
 // outcome returns the error of a call whose record rec the audit log
@@ -230,10 +243,10 @@ func truncate(s string, n int) string {
 	return s[:n]
 }
 
-// subjectOf reads what a call was about from its request and answer: the
-// fields of each that name a config, generation, key, prefix, digest or
-// identity.
-func subjectOf(req, resp any) auditchain.Subject {
+// requestSubject reads what a call was about from its request: the
+// fields that name a config, generation, key, prefix, digest or
+// identity. addResponseSubject adds what its answer names.
+func requestSubject(req any) auditchain.Subject {
 	var s auditchain.Subject
 	fillSubject(&s, req)
 	switch m := req.(type) {
@@ -252,6 +265,12 @@ func subjectOf(req, resp any) auditchain.Subject {
 		}
 		s.Prefix = commonPrefix(keys)
 	}
+	return s
+}
+
+// addResponseSubject adds to s what a call's answer names that its
+// request did not: a digest, generation or revision it made.
+func addResponseSubject(s *auditchain.Subject, resp any) {
 	switch m := resp.(type) {
 	case *pawlv1.UploadResponse:
 		s.Digest = m.GetValidator().GetDigest()
@@ -264,7 +283,6 @@ func subjectOf(req, resp any) auditchain.Subject {
 	case interface{ GetRevision() int64 }: // the KV mutations
 		s.Revision = m.GetRevision()
 	}
-	return s
 }
 
 // fillSubject sets the fields of s that m names and s does not have yet.

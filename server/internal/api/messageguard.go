@@ -28,13 +28,18 @@ type messageGuards struct {
 // procedure it would be on its own), or returns nil.
 type messageCheck func(ctx context.Context, procedure string, msg any) error
 
-// messageRecorder records a request carried by a stream, with its answer
-// or error, as its procedure's own call would be, and calls done with the
-// error to answer with (err, or the audit log's failure) once the record
-// is durable. It does not wait: done runs on the audit log's writer (or
-// on the caller's goroutine when there is nothing to record), and must
-// not block.
-type messageRecorder func(ctx context.Context, procedure string, req, resp any, err error, done func(error))
+// messageRecorder begins the record of a request carried by a stream,
+// as its procedure's own call would be recorded: it reads who and what
+// about now, on the stream's goroutine, and returns the function that
+// finishes it once the outcome is known.
+type messageRecorder func(ctx context.Context, procedure string, req any) finishRecord
+
+// finishRecord records a request with its answer or error and calls done
+// with the error to answer with (err, or the audit log's failure) once
+// the record is durable. It does not wait: done runs on the audit log's
+// writer (or on the caller's goroutine when there is nothing to record),
+// and must not block.
+type finishRecord func(resp any, err error, done func(error))
 
 type guardsKey struct{}
 
@@ -87,25 +92,17 @@ func checkMessage(ctx context.Context, procedure string, msg any) error {
 // returns err.
 func recordMessage(ctx context.Context, procedure string, req, resp any, err error) error {
 	res := make(chan error, 1)
-	recordMessageAsync(ctx, procedure, req, resp, err, func(err error) { res <- err })
+	guardsFrom(ctx).beginRecord(ctx, procedure, req)(resp, err, func(err error) { res <- err })
 	return <-res
 }
 
-// recordMessageAsync records a request carried by a stream without
-// waiting: done gets the error to answer with once the record is durable
-// (see messageRecorder); without a recorder, done(err) at once.
-func recordMessageAsync(ctx context.Context, procedure string, req, resp any, err error, done func(error)) {
-	guardsFrom(ctx).recordAsync(ctx, procedure, req, resp, err, done)
-}
-
-// recordAsync is recordMessageAsync with the guards of ctx read off it
-// already.
-func (g messageGuards) recordAsync(ctx context.Context, procedure string, req, resp any, err error, done func(error)) {
-	if g.record != nil {
-		g.record(ctx, procedure, req, resp, err, done)
-		return
+// beginRecord begins the record of a request carried by a stream (see
+// messageRecorder); without a recorder, finishing it answers err at once.
+func (g messageGuards) beginRecord(ctx context.Context, procedure string, req any) finishRecord {
+	if g.record == nil {
+		return func(_ any, err error, done func(error)) { done(err) }
 	}
-	done(err)
+	return g.record(ctx, procedure, req)
 }
 
 // abortRead makes the pending Receive of the stream of ctx fail, if the

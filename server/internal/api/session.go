@@ -275,9 +275,8 @@ type session struct {
 	spec           connect.Spec
 	lag            *metrics.Metrics
 	send           func(*pawlv1.SessionResponse) error
-	// guards are the stream's message guards, read off its context once:
-	// its ACKs' answers are audited from the batches' goroutine, which
-	// should not walk the context's chain for each.
+	// guards are the stream's message guards, read off its context once,
+	// not for each ACK.
 	guards messageGuards
 
 	// Between the receiver and the writer: wake is a pending wake-up of
@@ -315,7 +314,8 @@ type session struct {
 type ackAnswer struct {
 	result *pawlv1.SessionAckResult
 	id     uint64
-	span   trace.Span // nil without tracing
+	span   trace.Span   // nil without tracing
+	record finishRecord // its audit record, begun
 }
 
 // sessionWatch is one key-space watch of a session.
@@ -371,6 +371,10 @@ func (s *session) ack(m *pawlv1.SessionAck) error {
 	s.acks.Add(1)
 	s.h.answering.Add(1)
 	req := &pawlv1.AckRequest{Ack: m.GetAck()}
+	// Its audit record is begun here, on the receiver, so that what is
+	// left to do when the outcome is known, on the batches' goroutine,
+	// is little.
+	a.record = s.guards.beginRecord(s.ctx, pawlv1connect.RolloutServiceAckProcedure, req)
 	switch got := m.GetAck(); {
 	case got == nil:
 		s.answer(a, req, nil, InvalidArgument("ack %d carries no ack", m.GetAckId()))
@@ -420,9 +424,7 @@ func (s *session) answer(a *ackAnswer, req *pawlv1.AckRequest, stored *pawlv1.Ac
 	if err == nil {
 		resp = &pawlv1.AckResponse{Ack: stored}
 	}
-	s.guards.recordAsync(s.ctx, pawlv1connect.RolloutServiceAckProcedure, req, resp, err, func(err error) {
-		s.answered(a, req, stored, err)
-	})
+	a.record(resp, err, func(err error) { s.answered(a, req, stored, err) })
 }
 
 // answered sets an ACK's answer, audited, and wakes the writer. It must
