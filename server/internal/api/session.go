@@ -511,7 +511,10 @@ func (s *session) write(started *pawlv1.InstanceRecord, after int64) (err error)
 			if err := s.send(msg); err != nil {
 				return s.ended(err)
 			}
+			acks := msg.Acks
+			clear(acks)
 			msg.Reset()
+			msg.Acks = acks[:0]
 		}
 		if more {
 			continue
