@@ -111,6 +111,12 @@ func (h *harness) clientAt(url, id string, opts ...sdk.Option) *sdk.Client {
 	base := []sdk.Option{
 		sdk.WithWorkloadIdentity(id), sdk.WithZone("zone-a"), sdk.WithAppVersion("2.0.0"),
 		sdk.WithCompiledCacheDir(wasmbuild.CacheDir(h.t)), sdk.WithBackoff(10*time.Millisecond, 200*time.Millisecond),
+		// The validation limit is wall-clock time, and the Go runtime's
+		// start in a validator has taken longer than the 1 s default on
+		// two cores shared by every test package under -race: a client
+		// that REJECTED a release for it fails a test waiting for
+		// HEALTHY_ACKED. The tests of the limit set their own.
+		sdk.WithValidatorTimeout(testserver.TestValidatorTimeout),
 		sdk.WithLogger(quiet()),
 	}
 	if h.instanceToken != "" {

@@ -112,8 +112,8 @@ func TestMetricsCountAppliesAcksRejectsAndStaleness(t *testing.T) {
 	slowReader := sdkmetric.NewManualReader()
 	slowMP := sdkmetric.NewMeterProvider(sdkmetric.WithReader(slowReader))
 	t.Cleanup(func() { _ = slowMP.Shutdown(context.Background()) })
-	h.client("slow", sdk.WithMeterProvider(slowMP), sdk.WithValidatorTimeout(time.Microsecond),
-		sdk.WithLabels(map[string]string{"instance": "slow"}), sdk.WithCompiledCacheDir(t.TempDir()))
+	h.client("slow", sdk.WithMeterProvider(slowMP), sdk.WithValidatorTimeout(time.Microsecond), // a runtime of its own, with that limit
+		sdk.WithLabels(map[string]string{"instance": "slow"}))
 	h.waitRegistered("slow")
 	rel := h.release(60, func(spec *pawlv1.ReleaseSpec) { spec.Selector = map[string]string{"instance": "slow"} })
 	h.awaitRejected(rel.GetGeneration(), "slow")

@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	pawlv1 "github.com/pawlcfg/pawl/gen/pawl/v1"
+	"github.com/pawlcfg/pawl/internal/testkit/testserver"
 	"github.com/pawlcfg/pawl/sdk"
 )
 
@@ -162,7 +164,11 @@ func TestARestartReappliesUnderTheNewBoot(t *testing.T) {
 // (from the compilation cache) and applies.
 func TestAnIdleValidatorIsUnloadedAndLoadedAgain(t *testing.T) {
 	h := newHarness(t)
-	c := h.client("i0", sdk.WithCompiledCacheDir(t.TempDir())) // a runtime of its own
+	// A runtime of its own (clients share one per cache directory and
+	// limit): a limit no other client has, rather than a cache directory
+	// of its own, where the module would compile cold (half a minute
+	// under -race).
+	c := h.client("i0", sdk.WithValidatorTimeout(testserver.TestValidatorTimeout+time.Second))
 	h.waitRegistered("i0")
 	h.release(50, nil)
 	h.awaitAcks(1, func(s map[string][]string) bool { return reported(s, "i0", "HEALTHY_ACKED") })

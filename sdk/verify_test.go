@@ -145,9 +145,8 @@ func TestTamperedDownloadsAreRejectedAndNeverApplied(t *testing.T) {
 // applying nothing.
 func TestAValidationPastTheLimitIsRejected(t *testing.T) {
 	h := newHarness(t)
-	client := h.client("slow", sdk.WithValidatorTimeout(time.Microsecond),
-		sdk.WithLabels(map[string]string{"instance": "slow"}),
-		sdk.WithCompiledCacheDir(t.TempDir())) // a runtime of its own, with that limit
+	client := h.client("slow", sdk.WithValidatorTimeout(time.Microsecond), // a runtime of its own, with that limit
+		sdk.WithLabels(map[string]string{"instance": "slow"}))
 	h.waitRegistered("slow")
 	rel := h.release(50, func(spec *pawlv1.ReleaseSpec) {
 		spec.Selector = map[string]string{"instance": "slow"}

@@ -281,6 +281,10 @@ func (failingLog) Append(context.Context, auditchain.Record) (auditchain.Record,
 	return auditchain.Record{}, errors.New("disk full")
 }
 
+func (failingLog) AppendAsync(_ context.Context, _ auditchain.Record, done func(auditchain.Record, error)) {
+	done(auditchain.Record{}, errors.New("disk full"))
+}
+
 // TestAnUnauditedCallSaysSo: when the record cannot be written, a
 // mutation that succeeded answers UNAVAILABLE saying "unaudited" and that
 // its change was made; a refused one keeps its code, with the note.

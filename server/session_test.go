@@ -20,7 +20,9 @@ import (
 	"github.com/pawlcfg/pawl/internal/testkit/redistest"
 	"github.com/pawlcfg/pawl/internal/testkit/testclock"
 	"github.com/pawlcfg/pawl/internal/testkit/testserver"
+	"github.com/pawlcfg/pawl/sdk/auditchain"
 	"github.com/pawlcfg/pawl/server"
+	"github.com/pawlcfg/pawl/server/internal/audit"
 )
 
 // streamProtocols are the protocols of protocols that carry a
@@ -665,4 +667,83 @@ func TestSessionEndsAtOnceWhenItsReplicaLosesRedis(t *testing.T) {
 		t.Fatal("the session of a replica cut off from Redis is still open after 5 s: it waits for its ACK's audit record")
 	}
 	proxy.Heal() // the audit record goes in, and the server stops without waiting out the retries
+}
+
+// heldLog is an audit log that holds the records of ACKs carried by
+// sessions (they arrive by AppendAsync) until the test lets each go on,
+// to the log or failed.
+type heldLog struct {
+	audit.Log
+	held chan heldAppend
+}
+
+type heldAppend struct {
+	ctx  context.Context
+	rec  auditchain.Record
+	done func(auditchain.Record, error)
+}
+
+func (l *heldLog) AppendAsync(ctx context.Context, rec auditchain.Record, done func(auditchain.Record, error)) {
+	if rec.Procedure != pawlv1connect.RolloutServiceAckProcedure {
+		l.Log.AppendAsync(ctx, rec, done)
+		return
+	}
+	l.held <- heldAppend{ctx, rec, done} // buffered: the batches must not wait
+}
+
+// TestSessionAckAnsweredAfterItsAuditRecord: a session's ACK is answered
+// only once its audit record is durable: while the record is held, the
+// ACK is recorded (the same report sent again is a duplicate) and the
+// session goes on (a watch starts), but its answer is not sent; once the
+// record is written, it is. When the record cannot be written, the
+// answer says the ACK went unaudited, as a unary Ack's does.
+func TestSessionAckAnsweredAfterItsAuditRecord(t *testing.T) {
+	held := &heldLog{held: make(chan heldAppend, 16)}
+	srv := testserver.Start(t, server.WithAuditWrapper(func(l audit.Log) audit.Log { held.Log = l; return held }))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	client := testserver.HTTPClient(t)
+	c := newCanaryRollout(t, ctx, srv, connect.WithGRPC())
+	register(t, c.is, "main-1", "b", "zone-a", nil)
+	s, first := start(t, ctx, client, srv.URL, "canary-1", connect.WithGRPC())
+	rel := c.create(50)
+	for s.recv().GetAssignments() == nil {
+	}
+	ack := &pawlv1.Ack{ConfigId: "routing", Generation: rel.GetGeneration(), WorkloadIdentity: "canary-1", BootId: "b",
+		ApplySequence: rel.GetGeneration(), MembershipEpoch: first.GetStarted().GetRecord().GetMembershipEpoch(),
+		ContentDigest: rel.GetContentDigest(), ValidatorDigest: c.digest, State: pawlv1.InstanceState_INSTANCE_STATE_HEALTHY_ACKED, HealthOk: true}
+
+	s.ack(1, ack)
+	h := <-held.held // the ACK is recorded: its answer's audit record is under way
+	if dup := c.ack(rel, "canary-1"); dup.GetCounted() || !strings.HasPrefix(dup.GetNotCountedReason(), "duplicate:") {
+		t.Fatalf("the report again, while the session's ACK waits for its audit record: %v (want a duplicate: it is recorded)", dup)
+	}
+	s.watch(7, "/app/", 0)
+	log := newWatchLog()
+	for log.started[7] == nil {
+		m := s.recv()
+		if len(m.GetAcks()) > 0 {
+			t.Fatalf("an ACK answered before its audit record was written: %v", m.GetAcks())
+		}
+		log.add(m)
+	}
+	held.Log.AppendAsync(h.ctx, h.rec, h.done)
+	var results []*pawlv1.SessionAckResult
+	for len(results) == 0 {
+		results = s.recv().GetAcks()
+	}
+	if len(results) != 1 || results[0].GetAckId() != 1 || !results[0].GetAck().GetCounted() {
+		t.Fatalf("the answer once its audit record is written: %v", results)
+	}
+
+	s.ack(2, ack)
+	h = <-held.held
+	h.done(auditchain.Record{}, errors.New("disk full"))
+	for results = nil; len(results) == 0; {
+		results = s.recv().GetAcks()
+	}
+	if e := results[0].GetError(); len(results) != 1 || results[0].GetAckId() != 2 || e.GetCode() != "unavailable" ||
+		!strings.Contains(e.GetMessage(), "unaudited: the request succeeded") || !strings.Contains(e.GetMessage(), "disk full") {
+		t.Fatalf("the answer when its audit record cannot be written: %v", results)
+	}
 }

@@ -36,7 +36,15 @@ func TestTheQuickstartRuns(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bash, "run.sh")
-	cmd.Env = append(os.Environ(), "PAWL_QUICKSTART_TIMEOUT=300")
+	// pawld's validator limit (PAWL_VALIDATOR_TIMEOUT, its
+	// --validator-timeout) is wall-clock time, and the Go runtime's start
+	// in the JSON Schema validator, which its upload runs, has taken
+	// longer than the 1 s default on two cores loaded by other test
+	// packages under -race. The walkthrough tests no time limit: it gets
+	// generous ones, for the validation and for the compilation
+	// (PAWL_VALIDATOR_COMPILE_TIMEOUT), as the servers of
+	// internal/testkit/testserver do.
+	cmd.Env = append(os.Environ(), "PAWL_QUICKSTART_TIMEOUT=300", "PAWL_VALIDATOR_TIMEOUT=30s", "PAWL_VALIDATOR_COMPILE_TIMEOUT=10m")
 	// The script and everything it starts share a process group: on a
 	// timeout the whole group gets SIGTERM (the script's trap then stops
 	// pawld and the agents), and SIGKILL after WaitDelay.

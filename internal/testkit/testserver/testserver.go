@@ -22,7 +22,6 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/pawlcfg/pawl/internal/testkit/redistest"
 	"github.com/pawlcfg/pawl/internal/testkit/wasmbuild"
@@ -110,8 +109,9 @@ func StartAt(t testing.TB, dir, addr string, opts ...server.Option) *Server {
 	return s
 }
 
-// TestValidatorTimeout is the validator limit of the servers Start runs.
-const TestValidatorTimeout = 30 * time.Second
+// TestValidatorTimeout is the validator limit of the servers Start runs:
+// wasmbuild's, for tests that need their validations to succeed.
+const TestValidatorTimeout = wasmbuild.ValidatorTimeout
 
 // Engine names the store engine the servers of this test run use:
 // "redis" or "bolt".

@@ -119,13 +119,20 @@ func CacheDir(tb testing.TB) string {
 // own tests.
 const CompileTimeout = 10 * time.Minute
 
+// ValidatorTimeout is the validation limit for tests that need their
+// validations to succeed: the limit is wall-clock time, and on two cores
+// shared by every test package under -race the start of a Go module's
+// runtime has taken longer than host.DefaultTimeout (a second), and a
+// 400 kB document's validation too. The tests of the limit set their own.
+const ValidatorTimeout = 30 * time.Second
+
 // Load builds the example validator name and loads it into a new runtime
-// that uses CacheDir; the test's cleanup closes both. Its Info().Digest is
+// that uses CacheDir and ValidatorTimeout; the test's cleanup closes both. Its Info().Digest is
 // the module's digest.
 func Load(tb testing.TB, name string) *host.Validator {
 	tb.Helper()
 	ctx := context.Background()
-	rt, err := host.New(ctx, host.WithCacheDir(CacheDir(tb)), host.WithCompileTimeout(CompileTimeout))
+	rt, err := host.New(ctx, host.WithCacheDir(CacheDir(tb)), host.WithCompileTimeout(CompileTimeout), host.WithTimeout(ValidatorTimeout))
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -112,13 +112,13 @@ func (a *auditor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connec
 		rc := &requestRecorder{StreamingHandlerConn: conn}
 		// A session's registration and ACKs are recorded one by one, each
 		// with a request ID of its own, by its handler (messageguard.go).
-		ctx = withMessageRecorder(ctx, func(ctx context.Context, procedure string, req, resp any, err error) error {
+		ctx = withMessageRecorder(ctx, func(ctx context.Context, procedure string, req any) finishRecord {
 			call := call
 			call.RequestID = audit.NewRequestID()
 			if ack, ok := req.(*pawlv1.AckRequest); ok {
 				call.TraceID, _ = rollout.TraceID(ack.GetAck().GetTraceparent())
 			}
-			return a.record(audit.WithCall(ctx, call), call, procedure, req, resp, err)
+			return a.prepare(audit.WithCall(ctx, call), call, procedure, req)
 		})
 		err := next(ctx, rc)
 		return a.record(ctx, call, conn.Spec().Procedure, rc.first, nil, err)
@@ -148,33 +148,80 @@ func (r *requestRecorder) Receive(m any) error {
 // record writes the call's record if it is one to keep, and returns the
 // call's error, or the error saying it went unaudited.
 func (a *auditor) record(ctx context.Context, call audit.Call, procedure string, req, resp any, err error) error {
-	code := connect.CodeOf(err)
-	refused := err != nil && (code == connect.CodeUnauthenticated || code == connect.CodePermissionDenied)
-	if !mutations[procedure] && !refused {
+	if !keeps(procedure, err) {
 		return err
 	}
 	// Authentication ran inside this interceptor, after begin: who the
 	// call was is known now.
 	call.Principal, call.OnBehalfOf = a.principal(ctx)
-	rec := auditchain.Record{
-		Time: auditchain.FormatTime(a.now()), Principal: call.Principal, OnBehalfOf: call.OnBehalfOf, Procedure: procedure,
-		RequestID: call.RequestID, TraceID: call.TraceID, Outcome: auditchain.OutcomeOK, Subject: subjectOf(req, resp),
-	}
-	if err != nil {
-		rec.Outcome, rec.Message = code.String(), truncate(errorMessage(err), auditchain.MaxMessageBytes)
-	}
+	s := requestSubject(req)
+	addResponseSubject(&s, resp)
+	rec := a.entry(call, procedure, s, err)
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), auditAppendTimeout)
 	defer cancel()
-	if _, aerr := a.log.Append(actx, rec); aerr != nil {
-		a.logger.Error("a call went unaudited", "procedure", procedure, "request_id", call.RequestID, "principal", call.Principal,
-			"outcome", rec.Outcome, "error", aerr)
-		if err == nil {
-			return connect.NewError(connect.CodeUnavailable, fmt.Errorf("unaudited: the request succeeded (its change was made, request ID %s), "+
-				"but its audit record could not be written: %v", call.RequestID, aerr))
+	_, aerr := a.log.Append(actx, rec)
+	return a.outcome(call, rec, err, aerr)
+}
+
+// prepare reads now what the record of a request carried by a stream
+// needs of ctx and of the request (who, what about), on the stream's
+// goroutine, and returns the function that records it with its outcome
+// without waiting (see finishRecord), which can then run on whatever
+// goroutine learns the outcome and does little there.
+func (a *auditor) prepare(ctx context.Context, call audit.Call, procedure string, req any) finishRecord {
+	call.Principal, call.OnBehalfOf = a.principal(ctx) // the stream's, authenticated
+	subject := requestSubject(req)
+	actx := context.WithoutCancel(ctx)
+	return func(resp any, err error, done func(error)) {
+		if !keeps(procedure, err) {
+			done(err)
+			return
 		}
-		return connect.NewError(code, fmt.Errorf("%s (unaudited: its audit record could not be written: %v)", errorMessage(err), aerr))
+		s := subject
+		addResponseSubject(&s, resp)
+		rec := a.entry(call, procedure, s, err)
+		actx, cancel := context.WithTimeout(actx, auditAppendTimeout)
+		a.log.AppendAsync(actx, rec, func(_ auditchain.Record, aerr error) {
+			cancel()
+			done(a.outcome(call, rec, err, aerr))
+		})
 	}
-	return err
+}
+
+// keeps says whether a call to procedure that ended with err is recorded:
+// every mutation, and every refusal.
+func keeps(procedure string, err error) bool {
+	code := connect.CodeOf(err)
+	return mutations[procedure] || (err != nil && (code == connect.CodeUnauthenticated || code == connect.CodePermissionDenied))
+}
+
+// entry returns the record of a call (its principal known) about
+// subject that ended with err, made now.
+func (a *auditor) entry(call audit.Call, procedure string, subject auditchain.Subject, err error) auditchain.Record {
+	rec := auditchain.Record{
+		Time: auditchain.FormatTime(a.now()), Principal: call.Principal, OnBehalfOf: call.OnBehalfOf, Procedure: procedure,
+		RequestID: call.RequestID, TraceID: call.TraceID, Outcome: auditchain.OutcomeOK, Subject: subject,
+	}
+	if err != nil {
+		rec.Outcome, rec.Message = connect.CodeOf(err).String(), truncate(errorMessage(err), auditchain.MaxMessageBytes)
+	}
+	return rec
+}
+
+// outcome returns the error of a call whose record rec the audit log
+// appended (aerr nil) or not: the call's own, or one saying it went
+// unaudited.
+func (a *auditor) outcome(call audit.Call, rec auditchain.Record, err, aerr error) error {
+	if aerr == nil {
+		return err
+	}
+	a.logger.Error("a call went unaudited", "procedure", rec.Procedure, "request_id", call.RequestID, "principal", call.Principal,
+		"outcome", rec.Outcome, "error", aerr)
+	if err == nil {
+		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("unaudited: the request succeeded (its change was made, request ID %s), "+
+			"but its audit record could not be written: %v", call.RequestID, aerr))
+	}
+	return connect.NewError(connect.CodeOf(err), fmt.Errorf("%s (unaudited: its audit record could not be written: %v)", errorMessage(err), aerr))
 }
 
 func errorMessage(err error) string {
@@ -196,10 +243,10 @@ func truncate(s string, n int) string {
 	return s[:n]
 }
 
-// subjectOf reads what a call was about from its request and answer: the
-// fields of each that name a config, generation, key, prefix, digest or
-// identity.
-func subjectOf(req, resp any) auditchain.Subject {
+// requestSubject reads what a call was about from its request: the
+// fields that name a config, generation, key, prefix, digest or
+// identity. addResponseSubject adds what its answer names.
+func requestSubject(req any) auditchain.Subject {
 	var s auditchain.Subject
 	fillSubject(&s, req)
 	switch m := req.(type) {
@@ -218,6 +265,12 @@ func subjectOf(req, resp any) auditchain.Subject {
 		}
 		s.Prefix = commonPrefix(keys)
 	}
+	return s
+}
+
+// addResponseSubject adds to s what a call's answer names that its
+// request did not: a digest, generation or revision it made.
+func addResponseSubject(s *auditchain.Subject, resp any) {
 	switch m := resp.(type) {
 	case *pawlv1.UploadResponse:
 		s.Digest = m.GetValidator().GetDigest()
@@ -230,7 +283,6 @@ func subjectOf(req, resp any) auditchain.Subject {
 	case interface{ GetRevision() int64 }: // the KV mutations
 		s.Revision = m.GetRevision()
 	}
-	return s
 }
 
 // fillSubject sets the fields of s that m names and s does not have yet.

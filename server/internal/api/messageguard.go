@@ -28,10 +28,18 @@ type messageGuards struct {
 // procedure it would be on its own), or returns nil.
 type messageCheck func(ctx context.Context, procedure string, msg any) error
 
-// messageRecorder records a request carried by a stream, with its answer
-// or error, as its procedure's own call would be, and returns the error
-// to answer with (err, or the audit log's failure).
-type messageRecorder func(ctx context.Context, procedure string, req, resp any, err error) error
+// messageRecorder begins the record of a request carried by a stream,
+// as its procedure's own call would be recorded: it reads who and what
+// about now, on the stream's goroutine, and returns the function that
+// finishes it once the outcome is known.
+type messageRecorder func(ctx context.Context, procedure string, req any) finishRecord
+
+// finishRecord records a request with its answer or error and calls done
+// with the error to answer with (err, or the audit log's failure) once
+// the record is durable. It does not wait: done runs on the audit log's
+// writer (or on the caller's goroutine when there is nothing to record),
+// and must not block.
+type finishRecord func(resp any, err error, done func(error))
 
 type guardsKey struct{}
 
@@ -79,13 +87,22 @@ func checkMessage(ctx context.Context, procedure string, msg any) error {
 	return nil
 }
 
-// recordMessage records a request carried by a stream (see
-// messageRecorder); without a recorder it returns err.
+// recordMessage records a request carried by a stream and waits until
+// its record is durable (see messageRecorder); without a recorder it
+// returns err.
 func recordMessage(ctx context.Context, procedure string, req, resp any, err error) error {
-	if g := guardsFrom(ctx); g.record != nil {
-		return g.record(ctx, procedure, req, resp, err)
+	res := make(chan error, 1)
+	guardsFrom(ctx).beginRecord(ctx, procedure, req)(resp, err, func(err error) { res <- err })
+	return <-res
+}
+
+// beginRecord begins the record of a request carried by a stream (see
+// messageRecorder); without a recorder, finishing it answers err at once.
+func (g messageGuards) beginRecord(ctx context.Context, procedure string, req any) finishRecord {
+	if g.record == nil {
+		return func(_ any, err error, done func(error)) { done(err) }
 	}
-	return err
+	return g.record(ctx, procedure, req)
 }
 
 // abortRead makes the pending Receive of the stream of ctx fail, if the

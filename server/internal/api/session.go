@@ -41,19 +41,25 @@ import (
 // goroutine per watch. When the hello asks for shared events, the events
 // that several of the session's watches get go once in a message, with
 // the IDs of all of them (eventShare). ACKs are submitted, in the order they came, to
-// the rollout domain's batches (rollout.Rollouts.SubmitAck), which judge
-// one instance's ACKs in that order and commit many sessions' ACKs in
-// one store transaction; each is answered, in that order too, once its
-// record is durable (at most maxAcksInFlight unanswered per session; the
-// receiver waits past that).
+// the rollout domain's batches (rollout.Rollouts.SubmitAckFunc), which
+// judge one instance's ACKs in that order and commit many sessions' ACKs
+// in one store transaction; each is answered, in that order too, once
+// its record and its audit record are durable (at most maxAcksInFlight
+// unanswered per session; the receiver waits past that). Nothing waits
+// for an ACK by parking a goroutine: the batches call back when the
+// record is durable, which queues the audit record
+// (audit.Log.AppendAsync), whose writer calls back when that is durable,
+// which sets the answer and wakes the session's writer. A fleet's ACKs
+// in flight cost their answers' memory, not a goroutine's stack each.
 type Sessions struct {
 	tracer     trace.Tracer // nil: no spans of ACKs
 	instances  *Instances
 	store      store.Store
 	maxWatches int
 	log        *slog.Logger
-	// answering counts the goroutines that wait for ACKs' records and
-	// audit them, which outlive a session that ended on an error (Wait).
+	// answering counts the ACKs taken and not yet answered (recorded or
+	// refused, and audited), which outlive a session that ended on an
+	// error (Wait).
 	answering sync.WaitGroup
 }
 
@@ -153,6 +159,7 @@ func (h *Sessions) Session(ctx context.Context, stream *connect.BidiStream[pawlv
 		s.share = newEventShare()
 	}
 	s.ctx, s.cancel = context.WithCancel(ctx)
+	s.guards = guardsFrom(ctx)
 	s.assign = &assignmentStream{identity: s.identity, deltas: true, held: map[string]uint64{}, rollouts: h.instances.rollouts}
 	writerDone := make(chan error, 1)
 	go func() { writerDone <- s.write(h.instances.toProto(rec), hello.GetAssignmentsAfterRevision()) }()
@@ -256,11 +263,12 @@ func (h *Sessions) open(ctx context.Context, spec connect.Spec, peer string, hel
 }
 
 // submitAck queues one ACK of a session for the rollout domain's next
-// batch, without waiting: the channel gets its result once its record is
-// durable (or it was refused). The one place where a session's ACKs meet
-// the rollout domain.
-func (h *Sessions) submitAck(ctx context.Context, ack rollout.Ack) <-chan rollout.AckResult {
-	return h.instances.rollouts.SubmitAck(ctx, ack)
+// batch, without waiting: done gets its result once its record is
+// durable (or it was refused), and must not block
+// (rollout.Rollouts.SubmitAckFunc). The one place where a session's ACKs
+// meet the rollout domain.
+func (h *Sessions) submitAck(ctx context.Context, ack rollout.Ack, done func(rollout.AckResult)) {
+	h.instances.rollouts.SubmitAckFunc(ctx, ack, done)
 }
 
 // session is one open session.
@@ -272,6 +280,9 @@ type session struct {
 	spec           connect.Spec
 	lag            *metrics.Metrics
 	send           func(*pawlv1.SessionResponse) error
+	// guards are the stream's message guards, read off its context once,
+	// not for each ACK.
+	guards messageGuards
 
 	// Between the receiver and the writer: wake is a pending wake-up of
 	// the writer (an ACK answered); cmds the watch requests in the order
@@ -281,9 +292,9 @@ type session struct {
 	cmds chan *pawlv1.SessionRequest
 	eof  chan struct{}
 
-	// ACKs: slots counts those received and not yet answered; acks waits
-	// for the recordings under way; answers (under mu) are in the order
-	// received, each answered once result is set.
+	// ACKs: slots counts those received and not yet answered; acks counts
+	// those whose answer is not set yet; answers (under mu) are in the
+	// order received, each answered once result is set.
 	slots   chan struct{}
 	acks    sync.WaitGroup
 	mu      sync.Mutex
@@ -311,7 +322,8 @@ type session struct {
 type ackAnswer struct {
 	result *pawlv1.SessionAckResult
 	id     uint64
-	span   trace.Span // nil without tracing
+	span   trace.Span   // nil without tracing
+	record finishRecord // its audit record, begun
 }
 
 // sessionWatch is one key-space watch of a session.
@@ -362,7 +374,15 @@ func (s *session) ack(m *pawlv1.SessionAck) error {
 	s.mu.Lock()
 	s.answers = append(s.answers, a)
 	s.mu.Unlock()
+	// Until its answer is set: Session waits for it when the client
+	// ends the session, the server's Close in any case (Wait).
+	s.acks.Add(1)
+	s.h.answering.Add(1)
 	req := &pawlv1.AckRequest{Ack: m.GetAck()}
+	// Its audit record is begun here, on the receiver, so that what is
+	// left to do when the outcome is known, on the batches' goroutine,
+	// is little.
+	a.record = s.guards.beginRecord(s.ctx, pawlv1connect.RolloutServiceAckProcedure, req)
 	switch got := m.GetAck(); {
 	case got == nil:
 		s.answer(a, req, nil, InvalidArgument("ack %d carries no ack", m.GetAckId()))
@@ -379,21 +399,17 @@ func (s *session) ack(m *pawlv1.SessionAck) error {
 		return nil
 	}
 	// Submitted here, in the order received: the batches judge one
-	// instance's ACKs in that order. The answer is awaited apart, so that
-	// the next ACK joins the same batch.
-	result := s.h.submitAck(s.ctx, ack)
-	s.acks.Add(1)
-	s.h.answering.Add(1)
-	go func() {
-		defer s.h.answering.Done()
-		defer s.acks.Done()
-		r := <-result
+	// instance's ACKs in that order. Nothing waits for the answer: the
+	// batches call back once the record is durable, the audit log once
+	// the answer's record is, and the next ACK meanwhile joins the same
+	// batch.
+	s.h.submitAck(s.ctx, ack, func(r rollout.AckResult) {
 		if r.Err != nil {
 			s.answer(a, req, nil, Error(s.h.log, s.spec, r.Err))
 			return
 		}
 		s.answer(a, req, toProtoAck(r.Ack), nil)
-	}()
+	})
 	return nil
 }
 
@@ -406,14 +422,24 @@ func (s *session) checkAck(req *pawlv1.AckRequest) (rollout.Ack, error) {
 	return ackFromProto(req.GetAck())
 }
 
-// answer sets an ACK's answer, after its audit record, and wakes the
-// writer.
+// answer has an ACK's answer audited and, once its audit record is
+// durable (or could not be written: the answer then says so), sets it
+// and wakes the writer. It does not wait; it runs on the goroutine that
+// answered the ACK (the receiver's, or the batches'), and the answer is
+// set on the audit log's writer.
 func (s *session) answer(a *ackAnswer, req *pawlv1.AckRequest, stored *pawlv1.Ack, err error) {
 	var resp any
 	if err == nil {
 		resp = &pawlv1.AckResponse{Ack: stored}
 	}
-	err = recordMessage(s.ctx, pawlv1connect.RolloutServiceAckProcedure, req, resp, err)
+	a.record(resp, err, func(err error) { s.answered(a, req, stored, err) })
+}
+
+// answered sets an ACK's answer, audited, and wakes the writer. It must
+// not block: it runs on the audit log's writer.
+func (s *session) answered(a *ackAnswer, req *pawlv1.AckRequest, stored *pawlv1.Ack, err error) {
+	defer s.h.answering.Done()
+	defer s.acks.Done()
 	countAck(s.lag, req.GetAck(), stored, err)
 	if a.span != nil {
 		if err != nil {
@@ -479,8 +505,11 @@ func (s *session) write(started *pawlv1.InstanceRecord, after int64) (err error)
 	if err := s.send(msg); err != nil {
 		return s.ended(err)
 	}
+	// One message, reused: Send has marshaled it when it returns, and a
+	// wake-up that finds nothing to send (most, when each answer is sent
+	// as it comes) allocates nothing.
+	msg = &pawlv1.SessionResponse{}
 	for {
-		msg := &pawlv1.SessionResponse{}
 		s.takeAnswers(msg)
 		more, err := s.fill(msg)
 		if err != nil {
@@ -490,6 +519,10 @@ func (s *session) write(started *pawlv1.InstanceRecord, after int64) (err error)
 			if err := s.send(msg); err != nil {
 				return s.ended(err)
 			}
+			acks := msg.Acks
+			clear(acks)
+			msg.Reset()
+			msg.Acks = acks[:0]
 		}
 		if more {
 			continue

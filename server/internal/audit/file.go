@@ -163,6 +163,11 @@ func (l *File) Append(ctx context.Context, r auditchain.Record) (auditchain.Reco
 	return l.w.append(ctx, r)
 }
 
+// AppendAsync implements Log.
+func (l *File) AppendAsync(ctx context.Context, r auditchain.Record, done func(auditchain.Record, error)) {
+	l.w.appendAsync(ctx, r, done)
+}
+
 // commit writes a batch with one write and one fsync. It runs on the
 // writer's goroutine.
 func (l *File) commit(_ context.Context, batch []*pending) error {

@@ -101,6 +101,11 @@ func (l *Redis) Append(ctx context.Context, r auditchain.Record) (auditchain.Rec
 	return l.w.append(ctx, r)
 }
 
+// AppendAsync implements Log.
+func (l *Redis) AppendAsync(ctx context.Context, r auditchain.Record, done func(auditchain.Record, error)) {
+	l.w.appendAsync(ctx, r, done)
+}
+
 // commit chains the batch onto the head last seen and appends it; when
 // another replica moved the head, it chains the batch again onto the head
 // found. It runs on the writer's goroutine.

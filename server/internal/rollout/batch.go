@@ -77,16 +77,28 @@ type AckResult struct {
 // starts (ACKs wait for it).
 func (r *Rollouts) SubmitAck(ctx context.Context, ack Ack) <-chan AckResult {
 	res := make(chan AckResult, 1)
+	r.SubmitAckFunc(ctx, ack, func(a AckResult) { res <- a })
+	return res
+}
+
+// SubmitAckFunc is SubmitAck with a callback instead of a channel, for a
+// submitter that should not hold a goroutine per ACK to wait: done is
+// called exactly once, with what SubmitAck's channel would receive. It
+// runs on the goroutine that answers: the batches' (after the commit and
+// the settling), SubmitAckFunc's caller's (a malformed ACK, a full queue,
+// a stopped Rollouts, an ended ctx), or the one that ends ctx. done must
+// not block: the next batch waits for it (hand slow work, such as a
+// durable audit record, to something that calls back in turn).
+func (r *Rollouts) SubmitAckFunc(ctx context.Context, ack Ack, done func(AckResult)) {
 	if err := ack.prepare(); err != nil {
-		res <- AckResult{Err: err}
-		return res
+		done(AckResult{Err: err})
+		return
 	}
 	if err := ctx.Err(); err != nil {
-		res <- AckResult{Err: err}
-		return res
+		done(AckResult{Err: err})
+		return
 	}
-	r.acks.enqueue(ctx, &pendingAck{ack: ack, size: ackSize(ack), res: res})
-	return res
+	r.acks.enqueue(ctx, &pendingAck{ack: ack, size: ackSize(ack), done: done})
 }
 
 // ackSize estimates what an ACK adds to a batch's transaction: its
@@ -112,14 +124,14 @@ const (
 type pendingAck struct {
 	ack   Ack
 	size  int
-	res   chan AckResult // buffered(1): answering never blocks
+	done  func(AckResult) // must not block
 	state atomic.Int32
 	// release stops watching the submitter's context.
 	release func() bool
 }
 
 // answer delivers the result; each pendingAck is answered once.
-func (p *pendingAck) answer(a Ack, err error) { p.res <- AckResult{Ack: a, Err: err} }
+func (p *pendingAck) answer(a Ack, err error) { p.done(AckResult{Ack: a, Err: err}) }
 
 // groupKey is what at most one ACK of a batch may share: every ACK of an
 // instance for a config reads and writes the instance's applied record of

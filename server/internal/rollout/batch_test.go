@@ -385,3 +385,52 @@ func TestRecordAckSettlesOncePerBatch(t *testing.T) {
 		t.Fatalf("after every member's HEALTHY_ACKED was answered, stage = %+v", st2.Stages)
 	}
 }
+
+// TestSubmitAckFuncCallsBackOnce: SubmitAckFunc answers a malformed ACK
+// before it returns, and a recorded one once, from the batches, when its
+// record is readable through another handle of the store; the answers of
+// a batch come in the order submitted.
+func TestSubmitAckFuncCallsBackOnce(t *testing.T) {
+	st, fresh := engines["bolt"](t)
+	bs := newBatchStore(st)
+	e := newEnvOn(t, st, bs, 4)
+	rel := e.release(t, 50)
+	var malformed []rollout.AckResult
+	e.rollouts.SubmitAckFunc(context.Background(), rollout.Ack{}, func(r rollout.AckResult) { malformed = append(malformed, r) })
+	if len(malformed) != 1 || malformed[0].Err == nil {
+		t.Fatalf("a malformed ACK, as SubmitAckFunc returns: %+v", malformed)
+	}
+	type answer struct {
+		id      string
+		res     rollout.AckResult
+		durable error
+	}
+	answers := make(chan answer, 8)
+	held, release := bs.holdFirst()
+	submit := func(id string) {
+		e.rollouts.SubmitAckFunc(context.Background(), e.ackOf(t, rel, id, "boot-1", 1, rollout.Applied), func(r rollout.AckResult) {
+			var err error
+			if r.Err == nil {
+				_, _, err = fresh.Get(context.Background(), rollout.AckKey(r.Ack), 0)
+			}
+			answers <- answer{id, r, err}
+		})
+	}
+	submit("i0")
+	<-held
+	for _, id := range []string{"i1", "i2", "i3"} {
+		submit(id) // one batch, behind i0's
+	}
+	release()
+	for _, want := range []string{"i0", "i1", "i2", "i3"} {
+		a := <-answers
+		if a.id != want || a.res.Err != nil || !a.res.Ack.Counted || a.durable != nil {
+			t.Fatalf("answer %+v, want %s counted and its record in the store when answered", a, want)
+		}
+	}
+	select {
+	case a := <-answers:
+		t.Fatalf("an ACK answered twice: %+v", a)
+	default:
+	}
+}
