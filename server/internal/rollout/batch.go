@@ -325,10 +325,11 @@ func (b *ackBatcher) judge(ctx context.Context, batch []*pendingAck) []*judged {
 		avs[i], kept[i] = b.r.ackViewLocked(p.ack.ConfigID, p.ack.Generation, p.ack.WorkloadIdentity)
 	}
 	v.mu.RUnlock()
+	plans := storedPlans{}
 	for i, j := range js {
 		a := j.p.ack
 		if !kept[i] {
-			if avs[i], j.err = b.r.ackViewFromStore(ctx, a.ConfigID, a.Generation, a.WorkloadIdentity); j.err != nil {
+			if avs[i], j.err = b.r.ackViewFromStore(ctx, a.ConfigID, a.Generation, a.WorkloadIdentity, plans); j.err != nil {
 				continue
 			}
 		}

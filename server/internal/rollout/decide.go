@@ -152,7 +152,7 @@ func (r *Rollouts) ackViewOf(ctx context.Context, config string, gen int64, iden
 	if ok {
 		return av, nil
 	}
-	return r.ackViewFromStore(ctx, config, gen, identity)
+	return r.ackViewFromStore(ctx, config, gen, identity, nil)
 }
 
 // ackViewLocked is ackViewOf from the views, for a release they keep (ok
@@ -174,19 +174,40 @@ func (r *Rollouts) ackViewLocked(config string, gen int64, identity string) (ack
 	return av, true
 }
 
+// storedPlans keeps, for one batch of ACKs, the snapshots and plans of
+// the releases the views do not keep, by release and store revision: a
+// promotion's superseded release gets a late ACK from every instance,
+// and laying out its plan (all its members) for each was most of the
+// batches' work. Nil keeps nothing.
+type storedPlans map[storedPlanKey]releaseView
+
+type storedPlanKey struct {
+	config   string
+	gen, rev int64
+}
+
 // ackViewFromStore is ackViewOf for a release the views do not keep: its
 // rollout is over, and the ACK is late; only its key and the applied
-// record need the store.
-func (r *Rollouts) ackViewFromStore(ctx context.Context, config string, gen int64, identity string) (ackView, error) {
+// record need the store. The release's snapshot and plan come from
+// plans when it holds them at the same revision, and go into it.
+func (r *Rollouts) ackViewFromStore(ctx context.Context, config string, gen int64, identity string, plans storedPlans) (ackView, error) {
 	rev, err := r.currentRevision(ctx)
 	if err != nil {
 		return ackView{}, err
 	}
-	s, err := r.load(ctx, config, gen, rev)
-	if err != nil {
-		return ackView{}, err
+	key := storedPlanKey{config: config, gen: gen, rev: rev}
+	rv, ok := plans[key]
+	if !ok {
+		s, err := r.load(ctx, config, gen, rev)
+		if err != nil {
+			return ackView{}, err
+		}
+		rv = releaseView{snapshot: s, plan: newPlan(s.rel, s.retired)}
+		if plans != nil {
+			plans[key] = rv
+		}
 	}
-	av := ackView{releaseView: releaseView{snapshot: s, plan: newPlan(s.rel, s.retired)}}
+	av := ackView{releaseView: rv}
 	rec, err := r.registry.RegistrationAt(ctx, identity, rev)
 	switch {
 	case err == nil:
