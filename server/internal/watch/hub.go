@@ -583,12 +583,7 @@ func (h *Hub) watch(ctx context.Context, prefix string, start int64, g *Group) (
 		return nil, ErrClosed
 	}
 	h.wmu.Lock()
-	set := h.watchers[prefix]
-	if set == nil {
-		set = make(map[*Watcher]struct{})
-		h.watchers[prefix] = set
-	}
-	set[w] = struct{}{}
+	addTo(h.watchers, prefix, w)
 	if g == nil {
 		addTo(h.solo, prefix, w)
 	} else {
