@@ -252,9 +252,9 @@ func (c *Client) runSession(ctx context.Context, at int64, as *assignmentState, 
 			return err
 		}
 		b.reset()
-		c.linkChanged(true, nil)
-		c.linkWorks()
 		if msg.GetStarted() != nil && !started {
+			// The epoch is kept before the link says it works, so that a
+			// Status that reads Connected also reads Registered.
 			if err := c.registered(msg.GetStarted().GetRecord()); err != nil {
 				return connect.NewError(connect.CodeInternal, err)
 			}
@@ -276,6 +276,8 @@ func (c *Client) runSession(ctx context.Context, at int64, as *assignmentState, 
 		if !started {
 			return connect.NewError(connect.CodeInternal, errors.New("the server's first session message did not say the session started"))
 		}
+		c.linkChanged(true, nil)
+		c.linkWorks()
 		if a := msg.GetAssignments(); a != nil {
 			c.take(as, a)
 		}
