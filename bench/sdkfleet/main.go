@@ -40,6 +40,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/pawlcfg/pawl/bench/internal/benchkit"
@@ -63,6 +64,9 @@ type options struct {
 	// profiles, when set, is a directory for CPU profiles of pawld and of
 	// this process over the first timed promotion.
 	profiles string
+	// phases traces the clients' steps of the first timed promotion and
+	// reports when they reached each.
+	phases bool
 }
 
 func main() {
@@ -74,6 +78,7 @@ func main() {
 	flag.BoolVar(&o.unary, "unary", false, "clients use the unary calls and streams (sdk.WithoutSession), not one session each")
 	flag.StringVar(&o.validator, "validator", "routing", "the routing validator: routing (Go) or routing-rust")
 	flag.StringVar(&o.profiles, "profiles", "", "write CPU profiles of pawld and of this process (the clients) over the first timed promotion to this directory")
+	flag.BoolVar(&o.phases, "phases", false, "trace the clients' steps (download, verify, validate, stage, apply) of the first timed promotion and report when they reached each")
 	flag.StringVar(&o.memProfile, "memprofile", "", "write a heap profile of this process (the clients) here once every client applied")
 	flag.Parse()
 	if err := run(context.Background(), o); err != nil {
@@ -96,6 +101,10 @@ type bench struct {
 	clientLog *slog.Logger
 	// pprofURL is where pawld serves its profiles.
 	pprofURL string
+	// phases records the clients' steps (with -phases; nil otherwise),
+	// tracer the clients' tracer provider that feeds it.
+	phases *phases
+	tracer *sdktrace.TracerProvider
 
 	mu      sync.Mutex
 	applied map[int64][]time.Time // generation -> when each client swapped it in
@@ -121,6 +130,11 @@ func run(ctx context.Context, o options) error {
 	b := &bench{o: o, srv: srv, dir: dir, pprofURL: b0, quiet: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		clientLog: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		applied:   map[int64][]time.Time{}, changed: make(chan struct{})}
+	if o.phases {
+		b.phases = &phases{}
+		b.tracer = sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(b.phases))
+		defer func() { _ = b.tracer.Shutdown(context.Background()) }()
+	}
 	b.rs = pawlv1connect.NewReleaseServiceClient(httpClient(), srv.URL)
 	b.ro = pawlv1connect.NewRolloutServiceClient(httpClient(), srv.URL)
 	b.is = pawlv1connect.NewInstanceServiceClient(httpClient(), srv.URL)
@@ -206,6 +220,9 @@ func run(ctx context.Context, o options) error {
 				return err
 			}
 		}
+		if i == 0 && b.phases != nil {
+			b.phases.record(gen)
+		}
 		start := time.Now()
 		if err := b.promote(ctx, gen); err != nil {
 			return err
@@ -213,6 +230,9 @@ func run(ctx context.Context, o options) error {
 		d, err := b.await(ctx, gen, o.clients, start)
 		if err := errors.Join(err, stopProfiles()); err != nil {
 			return err
+		}
+		if i == 0 && b.phases != nil {
+			b.phases.report(report, start)
 		}
 		p50s, p99s, maxes = append(p50s, benchkit.Percentile(d, 0.5)), append(p99s, benchkit.Percentile(d, 0.99)), append(maxes, d[len(d)-1])
 	}
@@ -249,13 +269,18 @@ func canaryOnly(spec *pawlv1.ReleaseSpec) {
 		Policy: &pawlv1.AckPolicy{Kind: pawlv1.AckPolicyKind_ACK_POLICY_KIND_ALL}}}
 }
 
-// sessionOpts are the clients' options for the way they follow the
-// server: a session each, or with -unary the older calls.
-func (b *bench) sessionOpts() []sdk.Option {
+// clientOpts are the clients' options: how they follow the server (a
+// session each, or with -unary the older calls) and, with -phases, the
+// tracer provider that records their steps.
+func (b *bench) clientOpts() []sdk.Option {
+	var opts []sdk.Option
 	if b.o.unary {
-		return []sdk.Option{sdk.WithoutSession()}
+		opts = append(opts, sdk.WithoutSession())
 	}
-	return nil
+	if b.tracer != nil {
+		opts = append(opts, sdk.WithTracerProvider(b.tracer))
+	}
+	return opts
 }
 
 // start starts clients from to to-1, client 0 the canary.
@@ -265,7 +290,7 @@ func (b *bench) start(ctx context.Context, from, to int, compiled string) error 
 		if i == 0 {
 			labels["canary"] = "true"
 		}
-		c, err := sdk.New(ctx, b.srv.URL, append(b.sessionOpts(), sdk.WithWorkloadIdentity(fmt.Sprintf("sdk-%04d", i)), sdk.WithZone(fmt.Sprintf("zone-%c", 'a'+i%3)),
+		c, err := sdk.New(ctx, b.srv.URL, append(b.clientOpts(), sdk.WithWorkloadIdentity(fmt.Sprintf("sdk-%04d", i)), sdk.WithZone(fmt.Sprintf("zone-%c", 'a'+i%3)),
 			sdk.WithLabels(labels), sdk.WithCompiledCacheDir(compiled), sdk.WithLogger(b.clientLog.With("client", i)))...)
 		if err != nil {
 			return err
@@ -405,7 +430,7 @@ func (b *bench) promote(ctx context.Context, gen int64) error {
 // it applied the server's assignment; then closes it.
 func (b *bench) firstApply(ctx context.Context, cache string) (visible, applied time.Duration, err error) {
 	start := time.Now()
-	c, err := sdk.New(ctx, b.srv.URL, append(b.sessionOpts(), sdk.WithWorkloadIdentity("sdk-newcomer"), sdk.WithLabels(map[string]string{"fleet": "sdk"}),
+	c, err := sdk.New(ctx, b.srv.URL, append(b.clientOpts(), sdk.WithWorkloadIdentity("sdk-newcomer"), sdk.WithLabels(map[string]string{"fleet": "sdk"}),
 		sdk.WithCacheDir(cache), sdk.WithLogger(b.clientLog.With("client", "newcomer")))...)
 	if err != nil {
 		return 0, 0, err
