@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"testing"
@@ -746,4 +747,53 @@ func TestSessionAckAnsweredAfterItsAuditRecord(t *testing.T) {
 		!strings.Contains(e.GetMessage(), "unaudited: the request succeeded") || !strings.Contains(e.GetMessage(), "disk full") {
 		t.Fatalf("the answer when its audit record cannot be written: %v", results)
 	}
+}
+
+// sessionWriters counts the goroutines of this process that are a
+// session's writer (api's session.run).
+func sessionWriters() int {
+	var b strings.Builder
+	_ = pprof.Lookup("goroutine").WriteTo(&b, 2)
+	return strings.Count(b.String(), "api.(*session).run(")
+}
+
+// TestAnIdleSessionHoldsNoWriter: a session's writer is a goroutine only
+// while the session has something to send. Once twenty sessions have
+// their started message and their watch's start, no writer is left; a
+// change reaches every session (a writer each, started for it), and
+// then none is left again.
+func TestAnIdleSessionHoldsNoWriter(t *testing.T) {
+	srv := testserver.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	client := testserver.HTTPClient(t)
+	const n = 20
+	var sessions []*session
+	var logs []*watchLog
+	for i := range n {
+		s, _ := start(t, ctx, client, srv.URL, fmt.Sprintf("idle-%d", i), connect.WithGRPC())
+		s.watch(1, "/idle/", 0)
+		log := newWatchLog()
+		s.until(log, func() bool { return log.started[1] != nil })
+		sessions, logs = append(sessions, s), append(logs, log)
+	}
+	noWriters := func(when string) {
+		t.Helper()
+		for sessionWriters() > 0 {
+			select {
+			case <-ctx.Done():
+				t.Fatalf("%s: %d session writers still run", when, sessionWriters())
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	}
+	noWriters("after the sessions started")
+	kv := pawlv1connect.NewKVServiceClient(client, srv.URL, connect.WithGRPC())
+	if _, err := kv.Put(ctx, connect.NewRequest(&pawlv1.PutRequest{Key: "/idle/k", Value: []byte("v")})); err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range sessions {
+		s.until(logs[i], func() bool { return len(logs[i].events[1]) == 1 })
+	}
+	noWriters("after the change reached every session")
 }

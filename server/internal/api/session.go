@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -30,15 +31,19 @@ import (
 
 // Sessions is the SessionService handler.
 //
-// A session has two goroutines: the handler's, which receives (the
-// hello, then ACKs and watch requests), and one writer, which sends
-// everything the session says: the ACKs' answers, the assignments and
-// the messages of every watch, several of them in one SessionResponse
-// when they are pending together. The watchers of a session (its
-// assignment watcher on the release records and its key-space watches)
-// form one watch.Group: the hub wakes the writer once for all of them,
-// and the writer drains every ready watcher with Poll; a session has no
-// goroutine per watch. When the hello asks for shared events, the events
+// A session has one goroutine of its own while it has nothing to send:
+// the handler's, which receives (the hello, then ACKs and watch
+// requests). Whatever the session says (the ACKs' answers, the
+// assignments and the messages of every watch, several of them in one
+// SessionResponse when they are pending together) is sent by a writer, a
+// goroutine started when something becomes pending (kick) and ended when
+// nothing is left, so that an idle session holds no writer's stack: at
+// most one writes at a time, and one kicked while it writes looks again
+// before it ends. The watchers of a session (its assignment watcher on
+// the release records and its key-space watches) form one watch.Group,
+// whose wake-up is that kick: the hub wakes the session once for all of
+// them, and the writer drains every ready watcher with Poll; a session
+// has no goroutine per watch. When the hello asks for shared events, the events
 // that several of the session's watches get go once in a message, with
 // the IDs of all of them (eventShare). ACKs are submitted, in the order they came, to
 // the rollout domain's batches (rollout.Rollouts.SubmitAckFunc), which
@@ -150,28 +155,43 @@ func (h *Sessions) Session(ctx context.Context, stream *connect.BidiStream[pawlv
 		return err
 	}
 	s := &session{
-		h: h, identity: rec.WorkloadIdentity, boot: rec.BootID, group: h.instances.hub.NewGroup(),
-		send: stream.Send, wake: make(chan struct{}, 1), cmds: make(chan *pawlv1.SessionRequest, sessionCommands),
-		eof: make(chan struct{}), slots: make(chan struct{}, maxAcksInFlight), watches: map[int64]*sessionWatch{}, byW: map[*watch.Watcher]*sessionWatch{},
-		spec: stream.Spec(), lag: metrics.FromContext(ctx),
+		h: h, identity: rec.WorkloadIdentity, boot: rec.BootID,
+		send: stream.Send, idle: make(chan struct{}, 1), cmds: make(chan *pawlv1.SessionRequest, sessionCommands),
+		slots: make(chan struct{}, maxAcksInFlight), watches: map[int64]*sessionWatch{}, byW: map[*watch.Watcher]*sessionWatch{},
+		spec: stream.Spec(), lag: metrics.FromContext(ctx), msg: &pawlv1.SessionResponse{},
 	}
+	s.group = h.instances.hub.NewGroupFunc(s.kick)
 	if hello.GetSharedEvents() {
 		s.share = newEventShare()
 	}
 	s.ctx, s.cancel = context.WithCancel(ctx)
 	s.guards = guardsFrom(ctx)
 	s.assign = &assignmentStream{identity: s.identity, deltas: true, held: map[string]uint64{}, rollouts: h.instances.rollouts}
-	writerDone := make(chan error, 1)
-	go func() { writerDone <- s.write(h.instances.toProto(rec), hello.GetAssignmentsAfterRevision()) }()
+	// The handler writes first (the started message and the first
+	// assignments), holding the writer's role; kicks meanwhile are
+	// seen when it lets go.
+	s.wstate.Store(writerRunning)
+	if err := s.start(h.instances.toProto(rec), hello.GetAssignmentsAfterRevision()); err != nil {
+		s.stop(err)
+	} else if !s.yield() {
+		go s.run()
+	}
 	rerr := s.receive(stream)
 	if errors.Is(rerr, io.EOF) {
 		// The client is done sending: its ACKs still get their answers.
 		s.acks.Wait()
-		close(s.eof)
 	} else {
 		s.cancel()
 	}
-	werr := <-writerDone
+	werr := s.stopWriting()
+	if werr == nil && errors.Is(rerr, io.EOF) {
+		// The last answers, which a writer may not have sent yet.
+		msg := s.msg
+		s.takeAnswers(msg)
+		if len(msg.Acks) > 0 {
+			werr = s.ended(s.send(msg))
+		}
+	}
 	s.cancel()
 	if werr == nil {
 		// The session ends from the client's side: its last answers
@@ -284,13 +304,18 @@ type session struct {
 	// not for each ACK.
 	guards messageGuards
 
-	// Between the receiver and the writer: wake is a pending wake-up of
-	// the writer (an ACK answered); cmds the watch requests in the order
-	// received; eof is closed when the client is done sending and every
-	// ACK is answered.
-	wake chan struct{}
+	// The writer: wstate is writerIdle, writerRunning, writerAgain or
+	// writerStopped (kick, yield, stopWriting); idle has a value after a
+	// writer ended; werr (under mu) is the error that ended the
+	// writing, if the session did not end from the receiving side.
+	wstate atomic.Int32
+	idle   chan struct{}
+	werr   error
+	// closing is set once the handler ends the session: the writer then
+	// ends after its round, kicked or not.
+	closing atomic.Bool
+	// cmds are the watch requests in the order received.
 	cmds chan *pawlv1.SessionRequest
-	eof  chan struct{}
 
 	// ACKs: slots counts those received and not yet answered; acks counts
 	// those whose answer is not set yet; answers (under mu) are in the
@@ -300,7 +325,8 @@ type session struct {
 	mu      sync.Mutex
 	answers []*ackAnswer
 
-	// Owned by the writer.
+	// Owned by the writer (one goroutine at a time).
+	msg     *pawlv1.SessionResponse // reused: Send has marshaled it when it returns
 	group   *watch.Group
 	assign  *assignmentStream
 	assignW *watch.Watcher
@@ -353,6 +379,7 @@ func (s *session) receive(stream *connect.BidiStream[pawlv1.SessionRequest, pawl
 		case *pawlv1.SessionRequest_WatchCreate, *pawlv1.SessionRequest_WatchCancel, *pawlv1.SessionRequest_ProgressRequest:
 			select {
 			case s.cmds <- msg:
+				s.kick()
 			case <-s.ctx.Done():
 				return s.ctx.Err()
 			}
@@ -456,10 +483,7 @@ func (s *session) answered(a *ackAnswer, req *pawlv1.AckRequest, stored *pawlv1.
 	s.mu.Lock()
 	a.result = result
 	s.mu.Unlock()
-	select {
-	case s.wake <- struct{}{}:
-	default:
-	}
+	s.kick()
 }
 
 // sessionError is a refusal within a session.
@@ -487,60 +511,153 @@ func (s *session) takeAnswers(msg *pawlv1.SessionResponse) {
 	}
 }
 
-// write is the writer: it sends the started message and the first
-// assignments, then whatever is pending, until the session ends. It
-// returns nil when the session ended from the receiving side, and the
-// error that ends it otherwise (having made the receiver stop).
-func (s *session) write(started *pawlv1.InstanceRecord, after int64) (err error) {
-	defer func() {
-		if err != nil {
-			s.cancel()
-			abortRead(s.ctx)
+// The writer's states (session.wstate).
+const (
+	writerIdle    int32 = iota // nothing writes; a kick starts a writer
+	writerRunning              // a writer (or the handler's start) writes
+	writerAgain                // a writer writes, and was kicked since it last looked
+	writerStopped              // the session writes no more: kicks do nothing
+)
+
+// kick has the session's pending messages sent: it starts a writer if
+// none runs, or has the running one look again before it ends. It never
+// blocks: the hub calls it on the commit path (the group's wake-up), the
+// ACK batches and the audit log's writer on theirs.
+func (s *session) kick() {
+	for !s.closing.Load() {
+		switch s.wstate.Load() {
+		case writerIdle:
+			if s.wstate.CompareAndSwap(writerIdle, writerRunning) {
+				go s.run()
+				return
+			}
+		case writerRunning:
+			if s.wstate.CompareAndSwap(writerRunning, writerAgain) {
+				return
+			}
+		default: // writerAgain, writerStopped
+			return
 		}
-	}()
+	}
+}
+
+// run is a writer: it sends what is pending, round after round, until a
+// round finds the session not kicked since it began; then it ends. An
+// error stops the session's writing (stop).
+func (s *session) run() {
+	for {
+		if err := s.round(); err != nil {
+			s.stop(err)
+			return
+		}
+		if s.yield() {
+			return
+		}
+	}
+}
+
+// yield ends the writer's turn, and reports so, unless a kick came
+// since its last round began and the session is not closing (then the
+// caller goes on with another round). The caller holds the writer's
+// role: the state is writerRunning or writerAgain, and only a kick
+// (from running to again) changes it meanwhile.
+func (s *session) yield() bool {
+	for {
+		st := s.wstate.Load()
+		if st == writerAgain && !s.closing.Load() {
+			s.wstate.Store(writerRunning)
+			return false
+		}
+		if s.wstate.CompareAndSwap(st, writerIdle) {
+			s.signalIdle()
+			return true
+		}
+	}
+}
+
+// signalIdle makes a pending value on idle, for stopWriting.
+func (s *session) signalIdle() {
+	select {
+	case s.idle <- struct{}{}:
+	default:
+	}
+}
+
+// stop ends the session's writing for err: nil when the session ended
+// from the receiving side (its context is done), else the error that
+// ends the session, which makes the receiver stop. The caller holds the
+// writer's role.
+func (s *session) stop(err error) {
+	if err = s.ended(err); err != nil {
+		s.mu.Lock()
+		if s.werr == nil {
+			s.werr = err
+		}
+		s.mu.Unlock()
+		s.cancel()
+		abortRead(s.ctx)
+	}
+	s.wstate.Store(writerStopped)
+	s.signalIdle()
+}
+
+// stopWriting waits until no writer runs, then stops the kicks from
+// starting one; it returns the error that ended the writing, if any.
+// The handler calls it once it stops receiving.
+func (s *session) stopWriting() error {
+	s.closing.Store(true)
+	for {
+		st := s.wstate.Load()
+		if st == writerStopped || (st == writerIdle && s.wstate.CompareAndSwap(writerIdle, writerStopped)) {
+			break
+		}
+		if st != writerIdle {
+			<-s.idle // a writer runs: it signals when it ends
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.werr
+}
+
+// start sends the started message and the first assignments.
+func (s *session) start(started *pawlv1.InstanceRecord, after int64) error {
 	msg := &pawlv1.SessionResponse{Started: &pawlv1.SessionStarted{Record: started}}
 	if err := s.startAssignments(msg, after); err != nil {
 		return err
 	}
-	if err := s.send(msg); err != nil {
-		return s.ended(err)
+	return s.send(msg)
+}
+
+// round sends whatever is pending (ACK answers, watch requests carried
+// out, what the ready watchers have), in as many messages as it takes,
+// until nothing is left. The caller holds the writer's role.
+func (s *session) round() error {
+	if s.ctx.Err() != nil {
+		return s.ctx.Err()
 	}
-	// One message, reused: Send has marshaled it when it returns, and a
-	// wake-up that finds nothing to send (most, when each answer is sent
-	// as it comes) allocates nothing.
-	msg = &pawlv1.SessionResponse{}
+	select {
+	case <-s.group.Done():
+		return Error(s.h.log, s.spec, watch.ErrClosed)
+	default:
+	}
+	msg := s.msg
 	for {
 		s.takeAnswers(msg)
 		more, err := s.fill(msg)
 		if err != nil {
-			return s.ended(Error(s.h.log, s.spec, err))
+			return Error(s.h.log, s.spec, err)
 		}
 		if len(msg.Acks) > 0 || len(msg.Watches) > 0 || msg.Assignments != nil {
 			if err := s.send(msg); err != nil {
-				return s.ended(err)
+				return err
 			}
 			acks := msg.Acks
 			clear(acks)
 			msg.Reset()
 			msg.Acks = acks[:0]
 		}
-		if more {
-			continue
-		}
-		select {
-		case <-s.group.Notify():
-		case <-s.wake:
-		case c := <-s.cmds:
-			s.taken = append(s.taken, c) // fill carries it out, before those still queued
-		case <-s.group.Done():
-			return Error(s.h.log, s.spec, watch.ErrClosed)
-		case <-s.eof:
-			s.takeAnswers(msg)
-			if len(msg.Acks) > 0 {
-				return s.ended(s.send(msg))
-			}
-			return nil
-		case <-s.ctx.Done():
+		if !more {
 			return nil
 		}
 	}

@@ -21,12 +21,14 @@ import (
 // finds all of them ready together and can send what one change did to
 // several watches in one message.
 //
-// The owner is one goroutine: Ready, Watch (of the group), Poll and Close
-// of the group's watchers are called from it; the hub marks watchers
-// ready concurrently.
+// The owner is one goroutine at a time (a session's writers take turns):
+// Ready, Watch (of the group), Poll and Close of the group's watchers are
+// called from it; the hub marks watchers ready concurrently. When the hub
+// closes, it wakes every group that has a watcher.
 type Group struct {
 	hub    *Hub
 	notify chan struct{} // buffered(1): a pending wake-up
+	wake   func()        // when set (NewGroupFunc), called instead of a send on notify
 
 	mu       sync.Mutex
 	ready    []*Watcher                       // the watchers marked ready, each once (Watcher.inReady)
@@ -52,6 +54,18 @@ func (h *Hub) NewGroup() *Group {
 	}
 }
 
+// NewGroupFunc returns an empty group, as NewGroup does, whose wake-up
+// is a call of wake rather than a value on Notify: its owner needs no
+// goroutine waiting for it. wake is called after watchers or prefixes
+// were marked ready, by the hub (on the commit path, under its watcher
+// lock) or by the group's own Watch; it must not block, and it must not
+// call the group or the hub.
+func (h *Hub) NewGroupFunc(wake func()) *Group {
+	g := h.NewGroup()
+	g.wake = wake
+	return g
+}
+
 // Watch registers a watcher of the group, as Hub.Watch does: for keys
 // under prefix, from revision start (inclusive; 0 means after the newest
 // revision). The watcher is drained with Poll (Next would never wake);
@@ -67,7 +81,9 @@ func (g *Group) Watch(ctx context.Context, prefix string, start int64) (*Watcher
 }
 
 // Notify is the group's wake-up: it has a value pending after any of its
-// watchers was marked ready since the last receive.
+// watchers was marked ready since the last receive. A group made by
+// NewGroupFunc wakes by its function instead, and Notify never has a
+// value.
 func (g *Group) Notify() <-chan struct{} { return g.notify }
 
 // Done is closed when the hub closes: the polls of the group's watchers
@@ -119,6 +135,10 @@ func (g *Group) mark(m marks) {
 		g.prefixes[p] = struct{}{}
 	}
 	g.mu.Unlock()
+	if g.wake != nil {
+		g.wake()
+		return
+	}
 	select {
 	case g.notify <- struct{}{}:
 	default:

@@ -252,6 +252,9 @@ func (h *Hub) Close() {
 		h.seen.closed.Store(true)
 		h.mu.Unlock()
 		h.cancel()
+		// Wake every watcher, so that a group's owner, which waits for
+		// no channel (NewGroupFunc), polls and finds the hub closed.
+		h.eachWatcher(func(*Watcher) {})
 		h.wg.Wait()
 	})
 }
