@@ -29,11 +29,14 @@ func TestMain(m *testing.M) {
 }
 
 // pawl runs one command line against srv and returns its exit code and
-// output.
+// output. A call may take two minutes, not the CLI's default 30 s: under
+// the race detector on a loaded machine, the server's first compile of a
+// several-megabyte validator upload took longer than 30 s. A command line
+// that names its own --timeout keeps it.
 func pawl(t *testing.T, srv *testserver.Server, stdin string, args ...string) (int, string, string) {
 	t.Helper()
 	var stdout, stderr bytes.Buffer
-	code := run(context.Background(), append([]string{"--server", srv.URL}, args...), strings.NewReader(stdin), &stdout, &stderr)
+	code := run(context.Background(), append([]string{"--server", srv.URL, "--timeout", "2m"}, args...), strings.NewReader(stdin), &stdout, &stderr)
 	return code, stdout.String(), stderr.String()
 }
 
