@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -155,11 +156,38 @@ type seen struct {
 // revision since was looked at; last is the newest of them under the
 // prefix, and evicted the newest of them under the prefix that left the
 // ring (0: none). Guarded by Hub.mu.
+//
+// revs are the revisions of the ring's events under the prefix after
+// since, oldest first, so that a watcher behind the newest revision reads
+// its prefix's events without scanning every other prefix's (an ACK flood
+// writes thousands of events between two changes of the release records
+// that every session's assignments follow).
 type prefixTrack struct {
 	watchers int
 	since    int64
 	last     int64
 	evicted  int64
+	revs     []int64
+}
+
+// trim drops the revisions older than oldest, the ring's oldest event,
+// and gives back the front of revs once it is most of it.
+func (t *prefixTrack) trim(oldest int64) {
+	n := 0
+	for n < len(t.revs) && t.revs[n] < oldest {
+		n++
+	}
+	if n == 0 {
+		return
+	}
+	if n == len(t.revs) {
+		t.revs = t.revs[:0]
+		return
+	}
+	t.revs = t.revs[n:]
+	if cap(t.revs) > 64 && len(t.revs) < cap(t.revs)/4 {
+		t.revs = slices.Clone(t.revs)
+	}
 }
 
 // quietSinceLocked reports, for a watcher of prefix whose next revision is
@@ -400,15 +428,17 @@ func (h *Hub) publish(events []store.Event, early bool) {
 		added = append(added, ev)
 	}
 	h.seen.newest.Store(h.newest)
+	oldest := h.oldestLocked()
 	for prefix, t := range h.prefixes {
 		if gap {
 			// What the lost events were is unknown: only the log can say.
-			t.since, t.last, t.evicted = h.newest, 0, 0
+			t.since, t.last, t.evicted, t.revs = h.newest, 0, 0, t.revs[:0]
 			continue
 		}
 		for _, ev := range added {
 			if strings.HasPrefix(ev.KV.Key, prefix) {
 				t.last = ev.Revision()
+				t.revs = append(t.revs, t.last)
 			}
 		}
 		for _, ev := range h.evicted {
@@ -416,6 +446,7 @@ func (h *Hub) publish(events []store.Event, early bool) {
 				t.evicted = ev.Revision()
 			}
 		}
+		t.trim(oldest)
 	}
 	clear(h.evicted) // drop the values, keep the capacity
 	h.mu.Unlock()

@@ -496,3 +496,90 @@ func TestStaleReasonChangeIsTold(t *testing.T) {
 		}
 	}
 }
+
+// TestAPrefixsEventsAmongOthersComeInWholeTransactions: a watcher whose
+// prefix's events are few among many of another prefix (as the release
+// records among an ACK flood's) gets exactly its own, in order, in
+// batches of at most the limit that never cut a transaction: one that
+// mixes both prefixes comes whole, and so does one that ends with the
+// other prefix's events, after which the batches go on from the next
+// change.
+func TestAPrefixsEventsAmongOthersComeInWholeTransactions(t *testing.T) {
+	st, hub := newHub(t, nil, watch.WithMaxBatch(8), watch.WithRingEvents(256))
+	w := watchFrom(t, hub, "/a/", 0)
+	for i := range 30 {
+		put(t, st, fmt.Sprintf("/b/%d", i), "v")
+	}
+	var mixed store.Txn // 20 of /a/ among 20 of /b/
+	for i := range 20 {
+		mixed.Puts = append(mixed.Puts, store.Put{Key: fmt.Sprintf("/a/m%d", i), Value: []byte("v")},
+			store.Put{Key: fmt.Sprintf("/b/m%d", i), Value: []byte("v")})
+	}
+	if _, err := st.Txn(context.Background(), mixed); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 30 {
+		put(t, st, fmt.Sprintf("/b/%d", i), "w")
+	}
+	for i := range 10 {
+		put(t, st, fmt.Sprintf("/a/p%d", i), "v")
+	}
+	var tail store.Txn // 10 of /a/, then 5 of /b/
+	for i := range 10 {
+		tail.Puts = append(tail.Puts, store.Put{Key: fmt.Sprintf("/a/t%d", i), Value: []byte("v")})
+	}
+	for i := range 5 {
+		tail.Puts = append(tail.Puts, store.Put{Key: fmt.Sprintf("/b/t%d", i), Value: []byte("v")})
+	}
+	if _, err := st.Txn(context.Background(), tail); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		put(t, st, fmt.Sprintf("/a/q%d", i), "v")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var sizes []int
+	var keys []string
+	var last int64
+	for len(keys) < 43 {
+		b, err := w.Next(ctx)
+		if err != nil {
+			t.Fatalf("after %v in batches %v: %v", keys, sizes, err)
+		}
+		if len(b.Events) == 0 {
+			continue
+		}
+		sizes = append(sizes, len(b.Events))
+		for _, ev := range b.Events {
+			if ev.Revision() <= last {
+				t.Fatalf("revision %d after %d", ev.Revision(), last)
+			}
+			last = ev.Revision()
+			keys = append(keys, ev.KV.Key)
+		}
+	}
+	var want []string
+	for i := range 20 {
+		want = append(want, fmt.Sprintf("/a/m%d", i))
+	}
+	for _, p := range []struct {
+		name string
+		n    int
+	}{{"p", 10}, {"t", 10}, {"q", 3}} {
+		for i := range p.n {
+			want = append(want, fmt.Sprintf("/a/%s%d", p.name, i))
+		}
+	}
+	if fmt.Sprint(keys) != fmt.Sprint(want) {
+		t.Fatalf("keys:\n%v\nwant:\n%v", keys, want)
+	}
+	// The mixed transaction whole; 8 puts; 2 puts and the tail
+	// transaction whole; the last 3 puts.
+	if fmt.Sprint(sizes) != "[20 8 12 3]" {
+		t.Fatalf("batch sizes %v, want [20 8 12 3]", sizes)
+	}
+	if b, ok, err := w.Poll(context.Background()); err != nil || (ok && len(b.Events) > 0) {
+		t.Fatalf("after every event: %v, %v, %v", b, ok, err)
+	}
+}

@@ -2,6 +2,7 @@ package watch
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync/atomic"
 
@@ -183,6 +184,9 @@ func (w *Watcher) fromRing() (events []store.Event, needLog bool, err error) {
 		// watcher was quiet, not behind.
 		w.next = oldest
 	}
+	if t := h.prefixes[w.prefix]; t != nil && w.next > t.since {
+		return w.fromIndexLocked(t, oldest), false, nil
+	}
 	// At most maxBatch events, but never part of a transaction: a
 	// transaction is delivered as one message.
 	inTxn := false
@@ -195,6 +199,51 @@ func (w *Watcher) fromRing() (events []store.Event, needLog bool, err error) {
 		}
 	}
 	return events, false, nil
+}
+
+// fromIndexLocked is fromRing for a cursor the prefix's track covers
+// (next after t.since, at or after the ring's oldest revision): it
+// copies the events the track lists from the cursor on, without looking
+// at the other prefixes' events between them. As fromRing, it takes at
+// most opts.maxBatch events, but never part of a transaction, and
+// advances the cursor past every event it accounts for: to the newest
+// revision when it took every listed event, else past the transaction of
+// the last one it took. The caller holds mu (read or write).
+func (w *Watcher) fromIndexLocked(t *prefixTrack, oldest int64) (events []store.Event) {
+	h := w.hub
+	at := func(rev int64) store.Event { return h.ring[(h.head+int(rev-oldest))%len(h.ring)] }
+	i, _ := slices.BinarySearch(t.revs, w.next)
+	for ; i < len(t.revs); i++ {
+		rev := t.revs[i]
+		if len(events) >= h.opts.maxBatch && !sameTxn(at, events[len(events)-1].Revision(), rev) {
+			break
+		}
+		events = append(events, at(rev))
+	}
+	if i == len(t.revs) {
+		w.next = h.newest + 1
+		return events
+	}
+	// Stopped at maxBatch: the cursor goes past the end of the last
+	// event's transaction.
+	last := events[len(events)-1].Revision()
+	for last < h.newest && at(last).More {
+		last++
+	}
+	w.next = last + 1
+	return events
+}
+
+// sameTxn reports whether the events at revisions from and to (from <
+// to) are of one transaction: every event from from up to to's previous
+// says that more of its transaction follows.
+func sameTxn(at func(int64) store.Event, from, to int64) bool {
+	for rev := from; rev < to; rev++ {
+		if !at(rev).More {
+			return false
+		}
+	}
+	return true
 }
 
 // staleness reports why the hub is stale ("" when it is not) and whether
