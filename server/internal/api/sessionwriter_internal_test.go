@@ -1,0 +1,200 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math/rand"
+	"runtime/pprof"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	pawlv1 "github.com/pawlcfg/pawl/gen/pawl/v1"
+	"github.com/pawlcfg/pawl/server/internal/store"
+	"github.com/pawlcfg/pawl/server/internal/store/boltstore"
+	"github.com/pawlcfg/pawl/server/internal/watch"
+)
+
+// writers counts the goroutines of this process that are a session's
+// writer.
+func writers() int {
+	var b strings.Builder
+	_ = pprof.Lookup("goroutine").WriteTo(&b, 2)
+	return strings.Count(b.String(), "api.(*session).run(")
+}
+
+// TestTheSessionsWritersTakeTurns drives a session's writers as the
+// handler, the hub, the ACK path and the receiver do, concurrently, 150
+// times: never two sends at once, the ACK answers sent by the writers
+// alone (a lost wake-up leaves one unsent), in order and each once, the
+// events in order, nothing sent after the handler's end, and no writer
+// left.
+func TestTheSessionsWritersTakeTurns(t *testing.T) {
+	ctx := context.Background()
+	st, err := boltstore.Open(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	hub, err := watch.New(ctx, st, watch.WithProgressInterval(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { hub.Close(); _ = st.Close() }()
+	for iter := 0; iter < 150; iter++ {
+		takeTurns(t, hub, st, int64(iter))
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for writers() > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d writers left", writers())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// takeTurns is one session of TestTheSessionsWritersTakeTurns.
+func takeTurns(t *testing.T, hub *watch.Hub, st *boltstore.Store, seed int64) {
+	ctx := context.Background()
+	var inSend atomic.Int32
+	var done atomic.Bool
+	var bad atomic.Value
+	var smu sync.Mutex
+	var ackIDs []uint64
+	var lastRev int64
+	prefix := fmt.Sprintf("/k%d/", seed)
+	s := &session{
+		h: &Sessions{log: slog.Default()}, idle: make(chan struct{}, 1), cmds: make(chan *pawlv1.SessionRequest, sessionCommands),
+		slots: make(chan struct{}, 1<<16), watches: map[int64]*sessionWatch{}, byW: map[*watch.Watcher]*sessionWatch{},
+		msg: &pawlv1.SessionResponse{},
+	}
+	s.send = func(m *pawlv1.SessionResponse) error {
+		if inSend.Add(1) != 1 {
+			bad.Store("two sends at once")
+		}
+		if done.Load() {
+			bad.Store("a send after the handler ended")
+		}
+		smu.Lock()
+		for _, a := range m.Acks {
+			ackIDs = append(ackIDs, a.AckId)
+		}
+		for _, wm := range m.Watches {
+			for _, ev := range wm.GetResponse().GetEvents().GetEvents() {
+				if r := ev.GetKv().GetModRevision(); r <= lastRev {
+					bad.Store(fmt.Sprintf("event %d after %d", r, lastRev))
+				} else {
+					lastRev = r
+				}
+			}
+		}
+		smu.Unlock()
+		time.Sleep(time.Duration(rand.Intn(200)) * time.Microsecond) // a send takes a while
+		inSend.Add(-1)
+		return nil
+	}
+	s.ctx, s.cancel = context.WithCancel(ctx)
+	s.group = hub.NewGroupFunc(s.kick)
+	// The handler: holds the role, opens a watch, lets go.
+	s.wstate.Store(writerRunning)
+	w, err := s.group.Watch(s.ctx, prefix, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sw := &sessionWatch{id: 1, w: w}
+	s.watches[1], s.byW[w] = sw, sw
+	if !s.yield() {
+		go s.run()
+	}
+	const nAcks = 60
+	var answers []*ackAnswer
+	for i := range nAcks {
+		a := &ackAnswer{id: uint64(i + 1)}
+		answers = append(answers, a)
+	}
+	var wg sync.WaitGroup
+	// The receiver: ACKs in order, watch requests; the ACK path answers
+	// them from other goroutines, in any order.
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		var aw sync.WaitGroup
+		for i, a := range answers {
+			s.slots <- struct{}{}
+			s.mu.Lock()
+			s.answers = append(s.answers, a)
+			s.mu.Unlock()
+			aw.Add(1)
+			go func() {
+				defer aw.Done()
+				time.Sleep(time.Duration(rand.Intn(3000)) * time.Microsecond)
+				s.mu.Lock()
+				a.result = &pawlv1.SessionAckResult{AckId: a.id}
+				s.mu.Unlock()
+				s.kick()
+			}()
+			if i%7 == 0 {
+				s.cmds <- &pawlv1.SessionRequest{Kind: &pawlv1.SessionRequest_ProgressRequest{ProgressRequest: &pawlv1.SessionProgressRequest{}}}
+				s.kick()
+			}
+		}
+		aw.Wait() // acks.Wait
+	}()
+	// The hub: changes under the watch.
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := range 20 {
+			if _, err := st.Put(ctx, store.Put{Key: fmt.Sprintf("%s%d", prefix, i), Value: []byte("v")}); err != nil {
+				bad.Store(err.Error())
+			}
+		}
+	}()
+	wg.Wait()
+	// Every kick has been made: the writers must send every answer
+	// without the handler's help (else a wake-up was lost).
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(time.Millisecond) {
+		smu.Lock()
+		n := len(ackIDs)
+		smu.Unlock()
+		if n == nAcks {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("seed %d: lost wake-up: %d of %d answers sent by writers", seed, n, nAcks)
+		}
+	}
+	werr := s.stopWriting()
+	if werr != nil {
+		t.Fatal(werr)
+	}
+	msg := s.msg
+	s.takeAnswers(msg)
+	if len(msg.Acks) > 0 {
+		if err := s.send(msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	done.Store(true)
+	s.cancel()
+	s.closeWatchers()
+	// Late kicks (an answer after the end, the hub): no writer may start.
+	for range 10 {
+		s.kick()
+	}
+	if v := bad.Load(); v != nil {
+		t.Fatalf("seed %d: %v", seed, v)
+	}
+	smu.Lock()
+	defer smu.Unlock()
+	if len(ackIDs) != nAcks {
+		t.Fatalf("seed %d: %d answers sent, want %d: %v", seed, len(ackIDs), nAcks, ackIDs)
+	}
+	for i, id := range ackIDs {
+		if id != uint64(i+1) {
+			t.Fatalf("seed %d: answers out of order: %v", seed, ackIDs)
+		}
+	}
+}
