@@ -363,7 +363,8 @@ func (c *Client) apply(ctx context.Context, a *pawlv1.Assignment, shadow bool, s
 }
 
 // download fetches the release (content, without membership) and its
-// validator module, from the cache when it holds them (unless fresh),
+// validator module, from the cache when it holds them, or the release
+// from what the session sent with the assignment (both unless fresh),
 // retrying transient failures until ctx ends. A cached release whose
 // digests are not the assignment's was rewritten on disk (the cache is
 // not its own authority): it is dropped and downloaded again.
@@ -380,6 +381,11 @@ func (c *Client) download(ctx context.Context, a *pawlv1.Assignment, fresh bool)
 			}
 		}
 	}
+	if f.release.Config == "" && !fresh {
+		// Sent with the assignment on the session: verified below as a
+		// download is.
+		f.release, _ = c.inline.get(a)
+	}
 	if f.release.Config == "" {
 		err := c.retry(ctx, "download release", func(ctx context.Context) error {
 			resp, err := c.releases.GetRelease(ctx, connect.NewRequest(&pawlv1.GetReleaseRequest{
@@ -389,14 +395,7 @@ func (c *Client) download(ctx context.Context, a *pawlv1.Assignment, fresh bool)
 			if err != nil {
 				return err
 			}
-			rel := resp.Msg.GetRelease()
-			spec := rel.GetSpec()
-			f.release = cachedRelease{
-				Config: spec.GetConfigId(), Generation: rel.GetGeneration(), ContentDigest: rel.GetContentDigest(),
-				ValidatorDigest: spec.GetValidatorDigest(), MediaType: spec.GetMediaType(), Content: spec.GetContent(),
-				Params: spec.GetValidatorParams(), HealthWindow: spec.GetHealthWindow().AsDuration(), MinAppVersion: spec.GetMinAppVersion(),
-				Budgets: budgetsOf(spec.GetStages()),
-			}
+			f.release = releaseFromProto(resp.Msg.GetRelease())
 			return nil
 		})
 		if err != nil {

@@ -50,6 +50,8 @@ type Client struct {
 	runtime *sharedRuntime
 	cache   *diskCache
 	health  *healthRecorder
+	// inline holds the releases the session sent with the assignments.
+	inline *inlineReleases
 
 	// current is every config's applied snapshot: an immutable map,
 	// replaced on every swap, read without locks.
@@ -127,7 +129,7 @@ func New(ctx context.Context, serverURL string, opts ...Option) (*Client, error)
 		return nil, fmt.Errorf("sdk: %w", err)
 	}
 	c := &Client{
-		cfg: cfg, url: urls[0].String(), bootID: newBootID(), started: time.Now(), metrics: &metrics{},
+		cfg: cfg, url: urls[0].String(), bootID: newBootID(), started: time.Now(), metrics: &metrics{}, inline: newInlineReleases(),
 		tracer:   cfg.tracerProvider.Tracer("github.com/pawlcfg/pawl/sdk"),
 		health:   newHealthRecorder(),
 		retained: map[string][]*Snapshot{}, changed: make(chan struct{}), subs: map[int]*subscriber{}, notes: newNotifier(), assigned: map[string]bool{},

@@ -218,25 +218,34 @@ func TestAPoisonedCacheIsNeverTrusted(t *testing.T) {
 }
 
 // TestATransientlyCorruptDownloadIsDownloadedAgain: a proxy corrupts the
-// content of the first two release downloads; the client downloads again
-// (with backoff), and the release ends APPLIED and HEALTHY_ACKED, with no
-// REJECTED.
+// content of the first two copies of the release the client gets (the
+// one its session sends inline with the assignment, then its first
+// download); the client downloads again (with backoff), and the release
+// ends APPLIED and HEALTHY_ACKED, with no REJECTED.
 func TestATransientlyCorruptDownloadIsDownloadedAgain(t *testing.T) {
 	h := newHarness(t)
 	var mu sync.Mutex
 	corrupted := 0
 	mitm := faultproxy.NewRewriter(t, h.srv.URL, func(procedure string, msg proto.Message, request bool) {
-		resp, ok := msg.(*pawlv1.GetReleaseResponse)
-		if request || !ok || !strings.HasSuffix(procedure, "/GetRelease") {
+		var rels []*pawlv1.Release
+		switch m := msg.(type) {
+		case *pawlv1.GetReleaseResponse:
+			rels = append(rels, m.GetRelease())
+		case *pawlv1.SessionResponse:
+			rels = m.GetReleases()
+		}
+		if request {
 			return
 		}
 		mu.Lock()
 		defer mu.Unlock()
-		if corrupted < 2 {
-			corrupted++
-			c := resp.GetRelease().GetSpec().GetContent()
-			i := strings.IndexAny(string(c), "0123456789")
-			c[i] = '0' + (c[i]-'0'+1)%10
+		for _, rel := range rels {
+			if corrupted < 2 {
+				corrupted++
+				c := rel.GetSpec().GetContent()
+				i := strings.IndexAny(string(c), "0123456789")
+				c[i] = '0' + (c[i]-'0'+1)%10
+			}
 		}
 	})
 	c := h.clientAt(mitm.URL, "i0")

@@ -147,7 +147,7 @@ func (c *Client) watchAssignments(ctx context.Context, as *assignmentState, b *b
 		b.reset()
 		c.linkChanged(true, nil)
 		c.linkWorks()
-		c.take(as, stream.Msg())
+		c.take(as, stream.Msg(), nil)
 	}
 	err = stream.Err()
 	if err == nil {
@@ -161,14 +161,16 @@ func (c *Client) watchAssignments(ctx context.Context, as *assignmentState, b *b
 	return err
 }
 
-// take takes one message of assignments, from a stream or a session:
-// it keeps as current and offers each change to the config's runner. A
-// message older than the set held is ignored (never go back to an older
-// set); an assignment the server cannot have sent is refused.
-func (c *Client) take(as *assignmentState, msg *pawlv1.WatchAssignmentsResponse) {
+// take takes one message of assignments, from a stream or a session
+// (with the releases it carries, rels): it keeps as current and offers
+// each change to the config's runner. A message older than the set held
+// is ignored (never go back to an older set); an assignment the server
+// cannot have sent is refused.
+func (c *Client) take(as *assignmentState, msg *pawlv1.WatchAssignmentsResponse, rels []*pawlv1.Release) {
 	if msg.GetRevision() < as.after {
 		return // never go back to an older set
 	}
+	c.inline.keep(msg, rels)
 	changed := map[string]bool{}
 	if msg.GetFull() {
 		for config := range as.set {

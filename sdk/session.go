@@ -225,7 +225,12 @@ func (c *Client) runSession(ctx context.Context, at int64, as *assignmentState, 
 	// Shared events: a change that several spaces' watches get comes
 	// once (watchMessage hands it to each); a server that predates them
 	// sends a message per watch, which watchMessage handles alike.
-	hello := &pawlv1.SessionHello{Instance: c.instance(), MembershipEpoch: c.epoch.Load(), AssignmentsAfterRevision: as.after, SharedEvents: true}
+	// Inline releases: each assignment comes with its release, which
+	// then needs no download; a server that predates them sends none.
+	hello := &pawlv1.SessionHello{
+		Instance: c.instance(), MembershipEpoch: c.epoch.Load(), AssignmentsAfterRevision: as.after,
+		SharedEvents: true, InlineReleases: true,
+	}
 	if err := st.stream.Send(&pawlv1.SessionRequest{Kind: &pawlv1.SessionRequest_Hello{Hello: hello}}); err != nil && !errors.Is(err, io.EOF) {
 		return err // io.EOF: the server ended the stream, and Receive says why
 	}
@@ -279,7 +284,7 @@ func (c *Client) runSession(ctx context.Context, at int64, as *assignmentState, 
 		c.linkChanged(true, nil)
 		c.linkWorks()
 		if a := msg.GetAssignments(); a != nil {
-			c.take(as, a)
+			c.take(as, a, msg.GetReleases())
 		}
 		for _, r := range msg.GetAcks() {
 			s.answered(st, r)

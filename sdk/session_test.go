@@ -28,6 +28,7 @@ var (
 	assignmentCalls       = pawlv1connect.InstanceServiceWatchAssignmentsProcedure
 	registerCalls         = pawlv1connect.InstanceServiceRegisterProcedure
 	watchCalls            = pawlv1connect.KVServiceWatchProcedure
+	getReleaseCalls       = pawlv1connect.ReleaseServiceGetReleaseProcedure
 	sessionServicePrefix  = "/" + pawlv1connect.SessionServiceName + "/"
 	everyStepOfOneRelease = "DISCOVERED,DOWNLOADED,VALIDATED,STAGED,APPLIED,HEALTHY_ACKED"
 )
@@ -88,15 +89,16 @@ func awaitReconnect(t *testing.T, h *harness, c *sdk.Client, cut func()) {
 }
 
 // TestAClientFollowsTheServerOnOneSession: a client registers, follows
-// its assignments, reports every ACK of a rollout (each with the W3C
-// trace context of its step's span) and follows a space, all on one
-// session stream: not one Register, WatchAssignments, Ack or Watch call
-// reaches the server.
+// its assignments, takes the release of its assignment from the session
+// (sent inline), reports every ACK of a rollout (each with the W3C trace
+// context of its step's span) and follows a space, all on one session
+// stream: not one Register, WatchAssignments, GetRelease, Ack or Watch
+// call reaches the server.
 func TestAClientFollowsTheServerOnOneSession(t *testing.T) {
 	h := newHarness(t)
 	counter := faultproxy.NewHider(t, h.srv.URL)
 	_, recorder := followThrough(t, h, counter.URL)
-	for _, p := range []string{ackCalls, assignmentCalls, registerCalls, watchCalls} {
+	for _, p := range []string{ackCalls, assignmentCalls, registerCalls, watchCalls, getReleaseCalls} {
 		if n := counter.Calls(p); n != 0 {
 			t.Errorf("%d calls of %s", n, p)
 		}
@@ -130,7 +132,7 @@ func TestAnOlderServerIsFollowedByItsUnaryCalls(t *testing.T) {
 	cut := faultproxy.NewHolder(t, h.srv.Addr)
 	older := faultproxy.NewHider(t, "http://"+cut.Addr, sessionServicePrefix)
 	c, _ := followThrough(t, h, older.URL)
-	for _, p := range []string{ackCalls, assignmentCalls, registerCalls, watchCalls} {
+	for _, p := range []string{ackCalls, assignmentCalls, registerCalls, watchCalls, getReleaseCalls} {
 		if older.Calls(p) == 0 {
 			t.Errorf("no call of %s", p)
 		}

@@ -18,7 +18,7 @@ import (
 
 // TestRejectedACKsCarryTheViolations: an instance whose validator
 // refuses a release (a man in the middle tightened the validator's
-// schema in the release it downloads) reports REJECTED with the reject
+// schema in the release it gets) reports REJECTED with the reject
 // code INVALID_CONTENT and the validator's violations as structured
 // data: 300 of them are cut to the server's 256, the last saying how many
 // more there were, and the server takes the ACK.
@@ -31,8 +31,13 @@ func TestRejectedACKsCarryTheViolations(t *testing.T) {
 	loose := []byte(`{"schema":{"type":"object"}}`)
 	strict := []byte(`{"schema":{"type":"object","properties":{"tiers":{"type":"array","items":{"type":"string"}}}}}`)
 	rw := faultproxy.NewRewriter(t, h.srv.URL, func(procedure string, msg proto.Message, request bool) {
-		if resp, ok := msg.(*pawlv1.GetReleaseResponse); ok && !request {
-			resp.GetRelease().GetSpec().ValidatorParams = strict
+		switch m := msg.(type) {
+		case *pawlv1.GetReleaseResponse:
+			m.GetRelease().GetSpec().ValidatorParams = strict
+		case *pawlv1.SessionResponse: // the release inline with its assignment
+			for _, rel := range m.GetReleases() {
+				rel.GetSpec().ValidatorParams = strict
+			}
 		}
 	})
 	// The JSON Schema module starts slowly under -race: a limit of its own.

@@ -351,7 +351,7 @@ func (s *Server) routes() http.Handler {
 	// every session was most of the fan-out's CPU (docs/BENCHMARKS.md).
 	// Compressed requests are still read.
 	sessionOpts := append(slices.Clone(opts), connect.WithCompressMinBytes(math.MaxInt))
-	s.sessions = api.NewSessions(instances, s.store, s.cfg.maxSessionWatches, s.cfg.log, s.sessionOptions()...)
+	s.sessions = api.NewSessions(instances, releases, s.store, s.cfg.maxSessionWatches, s.cfg.log, s.sessionOptions()...)
 	mux.Handle(pawlv1connect.NewSessionServiceHandler(s.sessions, sessionOpts...))
 	mux.Handle(pawlv1connect.NewRolloutServiceHandler(api.NewRollouts(rollouts, releases, s.cfg.log), opts...))
 	mux.Handle(pawlv1connect.NewAuditServiceHandler(api.NewAudit(s.audit, s.cfg.log), opts...))

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 
 	pawlv1 "github.com/pawlcfg/pawl/gen/pawl/v1"
 	"github.com/pawlcfg/pawl/gen/pawl/v1/pawlv1connect"
@@ -796,4 +797,63 @@ func TestAnIdleSessionHoldsNoWriter(t *testing.T) {
 		s.until(logs[i], func() bool { return len(logs[i].events[1]) == 1 })
 	}
 	noWriters("after the change reached every session")
+}
+
+// TestSessionSendsTheReleasesOfItsAssignmentsInline: a session whose
+// hello asks for inline releases gets, with each message of assignments,
+// the release each assignment names, as GetRelease with omit_membership
+// returns it (without its state and revision, which change): in the
+// delta that assigns it and in the full set of the instance's next
+// session. A session that does not ask gets none.
+func TestSessionSendsTheReleasesOfItsAssignmentsInline(t *testing.T) {
+	srv := testserver.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	client := testserver.HTTPClient(t)
+	c := newCanaryRollout(t, ctx, srv, connect.WithGRPC())
+	startInline := func(id string) (*session, *pawlv1.SessionResponse) {
+		t.Helper()
+		s := openSession(t, ctx, client, srv.URL, &pawlv1.SessionHello{Instance: instanceOf(id), InlineReleases: true}, connect.WithGRPC())
+		return s, s.recv()
+	}
+	nextAssignments := func(s *session) *pawlv1.SessionResponse {
+		t.Helper()
+		for {
+			if m := s.recv(); m.GetAssignments() != nil {
+				return m
+			}
+		}
+	}
+	register(t, c.is, "main-1", "b", "zone-a", nil) // the release's "everyone" stage
+	inline, first := startInline("canary-1")
+	plain, _ := start(t, ctx, client, srv.URL, "canary-2", connect.WithGRPC())
+	if len(first.GetReleases()) != 0 {
+		t.Fatalf("releases with no assignment: %v", first.GetReleases())
+	}
+
+	rel := c.create(50)
+	got, err := c.rs.GetRelease(ctx, connect.NewRequest(&pawlv1.GetReleaseRequest{ConfigId: "routing", Generation: rel.GetGeneration(), OmitMembership: true}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := got.Msg.GetRelease()
+	want.State, want.Revision = pawlv1.ReleaseState_RELEASE_STATE_UNSPECIFIED, 0
+	m := nextAssignments(inline)
+	if render(m.GetAssignments()) != "routing@1:canary " || len(m.GetReleases()) != 1 || !proto.Equal(m.GetReleases()[0], want) {
+		t.Fatalf("the delta that assigns the release: %v, releases %v; want %v", m.GetAssignments(), m.GetReleases(), want)
+	}
+	if m := nextAssignments(plain); render(m.GetAssignments()) != "routing@1:canary " || len(m.GetReleases()) != 0 {
+		t.Fatalf("a session that did not ask: %v", m)
+	}
+	// The instance comes back: its session resumes the registration.
+	_ = inline.CloseRequest()
+	if code := inline.endsWith(); code != 0 {
+		t.Fatalf("the session ended with %v", code)
+	}
+	again := openSession(t, ctx, client, srv.URL, &pawlv1.SessionHello{Instance: instanceOf("canary-1"), InlineReleases: true,
+		MembershipEpoch: first.GetStarted().GetRecord().GetMembershipEpoch()}, connect.WithGRPC())
+	full := again.recv()
+	if render(full.GetAssignments()) != "routing@1:canary " || len(full.GetReleases()) != 1 || !proto.Equal(full.GetReleases()[0], want) {
+		t.Fatalf("the full set of a later session: %v, releases %v", full.GetAssignments(), full.GetReleases())
+	}
 }

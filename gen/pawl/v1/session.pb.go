@@ -185,9 +185,20 @@ type SessionHello struct {
 	// 157 times. Unset: every watch message is for one watch, as before this
 	// field existed; a server that predates it ignores it, so a client that
 	// sets it handles both forms.
-	SharedEvents  bool `protobuf:"varint,4,opt,name=shared_events,json=sharedEvents,proto3" json:"shared_events,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	SharedEvents bool `protobuf:"varint,4,opt,name=shared_events,json=sharedEvents,proto3" json:"shared_events,omitempty"`
+	// Asks for the releases with the assignments: a message that carries
+	// assignments also carries, in SessionResponse.releases, the release
+	// each of them names (as GetRelease with omit_membership returns it),
+	// so that the instance need not download it, while the releases of the
+	// message stay within about 1 MiB; a release that does not fit is left
+	// out, and the instance downloads it (ReleaseService.GetRelease). The
+	// client verifies an inline release exactly as a downloaded one: its
+	// content must hash to the assignment's content_digest. Unset, or a
+	// server that predates this field: no releases, the client downloads
+	// each.
+	InlineReleases bool `protobuf:"varint,5,opt,name=inline_releases,json=inlineReleases,proto3" json:"inline_releases,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *SessionHello) Reset() {
@@ -244,6 +255,13 @@ func (x *SessionHello) GetAssignmentsAfterRevision() int64 {
 func (x *SessionHello) GetSharedEvents() bool {
 	if x != nil {
 		return x.SharedEvents
+	}
+	return false
+}
+
+func (x *SessionHello) GetInlineReleases() bool {
+	if x != nil {
+		return x.InlineReleases
 	}
 	return false
 }
@@ -464,7 +482,13 @@ type SessionResponse struct {
 	// watch's stream. With SessionHello.shared_events, a message may be for
 	// several watches (SessionWatchMessage.shared_with): the client hands it
 	// to each of them in its place in this list.
-	Watches       []*SessionWatchMessage `protobuf:"bytes,4,rep,name=watches,proto3" json:"watches,omitempty"`
+	Watches []*SessionWatchMessage `protobuf:"bytes,4,rep,name=watches,proto3" json:"watches,omitempty"`
+	// With SessionHello.inline_releases, in a message with assignments: the
+	// releases they name, each once, without the membership and the
+	// ineligible instances (member_count stays); state and revision are
+	// unset, since they change (GetRelease tells them). Releases that do not
+	// fit in the message's bound are left out.
+	Releases      []*Release `protobuf:"bytes,5,rep,name=releases,proto3" json:"releases,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -523,6 +547,13 @@ func (x *SessionResponse) GetAcks() []*SessionAckResult {
 func (x *SessionResponse) GetWatches() []*SessionWatchMessage {
 	if x != nil {
 		return x.Watches
+	}
+	return nil
+}
+
+func (x *SessionResponse) GetReleases() []*Release {
+	if x != nil {
+		return x.Releases
 	}
 	return nil
 }
@@ -792,19 +823,20 @@ var File_pawl_v1_session_proto protoreflect.FileDescriptor
 
 const file_pawl_v1_session_proto_rawDesc = "" +
 	"\n" +
-	"\x15pawl/v1/session.proto\x12\apawl.v1\x1a\x16pawl/v1/instance.proto\x1a\x10pawl/v1/kv.proto\x1a\x15pawl/v1/rollout.proto\"\xc2\x02\n" +
+	"\x15pawl/v1/session.proto\x12\apawl.v1\x1a\x16pawl/v1/instance.proto\x1a\x10pawl/v1/kv.proto\x1a\x15pawl/v1/release.proto\x1a\x15pawl/v1/rollout.proto\"\xc2\x02\n" +
 	"\x0eSessionRequest\x12-\n" +
 	"\x05hello\x18\x01 \x01(\v2\x15.pawl.v1.SessionHelloH\x00R\x05hello\x12'\n" +
 	"\x03ack\x18\x02 \x01(\v2\x13.pawl.v1.SessionAckH\x00R\x03ack\x12@\n" +
 	"\fwatch_create\x18\x03 \x01(\v2\x1b.pawl.v1.SessionWatchCreateH\x00R\vwatchCreate\x12@\n" +
 	"\fwatch_cancel\x18\x04 \x01(\v2\x1b.pawl.v1.SessionWatchCancelH\x00R\vwatchCancel\x12L\n" +
 	"\x10progress_request\x18\x05 \x01(\v2\x1f.pawl.v1.SessionProgressRequestH\x00R\x0fprogressRequestB\x06\n" +
-	"\x04kind\"\xcb\x01\n" +
+	"\x04kind\"\xf4\x01\n" +
 	"\fSessionHello\x12-\n" +
 	"\binstance\x18\x01 \x01(\v2\x11.pawl.v1.InstanceR\binstance\x12)\n" +
 	"\x10membership_epoch\x18\x02 \x01(\x03R\x0fmembershipEpoch\x12<\n" +
 	"\x1aassignments_after_revision\x18\x03 \x01(\x03R\x18assignmentsAfterRevision\x12#\n" +
-	"\rshared_events\x18\x04 \x01(\bR\fsharedEvents\"C\n" +
+	"\rshared_events\x18\x04 \x01(\bR\fsharedEvents\x12'\n" +
+	"\x0finline_releases\x18\x05 \x01(\bR\x0einlineReleases\"C\n" +
 	"\n" +
 	"SessionAck\x12\x15\n" +
 	"\x06ack_id\x18\x01 \x01(\x04R\x05ackId\x12\x1e\n" +
@@ -814,12 +846,13 @@ const file_pawl_v1_session_proto_rawDesc = "" +
 	"\x05watch\x18\x02 \x01(\v2\x15.pawl.v1.WatchRequestR\x05watch\"/\n" +
 	"\x12SessionWatchCancel\x12\x19\n" +
 	"\bwatch_id\x18\x01 \x01(\x03R\awatchId\"\x18\n" +
-	"\x16SessionProgressRequest\"\xf0\x01\n" +
+	"\x16SessionProgressRequest\"\x9e\x02\n" +
 	"\x0fSessionResponse\x121\n" +
 	"\astarted\x18\x01 \x01(\v2\x17.pawl.v1.SessionStartedR\astarted\x12C\n" +
 	"\vassignments\x18\x02 \x01(\v2!.pawl.v1.WatchAssignmentsResponseR\vassignments\x12-\n" +
 	"\x04acks\x18\x03 \x03(\v2\x19.pawl.v1.SessionAckResultR\x04acks\x126\n" +
-	"\awatches\x18\x04 \x03(\v2\x1c.pawl.v1.SessionWatchMessageR\awatches\"A\n" +
+	"\awatches\x18\x04 \x03(\v2\x1c.pawl.v1.SessionWatchMessageR\awatches\x12,\n" +
+	"\breleases\x18\x05 \x03(\v2\x10.pawl.v1.ReleaseR\breleases\"A\n" +
 	"\x0eSessionStarted\x12/\n" +
 	"\x06record\x18\x01 \x01(\v2\x17.pawl.v1.InstanceRecordR\x06record\"v\n" +
 	"\x10SessionAckResult\x12\x15\n" +
@@ -868,8 +901,9 @@ var file_pawl_v1_session_proto_goTypes = []any{
 	(*Ack)(nil),                      // 12: pawl.v1.Ack
 	(*WatchRequest)(nil),             // 13: pawl.v1.WatchRequest
 	(*WatchAssignmentsResponse)(nil), // 14: pawl.v1.WatchAssignmentsResponse
-	(*InstanceRecord)(nil),           // 15: pawl.v1.InstanceRecord
-	(*WatchResponse)(nil),            // 16: pawl.v1.WatchResponse
+	(*Release)(nil),                  // 15: pawl.v1.Release
+	(*InstanceRecord)(nil),           // 16: pawl.v1.InstanceRecord
+	(*WatchResponse)(nil),            // 17: pawl.v1.WatchResponse
 }
 var file_pawl_v1_session_proto_depIdxs = []int32{
 	1,  // 0: pawl.v1.SessionRequest.hello:type_name -> pawl.v1.SessionHello
@@ -884,18 +918,19 @@ var file_pawl_v1_session_proto_depIdxs = []int32{
 	14, // 9: pawl.v1.SessionResponse.assignments:type_name -> pawl.v1.WatchAssignmentsResponse
 	8,  // 10: pawl.v1.SessionResponse.acks:type_name -> pawl.v1.SessionAckResult
 	9,  // 11: pawl.v1.SessionResponse.watches:type_name -> pawl.v1.SessionWatchMessage
-	15, // 12: pawl.v1.SessionStarted.record:type_name -> pawl.v1.InstanceRecord
-	12, // 13: pawl.v1.SessionAckResult.ack:type_name -> pawl.v1.Ack
-	10, // 14: pawl.v1.SessionAckResult.error:type_name -> pawl.v1.SessionError
-	16, // 15: pawl.v1.SessionWatchMessage.response:type_name -> pawl.v1.WatchResponse
-	10, // 16: pawl.v1.SessionWatchMessage.error:type_name -> pawl.v1.SessionError
-	0,  // 17: pawl.v1.SessionService.Session:input_type -> pawl.v1.SessionRequest
-	6,  // 18: pawl.v1.SessionService.Session:output_type -> pawl.v1.SessionResponse
-	18, // [18:19] is the sub-list for method output_type
-	17, // [17:18] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	15, // 12: pawl.v1.SessionResponse.releases:type_name -> pawl.v1.Release
+	16, // 13: pawl.v1.SessionStarted.record:type_name -> pawl.v1.InstanceRecord
+	12, // 14: pawl.v1.SessionAckResult.ack:type_name -> pawl.v1.Ack
+	10, // 15: pawl.v1.SessionAckResult.error:type_name -> pawl.v1.SessionError
+	17, // 16: pawl.v1.SessionWatchMessage.response:type_name -> pawl.v1.WatchResponse
+	10, // 17: pawl.v1.SessionWatchMessage.error:type_name -> pawl.v1.SessionError
+	0,  // 18: pawl.v1.SessionService.Session:input_type -> pawl.v1.SessionRequest
+	6,  // 19: pawl.v1.SessionService.Session:output_type -> pawl.v1.SessionResponse
+	19, // [19:20] is the sub-list for method output_type
+	18, // [18:19] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_pawl_v1_session_proto_init() }
@@ -905,6 +940,7 @@ func file_pawl_v1_session_proto_init() {
 	}
 	file_pawl_v1_instance_proto_init()
 	file_pawl_v1_kv_proto_init()
+	file_pawl_v1_release_proto_init()
 	file_pawl_v1_rollout_proto_init()
 	file_pawl_v1_session_proto_msgTypes[0].OneofWrappers = []any{
 		(*SessionRequest_Hello)(nil),

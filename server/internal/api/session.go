@@ -24,6 +24,7 @@ import (
 	"github.com/pawlcfg/pawl/server/internal/instance"
 	"github.com/pawlcfg/pawl/server/internal/metrics"
 	"github.com/pawlcfg/pawl/server/internal/records"
+	"github.com/pawlcfg/pawl/server/internal/release"
 	"github.com/pawlcfg/pawl/server/internal/rollout"
 	"github.com/pawlcfg/pawl/server/internal/store"
 	"github.com/pawlcfg/pawl/server/internal/watch"
@@ -59,6 +60,7 @@ import (
 type Sessions struct {
 	tracer     trace.Tracer // nil: no spans of ACKs
 	instances  *Instances
+	inline     *inlineReleases
 	store      store.Store
 	maxWatches int
 	log        *slog.Logger
@@ -75,11 +77,12 @@ var _ pawlv1connect.SessionServiceHandler = (*Sessions)(nil)
 const MaxSessionWatchesFlag = "--max-session-watches"
 
 // NewSessions returns the SessionService handler: registrations, leases
-// and assignments as instances' InstanceService does, ACKs as
+// and assignments as instances' InstanceService does (with the releases of
+// rels, for a session that asks for them inline), ACKs as
 // RolloutService.Ack, watches of st as KVService.Watch, at most
 // maxWatches open per session.
-func NewSessions(instances *Instances, st store.Store, maxWatches int, log *slog.Logger, opts ...SessionOption) *Sessions {
-	h := &Sessions{instances: instances, store: st, maxWatches: maxWatches, log: log}
+func NewSessions(instances *Instances, rels *release.Releases, st store.Store, maxWatches int, log *slog.Logger, opts ...SessionOption) *Sessions {
+	h := &Sessions{instances: instances, inline: newInlineReleases(rels), store: st, maxWatches: maxWatches, log: log}
 	for _, opt := range opts {
 		opt(h)
 	}
@@ -163,6 +166,9 @@ func (h *Sessions) Session(ctx context.Context, stream *connect.BidiStream[pawlv
 	s.group = h.instances.hub.NewGroupFunc(s.kick)
 	if hello.GetSharedEvents() {
 		s.share = newEventShare()
+	}
+	if hello.GetInlineReleases() {
+		s.inline = h.inline
 	}
 	s.ctx, s.cancel = context.WithCancel(ctx)
 	s.guards = guardsFrom(ctx)
@@ -332,15 +338,15 @@ type session struct {
 	assignW *watch.Watcher
 	watches map[int64]*sessionWatch
 	byW     map[*watch.Watcher]*sessionWatch
-	// taken are watch requests the writer took from cmds and has not
-	// carried out yet.
-	taken []*pawlv1.SessionRequest
 	// behind are watchers the writer did not drain in the last message
 	// (it was full), in the order to continue.
 	behind []*sessionWatch
 	// share, when the hello asked for shared events, sends the events
 	// that several watches get once per message; nil otherwise.
 	share *eventShare
+	// inline, when the hello asked for inline releases, puts the releases
+	// of the assignments in their message; nil otherwise.
+	inline *inlineReleases
 }
 
 // ackAnswer is the answer to one ACK, once result is set (under
@@ -626,6 +632,7 @@ func (s *session) start(started *pawlv1.InstanceRecord, after int64) error {
 	if err := s.startAssignments(msg, after); err != nil {
 		return err
 	}
+	s.inline.addReleases(s.ctx, msg)
 	return s.send(msg)
 }
 
@@ -688,12 +695,7 @@ func (s *session) ended(err error) error {
 func (s *session) fill(msg *pawlv1.SessionResponse) (more bool, err error) {
 	s.share.reset()
 	for len(s.cmds) > 0 {
-		s.taken = append(s.taken, <-s.cmds)
-	}
-	for len(s.taken) > 0 {
-		c := s.taken[0]
-		s.taken = s.taken[1:]
-		if err := s.command(msg, c); err != nil {
+		if err := s.command(msg, <-s.cmds); err != nil {
 			return false, err
 		}
 	}
@@ -714,6 +716,7 @@ func (s *session) fill(msg *pawlv1.SessionResponse) (more bool, err error) {
 		if err := s.drainAssignments(msg); err != nil {
 			return false, err
 		}
+		s.inline.addReleases(s.ctx, msg)
 	}
 	size := 0
 	for i, sw := range ready {

@@ -1,5 +1,6 @@
 from pawl.v1 import instance_pb2 as _instance_pb2
 from pawl.v1 import kv_pb2 as _kv_pb2
+from pawl.v1 import release_pb2 as _release_pb2
 from pawl.v1 import rollout_pb2 as _rollout_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
@@ -35,16 +36,18 @@ class SessionError(_message.Message):
     def __init__(self, code: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
 
 class SessionHello(_message.Message):
-    __slots__ = ["assignments_after_revision", "instance", "membership_epoch", "shared_events"]
+    __slots__ = ["assignments_after_revision", "inline_releases", "instance", "membership_epoch", "shared_events"]
     ASSIGNMENTS_AFTER_REVISION_FIELD_NUMBER: _ClassVar[int]
+    INLINE_RELEASES_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_FIELD_NUMBER: _ClassVar[int]
     MEMBERSHIP_EPOCH_FIELD_NUMBER: _ClassVar[int]
     SHARED_EVENTS_FIELD_NUMBER: _ClassVar[int]
     assignments_after_revision: int
+    inline_releases: bool
     instance: _instance_pb2.Instance
     membership_epoch: int
     shared_events: bool
-    def __init__(self, instance: _Optional[_Union[_instance_pb2.Instance, _Mapping]] = ..., membership_epoch: _Optional[int] = ..., assignments_after_revision: _Optional[int] = ..., shared_events: bool = ...) -> None: ...
+    def __init__(self, instance: _Optional[_Union[_instance_pb2.Instance, _Mapping]] = ..., membership_epoch: _Optional[int] = ..., assignments_after_revision: _Optional[int] = ..., shared_events: bool = ..., inline_releases: bool = ...) -> None: ...
 
 class SessionProgressRequest(_message.Message):
     __slots__ = []
@@ -65,16 +68,18 @@ class SessionRequest(_message.Message):
     def __init__(self, hello: _Optional[_Union[SessionHello, _Mapping]] = ..., ack: _Optional[_Union[SessionAck, _Mapping]] = ..., watch_create: _Optional[_Union[SessionWatchCreate, _Mapping]] = ..., watch_cancel: _Optional[_Union[SessionWatchCancel, _Mapping]] = ..., progress_request: _Optional[_Union[SessionProgressRequest, _Mapping]] = ...) -> None: ...
 
 class SessionResponse(_message.Message):
-    __slots__ = ["acks", "assignments", "started", "watches"]
+    __slots__ = ["acks", "assignments", "releases", "started", "watches"]
     ACKS_FIELD_NUMBER: _ClassVar[int]
     ASSIGNMENTS_FIELD_NUMBER: _ClassVar[int]
+    RELEASES_FIELD_NUMBER: _ClassVar[int]
     STARTED_FIELD_NUMBER: _ClassVar[int]
     WATCHES_FIELD_NUMBER: _ClassVar[int]
     acks: _containers.RepeatedCompositeFieldContainer[SessionAckResult]
     assignments: _instance_pb2.WatchAssignmentsResponse
+    releases: _containers.RepeatedCompositeFieldContainer[_release_pb2.Release]
     started: SessionStarted
     watches: _containers.RepeatedCompositeFieldContainer[SessionWatchMessage]
-    def __init__(self, started: _Optional[_Union[SessionStarted, _Mapping]] = ..., assignments: _Optional[_Union[_instance_pb2.WatchAssignmentsResponse, _Mapping]] = ..., acks: _Optional[_Iterable[_Union[SessionAckResult, _Mapping]]] = ..., watches: _Optional[_Iterable[_Union[SessionWatchMessage, _Mapping]]] = ...) -> None: ...
+    def __init__(self, started: _Optional[_Union[SessionStarted, _Mapping]] = ..., assignments: _Optional[_Union[_instance_pb2.WatchAssignmentsResponse, _Mapping]] = ..., acks: _Optional[_Iterable[_Union[SessionAckResult, _Mapping]]] = ..., watches: _Optional[_Iterable[_Union[SessionWatchMessage, _Mapping]]] = ..., releases: _Optional[_Iterable[_Union[_release_pb2.Release, _Mapping]]] = ...) -> None: ...
 
 class SessionStarted(_message.Message):
     __slots__ = ["record"]

@@ -8,6 +8,8 @@ import type { Instance, InstanceRecord, WatchAssignmentsResponse } from "./insta
 import { file_pawl_v1_instance } from "./instance_pb.js";
 import type { WatchRequest, WatchResponse } from "./kv_pb.js";
 import { file_pawl_v1_kv } from "./kv_pb.js";
+import type { Release } from "./release_pb.js";
+import { file_pawl_v1_release } from "./release_pb.js";
 import type { Ack } from "./rollout_pb.js";
 import { file_pawl_v1_rollout } from "./rollout_pb.js";
 import type { Message } from "@bufbuild/protobuf";
@@ -16,7 +18,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file pawl/v1/session.proto.
  */
 export const file_pawl_v1_session: GenFile = /*@__PURE__*/
-  fileDesc("ChVwYXdsL3YxL3Nlc3Npb24ucHJvdG8SB3Bhd2wudjEiiwIKDlNlc3Npb25SZXF1ZXN0EiYKBWhlbGxvGAEgASgLMhUucGF3bC52MS5TZXNzaW9uSGVsbG9IABIiCgNhY2sYAiABKAsyEy5wYXdsLnYxLlNlc3Npb25BY2tIABIzCgx3YXRjaF9jcmVhdGUYAyABKAsyGy5wYXdsLnYxLlNlc3Npb25XYXRjaENyZWF0ZUgAEjMKDHdhdGNoX2NhbmNlbBgEIAEoCzIbLnBhd2wudjEuU2Vzc2lvbldhdGNoQ2FuY2VsSAASOwoQcHJvZ3Jlc3NfcmVxdWVzdBgFIAEoCzIfLnBhd2wudjEuU2Vzc2lvblByb2dyZXNzUmVxdWVzdEgAQgYKBGtpbmQiiAEKDFNlc3Npb25IZWxsbxIjCghpbnN0YW5jZRgBIAEoCzIRLnBhd2wudjEuSW5zdGFuY2USGAoQbWVtYmVyc2hpcF9lcG9jaBgCIAEoAxIiChphc3NpZ25tZW50c19hZnRlcl9yZXZpc2lvbhgDIAEoAxIVCg1zaGFyZWRfZXZlbnRzGAQgASgIIjcKClNlc3Npb25BY2sSDgoGYWNrX2lkGAEgASgEEhkKA2FjaxgCIAEoCzIMLnBhd2wudjEuQWNrIkwKElNlc3Npb25XYXRjaENyZWF0ZRIQCgh3YXRjaF9pZBgBIAEoAxIkCgV3YXRjaBgCIAEoCzIVLnBhd2wudjEuV2F0Y2hSZXF1ZXN0IiYKElNlc3Npb25XYXRjaENhbmNlbBIQCgh3YXRjaF9pZBgBIAEoAyIYChZTZXNzaW9uUHJvZ3Jlc3NSZXF1ZXN0IssBCg9TZXNzaW9uUmVzcG9uc2USKAoHc3RhcnRlZBgBIAEoCzIXLnBhd2wudjEuU2Vzc2lvblN0YXJ0ZWQSNgoLYXNzaWdubWVudHMYAiABKAsyIS5wYXdsLnYxLldhdGNoQXNzaWdubWVudHNSZXNwb25zZRInCgRhY2tzGAMgAygLMhkucGF3bC52MS5TZXNzaW9uQWNrUmVzdWx0Ei0KB3dhdGNoZXMYBCADKAsyHC5wYXdsLnYxLlNlc3Npb25XYXRjaE1lc3NhZ2UiOQoOU2Vzc2lvblN0YXJ0ZWQSJwoGcmVjb3JkGAEgASgLMhcucGF3bC52MS5JbnN0YW5jZVJlY29yZCJjChBTZXNzaW9uQWNrUmVzdWx0Eg4KBmFja19pZBgBIAEoBBIZCgNhY2sYAiABKAsyDC5wYXdsLnYxLkFjaxIkCgVlcnJvchgDIAEoCzIVLnBhd2wudjEuU2Vzc2lvbkVycm9yIp4BChNTZXNzaW9uV2F0Y2hNZXNzYWdlEhAKCHdhdGNoX2lkGAEgASgDEigKCHJlc3BvbnNlGAIgASgLMhYucGF3bC52MS5XYXRjaFJlc3BvbnNlEiQKBWVycm9yGAMgASgLMhUucGF3bC52MS5TZXNzaW9uRXJyb3ISEAoIY2FuY2VsZWQYBCABKAgSEwoLc2hhcmVkX3dpdGgYBSADKAMiLQoMU2Vzc2lvbkVycm9yEgwKBGNvZGUYASABKAkSDwoHbWVzc2FnZRgCIAEoCTJUCg5TZXNzaW9uU2VydmljZRJCCgdTZXNzaW9uEhcucGF3bC52MS5TZXNzaW9uUmVxdWVzdBoYLnBhd2wudjEuU2Vzc2lvblJlc3BvbnNlIgAoATABQixaKmdpdGh1Yi5jb20vcGF3bGNmZy9wYXdsL2dlbi9wYXdsL3YxO3Bhd2x2MWIGcHJvdG8z", [file_pawl_v1_instance, file_pawl_v1_kv, file_pawl_v1_rollout]);
+  fileDesc("ChVwYXdsL3YxL3Nlc3Npb24ucHJvdG8SB3Bhd2wudjEiiwIKDlNlc3Npb25SZXF1ZXN0EiYKBWhlbGxvGAEgASgLMhUucGF3bC52MS5TZXNzaW9uSGVsbG9IABIiCgNhY2sYAiABKAsyEy5wYXdsLnYxLlNlc3Npb25BY2tIABIzCgx3YXRjaF9jcmVhdGUYAyABKAsyGy5wYXdsLnYxLlNlc3Npb25XYXRjaENyZWF0ZUgAEjMKDHdhdGNoX2NhbmNlbBgEIAEoCzIbLnBhd2wudjEuU2Vzc2lvbldhdGNoQ2FuY2VsSAASOwoQcHJvZ3Jlc3NfcmVxdWVzdBgFIAEoCzIfLnBhd2wudjEuU2Vzc2lvblByb2dyZXNzUmVxdWVzdEgAQgYKBGtpbmQioQEKDFNlc3Npb25IZWxsbxIjCghpbnN0YW5jZRgBIAEoCzIRLnBhd2wudjEuSW5zdGFuY2USGAoQbWVtYmVyc2hpcF9lcG9jaBgCIAEoAxIiChphc3NpZ25tZW50c19hZnRlcl9yZXZpc2lvbhgDIAEoAxIVCg1zaGFyZWRfZXZlbnRzGAQgASgIEhcKD2lubGluZV9yZWxlYXNlcxgFIAEoCCI3CgpTZXNzaW9uQWNrEg4KBmFja19pZBgBIAEoBBIZCgNhY2sYAiABKAsyDC5wYXdsLnYxLkFjayJMChJTZXNzaW9uV2F0Y2hDcmVhdGUSEAoId2F0Y2hfaWQYASABKAMSJAoFd2F0Y2gYAiABKAsyFS5wYXdsLnYxLldhdGNoUmVxdWVzdCImChJTZXNzaW9uV2F0Y2hDYW5jZWwSEAoId2F0Y2hfaWQYASABKAMiGAoWU2Vzc2lvblByb2dyZXNzUmVxdWVzdCLvAQoPU2Vzc2lvblJlc3BvbnNlEigKB3N0YXJ0ZWQYASABKAsyFy5wYXdsLnYxLlNlc3Npb25TdGFydGVkEjYKC2Fzc2lnbm1lbnRzGAIgASgLMiEucGF3bC52MS5XYXRjaEFzc2lnbm1lbnRzUmVzcG9uc2USJwoEYWNrcxgDIAMoCzIZLnBhd2wudjEuU2Vzc2lvbkFja1Jlc3VsdBItCgd3YXRjaGVzGAQgAygLMhwucGF3bC52MS5TZXNzaW9uV2F0Y2hNZXNzYWdlEiIKCHJlbGVhc2VzGAUgAygLMhAucGF3bC52MS5SZWxlYXNlIjkKDlNlc3Npb25TdGFydGVkEicKBnJlY29yZBgBIAEoCzIXLnBhd2wudjEuSW5zdGFuY2VSZWNvcmQiYwoQU2Vzc2lvbkFja1Jlc3VsdBIOCgZhY2tfaWQYASABKAQSGQoDYWNrGAIgASgLMgwucGF3bC52MS5BY2sSJAoFZXJyb3IYAyABKAsyFS5wYXdsLnYxLlNlc3Npb25FcnJvciKeAQoTU2Vzc2lvbldhdGNoTWVzc2FnZRIQCgh3YXRjaF9pZBgBIAEoAxIoCghyZXNwb25zZRgCIAEoCzIWLnBhd2wudjEuV2F0Y2hSZXNwb25zZRIkCgVlcnJvchgDIAEoCzIVLnBhd2wudjEuU2Vzc2lvbkVycm9yEhAKCGNhbmNlbGVkGAQgASgIEhMKC3NoYXJlZF93aXRoGAUgAygDIi0KDFNlc3Npb25FcnJvchIMCgRjb2RlGAEgASgJEg8KB21lc3NhZ2UYAiABKAkyVAoOU2Vzc2lvblNlcnZpY2USQgoHU2Vzc2lvbhIXLnBhd2wudjEuU2Vzc2lvblJlcXVlc3QaGC5wYXdsLnYxLlNlc3Npb25SZXNwb25zZSIAKAEwAUIsWipnaXRodWIuY29tL3Bhd2xjZmcvcGF3bC9nZW4vcGF3bC92MTtwYXdsdjFiBnByb3RvMw", [file_pawl_v1_instance, file_pawl_v1_kv, file_pawl_v1_release, file_pawl_v1_rollout]);
 
 /**
  * SessionRequest is one message from the instance.
@@ -128,6 +130,22 @@ export type SessionHello = Message<"pawl.v1.SessionHello"> & {
    * @generated from field: bool shared_events = 4;
    */
   sharedEvents: boolean;
+
+  /**
+   * Asks for the releases with the assignments: a message that carries
+   * assignments also carries, in SessionResponse.releases, the release
+   * each of them names (as GetRelease with omit_membership returns it),
+   * so that the instance need not download it, while the releases of the
+   * message stay within about 1 MiB; a release that does not fit is left
+   * out, and the instance downloads it (ReleaseService.GetRelease). The
+   * client verifies an inline release exactly as a downloaded one: its
+   * content must hash to the assignment's content_digest. Unset, or a
+   * server that predates this field: no releases, the client downloads
+   * each.
+   *
+   * @generated from field: bool inline_releases = 5;
+   */
+  inlineReleases: boolean;
 };
 
 /**
@@ -275,6 +293,17 @@ export type SessionResponse = Message<"pawl.v1.SessionResponse"> & {
    * @generated from field: repeated pawl.v1.SessionWatchMessage watches = 4;
    */
   watches: SessionWatchMessage[];
+
+  /**
+   * With SessionHello.inline_releases, in a message with assignments: the
+   * releases they name, each once, without the membership and the
+   * ineligible instances (member_count stays); state and revision are
+   * unset, since they change (GetRelease tells them). Releases that do not
+   * fit in the message's bound are left out.
+   *
+   * @generated from field: repeated pawl.v1.Release releases = 5;
+   */
+  releases: Release[];
 };
 
 /**
