@@ -184,10 +184,13 @@ func (t *prefixTrack) trim(oldest int64) {
 		t.revs = t.revs[:0]
 		return
 	}
-	t.revs = t.revs[n:]
-	if cap(t.revs) > 64 && len(t.revs) < cap(t.revs)/4 {
-		t.revs = slices.Clone(t.revs)
+	// Measured against the whole array: a prefix that was busy and went
+	// quiet would otherwise keep it, since no append reallocates it.
+	if c := cap(t.revs); c > 64 && len(t.revs)-n < c/4 {
+		t.revs = slices.Clone(t.revs[n:])
+		return
 	}
+	t.revs = t.revs[n:]
 }
 
 // quietSinceLocked reports, for a watcher of prefix whose next revision is
