@@ -382,9 +382,12 @@ func (c *Client) download(ctx context.Context, a *pawlv1.Assignment, fresh bool)
 		}
 	}
 	if f.release.Config == "" && !fresh {
-		// Sent with the assignment on the session: verified below as a
+		// Sent with the assignment on the session: verified as a
 		// download is.
-		f.release, _ = c.inline.get(a)
+		var inline bool
+		if f.release, inline = c.inline.get(a); inline {
+			trace.SpanFromContext(ctx).SetAttributes(attribute.Bool("pawl.release_inline", true))
+		}
 	}
 	if f.release.Config == "" {
 		err := c.retry(ctx, "download release", func(ctx context.Context) error {

@@ -3,12 +3,14 @@ package sdk_test
 import (
 	"context"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
+	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -109,6 +111,15 @@ func TestAClientFollowsTheServerOnOneSession(t *testing.T) {
 	spans := map[string]string{} // span ID -> trace ID
 	for _, s := range recorder.Started() {
 		spans[s.SpanContext().SpanID().String()] = s.SpanContext().TraceID().String()
+	}
+	inline := 0
+	for _, s := range recorder.Ended() {
+		if s.Name() == "pawl.download" && slices.Contains(s.Attributes(), attribute.Bool("pawl.release_inline", true)) {
+			inline++
+		}
+	}
+	if inline != 1 {
+		t.Errorf("%d pawl.download spans say the release came inline; want 1", inline)
 	}
 	_, acks := h.acks(1)
 	for _, a := range acks {
