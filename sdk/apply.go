@@ -182,7 +182,10 @@ func (r *runner) replace(ctx context.Context, cur *job, a *pawlv1.Assignment, sh
 // the process's validator runtime had the module loaded already, the
 // loaded validator (held until release is called).
 type fetched struct {
-	release   cachedRelease
+	release cachedRelease
+	// inline says the release came with its assignment on the session,
+	// not by a download.
+	inline    bool
 	module    []byte
 	validator *host.Validator
 	letGo     func()
@@ -248,8 +251,14 @@ func (c *Client) apply(ctx context.Context, a *pawlv1.Assignment, shadow bool, s
 		// A download that does not match the assignment may be a
 		// transient corruption: download again, with backoff, up to the
 		// bound, before rejecting.
+		// A release that came inline is not a download: one that does
+		// not match is downloaded as often as WithDownloadAttempts says.
 		b := c.newBackoff()
-		for attempt := 1; ; attempt++ {
+		first := 1
+		if f.inline {
+			first = 0
+		}
+		for attempt := first; ; attempt++ {
 			digest, err := c.verify(a, f)
 			if digest != "" {
 				rep.digest = digest
@@ -384,8 +393,7 @@ func (c *Client) download(ctx context.Context, a *pawlv1.Assignment, fresh bool)
 	if f.release.Config == "" && !fresh {
 		// Sent with the assignment on the session: verified as a
 		// download is.
-		var inline bool
-		if f.release, inline = c.inline.get(a); inline {
+		if f.release, f.inline = c.inline.get(a); f.inline {
 			trace.SpanFromContext(ctx).SetAttributes(attribute.Bool("pawl.release_inline", true))
 		}
 	}

@@ -225,23 +225,21 @@ func TestAPoisonedCacheIsNeverTrusted(t *testing.T) {
 func TestATransientlyCorruptDownloadIsDownloadedAgain(t *testing.T) {
 	h := newHarness(t)
 	var mu sync.Mutex
-	corrupted := 0
+	corrupted := map[string]int{} // by how the copy came: inline, download
 	mitm := faultproxy.NewRewriter(t, h.srv.URL, func(procedure string, msg proto.Message, request bool) {
 		var rels []*pawlv1.Release
+		how := "download"
 		switch m := msg.(type) {
 		case *pawlv1.GetReleaseResponse:
 			rels = append(rels, m.GetRelease())
 		case *pawlv1.SessionResponse:
-			rels = m.GetReleases()
-		}
-		if request {
-			return
+			rels, how = m.GetReleases(), "inline"
 		}
 		mu.Lock()
 		defer mu.Unlock()
 		for _, rel := range rels {
-			if corrupted < 2 {
-				corrupted++
+			if corrupted["inline"]+corrupted["download"] < 2 {
+				corrupted[how]++
 				c := rel.GetSpec().GetContent()
 				i := strings.IndexAny(string(c), "0123456789")
 				c[i] = '0' + (c[i]-'0'+1)%10
@@ -260,7 +258,7 @@ func TestATransientlyCorruptDownloadIsDownloadedAgain(t *testing.T) {
 	has(t, c, 1)
 	mu.Lock()
 	defer mu.Unlock()
-	if corrupted != 2 {
-		t.Fatalf("%d downloads corrupted; want 2", corrupted)
+	if corrupted["inline"] != 1 || corrupted["download"] != 1 {
+		t.Fatalf("copies corrupted: %v; want the inline one, then a download", corrupted)
 	}
 }

@@ -1,6 +1,7 @@
 package sdk
 
 import (
+	"slices"
 	"sync"
 
 	pawlv1 "github.com/pawlcfg/pawl/gen/pawl/v1"
@@ -12,8 +13,10 @@ import (
 // fleet then costs the server no GetRelease call per instance. What is
 // held is verified as a download is (its content must hash to the
 // assignment's digest). Each config holds the releases of its current
-// assignments only: a message that changes a config's assignments
-// replaces them, and a full set replaces all.
+// assignments only: a message of assignments drops those no longer
+// assigned (a full set: of every config; a delta: of the configs it
+// names). A resumed session names the releases of the assignments the
+// client holds (held), and the server does not send them again.
 type inlineReleases struct {
 	mu       sync.Mutex
 	byConfig map[string][]cachedRelease
@@ -26,26 +29,53 @@ func newInlineReleases() *inlineReleases {
 // keep takes the releases rels of a message of assignments, which is not
 // older than the set held.
 func (r *inlineReleases) keep(msg *pawlv1.WatchAssignmentsResponse, rels []*pawlv1.Release) {
+	type named struct {
+		config string
+		gen    int64
+	}
+	assigned := map[named]bool{}
+	touched := map[string]bool{}
+	for _, a := range msg.GetAssignments() {
+		assigned[named{a.GetConfigId(), a.GetGeneration()}] = true
+		touched[a.GetConfigId()] = true
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if msg.GetFull() {
-		clear(r.byConfig)
-	}
 	for _, id := range msg.GetRemovedConfigIds() {
 		delete(r.byConfig, id)
 	}
-	for _, a := range msg.GetAssignments() {
-		delete(r.byConfig, a.GetConfigId())
+	for config, held := range r.byConfig {
+		if !msg.GetFull() && !touched[config] {
+			continue
+		}
+		held = slices.DeleteFunc(held, func(rel cachedRelease) bool { return !assigned[named{config, rel.Generation}] })
+		if len(held) == 0 {
+			delete(r.byConfig, config)
+		} else {
+			r.byConfig[config] = held
+		}
 	}
 	for _, rel := range rels {
 		config := rel.GetSpec().GetConfigId()
-		for _, a := range msg.GetAssignments() {
-			if a.GetConfigId() == config && a.GetGeneration() == rel.GetGeneration() {
-				r.byConfig[config] = append(r.byConfig[config], releaseFromProto(rel))
-				break
-			}
+		if !assigned[named{config, rel.GetGeneration()}] {
+			continue
+		}
+		held := slices.DeleteFunc(r.byConfig[config], func(c cachedRelease) bool { return c.Generation == rel.GetGeneration() })
+		r.byConfig[config] = append(held, releaseFromProto(rel))
+	}
+}
+
+// heldOf names the releases of the assignments in set, for a session's
+// hello: the client holds each (applied, validated, or in the hands of
+// its apply).
+func heldOf(set map[string][]*pawlv1.Assignment) []*pawlv1.HeldRelease {
+	var held []*pawlv1.HeldRelease
+	for _, as := range set {
+		for _, a := range as {
+			held = append(held, &pawlv1.HeldRelease{ConfigId: a.GetConfigId(), Generation: a.GetGeneration(), ContentDigest: a.GetContentDigest()})
 		}
 	}
+	return held
 }
 
 // get returns the release held for a, if one is.

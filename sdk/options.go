@@ -298,6 +298,8 @@ func WithCacheDir(dir string) Option { return func(c *config) { c.cacheDir = dir
 // when what arrives does not hash to the digests the assignment names
 // (default DefaultDownloadAttempts), waiting with backoff between tries;
 // after the last, the release is REJECTED with the mismatch as the reason.
+// A release the session sent with the assignment is not counted: when it
+// does not match, the release is downloaded as often as this says.
 func WithDownloadAttempts(n int) Option { return func(c *config) { c.downloadAttempts = n } }
 
 // WithCompiledCacheDir keeps validators' compiled code in dir rather than

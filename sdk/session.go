@@ -226,10 +226,11 @@ func (c *Client) runSession(ctx context.Context, at int64, as *assignmentState, 
 	// once (watchMessage hands it to each); a server that predates them
 	// sends a message per watch, which watchMessage handles alike.
 	// Inline releases: each assignment comes with its release, which
-	// then needs no download; a server that predates them sends none.
+	// then needs no download (except those of the assignments held: the
+	// client has them); a server that predates them sends none.
 	hello := &pawlv1.SessionHello{
 		Instance: c.instance(), MembershipEpoch: c.epoch.Load(), AssignmentsAfterRevision: as.after,
-		SharedEvents: true, InlineReleases: true,
+		SharedEvents: true, InlineReleases: true, HeldReleases: heldOf(as.set),
 	}
 	if err := st.stream.Send(&pawlv1.SessionRequest{Kind: &pawlv1.SessionRequest_Hello{Hello: hello}}); err != nil && !errors.Is(err, io.EOF) {
 		return err // io.EOF: the server ended the stream, and Receive says why

@@ -14,6 +14,7 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"google.golang.org/protobuf/proto"
 
 	pawlv1 "github.com/pawlcfg/pawl/gen/pawl/v1"
 	"github.com/pawlcfg/pawl/gen/pawl/v1/pawlv1connect"
@@ -400,5 +401,53 @@ func TestSpacesOnASharedSessionGetEveryChange(t *testing.T) {
 				t.Errorf("space %d (%s) has %s", i, prefixes[i], k)
 			}
 		}
+	}
+}
+
+// TestAResumedSessionIsNotSentTheReleasesItHolds: a client that applied
+// a release it got inline names it when its session resumes after a cut
+// (SessionHello.held_releases), and the full set of assignments that
+// follows does not carry it again; no GetRelease is called at all.
+func TestAResumedSessionIsNotSentTheReleasesItHolds(t *testing.T) {
+	h := newHarness(t)
+	cut := faultproxy.NewHolder(t, h.srv.Addr)
+	var mu sync.Mutex
+	var held []int          // per hello, the releases it names as held
+	var startReleases []int // per session's first message, the releases it carries
+	downloads := 0
+	watcher := faultproxy.NewRewriter(t, "http://"+cut.Addr, func(procedure string, msg proto.Message, request bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch m := msg.(type) {
+		case *pawlv1.SessionRequest:
+			if hello := m.GetHello(); hello != nil {
+				held = append(held, len(hello.GetHeldReleases()))
+			}
+		case *pawlv1.SessionResponse:
+			if m.GetStarted() != nil {
+				startReleases = append(startReleases, len(m.GetReleases()))
+			}
+		case *pawlv1.GetReleaseRequest:
+			downloads++
+		}
+	})
+	c := h.clientAt(watcher.URL, "i0")
+	h.waitRegistered("i0")
+	rel := h.release(50, nil)
+	has(t, c, rel.GetGeneration())
+	awaitReconnect(t, h, c, func() {
+		cut.Partition()
+		cut.Heal()
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if len(held) < 2 || held[0] != 0 || held[len(held)-1] != 1 {
+		t.Fatalf("the hellos named %v releases held; want none first, then the one applied", held)
+	}
+	if len(startReleases) < 2 || startReleases[len(startReleases)-1] != 0 {
+		t.Fatalf("the sessions' first messages carried %v releases; want none after the resume", startReleases)
+	}
+	if downloads != 0 {
+		t.Fatalf("%d GetRelease calls", downloads)
 	}
 }

@@ -210,11 +210,12 @@ func TestTamperedDownloadsAreRejectedAndNeverApplied(t *testing.T) {
 // sent inline with its assignment, changed on the way, is verified as a
 // download is: it does not hash to the assignment's digest, so it is not
 // applied; the client downloads the release (GetRelease), which matches,
-// and applies that.
+// and applies that. The inline copy is not a download: a client allowed
+// one download gets it.
 func TestACorruptedInlineReleaseIsDownloadedAgain(t *testing.T) {
 	h := newHarness(t)
 	tamper := &tamperer{base: testserver.HTTPClient(t).Transport, content: true, sessionOnly: true}
-	client := h.client("inline", sdk.WithHTTPClient(&http.Client{Transport: tamper}),
+	client := h.client("inline", sdk.WithHTTPClient(&http.Client{Transport: tamper}), sdk.WithDownloadAttempts(1),
 		sdk.WithLabels(map[string]string{"instance": "inline"}))
 	h.waitRegistered("inline")
 	rel := h.release(50, func(spec *pawlv1.ReleaseSpec) {

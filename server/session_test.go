@@ -804,7 +804,8 @@ func TestAnIdleSessionHoldsNoWriter(t *testing.T) {
 // the release each assignment names, as GetRelease with omit_membership
 // returns it (without its state and revision, which change): in the
 // delta that assigns it and in the full set of the instance's next
-// session. A session that does not ask gets none.
+// session, unless that session says it holds it. A session that does not
+// ask gets none.
 func TestSessionSendsTheReleasesOfItsAssignmentsInline(t *testing.T) {
 	srv := testserver.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -855,5 +856,16 @@ func TestSessionSendsTheReleasesOfItsAssignmentsInline(t *testing.T) {
 	full := again.recv()
 	if render(full.GetAssignments()) != "routing@1:canary " || len(full.GetReleases()) != 1 || !proto.Equal(full.GetReleases()[0], want) {
 		t.Fatalf("the full set of a later session: %v, releases %v", full.GetAssignments(), full.GetReleases())
+	}
+	// Once more, naming the release it holds: the full set leaves it out.
+	_ = again.CloseRequest()
+	if code := again.endsWith(); code != 0 {
+		t.Fatalf("the session ended with %v", code)
+	}
+	holding := openSession(t, ctx, client, srv.URL, &pawlv1.SessionHello{Instance: instanceOf("canary-1"), InlineReleases: true,
+		MembershipEpoch: first.GetStarted().GetRecord().GetMembershipEpoch(),
+		HeldReleases:    []*pawlv1.HeldRelease{{ConfigId: "routing", Generation: 1, ContentDigest: rel.GetContentDigest()}}}, connect.WithGRPC())
+	if full := holding.recv(); render(full.GetAssignments()) != "routing@1:canary " || len(full.GetReleases()) != 0 {
+		t.Fatalf("the full set of a session holding the release: %v, releases %v", full.GetAssignments(), full.GetReleases())
 	}
 }

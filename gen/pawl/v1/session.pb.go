@@ -197,8 +197,15 @@ type SessionHello struct {
 	// server that predates this field: no releases, the client downloads
 	// each.
 	InlineReleases bool `protobuf:"varint,5,opt,name=inline_releases,json=inlineReleases,proto3" json:"inline_releases,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// With inline_releases, when the client resumes: the releases it holds
+	// already (those of the assignments it holds), which the first set of
+	// assignments then does not carry again, as Envoy's
+	// initial_resource_versions spares a reconnecting proxy the resources
+	// it has. A release is left out only when its config, generation and
+	// content digest all match.
+	HeldReleases  []*HeldRelease `protobuf:"bytes,6,rep,name=held_releases,json=heldReleases,proto3" json:"held_releases,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SessionHello) Reset() {
@@ -266,6 +273,77 @@ func (x *SessionHello) GetInlineReleases() bool {
 	return false
 }
 
+func (x *SessionHello) GetHeldReleases() []*HeldRelease {
+	if x != nil {
+		return x.HeldReleases
+	}
+	return nil
+}
+
+// HeldRelease names a release a client holds.
+type HeldRelease struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The config.
+	ConfigId string `protobuf:"bytes,1,opt,name=config_id,json=configId,proto3" json:"config_id,omitempty"`
+	// The generation.
+	Generation int64 `protobuf:"varint,2,opt,name=generation,proto3" json:"generation,omitempty"`
+	// Its canonical content digest.
+	ContentDigest string `protobuf:"bytes,3,opt,name=content_digest,json=contentDigest,proto3" json:"content_digest,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HeldRelease) Reset() {
+	*x = HeldRelease{}
+	mi := &file_pawl_v1_session_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HeldRelease) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HeldRelease) ProtoMessage() {}
+
+func (x *HeldRelease) ProtoReflect() protoreflect.Message {
+	mi := &file_pawl_v1_session_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HeldRelease.ProtoReflect.Descriptor instead.
+func (*HeldRelease) Descriptor() ([]byte, []int) {
+	return file_pawl_v1_session_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *HeldRelease) GetConfigId() string {
+	if x != nil {
+		return x.ConfigId
+	}
+	return ""
+}
+
+func (x *HeldRelease) GetGeneration() int64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *HeldRelease) GetContentDigest() string {
+	if x != nil {
+		return x.ContentDigest
+	}
+	return ""
+}
+
 // SessionAck carries one ACK with the client's number for it.
 type SessionAck struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -283,7 +361,7 @@ type SessionAck struct {
 
 func (x *SessionAck) Reset() {
 	*x = SessionAck{}
-	mi := &file_pawl_v1_session_proto_msgTypes[2]
+	mi := &file_pawl_v1_session_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -295,7 +373,7 @@ func (x *SessionAck) String() string {
 func (*SessionAck) ProtoMessage() {}
 
 func (x *SessionAck) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_session_proto_msgTypes[2]
+	mi := &file_pawl_v1_session_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -308,7 +386,7 @@ func (x *SessionAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionAck.ProtoReflect.Descriptor instead.
 func (*SessionAck) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_session_proto_rawDescGZIP(), []int{2}
+	return file_pawl_v1_session_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *SessionAck) GetAckId() uint64 {
@@ -340,7 +418,7 @@ type SessionWatchCreate struct {
 
 func (x *SessionWatchCreate) Reset() {
 	*x = SessionWatchCreate{}
-	mi := &file_pawl_v1_session_proto_msgTypes[3]
+	mi := &file_pawl_v1_session_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -352,7 +430,7 @@ func (x *SessionWatchCreate) String() string {
 func (*SessionWatchCreate) ProtoMessage() {}
 
 func (x *SessionWatchCreate) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_session_proto_msgTypes[3]
+	mi := &file_pawl_v1_session_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -365,7 +443,7 @@ func (x *SessionWatchCreate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionWatchCreate.ProtoReflect.Descriptor instead.
 func (*SessionWatchCreate) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_session_proto_rawDescGZIP(), []int{3}
+	return file_pawl_v1_session_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *SessionWatchCreate) GetWatchId() int64 {
@@ -393,7 +471,7 @@ type SessionWatchCancel struct {
 
 func (x *SessionWatchCancel) Reset() {
 	*x = SessionWatchCancel{}
-	mi := &file_pawl_v1_session_proto_msgTypes[4]
+	mi := &file_pawl_v1_session_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -405,7 +483,7 @@ func (x *SessionWatchCancel) String() string {
 func (*SessionWatchCancel) ProtoMessage() {}
 
 func (x *SessionWatchCancel) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_session_proto_msgTypes[4]
+	mi := &file_pawl_v1_session_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -418,7 +496,7 @@ func (x *SessionWatchCancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionWatchCancel.ProtoReflect.Descriptor instead.
 func (*SessionWatchCancel) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_session_proto_rawDescGZIP(), []int{4}
+	return file_pawl_v1_session_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *SessionWatchCancel) GetWatchId() int64 {
@@ -437,7 +515,7 @@ type SessionProgressRequest struct {
 
 func (x *SessionProgressRequest) Reset() {
 	*x = SessionProgressRequest{}
-	mi := &file_pawl_v1_session_proto_msgTypes[5]
+	mi := &file_pawl_v1_session_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -449,7 +527,7 @@ func (x *SessionProgressRequest) String() string {
 func (*SessionProgressRequest) ProtoMessage() {}
 
 func (x *SessionProgressRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_session_proto_msgTypes[5]
+	mi := &file_pawl_v1_session_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -462,7 +540,7 @@ func (x *SessionProgressRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionProgressRequest.ProtoReflect.Descriptor instead.
 func (*SessionProgressRequest) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_session_proto_rawDescGZIP(), []int{5}
+	return file_pawl_v1_session_proto_rawDescGZIP(), []int{6}
 }
 
 // SessionResponse is one message from the server: any of its parts may be
@@ -495,7 +573,7 @@ type SessionResponse struct {
 
 func (x *SessionResponse) Reset() {
 	*x = SessionResponse{}
-	mi := &file_pawl_v1_session_proto_msgTypes[6]
+	mi := &file_pawl_v1_session_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -507,7 +585,7 @@ func (x *SessionResponse) String() string {
 func (*SessionResponse) ProtoMessage() {}
 
 func (x *SessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_session_proto_msgTypes[6]
+	mi := &file_pawl_v1_session_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -520,7 +598,7 @@ func (x *SessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionResponse.ProtoReflect.Descriptor instead.
 func (*SessionResponse) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_session_proto_rawDescGZIP(), []int{6}
+	return file_pawl_v1_session_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *SessionResponse) GetStarted() *SessionStarted {
@@ -570,7 +648,7 @@ type SessionStarted struct {
 
 func (x *SessionStarted) Reset() {
 	*x = SessionStarted{}
-	mi := &file_pawl_v1_session_proto_msgTypes[7]
+	mi := &file_pawl_v1_session_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -582,7 +660,7 @@ func (x *SessionStarted) String() string {
 func (*SessionStarted) ProtoMessage() {}
 
 func (x *SessionStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_session_proto_msgTypes[7]
+	mi := &file_pawl_v1_session_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -595,7 +673,7 @@ func (x *SessionStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionStarted.ProtoReflect.Descriptor instead.
 func (*SessionStarted) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_session_proto_rawDescGZIP(), []int{7}
+	return file_pawl_v1_session_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *SessionStarted) GetRecord() *InstanceRecord {
@@ -622,7 +700,7 @@ type SessionAckResult struct {
 
 func (x *SessionAckResult) Reset() {
 	*x = SessionAckResult{}
-	mi := &file_pawl_v1_session_proto_msgTypes[8]
+	mi := &file_pawl_v1_session_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -634,7 +712,7 @@ func (x *SessionAckResult) String() string {
 func (*SessionAckResult) ProtoMessage() {}
 
 func (x *SessionAckResult) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_session_proto_msgTypes[8]
+	mi := &file_pawl_v1_session_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -647,7 +725,7 @@ func (x *SessionAckResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionAckResult.ProtoReflect.Descriptor instead.
 func (*SessionAckResult) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_session_proto_rawDescGZIP(), []int{8}
+	return file_pawl_v1_session_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *SessionAckResult) GetAckId() uint64 {
@@ -699,7 +777,7 @@ type SessionWatchMessage struct {
 
 func (x *SessionWatchMessage) Reset() {
 	*x = SessionWatchMessage{}
-	mi := &file_pawl_v1_session_proto_msgTypes[9]
+	mi := &file_pawl_v1_session_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -711,7 +789,7 @@ func (x *SessionWatchMessage) String() string {
 func (*SessionWatchMessage) ProtoMessage() {}
 
 func (x *SessionWatchMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_session_proto_msgTypes[9]
+	mi := &file_pawl_v1_session_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -724,7 +802,7 @@ func (x *SessionWatchMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionWatchMessage.ProtoReflect.Descriptor instead.
 func (*SessionWatchMessage) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_session_proto_rawDescGZIP(), []int{9}
+	return file_pawl_v1_session_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *SessionWatchMessage) GetWatchId() int64 {
@@ -777,7 +855,7 @@ type SessionError struct {
 
 func (x *SessionError) Reset() {
 	*x = SessionError{}
-	mi := &file_pawl_v1_session_proto_msgTypes[10]
+	mi := &file_pawl_v1_session_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -789,7 +867,7 @@ func (x *SessionError) String() string {
 func (*SessionError) ProtoMessage() {}
 
 func (x *SessionError) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_session_proto_msgTypes[10]
+	mi := &file_pawl_v1_session_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -802,7 +880,7 @@ func (x *SessionError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionError.ProtoReflect.Descriptor instead.
 func (*SessionError) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_session_proto_rawDescGZIP(), []int{10}
+	return file_pawl_v1_session_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *SessionError) GetCode() string {
@@ -830,13 +908,20 @@ const file_pawl_v1_session_proto_rawDesc = "" +
 	"\fwatch_create\x18\x03 \x01(\v2\x1b.pawl.v1.SessionWatchCreateH\x00R\vwatchCreate\x12@\n" +
 	"\fwatch_cancel\x18\x04 \x01(\v2\x1b.pawl.v1.SessionWatchCancelH\x00R\vwatchCancel\x12L\n" +
 	"\x10progress_request\x18\x05 \x01(\v2\x1f.pawl.v1.SessionProgressRequestH\x00R\x0fprogressRequestB\x06\n" +
-	"\x04kind\"\xf4\x01\n" +
+	"\x04kind\"\xaf\x02\n" +
 	"\fSessionHello\x12-\n" +
 	"\binstance\x18\x01 \x01(\v2\x11.pawl.v1.InstanceR\binstance\x12)\n" +
 	"\x10membership_epoch\x18\x02 \x01(\x03R\x0fmembershipEpoch\x12<\n" +
 	"\x1aassignments_after_revision\x18\x03 \x01(\x03R\x18assignmentsAfterRevision\x12#\n" +
 	"\rshared_events\x18\x04 \x01(\bR\fsharedEvents\x12'\n" +
-	"\x0finline_releases\x18\x05 \x01(\bR\x0einlineReleases\"C\n" +
+	"\x0finline_releases\x18\x05 \x01(\bR\x0einlineReleases\x129\n" +
+	"\rheld_releases\x18\x06 \x03(\v2\x14.pawl.v1.HeldReleaseR\fheldReleases\"q\n" +
+	"\vHeldRelease\x12\x1b\n" +
+	"\tconfig_id\x18\x01 \x01(\tR\bconfigId\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x02 \x01(\x03R\n" +
+	"generation\x12%\n" +
+	"\x0econtent_digest\x18\x03 \x01(\tR\rcontentDigest\"C\n" +
 	"\n" +
 	"SessionAck\x12\x15\n" +
 	"\x06ack_id\x18\x01 \x01(\x04R\x05ackId\x12\x1e\n" +
@@ -884,53 +969,55 @@ func file_pawl_v1_session_proto_rawDescGZIP() []byte {
 	return file_pawl_v1_session_proto_rawDescData
 }
 
-var file_pawl_v1_session_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_pawl_v1_session_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_pawl_v1_session_proto_goTypes = []any{
 	(*SessionRequest)(nil),           // 0: pawl.v1.SessionRequest
 	(*SessionHello)(nil),             // 1: pawl.v1.SessionHello
-	(*SessionAck)(nil),               // 2: pawl.v1.SessionAck
-	(*SessionWatchCreate)(nil),       // 3: pawl.v1.SessionWatchCreate
-	(*SessionWatchCancel)(nil),       // 4: pawl.v1.SessionWatchCancel
-	(*SessionProgressRequest)(nil),   // 5: pawl.v1.SessionProgressRequest
-	(*SessionResponse)(nil),          // 6: pawl.v1.SessionResponse
-	(*SessionStarted)(nil),           // 7: pawl.v1.SessionStarted
-	(*SessionAckResult)(nil),         // 8: pawl.v1.SessionAckResult
-	(*SessionWatchMessage)(nil),      // 9: pawl.v1.SessionWatchMessage
-	(*SessionError)(nil),             // 10: pawl.v1.SessionError
-	(*Instance)(nil),                 // 11: pawl.v1.Instance
-	(*Ack)(nil),                      // 12: pawl.v1.Ack
-	(*WatchRequest)(nil),             // 13: pawl.v1.WatchRequest
-	(*WatchAssignmentsResponse)(nil), // 14: pawl.v1.WatchAssignmentsResponse
-	(*Release)(nil),                  // 15: pawl.v1.Release
-	(*InstanceRecord)(nil),           // 16: pawl.v1.InstanceRecord
-	(*WatchResponse)(nil),            // 17: pawl.v1.WatchResponse
+	(*HeldRelease)(nil),              // 2: pawl.v1.HeldRelease
+	(*SessionAck)(nil),               // 3: pawl.v1.SessionAck
+	(*SessionWatchCreate)(nil),       // 4: pawl.v1.SessionWatchCreate
+	(*SessionWatchCancel)(nil),       // 5: pawl.v1.SessionWatchCancel
+	(*SessionProgressRequest)(nil),   // 6: pawl.v1.SessionProgressRequest
+	(*SessionResponse)(nil),          // 7: pawl.v1.SessionResponse
+	(*SessionStarted)(nil),           // 8: pawl.v1.SessionStarted
+	(*SessionAckResult)(nil),         // 9: pawl.v1.SessionAckResult
+	(*SessionWatchMessage)(nil),      // 10: pawl.v1.SessionWatchMessage
+	(*SessionError)(nil),             // 11: pawl.v1.SessionError
+	(*Instance)(nil),                 // 12: pawl.v1.Instance
+	(*Ack)(nil),                      // 13: pawl.v1.Ack
+	(*WatchRequest)(nil),             // 14: pawl.v1.WatchRequest
+	(*WatchAssignmentsResponse)(nil), // 15: pawl.v1.WatchAssignmentsResponse
+	(*Release)(nil),                  // 16: pawl.v1.Release
+	(*InstanceRecord)(nil),           // 17: pawl.v1.InstanceRecord
+	(*WatchResponse)(nil),            // 18: pawl.v1.WatchResponse
 }
 var file_pawl_v1_session_proto_depIdxs = []int32{
 	1,  // 0: pawl.v1.SessionRequest.hello:type_name -> pawl.v1.SessionHello
-	2,  // 1: pawl.v1.SessionRequest.ack:type_name -> pawl.v1.SessionAck
-	3,  // 2: pawl.v1.SessionRequest.watch_create:type_name -> pawl.v1.SessionWatchCreate
-	4,  // 3: pawl.v1.SessionRequest.watch_cancel:type_name -> pawl.v1.SessionWatchCancel
-	5,  // 4: pawl.v1.SessionRequest.progress_request:type_name -> pawl.v1.SessionProgressRequest
-	11, // 5: pawl.v1.SessionHello.instance:type_name -> pawl.v1.Instance
-	12, // 6: pawl.v1.SessionAck.ack:type_name -> pawl.v1.Ack
-	13, // 7: pawl.v1.SessionWatchCreate.watch:type_name -> pawl.v1.WatchRequest
-	7,  // 8: pawl.v1.SessionResponse.started:type_name -> pawl.v1.SessionStarted
-	14, // 9: pawl.v1.SessionResponse.assignments:type_name -> pawl.v1.WatchAssignmentsResponse
-	8,  // 10: pawl.v1.SessionResponse.acks:type_name -> pawl.v1.SessionAckResult
-	9,  // 11: pawl.v1.SessionResponse.watches:type_name -> pawl.v1.SessionWatchMessage
-	15, // 12: pawl.v1.SessionResponse.releases:type_name -> pawl.v1.Release
-	16, // 13: pawl.v1.SessionStarted.record:type_name -> pawl.v1.InstanceRecord
-	12, // 14: pawl.v1.SessionAckResult.ack:type_name -> pawl.v1.Ack
-	10, // 15: pawl.v1.SessionAckResult.error:type_name -> pawl.v1.SessionError
-	17, // 16: pawl.v1.SessionWatchMessage.response:type_name -> pawl.v1.WatchResponse
-	10, // 17: pawl.v1.SessionWatchMessage.error:type_name -> pawl.v1.SessionError
-	0,  // 18: pawl.v1.SessionService.Session:input_type -> pawl.v1.SessionRequest
-	6,  // 19: pawl.v1.SessionService.Session:output_type -> pawl.v1.SessionResponse
-	19, // [19:20] is the sub-list for method output_type
-	18, // [18:19] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	3,  // 1: pawl.v1.SessionRequest.ack:type_name -> pawl.v1.SessionAck
+	4,  // 2: pawl.v1.SessionRequest.watch_create:type_name -> pawl.v1.SessionWatchCreate
+	5,  // 3: pawl.v1.SessionRequest.watch_cancel:type_name -> pawl.v1.SessionWatchCancel
+	6,  // 4: pawl.v1.SessionRequest.progress_request:type_name -> pawl.v1.SessionProgressRequest
+	12, // 5: pawl.v1.SessionHello.instance:type_name -> pawl.v1.Instance
+	2,  // 6: pawl.v1.SessionHello.held_releases:type_name -> pawl.v1.HeldRelease
+	13, // 7: pawl.v1.SessionAck.ack:type_name -> pawl.v1.Ack
+	14, // 8: pawl.v1.SessionWatchCreate.watch:type_name -> pawl.v1.WatchRequest
+	8,  // 9: pawl.v1.SessionResponse.started:type_name -> pawl.v1.SessionStarted
+	15, // 10: pawl.v1.SessionResponse.assignments:type_name -> pawl.v1.WatchAssignmentsResponse
+	9,  // 11: pawl.v1.SessionResponse.acks:type_name -> pawl.v1.SessionAckResult
+	10, // 12: pawl.v1.SessionResponse.watches:type_name -> pawl.v1.SessionWatchMessage
+	16, // 13: pawl.v1.SessionResponse.releases:type_name -> pawl.v1.Release
+	17, // 14: pawl.v1.SessionStarted.record:type_name -> pawl.v1.InstanceRecord
+	13, // 15: pawl.v1.SessionAckResult.ack:type_name -> pawl.v1.Ack
+	11, // 16: pawl.v1.SessionAckResult.error:type_name -> pawl.v1.SessionError
+	18, // 17: pawl.v1.SessionWatchMessage.response:type_name -> pawl.v1.WatchResponse
+	11, // 18: pawl.v1.SessionWatchMessage.error:type_name -> pawl.v1.SessionError
+	0,  // 19: pawl.v1.SessionService.Session:input_type -> pawl.v1.SessionRequest
+	7,  // 20: pawl.v1.SessionService.Session:output_type -> pawl.v1.SessionResponse
+	20, // [20:21] is the sub-list for method output_type
+	19, // [19:20] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_pawl_v1_session_proto_init() }
@@ -955,7 +1042,7 @@ func file_pawl_v1_session_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pawl_v1_session_proto_rawDesc), len(file_pawl_v1_session_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   11,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -177,7 +177,7 @@ func (h *Sessions) Session(ctx context.Context, stream *connect.BidiStream[pawlv
 	// assignments), holding the writer's role; kicks meanwhile are
 	// seen when it lets go.
 	s.wstate.Store(writerRunning)
-	if err := s.start(h.instances.toProto(rec), hello.GetAssignmentsAfterRevision()); err != nil {
+	if err := s.start(h.instances.toProto(rec), hello.GetAssignmentsAfterRevision(), heldReleases(hello)); err != nil {
 		s.stop(err)
 	} else if !s.yield() {
 		go s.run()
@@ -626,13 +626,14 @@ func (s *session) stopWriting() error {
 	return s.werr
 }
 
-// start sends the started message and the first assignments.
-func (s *session) start(started *pawlv1.InstanceRecord, after int64) error {
+// start sends the started message and the first assignments, with the
+// releases they name that the client does not hold, when it asked.
+func (s *session) start(started *pawlv1.InstanceRecord, after int64, held map[inlineKey]bool) error {
 	msg := &pawlv1.SessionResponse{Started: &pawlv1.SessionStarted{Record: started}}
 	if err := s.startAssignments(msg, after); err != nil {
 		return err
 	}
-	s.inline.addReleases(s.ctx, msg)
+	s.inline.addReleases(s.ctx, msg, held)
 	return s.send(msg)
 }
 
@@ -712,13 +713,13 @@ func (s *session) fill(msg *pawlv1.SessionResponse) (more bool, err error) {
 			ready = append(ready, sw)
 		}
 	}
+	size := 0
 	if assignments {
 		if err := s.drainAssignments(msg); err != nil {
 			return false, err
 		}
-		s.inline.addReleases(s.ctx, msg)
+		size += s.inline.addReleases(s.ctx, msg, nil)
 	}
-	size := 0
 	for i, sw := range ready {
 		if size >= maxSessionMessageBytes {
 			s.behind = append(s.behind, ready[i:]...)

@@ -4,14 +4,17 @@ import (
 	"context"
 	"sync"
 
+	"google.golang.org/protobuf/proto"
+
 	pawlv1 "github.com/pawlcfg/pawl/gen/pawl/v1"
 	"github.com/pawlcfg/pawl/server/internal/release"
 )
 
-// maxInlineReleaseBytes is about the most content and validator
-// parameter bytes of releases that one SessionResponse carries with its
-// assignments (SessionHello.inline_releases); a release that does not fit
-// is left out, and the instance downloads it.
+// maxInlineReleaseBytes is about the most bytes of releases (as
+// marshaled) that one SessionResponse carries with its assignments
+// (SessionHello.inline_releases); a release that does not fit is left
+// out, and the instance downloads it. The writer counts them against the
+// message's bound (maxSessionMessageBytes) too, with the watches' events.
 const maxInlineReleaseBytes = 1 << 20
 
 // inlineReleases builds the releases that sessions send with their
@@ -20,16 +23,19 @@ const maxInlineReleaseBytes = 1 << 20
 // and no instance calls GetRelease. A release's spec, content and digest
 // never change, and its state and revision (which do) are left out, so a
 // built release is good for as long as it is kept. It keeps at most
-// maxInlineKept, which a fleet's assignments at one time name far fewer
-// of; when it is full it starts over.
+// maxInlineKeptBytes of them (a fleet's assignments at one time name far
+// fewer); when that would be passed it starts over. A release too large
+// to ever go inline is kept as such, without its content.
 type inlineReleases struct {
 	releases *release.Releases
 	mu       sync.Mutex
-	built    map[inlineKey]*pawlv1.Release
+	built    map[inlineKey]builtRelease
+	bytes    int
 }
 
-// maxInlineKept bounds the releases inlineReleases keeps built.
-const maxInlineKept = 1024
+// maxInlineKeptBytes bounds the bytes of the releases inlineReleases
+// keeps built.
+const maxInlineKeptBytes = 64 << 20
 
 // inlineKey names a release by its digest too: a store restored from a
 // backup may hold another content at the same generation.
@@ -38,66 +44,92 @@ type inlineKey struct {
 	gen            int64
 }
 
+// builtRelease is a release as sessions send it, with its marshaled
+// size; rel is nil for one too large to go inline.
+type builtRelease struct {
+	rel  *pawlv1.Release
+	size int
+}
+
 func newInlineReleases(r *release.Releases) *inlineReleases {
-	return &inlineReleases{releases: r, built: map[inlineKey]*pawlv1.Release{}}
+	return &inlineReleases{releases: r, built: map[inlineKey]builtRelease{}}
 }
 
 // get returns the release config gen with the content digest as
-// sessions send it: shared, so never to be changed. ok is false when it
-// cannot be read now, or has another digest; the instance then downloads
-// it, and that call reports why.
-func (r *inlineReleases) get(ctx context.Context, config string, gen int64, digest string) (*pawlv1.Release, bool) {
+// sessions send it (shared, so never to be changed) and its marshaled
+// size. ok is false when it cannot be read now, has another digest, or
+// is too large to go inline; the instance then downloads it, and that
+// call reports why.
+func (r *inlineReleases) get(ctx context.Context, config string, gen int64, digest string) (builtRelease, bool) {
 	k := inlineKey{config: config, digest: digest, gen: gen}
 	r.mu.Lock()
-	out := r.built[k]
+	b, ok := r.built[k]
 	r.mu.Unlock()
-	if out != nil {
-		return out, true
+	if ok {
+		return b, b.rel != nil
 	}
 	rel, err := r.releases.Get(ctx, config, gen)
 	if err != nil || rel.ContentDigest != digest {
-		return nil, false
+		return builtRelease{}, false
 	}
-	out = toProtoRelease(rel, release.StateCandidate, false)
-	out.State, out.Revision = pawlv1.ReleaseState_RELEASE_STATE_UNSPECIFIED, 0
+	if len(rel.Content)+len(rel.ValidatorParams) <= maxInlineReleaseBytes {
+		b.rel = toProtoRelease(rel, release.StateCandidate, false)
+		b.rel.State, b.rel.Revision = pawlv1.ReleaseState_RELEASE_STATE_UNSPECIFIED, 0
+		if b.size = proto.Size(b.rel); b.size > maxInlineReleaseBytes {
+			b.rel = nil
+		}
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if len(r.built) >= maxInlineKept {
+	if r.bytes+b.size > maxInlineKeptBytes || len(r.built) >= maxInlineKept {
 		clear(r.built)
+		r.bytes = 0
 	}
-	r.built[k] = out
-	return out, true
+	if b.rel == nil {
+		b.size = 0 // nothing of it is kept
+	}
+	r.built[k] = b
+	r.bytes += b.size
+	return b, b.rel != nil
 }
+
+// maxInlineKept bounds how many releases inlineReleases keeps, the ones
+// too large to go inline included.
+const maxInlineKept = 4096
 
 // addReleases puts into msg the releases its assignments name, each
-// once, while they stay within maxInlineReleaseBytes.
-func (r *inlineReleases) addReleases(ctx context.Context, msg *pawlv1.SessionResponse) {
+// once, except those held names (the client has them), while they stay
+// within maxInlineReleaseBytes; it returns the bytes added.
+func (r *inlineReleases) addReleases(ctx context.Context, msg *pawlv1.SessionResponse, held map[inlineKey]bool) int {
 	if r == nil || msg.Assignments == nil {
-		return
+		return 0
 	}
 	size := 0
+	added := map[inlineKey]bool{}
 	for _, a := range msg.Assignments.GetAssignments() {
-		if containsRelease(msg.Releases, a.GetConfigId(), a.GetGeneration()) {
+		k := inlineKey{config: a.GetConfigId(), digest: a.GetContentDigest(), gen: a.GetGeneration()}
+		if added[k] || held[k] {
 			continue
 		}
-		rel, ok := r.get(ctx, a.GetConfigId(), a.GetGeneration(), a.GetContentDigest())
-		if !ok {
-			continue
-		}
-		n := len(rel.GetSpec().GetContent()) + len(rel.GetSpec().GetValidatorParams())
-		if size+n > maxInlineReleaseBytes {
+		b, ok := r.get(ctx, k.config, k.gen, k.digest)
+		if !ok || size+b.size > maxInlineReleaseBytes {
 			continue // a smaller one may still fit
 		}
-		size += n
-		msg.Releases = append(msg.Releases, rel)
+		size += b.size
+		added[k] = true
+		msg.Releases = append(msg.Releases, b.rel)
 	}
+	return size
 }
 
-func containsRelease(rels []*pawlv1.Release, config string, gen int64) bool {
-	for _, r := range rels {
-		if r.GetSpec().GetConfigId() == config && r.GetGeneration() == gen {
-			return true
-		}
+// heldReleases reads a hello's held releases.
+func heldReleases(hello *pawlv1.SessionHello) map[inlineKey]bool {
+	if len(hello.GetHeldReleases()) == 0 {
+		return nil
 	}
-	return false
+	held := make(map[inlineKey]bool, len(hello.GetHeldReleases()))
+	for _, h := range hello.GetHeldReleases() {
+		held[inlineKey{config: h.GetConfigId(), digest: h.GetContentDigest(), gen: h.GetGeneration()}] = true
+	}
+	return held
 }

@@ -9,6 +9,16 @@ from typing import ClassVar as _ClassVar, Iterable as _Iterable, Mapping as _Map
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class HeldRelease(_message.Message):
+    __slots__ = ["config_id", "content_digest", "generation"]
+    CONFIG_ID_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    config_id: str
+    content_digest: str
+    generation: int
+    def __init__(self, config_id: _Optional[str] = ..., generation: _Optional[int] = ..., content_digest: _Optional[str] = ...) -> None: ...
+
 class SessionAck(_message.Message):
     __slots__ = ["ack", "ack_id"]
     ACK_FIELD_NUMBER: _ClassVar[int]
@@ -36,18 +46,20 @@ class SessionError(_message.Message):
     def __init__(self, code: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
 
 class SessionHello(_message.Message):
-    __slots__ = ["assignments_after_revision", "inline_releases", "instance", "membership_epoch", "shared_events"]
+    __slots__ = ["assignments_after_revision", "held_releases", "inline_releases", "instance", "membership_epoch", "shared_events"]
     ASSIGNMENTS_AFTER_REVISION_FIELD_NUMBER: _ClassVar[int]
+    HELD_RELEASES_FIELD_NUMBER: _ClassVar[int]
     INLINE_RELEASES_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_FIELD_NUMBER: _ClassVar[int]
     MEMBERSHIP_EPOCH_FIELD_NUMBER: _ClassVar[int]
     SHARED_EVENTS_FIELD_NUMBER: _ClassVar[int]
     assignments_after_revision: int
+    held_releases: _containers.RepeatedCompositeFieldContainer[HeldRelease]
     inline_releases: bool
     instance: _instance_pb2.Instance
     membership_epoch: int
     shared_events: bool
-    def __init__(self, instance: _Optional[_Union[_instance_pb2.Instance, _Mapping]] = ..., membership_epoch: _Optional[int] = ..., assignments_after_revision: _Optional[int] = ..., shared_events: bool = ..., inline_releases: bool = ...) -> None: ...
+    def __init__(self, instance: _Optional[_Union[_instance_pb2.Instance, _Mapping]] = ..., membership_epoch: _Optional[int] = ..., assignments_after_revision: _Optional[int] = ..., shared_events: bool = ..., inline_releases: bool = ..., held_releases: _Optional[_Iterable[_Union[HeldRelease, _Mapping]]] = ...) -> None: ...
 
 class SessionProgressRequest(_message.Message):
     __slots__ = []

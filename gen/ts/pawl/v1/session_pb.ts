@@ -18,7 +18,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file pawl/v1/session.proto.
  */
 export const file_pawl_v1_session: GenFile = /*@__PURE__*/
-  fileDesc("ChVwYXdsL3YxL3Nlc3Npb24ucHJvdG8SB3Bhd2wudjEiiwIKDlNlc3Npb25SZXF1ZXN0EiYKBWhlbGxvGAEgASgLMhUucGF3bC52MS5TZXNzaW9uSGVsbG9IABIiCgNhY2sYAiABKAsyEy5wYXdsLnYxLlNlc3Npb25BY2tIABIzCgx3YXRjaF9jcmVhdGUYAyABKAsyGy5wYXdsLnYxLlNlc3Npb25XYXRjaENyZWF0ZUgAEjMKDHdhdGNoX2NhbmNlbBgEIAEoCzIbLnBhd2wudjEuU2Vzc2lvbldhdGNoQ2FuY2VsSAASOwoQcHJvZ3Jlc3NfcmVxdWVzdBgFIAEoCzIfLnBhd2wudjEuU2Vzc2lvblByb2dyZXNzUmVxdWVzdEgAQgYKBGtpbmQioQEKDFNlc3Npb25IZWxsbxIjCghpbnN0YW5jZRgBIAEoCzIRLnBhd2wudjEuSW5zdGFuY2USGAoQbWVtYmVyc2hpcF9lcG9jaBgCIAEoAxIiChphc3NpZ25tZW50c19hZnRlcl9yZXZpc2lvbhgDIAEoAxIVCg1zaGFyZWRfZXZlbnRzGAQgASgIEhcKD2lubGluZV9yZWxlYXNlcxgFIAEoCCI3CgpTZXNzaW9uQWNrEg4KBmFja19pZBgBIAEoBBIZCgNhY2sYAiABKAsyDC5wYXdsLnYxLkFjayJMChJTZXNzaW9uV2F0Y2hDcmVhdGUSEAoId2F0Y2hfaWQYASABKAMSJAoFd2F0Y2gYAiABKAsyFS5wYXdsLnYxLldhdGNoUmVxdWVzdCImChJTZXNzaW9uV2F0Y2hDYW5jZWwSEAoId2F0Y2hfaWQYASABKAMiGAoWU2Vzc2lvblByb2dyZXNzUmVxdWVzdCLvAQoPU2Vzc2lvblJlc3BvbnNlEigKB3N0YXJ0ZWQYASABKAsyFy5wYXdsLnYxLlNlc3Npb25TdGFydGVkEjYKC2Fzc2lnbm1lbnRzGAIgASgLMiEucGF3bC52MS5XYXRjaEFzc2lnbm1lbnRzUmVzcG9uc2USJwoEYWNrcxgDIAMoCzIZLnBhd2wudjEuU2Vzc2lvbkFja1Jlc3VsdBItCgd3YXRjaGVzGAQgAygLMhwucGF3bC52MS5TZXNzaW9uV2F0Y2hNZXNzYWdlEiIKCHJlbGVhc2VzGAUgAygLMhAucGF3bC52MS5SZWxlYXNlIjkKDlNlc3Npb25TdGFydGVkEicKBnJlY29yZBgBIAEoCzIXLnBhd2wudjEuSW5zdGFuY2VSZWNvcmQiYwoQU2Vzc2lvbkFja1Jlc3VsdBIOCgZhY2tfaWQYASABKAQSGQoDYWNrGAIgASgLMgwucGF3bC52MS5BY2sSJAoFZXJyb3IYAyABKAsyFS5wYXdsLnYxLlNlc3Npb25FcnJvciKeAQoTU2Vzc2lvbldhdGNoTWVzc2FnZRIQCgh3YXRjaF9pZBgBIAEoAxIoCghyZXNwb25zZRgCIAEoCzIWLnBhd2wudjEuV2F0Y2hSZXNwb25zZRIkCgVlcnJvchgDIAEoCzIVLnBhd2wudjEuU2Vzc2lvbkVycm9yEhAKCGNhbmNlbGVkGAQgASgIEhMKC3NoYXJlZF93aXRoGAUgAygDIi0KDFNlc3Npb25FcnJvchIMCgRjb2RlGAEgASgJEg8KB21lc3NhZ2UYAiABKAkyVAoOU2Vzc2lvblNlcnZpY2USQgoHU2Vzc2lvbhIXLnBhd2wudjEuU2Vzc2lvblJlcXVlc3QaGC5wYXdsLnYxLlNlc3Npb25SZXNwb25zZSIAKAEwAUIsWipnaXRodWIuY29tL3Bhd2xjZmcvcGF3bC9nZW4vcGF3bC92MTtwYXdsdjFiBnByb3RvMw", [file_pawl_v1_instance, file_pawl_v1_kv, file_pawl_v1_release, file_pawl_v1_rollout]);
+  fileDesc("ChVwYXdsL3YxL3Nlc3Npb24ucHJvdG8SB3Bhd2wudjEiiwIKDlNlc3Npb25SZXF1ZXN0EiYKBWhlbGxvGAEgASgLMhUucGF3bC52MS5TZXNzaW9uSGVsbG9IABIiCgNhY2sYAiABKAsyEy5wYXdsLnYxLlNlc3Npb25BY2tIABIzCgx3YXRjaF9jcmVhdGUYAyABKAsyGy5wYXdsLnYxLlNlc3Npb25XYXRjaENyZWF0ZUgAEjMKDHdhdGNoX2NhbmNlbBgEIAEoCzIbLnBhd2wudjEuU2Vzc2lvbldhdGNoQ2FuY2VsSAASOwoQcHJvZ3Jlc3NfcmVxdWVzdBgFIAEoCzIfLnBhd2wudjEuU2Vzc2lvblByb2dyZXNzUmVxdWVzdEgAQgYKBGtpbmQizgEKDFNlc3Npb25IZWxsbxIjCghpbnN0YW5jZRgBIAEoCzIRLnBhd2wudjEuSW5zdGFuY2USGAoQbWVtYmVyc2hpcF9lcG9jaBgCIAEoAxIiChphc3NpZ25tZW50c19hZnRlcl9yZXZpc2lvbhgDIAEoAxIVCg1zaGFyZWRfZXZlbnRzGAQgASgIEhcKD2lubGluZV9yZWxlYXNlcxgFIAEoCBIrCg1oZWxkX3JlbGVhc2VzGAYgAygLMhQucGF3bC52MS5IZWxkUmVsZWFzZSJMCgtIZWxkUmVsZWFzZRIRCgljb25maWdfaWQYASABKAkSEgoKZ2VuZXJhdGlvbhgCIAEoAxIWCg5jb250ZW50X2RpZ2VzdBgDIAEoCSI3CgpTZXNzaW9uQWNrEg4KBmFja19pZBgBIAEoBBIZCgNhY2sYAiABKAsyDC5wYXdsLnYxLkFjayJMChJTZXNzaW9uV2F0Y2hDcmVhdGUSEAoId2F0Y2hfaWQYASABKAMSJAoFd2F0Y2gYAiABKAsyFS5wYXdsLnYxLldhdGNoUmVxdWVzdCImChJTZXNzaW9uV2F0Y2hDYW5jZWwSEAoId2F0Y2hfaWQYASABKAMiGAoWU2Vzc2lvblByb2dyZXNzUmVxdWVzdCLvAQoPU2Vzc2lvblJlc3BvbnNlEigKB3N0YXJ0ZWQYASABKAsyFy5wYXdsLnYxLlNlc3Npb25TdGFydGVkEjYKC2Fzc2lnbm1lbnRzGAIgASgLMiEucGF3bC52MS5XYXRjaEFzc2lnbm1lbnRzUmVzcG9uc2USJwoEYWNrcxgDIAMoCzIZLnBhd2wudjEuU2Vzc2lvbkFja1Jlc3VsdBItCgd3YXRjaGVzGAQgAygLMhwucGF3bC52MS5TZXNzaW9uV2F0Y2hNZXNzYWdlEiIKCHJlbGVhc2VzGAUgAygLMhAucGF3bC52MS5SZWxlYXNlIjkKDlNlc3Npb25TdGFydGVkEicKBnJlY29yZBgBIAEoCzIXLnBhd2wudjEuSW5zdGFuY2VSZWNvcmQiYwoQU2Vzc2lvbkFja1Jlc3VsdBIOCgZhY2tfaWQYASABKAQSGQoDYWNrGAIgASgLMgwucGF3bC52MS5BY2sSJAoFZXJyb3IYAyABKAsyFS5wYXdsLnYxLlNlc3Npb25FcnJvciKeAQoTU2Vzc2lvbldhdGNoTWVzc2FnZRIQCgh3YXRjaF9pZBgBIAEoAxIoCghyZXNwb25zZRgCIAEoCzIWLnBhd2wudjEuV2F0Y2hSZXNwb25zZRIkCgVlcnJvchgDIAEoCzIVLnBhd2wudjEuU2Vzc2lvbkVycm9yEhAKCGNhbmNlbGVkGAQgASgIEhMKC3NoYXJlZF93aXRoGAUgAygDIi0KDFNlc3Npb25FcnJvchIMCgRjb2RlGAEgASgJEg8KB21lc3NhZ2UYAiABKAkyVAoOU2Vzc2lvblNlcnZpY2USQgoHU2Vzc2lvbhIXLnBhd2wudjEuU2Vzc2lvblJlcXVlc3QaGC5wYXdsLnYxLlNlc3Npb25SZXNwb25zZSIAKAEwAUIsWipnaXRodWIuY29tL3Bhd2xjZmcvcGF3bC9nZW4vcGF3bC92MTtwYXdsdjFiBnByb3RvMw", [file_pawl_v1_instance, file_pawl_v1_kv, file_pawl_v1_release, file_pawl_v1_rollout]);
 
 /**
  * SessionRequest is one message from the instance.
@@ -146,6 +146,18 @@ export type SessionHello = Message<"pawl.v1.SessionHello"> & {
    * @generated from field: bool inline_releases = 5;
    */
   inlineReleases: boolean;
+
+  /**
+   * With inline_releases, when the client resumes: the releases it holds
+   * already (those of the assignments it holds), which the first set of
+   * assignments then does not carry again, as Envoy's
+   * initial_resource_versions spares a reconnecting proxy the resources
+   * it has. A release is left out only when its config, generation and
+   * content digest all match.
+   *
+   * @generated from field: repeated pawl.v1.HeldRelease held_releases = 6;
+   */
+  heldReleases: HeldRelease[];
 };
 
 /**
@@ -154,6 +166,41 @@ export type SessionHello = Message<"pawl.v1.SessionHello"> & {
  */
 export const SessionHelloSchema: GenMessage<SessionHello> = /*@__PURE__*/
   messageDesc(file_pawl_v1_session, 1);
+
+/**
+ * HeldRelease names a release a client holds.
+ *
+ * @generated from message pawl.v1.HeldRelease
+ */
+export type HeldRelease = Message<"pawl.v1.HeldRelease"> & {
+  /**
+   * The config.
+   *
+   * @generated from field: string config_id = 1;
+   */
+  configId: string;
+
+  /**
+   * The generation.
+   *
+   * @generated from field: int64 generation = 2;
+   */
+  generation: bigint;
+
+  /**
+   * Its canonical content digest.
+   *
+   * @generated from field: string content_digest = 3;
+   */
+  contentDigest: string;
+};
+
+/**
+ * Describes the message pawl.v1.HeldRelease.
+ * Use `create(HeldReleaseSchema)` to create a new message.
+ */
+export const HeldReleaseSchema: GenMessage<HeldRelease> = /*@__PURE__*/
+  messageDesc(file_pawl_v1_session, 2);
 
 /**
  * SessionAck carries one ACK with the client's number for it.
@@ -185,7 +232,7 @@ export type SessionAck = Message<"pawl.v1.SessionAck"> & {
  * Use `create(SessionAckSchema)` to create a new message.
  */
 export const SessionAckSchema: GenMessage<SessionAck> = /*@__PURE__*/
-  messageDesc(file_pawl_v1_session, 2);
+  messageDesc(file_pawl_v1_session, 3);
 
 /**
  * SessionWatchCreate opens a watch on the session.
@@ -215,7 +262,7 @@ export type SessionWatchCreate = Message<"pawl.v1.SessionWatchCreate"> & {
  * Use `create(SessionWatchCreateSchema)` to create a new message.
  */
 export const SessionWatchCreateSchema: GenMessage<SessionWatchCreate> = /*@__PURE__*/
-  messageDesc(file_pawl_v1_session, 3);
+  messageDesc(file_pawl_v1_session, 4);
 
 /**
  * SessionWatchCancel ends a watch.
@@ -236,7 +283,7 @@ export type SessionWatchCancel = Message<"pawl.v1.SessionWatchCancel"> & {
  * Use `create(SessionWatchCancelSchema)` to create a new message.
  */
 export const SessionWatchCancelSchema: GenMessage<SessionWatchCancel> = /*@__PURE__*/
-  messageDesc(file_pawl_v1_session, 4);
+  messageDesc(file_pawl_v1_session, 5);
 
 /**
  * SessionProgressRequest asks the session's watches for progress.
@@ -251,7 +298,7 @@ export type SessionProgressRequest = Message<"pawl.v1.SessionProgressRequest"> &
  * Use `create(SessionProgressRequestSchema)` to create a new message.
  */
 export const SessionProgressRequestSchema: GenMessage<SessionProgressRequest> = /*@__PURE__*/
-  messageDesc(file_pawl_v1_session, 5);
+  messageDesc(file_pawl_v1_session, 6);
 
 /**
  * SessionResponse is one message from the server: any of its parts may be
@@ -311,7 +358,7 @@ export type SessionResponse = Message<"pawl.v1.SessionResponse"> & {
  * Use `create(SessionResponseSchema)` to create a new message.
  */
 export const SessionResponseSchema: GenMessage<SessionResponse> = /*@__PURE__*/
-  messageDesc(file_pawl_v1_session, 6);
+  messageDesc(file_pawl_v1_session, 7);
 
 /**
  * SessionStarted says the session holds the instance's registration.
@@ -333,7 +380,7 @@ export type SessionStarted = Message<"pawl.v1.SessionStarted"> & {
  * Use `create(SessionStartedSchema)` to create a new message.
  */
 export const SessionStartedSchema: GenMessage<SessionStarted> = /*@__PURE__*/
-  messageDesc(file_pawl_v1_session, 7);
+  messageDesc(file_pawl_v1_session, 8);
 
 /**
  * SessionAckResult answers one ACK.
@@ -370,7 +417,7 @@ export type SessionAckResult = Message<"pawl.v1.SessionAckResult"> & {
  * Use `create(SessionAckResultSchema)` to create a new message.
  */
 export const SessionAckResultSchema: GenMessage<SessionAckResult> = /*@__PURE__*/
-  messageDesc(file_pawl_v1_session, 8);
+  messageDesc(file_pawl_v1_session, 9);
 
 /**
  * SessionWatchMessage is one message of one watch on the session.
@@ -428,7 +475,7 @@ export type SessionWatchMessage = Message<"pawl.v1.SessionWatchMessage"> & {
  * Use `create(SessionWatchMessageSchema)` to create a new message.
  */
 export const SessionWatchMessageSchema: GenMessage<SessionWatchMessage> = /*@__PURE__*/
-  messageDesc(file_pawl_v1_session, 9);
+  messageDesc(file_pawl_v1_session, 10);
 
 /**
  * SessionError is a refusal of one request within a session, which goes
@@ -458,7 +505,7 @@ export type SessionError = Message<"pawl.v1.SessionError"> & {
  * Use `create(SessionErrorSchema)` to create a new message.
  */
 export const SessionErrorSchema: GenMessage<SessionError> = /*@__PURE__*/
-  messageDesc(file_pawl_v1_session, 10);
+  messageDesc(file_pawl_v1_session, 11);
 
 /**
  * SessionService carries everything one instance says and hears on one
