@@ -68,6 +68,13 @@ type Sessions struct {
 	// refused, and audited), which outlive a session that ended on an
 	// error (Wait).
 	answering sync.WaitGroup
+	// mu guards running, the sessions past their hello whose handler
+	// has not returned, and closing, set by Wait: no session opens
+	// after it. ended is signalled when running falls to 0.
+	mu      sync.Mutex
+	ended   *sync.Cond
+	running int
+	closing bool
 }
 
 var _ pawlv1connect.SessionServiceHandler = (*Sessions)(nil)
@@ -83,6 +90,7 @@ const MaxSessionWatchesFlag = "--max-session-watches"
 // maxWatches open per session.
 func NewSessions(instances *Instances, rels *release.Releases, st store.Store, maxWatches int, log *slog.Logger, opts ...SessionOption) *Sessions {
 	h := &Sessions{instances: instances, inline: newInlineReleases(rels), store: st, maxWatches: maxWatches, log: log}
+	h.ended = sync.NewCond(&h.mu)
 	for _, opt := range opts {
 		opt(h)
 	}
@@ -152,6 +160,10 @@ func (h *Sessions) Session(ctx context.Context, stream *connect.BidiStream[pawlv
 	case first.GetHello() == nil:
 		return noHello()
 	}
+	if !h.enter() {
+		return connect.NewError(connect.CodeUnavailable, errors.New("the server is shutting down: open the session on another replica"))
+	}
+	defer h.leave()
 	hello := first.GetHello()
 	rec, release, err := h.open(ctx, stream.Spec(), stream.Peer().Addr, hello)
 	if err != nil {
@@ -222,10 +234,42 @@ func (h *Sessions) Session(ctx context.Context, stream *connect.BidiStream[pawlv
 	return rerr
 }
 
-// Wait waits until every ACK that ended sessions took is recorded or
-// refused, and audited. Call it after the server stopped serving, before
-// closing the audit log and the store.
-func (h *Sessions) Wait() { h.answering.Wait() }
+// Wait waits until every session past its hello has ended (the hub is
+// closed, which ends them), and every ACK they took is recorded or
+// refused, and audited; a session whose hello comes later is refused.
+// Call it after the server stopped serving and closed the hub, before
+// closing the audit log and the store: a session's handler can outlive
+// the HTTP server's shutdown, which does not wait for the streams of
+// connections it no longer tracks (h2c's).
+func (h *Sessions) Wait() {
+	h.mu.Lock()
+	h.closing = true
+	for h.running > 0 {
+		h.ended.Wait()
+	}
+	h.mu.Unlock()
+	h.answering.Wait()
+}
+
+// enter counts a session past its hello, unless Wait began.
+func (h *Sessions) enter() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closing {
+		return false
+	}
+	h.running++
+	return true
+}
+
+// leave ends what enter counted.
+func (h *Sessions) leave() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.running--; h.running == 0 {
+		h.ended.Broadcast()
+	}
+}
 
 // open registers or resumes the hello's instance and holds its lease:
 // it returns the registration and the release of the hold.
