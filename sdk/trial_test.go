@@ -75,12 +75,14 @@ func (h *harness) awaitStopped(gen int64) *pawlv1.GetRolloutStatusResponse {
 	return st
 }
 
-// lastAckOf returns id's last ACK in st.
+// lastAckOf returns id's last ACK in st but a STALE, which follows once
+// the instance went back to the active generation (sooner now that the
+// release comes with the assignment).
 func lastAckOf(t *testing.T, st *pawlv1.GetRolloutStatusResponse, id string) *pawlv1.Ack {
 	t.Helper()
 	acks := st.GetAcks()
 	for i := len(acks) - 1; i >= 0; i-- {
-		if acks[i].GetWorkloadIdentity() == id {
+		if acks[i].GetWorkloadIdentity() == id && acks[i].GetState() != pawlv1.InstanceState_INSTANCE_STATE_STALE {
 			return acks[i]
 		}
 	}
@@ -89,9 +91,9 @@ func lastAckOf(t *testing.T, st *pawlv1.GetRolloutStatusResponse, id string) *pa
 }
 
 // checkLateFailure checks that the canary's failure after its window
-// stopped the rollout at its stage: its last report is an unhealthy
-// HEALTHY_ACKED of the apply that passed the window, counted, saying
-// why.
+// stopped the rollout at its stage: its last report (but a STALE) is an
+// unhealthy HEALTHY_ACKED of the apply that passed the window, counted,
+// saying why.
 func checkLateFailure(t *testing.T, st *pawlv1.GetRolloutStatusResponse, id string, healthy *pawlv1.Ack, why string) {
 	t.Helper()
 	if stop := st.GetStop(); stop.GetStage() != "canary" || stop.GetManual() {
