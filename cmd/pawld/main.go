@@ -83,7 +83,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	showVersion := fs.Bool("version", false, "print the module version and VCS commit pawld was built from, and exit")
 	storeURL := fs.String("store", "", "keep the data in Redis at this URL (redis://host:port/db, rediss://, redis+sentinel://h1,h2/master, redis+cluster://h1,h2) instead of the embedded store: replicas given the same URL and prefix serve the same data")
 	redisPrefix := fs.String("redis-prefix", server.DefaultRedisPrefix, "prefix of the store's keys in Redis")
-	replicaAcks := fs.Int("redis-replica-acks", 0, "with --store, acknowledge a write only once this many Redis replicas have it (WAIT), so that a failover cannot lose it")
+	replicaAcks := fs.Int("redis-replica-acks", 0, "with --store, acknowledge a write only once this many Redis replicas have it (WAIT), so that a failover cannot lose it (count every replica a failover may promote)")
 	replicaWait := fs.Duration("redis-replica-wait", time.Second, "how long a write waits for --redis-replica-acks before it fails with UNAVAILABLE")
 	acceptRollback := fs.Bool("redis-accept-rollback", false, "with --store, accept that Redis went back in time (a replica found it, and writes are refused until then): continue from what Redis holds, past every revision handed out, and make every watcher take a snapshot; logged and audited")
 	waitAOF := fs.Bool("redis-wait-aof", false, "with --store, acknowledge a write only once Redis fsynced it to its append-only file (WAITAOF, Redis 7.2+), waiting at most --redis-replica-wait")

@@ -72,10 +72,15 @@ func WithNoticeFilter(drop func(revision int64) bool) Option {
 // WithReplicaAcks makes every mutation wait, after the primary ran it,
 // until n replicas have it (Redis WAIT), for at most wait: a write is
 // acknowledged only once a failover (Sentinel or Cluster promoting a
-// replica) can no longer lose it. When fewer replicas confirm in time,
-// the mutation fails with store.ErrUnavailable; it is committed on the
-// primary and may or may not survive a failover. The default, 0, waits
-// for none: Redis replication is asynchronous.
+// replica) can no longer lose it, provided n counts every replica a
+// failover may promote. With fewer (one of two replicas, say), Sentinel
+// may promote the replica that lacks the write: it picks by the
+// replication offsets it last read, which can be a second old. When
+// fewer replicas confirm in time, the mutation fails with
+// store.ErrUnavailable; it is committed on the primary and may or may not
+// survive a failover (if its revision was handed out and a failover loses
+// it, the store finds that Redis went back in time). The default, 0,
+// waits for none: Redis replication is asynchronous.
 func WithReplicaAcks(n int, wait time.Duration) Option {
 	return func(o *options) { o.replicaAcks, o.replicaWait = n, wait }
 }
