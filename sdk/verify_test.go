@@ -2,9 +2,6 @@ package sdk_test
 
 import (
 	"bytes"
-	"encoding/binary"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,18 +12,16 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	pawlv1 "github.com/pawlcfg/pawl/gen/pawl/v1"
-	"github.com/pawlcfg/pawl/internal/testkit/testserver"
+	"github.com/pawlcfg/pawl/internal/testkit/faultproxy"
 	"github.com/pawlcfg/pawl/sdk"
 )
 
-// tamperer is a man in the middle on the client's HTTP transport: it
-// changes one byte of what the server answers to chosen calls, after the
-// server answered: the release in GetRelease answers and in a session's
-// messages (its inline releases), the module in Download answers. It asks
-// for uncompressed answers so it can read them.
+// tamperer changes what the server answers to chosen calls, through a
+// faultproxy.Rewriter (a man in the middle): the release in GetRelease
+// answers and in a session's messages (its inline releases), the module
+// in Download answers.
 type tamperer struct {
-	base http.RoundTripper
-	mu   sync.Mutex
+	mu sync.Mutex
 	// content flips a byte of a release's content.
 	content bool
 	// module flips a byte of the module in Download answers.
@@ -36,64 +31,43 @@ type tamperer struct {
 	// sessionOnly leaves GetRelease answers alone: only the releases a
 	// session sends inline are changed.
 	sessionOnly bool
-	// touched counts the answers changed; downloads the GetRelease calls.
+	// touched counts the messages changed; downloads the GetRelease calls.
 	touched, downloads int
 }
 
-func (tp *tamperer) RoundTrip(r *http.Request) (*http.Response, error) {
+// url returns the address of a man in the middle before h's server that
+// tampers as tp is set to. It lives as long as h's clients: until h's
+// test ends.
+func (tp *tamperer) url(h *harness) string {
+	return faultproxy.NewRewriter(h.t, h.srv.URL, tp.edit).URL
+}
+
+// edit is the Rewriter's faultproxy.Edit.
+func (tp *tamperer) edit(procedure string, msg proto.Message, request bool) {
 	tp.mu.Lock()
+	defer tp.mu.Unlock()
 	release := tp.content || tp.minApp != ""
-	download := strings.HasSuffix(r.URL.Path, "/GetRelease")
-	if download {
+	switch m := msg.(type) {
+	case *pawlv1.GetReleaseRequest:
 		tp.downloads++
-	}
-	content := release && download && !tp.sessionOnly
-	tp.mu.Unlock()
-	session := release && strings.HasSuffix(r.URL.Path, "/Session")
-	module := tp.module && strings.HasSuffix(r.URL.Path, "/Download")
-	if content || module || session {
-		r = r.Clone(r.Context())
-		r.Header.Del("Accept-Encoding")
-		r.Header.Del("Connect-Accept-Encoding")
-		r.Header.Del("Grpc-Accept-Encoding")
-	}
-	resp, err := tp.base.RoundTrip(r)
-	if err != nil || resp.StatusCode != http.StatusOK || !(content || module || session) {
-		return resp, err
-	}
-	if session {
-		// A stream that lasts: its messages are changed as they pass.
-		resp.Body = &sessionTamper{tp: tp, body: resp.Body}
-		return resp, nil
-	}
-	body, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err != nil {
-		return nil, err
-	}
-	if content {
-		// A unary Connect answer: the message itself.
-		var msg pawlv1.GetReleaseResponse
-		if err := proto.Unmarshal(body, &msg); err != nil {
-			return nil, err
+	case *pawlv1.GetReleaseResponse:
+		if release && !tp.sessionOnly {
+			tp.change(m.GetRelease())
+			tp.touched++
 		}
-		tp.change(msg.GetRelease())
-		if body, err = proto.Marshal(&msg); err != nil {
-			return nil, err
+	case *pawlv1.SessionResponse:
+		if release && len(m.GetReleases()) > 0 {
+			for _, rel := range m.GetReleases() {
+				tp.change(rel)
+			}
+			tp.touched++
 		}
-	} else {
-		// A Connect stream: envelopes of flags, length, message. The
-		// second carries the first chunk of the module.
-		first := 5 + int(binary.BigEndian.Uint32(body[1:5]))
-		body[first+5+100] ^= 0xff
+	case *pawlv1.DownloadResponse:
+		if c := m.GetChunk(); tp.module && len(c) > 100 {
+			c[100] ^= 0xff
+			tp.touched++
+		}
 	}
-	tp.mu.Lock()
-	tp.touched++
-	tp.mu.Unlock()
-	resp.Body = io.NopCloser(bytes.NewReader(body))
-	resp.ContentLength = int64(len(body))
-	resp.Header.Del("Content-Length")
-	return resp, nil
 }
 
 // change changes a release as the tamperer is set to.
@@ -106,48 +80,6 @@ func (tp *tamperer) change(rel *pawlv1.Release) {
 	i := bytes.IndexAny(c, "0123456789")
 	c[i] = '0' + (c[i]-'0'+1)%10 // still valid JSON, another routing table
 }
-
-// sessionTamper changes the inline releases of the session messages it
-// reads: each envelope (flags, length, message) whose message carries
-// releases is read whole, changed and framed again; the rest pass as
-// they are.
-type sessionTamper struct {
-	tp   *tamperer
-	body io.ReadCloser
-	out  bytes.Buffer
-}
-
-func (st *sessionTamper) Read(p []byte) (int, error) {
-	for st.out.Len() == 0 {
-		var head [5]byte
-		if _, err := io.ReadFull(st.body, head[:]); err != nil {
-			return 0, err
-		}
-		msg := make([]byte, binary.BigEndian.Uint32(head[1:]))
-		if _, err := io.ReadFull(st.body, msg); err != nil {
-			return 0, err
-		}
-		var resp pawlv1.SessionResponse
-		if head[0] == 0 && proto.Unmarshal(msg, &resp) == nil && len(resp.GetReleases()) > 0 {
-			for _, rel := range resp.GetReleases() {
-				st.tp.change(rel)
-			}
-			var err error
-			if msg, err = proto.Marshal(&resp); err != nil {
-				return 0, err
-			}
-			binary.BigEndian.PutUint32(head[1:], uint32(len(msg)))
-			st.tp.mu.Lock()
-			st.tp.touched++
-			st.tp.mu.Unlock()
-		}
-		st.out.Write(head[:])
-		st.out.Write(msg)
-	}
-	return st.out.Read(p)
-}
-
-func (st *sessionTamper) Close() error { return st.body.Close() }
 
 // TestTamperedDownloadsAreRejectedAndNeverApplied: a content byte changed
 // on the way, or a validator module that does not hash to its digest,
@@ -172,9 +104,8 @@ func TestTamperedDownloadsAreRejectedAndNeverApplied(t *testing.T) {
 		{"module", &tamperer{module: true}, "wrong validator: the module downloaded hashes to sha256:", true, nil},
 	} {
 		t.Run(c.id, func(t *testing.T) {
-			c.tamper.base = testserver.HTTPClient(t).Transport
 			cache := t.TempDir()
-			client := h.client(c.id, append(c.opts, sdk.WithHTTPClient(&http.Client{Transport: c.tamper}), sdk.WithCacheDir(cache),
+			client := h.clientAt(c.tamper.url(h), c.id, append(c.opts, sdk.WithCacheDir(cache),
 				sdk.WithLabels(map[string]string{"instance": c.id}),
 				// A runtime of its own: one that other clients of this
 				// process share may hold the module already, and then
@@ -194,7 +125,10 @@ func TestTamperedDownloadsAreRejectedAndNeverApplied(t *testing.T) {
 			if s := client.Config("routing"); s != nil {
 				t.Fatalf("applied %s after a tampered download", s)
 			}
-			if c.tamper.touched == 0 {
+			c.tamper.mu.Lock()
+			touched := c.tamper.touched
+			c.tamper.mu.Unlock()
+			if touched == 0 {
 				t.Fatal("nothing was tampered with")
 			}
 			for _, dir := range []string{"releases", "validators", "applied"} {
@@ -214,8 +148,8 @@ func TestTamperedDownloadsAreRejectedAndNeverApplied(t *testing.T) {
 // one download gets it.
 func TestACorruptedInlineReleaseIsDownloadedAgain(t *testing.T) {
 	h := newHarness(t)
-	tamper := &tamperer{base: testserver.HTTPClient(t).Transport, content: true, sessionOnly: true}
-	client := h.client("inline", sdk.WithHTTPClient(&http.Client{Transport: tamper}), sdk.WithDownloadAttempts(1),
+	tamper := &tamperer{content: true, sessionOnly: true}
+	client := h.clientAt(tamper.url(h), "inline", sdk.WithDownloadAttempts(1),
 		sdk.WithLabels(map[string]string{"instance": "inline"}))
 	h.waitRegistered("inline")
 	rel := h.release(50, func(spec *pawlv1.ReleaseSpec) {
@@ -262,8 +196,8 @@ func TestAValidationPastTheLimitIsRejected(t *testing.T) {
 // reason, and applies nothing.
 func TestAnAppTooOldRejectsTheRelease(t *testing.T) {
 	h := newHarness(t)
-	tamper := &tamperer{base: testserver.HTTPClient(t).Transport, minApp: "2.1.0"}
-	client := h.client("old", sdk.WithHTTPClient(&http.Client{Transport: tamper}),
+	tamper := &tamperer{minApp: "2.1.0"}
+	client := h.clientAt(tamper.url(h), "old",
 		sdk.WithLabels(map[string]string{"instance": "old"}))
 	h.waitRegistered("old")
 	rel := h.release(50, func(spec *pawlv1.ReleaseSpec) {
