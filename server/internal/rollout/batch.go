@@ -168,6 +168,9 @@ type ackBatcher struct {
 	// next batch is judged on views at least there, so that it sees its
 	// own instances' ACKs and its conditions scan little of the log.
 	lastRev int64
+	// late keeps the releases the views do not keep that batches judged
+	// ACKs of (run only).
+	late lateReleases
 }
 
 func newAckBatcher(r *Rollouts) *ackBatcher {
@@ -321,15 +324,20 @@ func (b *ackBatcher) judge(ctx context.Context, batch []*pendingAck) []*judged {
 	kept := make([]bool, len(batch))
 	v := b.r.views
 	v.mu.RLock()
+	rev := v.rev
 	for i, p := range batch {
-		avs[i], kept[i] = b.r.ackViewLocked(p.ack.ConfigID, p.ack.Generation, p.ack.WorkloadIdentity)
+		a := p.ack
+		if avs[i], kept[i] = b.r.ackViewLocked(a.ConfigID, a.Generation, a.WorkloadIdentity); !kept[i] {
+			avs[i] = b.r.instanceViewLocked(a.ConfigID, a.WorkloadIdentity)
+			b.late.dropChangedLocked(v, a.ConfigID, a.Generation)
+		}
 	}
 	v.mu.RUnlock()
 	plans := storedPlans{}
 	for i, j := range js {
 		a := j.p.ack
 		if !kept[i] {
-			if avs[i], j.err = b.r.ackViewFromStore(ctx, a.ConfigID, a.Generation, a.WorkloadIdentity, plans); j.err != nil {
+			if avs[i], j.err = b.lateAckView(ctx, a, avs[i], rev, plans); j.err != nil {
 				continue
 			}
 		}

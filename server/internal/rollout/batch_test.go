@@ -434,3 +434,32 @@ func TestSubmitAckFuncCallsBackOnce(t *testing.T) {
 	default:
 	}
 }
+
+// TestALateAckIsJudgedOnItsReleaseAsItIsNow: the batches keep the
+// snapshot of a release the views do not keep (a superseded candidate)
+// from one batch to the next, and read it again once its config's records
+// changed: after a newer release, a late report names that one.
+func TestALateAckIsJudgedOnItsReleaseAsItIsNow(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	e.promoted(t, 10)
+	g2 := e.release(t, 20)
+	e.release(t, 30)
+	submit := func(seq int64) rollout.Ack {
+		t.Helper()
+		res := <-e.rollouts.SubmitAck(ctx, e.ackOf(t, g2, "i0", "boot-1", seq, rollout.Stale))
+		if res.Err != nil {
+			t.Fatal(res.Err)
+		}
+		return res.Ack
+	}
+	for seq := range int64(2) { // the second is judged on the kept snapshot
+		if a := submit(seq + 1); a.Counted || !strings.Contains(a.Why, "superseded by generation 3") {
+			t.Fatalf("late ACK %d of a superseded candidate = %+v", seq+1, a)
+		}
+	}
+	e.release(t, 40)
+	if a := submit(3); a.Counted || !strings.Contains(a.Why, "superseded by generation 4") {
+		t.Fatalf("late ACK after a newer release = %+v; want it superseded by generation 4", a)
+	}
+}

@@ -164,14 +164,36 @@ func (r *Rollouts) ackViewLocked(config string, gen int64, identity string) (ack
 		return ackView{}, false
 	}
 	cv := v.configs[config]
-	av := ackView{releaseView: releaseView{snapshot: snapshot{rev: v.rev, rel: t.rel, latest: max(cv.head, gen), ptr: cv.ptr, stop: t.stop,
-		progress: t.progress, retired: t.retired, now: r.now()}, plan: t.plan},
-		prior: t.prior(identity), arrival: t.arrivals[identity], stored: slices.Clone(t.stored[identity])}
+	av := r.instanceViewLocked(config, identity)
+	av.releaseView = releaseView{snapshot: snapshot{rev: v.rev, rel: t.rel, latest: max(cv.head, gen), ptr: cv.ptr, stop: t.stop,
+		progress: t.progress, retired: t.retired, now: r.now()}, plan: t.plan}
+	av.prior, av.arrival, av.stored = t.prior(identity), t.arrivals[identity], slices.Clone(t.stored[identity])
+	return av, true
+}
+
+// instanceViewLocked is the instance's part of an ackView, from the views
+// at their revision: its registration and what it last reported applying
+// of config. The caller holds the views' lock.
+func (r *Rollouts) instanceViewLocked(config, identity string) ackView {
+	v := r.views
+	var av ackView
 	av.reg, av.registered = v.regs[identity]
 	if info, ok := v.applied[config][identity]; ok {
 		av.applied = &info
 	}
-	return av, true
+	return av
+}
+
+// addStored adds the instance's stored ACKs of the release (prev, in
+// arrival order) to av, whose registration is set.
+func (av *ackView) addStored(prev []Ack) {
+	for _, a := range prev {
+		av.arrival = max(av.arrival, a.arrival)
+		av.stored = append(av.stored, storedOf(a))
+		if a.Counted && av.registered && a.BootID == av.reg.boot && a.MembershipEpoch == av.reg.epoch {
+			av.prior = append(av.prior, a)
+		}
+	}
 }
 
 // storedPlans keeps, for one batch of ACKs, the snapshots and plans of
@@ -219,13 +241,7 @@ func (r *Rollouts) ackViewFromStore(ctx context.Context, config string, gen int6
 	if err != nil {
 		return ackView{}, err
 	}
-	for _, a := range prev {
-		av.arrival = max(av.arrival, a.arrival)
-		av.stored = append(av.stored, storedOf(a))
-		if a.Counted && av.registered && a.BootID == av.reg.boot && a.MembershipEpoch == av.reg.epoch {
-			av.prior = append(av.prior, a)
-		}
-	}
+	av.addStored(prev)
 	var applied AppliedRecord
 	kv, ok, err := getAt(ctx, r.store, records.Applied(config, identity), rev, &applied)
 	if err != nil {

@@ -44,6 +44,7 @@ type views struct {
 	mu      sync.RWMutex
 	ready   bool  // the first snapshot was read
 	rev     int64 // the revision the views are at
+	since   int64 // the revision of the snapshot they follow from
 	configs map[string]*configView
 	order   []string                        // the configs' IDs, sorted
 	regs    map[string]registration         // every registration, by identity
@@ -64,10 +65,13 @@ type views struct {
 
 // configView is one config's state.
 type configView struct {
-	ptr    Pointer
-	head   int64
-	newest *tracked // the release at head (nil before the first)
-	active *tracked // the release the pointer names (nil before the first promotion)
+	ptr  Pointer
+	head int64
+	// changed is the revision of the last event under the config's records
+	// since the snapshot (0: none).
+	changed int64
+	newest  *tracked // the release at head (nil before the first)
+	active  *tracked // the release the pointer names (nil before the first promotion)
 }
 
 // applyInfo is an applied record, as much as a judgement needs.
@@ -133,6 +137,7 @@ func (v *views) follow(ctx context.Context, hub *watch.Hub) error {
 	}
 	v.wakeSupervisorLocked()
 	v.ready = true
+	v.since = rev
 	v.advanceLocked(rev)
 	v.mu.Unlock()
 	for {
@@ -316,6 +321,7 @@ func (v *views) applyConfigLocked(ev store.Event, load *tracked) error {
 		i, _ := slices.BinarySearch(v.order, config)
 		v.order = slices.Insert(v.order, i, config)
 	}
+	cv.changed = ev.Revision()
 	what, tail, _ := strings.Cut(rest, "/")
 	switch what {
 	case "head":
