@@ -129,7 +129,7 @@ func New(ctx context.Context, serverURL string, opts ...Option) (*Client, error)
 		return nil, fmt.Errorf("sdk: %w", err)
 	}
 	c := &Client{
-		cfg: cfg, url: urls[0].String(), bootID: newBootID(), started: time.Now(), metrics: &metrics{}, inline: newInlineReleases(),
+		cfg: cfg, url: urls[0].String(), bootID: newBootID(), started: time.Now(), metrics: &metrics{}, inline: newInlineReleases(cfg.configs),
 		tracer:   cfg.tracerProvider.Tracer("github.com/pawlcfg/pawl/sdk"),
 		health:   newHealthRecorder(),
 		retained: map[string][]*Snapshot{}, changed: make(chan struct{}), subs: map[int]*subscriber{}, notes: newNotifier(), assigned: map[string]bool{},

@@ -16,14 +16,18 @@ import (
 // assignments only: a message of assignments drops those no longer
 // assigned (a full set: of every config; a delta: of the configs it
 // names). A resumed session names the releases of the assignments the
-// client holds (held), and the server does not send them again.
+// client holds (held), and the server does not send them again. A client
+// that follows some configs only (WithConfigs) keeps none of the others.
 type inlineReleases struct {
+	// follows are the configs the client follows (nil: every one).
+	follows map[string]bool
+
 	mu       sync.Mutex
 	byConfig map[string][]cachedRelease
 }
 
-func newInlineReleases() *inlineReleases {
-	return &inlineReleases{byConfig: map[string][]cachedRelease{}}
+func newInlineReleases(follows map[string]bool) *inlineReleases {
+	return &inlineReleases{follows: follows, byConfig: map[string][]cachedRelease{}}
 }
 
 // keep takes the releases rels of a message of assignments, which is not
@@ -57,7 +61,7 @@ func (r *inlineReleases) keep(msg *pawlv1.WatchAssignmentsResponse, rels []*pawl
 	}
 	for _, rel := range rels {
 		config := rel.GetSpec().GetConfigId()
-		if !assigned[named{config, rel.GetGeneration()}] {
+		if !assigned[named{config, rel.GetGeneration()}] || (r.follows != nil && !r.follows[config]) {
 			continue
 		}
 		held := slices.DeleteFunc(r.byConfig[config], func(c cachedRelease) bool { return c.Generation == rel.GetGeneration() })
