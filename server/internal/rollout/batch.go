@@ -322,24 +322,37 @@ func (b *ackBatcher) judge(ctx context.Context, batch []*pendingAck) []*judged {
 	}
 	avs := make([]ackView, len(batch))
 	kept := make([]bool, len(batch))
+	// unknown: a release the views have not seen yet (they lag its
+	// creation), judged from the store at its head, not at the views'
+	// revision, where it did not exist and its write would fail.
+	unknown := make([]bool, len(batch))
 	v := b.r.views
 	v.mu.RLock()
 	rev := v.rev
 	for i, p := range batch {
 		a := p.ack
-		if avs[i], kept[i] = b.r.ackViewLocked(a.ConfigID, a.Generation, a.WorkloadIdentity); !kept[i] {
-			avs[i] = b.r.instanceViewLocked(a.ConfigID, a.WorkloadIdentity)
-			b.late.dropChangedLocked(v, a.ConfigID, a.Generation)
+		if avs[i], kept[i] = b.r.ackViewLocked(a.ConfigID, a.Generation, a.WorkloadIdentity); kept[i] {
+			continue
 		}
+		if cv := v.configs[a.ConfigID]; cv == nil || a.Generation > cv.head {
+			unknown[i] = true
+			continue
+		}
+		avs[i] = b.r.instanceViewLocked(a.ConfigID, a.WorkloadIdentity)
+		b.late.dropChangedLocked(v, a.ConfigID, a.Generation)
 	}
 	v.mu.RUnlock()
 	plans := storedPlans{}
 	for i, j := range js {
 		a := j.p.ack
-		if !kept[i] {
-			if avs[i], j.err = b.lateAckView(ctx, a, avs[i], rev, plans); j.err != nil {
-				continue
-			}
+		switch {
+		case unknown[i]:
+			avs[i], j.err = b.r.ackViewFromStore(ctx, a.ConfigID, a.Generation, a.WorkloadIdentity, plans)
+		case !kept[i]:
+			avs[i], j.err = b.lateAckView(ctx, a, avs[i], rev, plans)
+		}
+		if j.err != nil {
+			continue
 		}
 		j.w, j.err = b.r.decideAck(ctx, a, avs[i])
 		j.rev = j.w.rev

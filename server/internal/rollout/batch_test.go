@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pawlcfg/pawl/internal/testkit/redistest"
+	"github.com/pawlcfg/pawl/server/internal/records"
 	"github.com/pawlcfg/pawl/server/internal/release"
 	"github.com/pawlcfg/pawl/server/internal/rollout"
 	"github.com/pawlcfg/pawl/server/internal/store"
@@ -435,31 +437,54 @@ func TestSubmitAckFuncCallsBackOnce(t *testing.T) {
 	}
 }
 
+// pointerReads counts the reads of routing's pointer at a revision: a
+// late ACK's judgement that reads its release's snapshot makes one.
+type pointerReads struct {
+	store.Store
+	n atomic.Int64
+}
+
+func (s *pointerReads) Get(ctx context.Context, key string, rev int64) (store.KeyValue, int64, error) {
+	if key == records.Pointer("routing") && rev != 0 {
+		s.n.Add(1)
+	}
+	return s.Store.Get(ctx, key, rev)
+}
+
 // TestALateAckIsJudgedOnItsReleaseAsItIsNow: the batches keep the
 // snapshot of a release the views do not keep (a superseded candidate)
 // from one batch to the next, and read it again once its config's records
-// changed: after a newer release, a late report names that one.
+// changed: after a newer release, a late report names that one. The
+// views are made current before each report, so that the report is
+// judged on them and not retried on a conflict.
 func TestALateAckIsJudgedOnItsReleaseAsItIsNow(t *testing.T) {
-	e := newEnv(t)
+	st, _ := engines["bolt"](t)
+	reads := &pointerReads{Store: st}
+	e := newEnvOn(t, st, reads, 6)
 	ctx := context.Background()
 	e.promoted(t, 10)
 	g2 := e.release(t, 20)
-	e.release(t, 30)
-	submit := func(seq int64) rollout.Ack {
+	e.status(t, e.release(t, 30).Generation)
+	submit := func(seq int64) (rollout.Ack, int64) {
 		t.Helper()
+		before := reads.n.Load()
 		res := <-e.rollouts.SubmitAck(ctx, e.ackOf(t, g2, "i0", "boot-1", seq, rollout.Stale))
 		if res.Err != nil {
 			t.Fatal(res.Err)
 		}
-		return res.Ack
+		return res.Ack, reads.n.Load() - before
 	}
-	for seq := range int64(2) { // the second is judged on the kept snapshot
-		if a := submit(seq + 1); a.Counted || !strings.Contains(a.Why, "superseded by generation 3") {
+	for seq := range int64(3) {
+		a, n := submit(seq + 1)
+		if a.Counted || !strings.Contains(a.Why, "superseded by generation 3") {
 			t.Fatalf("late ACK %d of a superseded candidate = %+v", seq+1, a)
 		}
+		if seq > 0 && n != 0 {
+			t.Fatalf("late ACK %d read the release's records again (%d reads of its pointer); want the kept snapshot", seq+1, n)
+		}
 	}
-	e.release(t, 40)
-	if a := submit(3); a.Counted || !strings.Contains(a.Why, "superseded by generation 4") {
+	e.status(t, e.release(t, 40).Generation)
+	if a, _ := submit(4); a.Counted || !strings.Contains(a.Why, "superseded by generation 4") {
 		t.Fatalf("late ACK after a newer release = %+v; want it superseded by generation 4", a)
 	}
 }

@@ -29,7 +29,8 @@ type lateRelease struct {
 	at int64
 }
 
-// maxLateReleases bounds the releases kept; past it, they start over.
+// maxLateReleases bounds the releases kept; past it, one goes for each
+// new one.
 const maxLateReleases = 64
 
 // dropChangedLocked forgets the kept release of gen of config if its
@@ -48,8 +49,14 @@ func (l *lateReleases) dropChangedLocked(v *views, config string, gen int64) {
 
 // put keeps rv, read at revision at.
 func (l *lateReleases) put(config string, gen int64, rv releaseView, at int64) {
-	if l.kept == nil || len(l.kept) >= maxLateReleases {
+	if l.kept == nil {
 		l.kept = map[lateKey]lateRelease{}
+	}
+	for k := range l.kept {
+		if len(l.kept) < maxLateReleases {
+			break
+		}
+		delete(l.kept, k)
 	}
 	l.kept[lateKey{config, gen}] = lateRelease{rv: rv, at: at}
 }
@@ -57,20 +64,28 @@ func (l *lateReleases) put(config string, gen int64, rv releaseView, at int64) {
 // lateAckView completes av, the instance's part of the view of an ACK of
 // a release the views do not keep, read from the views at rev: the
 // release's snapshot and plan as kept (or read at rev and kept), and the
-// instance's ACKs of it at rev from the store. When the store no longer
-// holds rev, it is ackViewFromStore.
+// instance's ACKs of it at rev from the store. A release read in this
+// batch is in plans too, so that more releases than are kept cost a read
+// per release and batch, not per ACK. When the store no longer holds
+// rev, it is ackViewFromStore.
 func (b *ackBatcher) lateAckView(ctx context.Context, a Ack, av ackView, rev int64, plans storedPlans) (ackView, error) {
 	e, ok := b.late.kept[lateKey{a.ConfigID, a.Generation}]
 	if !ok {
-		s, err := b.r.load(ctx, a.ConfigID, a.Generation, rev)
-		if errors.Is(err, store.ErrCompacted) {
-			return b.r.ackViewFromStore(ctx, a.ConfigID, a.Generation, a.WorkloadIdentity, plans)
+		pk := storedPlanKey{config: a.ConfigID, gen: a.Generation, rev: rev}
+		rv, ok := plans[pk]
+		if !ok {
+			s, err := b.r.load(ctx, a.ConfigID, a.Generation, rev)
+			if errors.Is(err, store.ErrCompacted) {
+				return b.r.ackViewFromStore(ctx, a.ConfigID, a.Generation, a.WorkloadIdentity, plans)
+			}
+			if err != nil {
+				return ackView{}, err
+			}
+			rv = releaseView{snapshot: s, plan: newPlan(s.rel, s.retired)}
+			plans[pk] = rv
 		}
-		if err != nil {
-			return ackView{}, err
-		}
-		e = lateRelease{rv: releaseView{snapshot: s, plan: newPlan(s.rel, s.retired)}, at: rev}
-		b.late.put(a.ConfigID, a.Generation, e.rv, rev)
+		e = lateRelease{rv: rv, at: rev}
+		b.late.put(a.ConfigID, a.Generation, rv, rev)
 	}
 	av.releaseView = e.rv
 	av.snapshot.rev, av.snapshot.now = rev, b.r.now()
