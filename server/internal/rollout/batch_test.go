@@ -488,3 +488,52 @@ func TestALateAckIsJudgedOnItsReleaseAsItIsNow(t *testing.T) {
 		t.Fatalf("late ACK after a newer release = %+v; want it superseded by generation 4", a)
 	}
 }
+
+// TestLateAcksWhileReleasesAreCutNameTheNewest: six instances report a
+// superseded candidate STALE while twenty newer releases are cut; each
+// report submitted after generation N was created is stored superseded
+// by N or a later one, never by one the kept snapshot knew before.
+func TestLateAcksWhileReleasesAreCutNameTheNewest(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	e.promoted(t, 10)
+	g2 := e.release(t, 20)
+	var head atomic.Int64
+	head.Store(e.release(t, 30).Generation)
+	stop := make(chan struct{})
+	errs := make(chan error, 6)
+	for i := range 6 {
+		id := fmt.Sprintf("i%d", i)
+		go func() {
+			for seq := int64(1); ; seq++ {
+				select {
+				case <-stop:
+					errs <- nil
+					return
+				default:
+				}
+				newest := head.Load()
+				res := <-e.rollouts.SubmitAck(ctx, e.ackOf(t, g2, id, "boot-1", seq, rollout.Stale))
+				if res.Err != nil {
+					errs <- res.Err
+					return
+				}
+				var by int64
+				_, after, _ := strings.Cut(res.Ack.Why, "superseded by generation ")
+				if _, err := fmt.Sscanf(after, "%d", &by); err != nil || by < newest {
+					errs <- fmt.Errorf("%s's report %d, submitted after generation %d was created: %q", id, seq, newest, res.Ack.Why)
+					return
+				}
+			}
+		}()
+	}
+	for content := 40; content < 60; content++ {
+		head.Store(e.release(t, content).Generation)
+	}
+	close(stop)
+	for range 6 {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+}
