@@ -129,7 +129,7 @@ func New(ctx context.Context, serverURL string, opts ...Option) (*Client, error)
 		return nil, fmt.Errorf("sdk: %w", err)
 	}
 	c := &Client{
-		cfg: cfg, url: urls[0].String(), bootID: newBootID(), started: time.Now(), metrics: &metrics{}, inline: newInlineReleases(cfg.configs),
+		cfg: cfg, url: urls[0].String(), bootID: newBootID(), started: time.Now(), metrics: &metrics{}, inline: newInlineReleases(cfg.follows),
 		tracer:   cfg.tracerProvider.Tracer("github.com/pawlcfg/pawl/sdk"),
 		health:   newHealthRecorder(),
 		retained: map[string][]*Snapshot{}, changed: make(chan struct{}), subs: map[int]*subscriber{}, notes: newNotifier(), assigned: map[string]bool{},
@@ -196,7 +196,7 @@ func New(ctx context.Context, serverURL string, opts ...Option) (*Client, error)
 	}
 	if c.cache != nil && cfg.assignments {
 		for _, a := range c.cache.loadApplied(cfg.log) {
-			if cfg.configs != nil && !cfg.configs[a.release.Config] {
+			if !cfg.follows(a.release.Config) {
 				continue
 			}
 			if err := c.revalidate(ctx, a); err != nil {

@@ -204,7 +204,7 @@ func (c *Client) take(as *assignmentState, msg *pawlv1.WatchAssignmentsResponse,
 	}
 	sort.Strings(ids)
 	for _, id := range ids {
-		if c.cfg.configs != nil && !c.cfg.configs[id] {
+		if !c.cfg.follows(id) {
 			continue
 		}
 		r := as.runners[id]

@@ -19,14 +19,14 @@ import (
 // client holds (held), and the server does not send them again. A client
 // that follows some configs only (WithConfigs) keeps none of the others.
 type inlineReleases struct {
-	// follows are the configs the client follows (nil: every one).
-	follows map[string]bool
+	// follows reports whether the client follows a config.
+	follows func(config string) bool
 
 	mu       sync.Mutex
 	byConfig map[string][]cachedRelease
 }
 
-func newInlineReleases(follows map[string]bool) *inlineReleases {
+func newInlineReleases(follows func(config string) bool) *inlineReleases {
 	return &inlineReleases{follows: follows, byConfig: map[string][]cachedRelease{}}
 }
 
@@ -61,7 +61,7 @@ func (r *inlineReleases) keep(msg *pawlv1.WatchAssignmentsResponse, rels []*pawl
 	}
 	for _, rel := range rels {
 		config := rel.GetSpec().GetConfigId()
-		if !assigned[named{config, rel.GetGeneration()}] || (r.follows != nil && !r.follows[config]) {
+		if !assigned[named{config, rel.GetGeneration()}] || !r.follows(config) {
 			continue
 		}
 		held := slices.DeleteFunc(r.byConfig[config], func(c cachedRelease) bool { return c.Generation == rel.GetGeneration() })

@@ -26,7 +26,7 @@ func TestAClientKeepsTheInlineReleasesOfTheConfigsItFollows(t *testing.T) {
 		{map[string]bool{"routing": true}, map[string]bool{"routing": true, "limits": false}},
 		{nil, map[string]bool{"routing": true, "limits": true}},
 	} {
-		r := newInlineReleases(c.follows)
+		r := newInlineReleases((&config{configs: c.follows}).follows)
 		r.keep(msg, rels)
 		for _, a := range msg.GetAssignments() {
 			if _, ok := r.get(a); ok != c.want[a.GetConfigId()] {

@@ -70,6 +70,10 @@ type config struct {
 	downloadAttempts int
 }
 
+// follows reports whether the client follows config id: every one
+// without WithConfigs.
+func (c *config) follows(id string) bool { return c.configs == nil || c.configs[id] }
+
 // Defaults of the options.
 const (
 	// DefaultPinWait is how long a request pinned to a generation this
