@@ -542,3 +542,67 @@ func TestLateAcksWhileReleasesAreCutNameTheNewest(t *testing.T) {
 		}
 	}
 }
+
+// pastReads counts reads at a past revision (a Get or a List at one): an
+// ACK judged on the views makes none.
+type pastReads struct {
+	store.Store
+	n atomic.Int64
+}
+
+func (s *pastReads) Get(ctx context.Context, key string, rev int64) (store.KeyValue, int64, error) {
+	if rev != 0 {
+		s.n.Add(1)
+	}
+	return s.Store.Get(ctx, key, rev)
+}
+
+func (s *pastReads) List(ctx context.Context, prefix string, rev int64, after string, limit int) (store.Page, error) {
+	if rev != 0 {
+		s.n.Add(1)
+	}
+	return s.Store.List(ctx, prefix, rev, after, limit)
+}
+
+// TestStaleReportsOfTheReleaseAPromotionSupersededAreJudgedOnTheViews:
+// after a promotion every instance reports the release it ran STALE; the
+// views keep that release, so judging those reports (a report sent again
+// among them, but for the stored answer it returns) reads nothing from
+// the store. Once a newer release is cut
+// they no longer keep it, and a report of it is judged from the store.
+func TestStaleReportsOfTheReleaseAPromotionSupersededAreJudgedOnTheViews(t *testing.T) {
+	st, _ := engines["bolt"](t)
+	reads := &pastReads{Store: st}
+	e := newEnvOn(t, st, reads, 6)
+	g1 := e.promoted(t, 10)
+	g2 := e.promoted(t, 20)
+	e.status(t, g2.Generation) // the views are current
+	before := reads.n.Load()
+	withID := func(a *rollout.Ack) { a.ReportID = 7 }
+	var first rollout.Ack
+	for i := range 6 {
+		id := fmt.Sprintf("i%d", i)
+		a := e.ack(t, g1, id, "boot-1", g2.Generation, rollout.Stale, withID)
+		if a.Counted || !strings.Contains(a.Why, "generation 1 is no longer active") {
+			t.Fatalf("%s's STALE report of the superseded release = %+v", id, a)
+		}
+		if i == 0 {
+			first = a
+		}
+	}
+	if n := reads.n.Load() - before; n != 0 {
+		t.Fatalf("judging the STALE reports of the release the promotion superseded made %d reads at a past revision; want none", n)
+	}
+	// The views know of the stored report; the answer is read from its record.
+	if again := e.ack(t, g1, "i0", "boot-1", g2.Generation, rollout.Stale, withID); !again.ReceivedAt.Equal(first.ReceivedAt) {
+		t.Fatalf("i0's report sent again = %+v; want the stored one, received at %s", again, first.ReceivedAt)
+	}
+	e.status(t, e.release(t, 30).Generation)
+	before = reads.n.Load()
+	if a := e.ack(t, g1, "i1", "boot-1", g2.Generation+1, rollout.Stale); a.Counted || !strings.Contains(a.Why, "generation 1 is no longer active") {
+		t.Fatalf("a STALE report of generation 1 after generation 3 was cut = %+v", a)
+	}
+	if reads.n.Load() == before {
+		t.Fatal("a report of a release two promotions old was judged without reading it: the views still keep it")
+	}
+}

@@ -17,8 +17,8 @@ import (
 // views is the state of every config's rollout, computed once per change
 // and shared by every request and every assignment stream: each config's
 // pointer and newest generation, a tracked tally of its newest and of its
-// active release, every instance's registration, and what each instance
-// reported running.
+// active release (and, after a promotion, of the release it superseded),
+// every instance's registration, and what each instance reported running.
 //
 // # Design
 //
@@ -72,6 +72,14 @@ type configView struct {
 	changed int64
 	newest  *tracked // the release at head (nil before the first)
 	active  *tracked // the release the pointer names (nil before the first promotion)
+	// superseded is the release the pointer last moved away from, kept
+	// until a newer release is cut (nil: none): after a promotion every
+	// instance reports it STALE, and judging those reports from the views
+	// reads nothing from the store. A config's newest release is the
+	// active one once promoted, so the views then keep two of its
+	// releases, as during a rollout (three only when a release older than
+	// the newest is made active).
+	superseded *tracked
 }
 
 // applyInfo is an applied record, as much as a judgement needs.
@@ -236,22 +244,31 @@ func (v *views) tracks(config string, gen int64) bool {
 	v.mu.RLock()
 	defer v.mu.RUnlock()
 	cv := v.configs[config]
-	return cv != nil && ((cv.newest != nil && cv.newest.rel.Generation == gen) || (cv.active != nil && cv.active.rel.Generation == gen))
+	return cv != nil && cv.find(gen) != nil
 }
 
-// find is the tracked release gen of config, or nil. The caller holds mu.
+// findLocked is the tracked release gen of config, or nil. The caller
+// holds mu.
 func (v *views) findLocked(config string, gen int64) *tracked {
-	cv := v.configs[config]
-	switch {
-	case cv == nil:
-		return nil
-	case cv.newest != nil && cv.newest.rel.Generation == gen:
-		return cv.newest
-	case cv.active != nil && cv.active.rel.Generation == gen:
-		return cv.active
+	if cv := v.configs[config]; cv != nil {
+		return cv.find(gen)
 	}
 	return nil
 }
+
+// find is the tracked release gen of the config, or nil.
+func (cv *configView) find(gen int64) *tracked {
+	for _, t := range cv.kept() {
+		if t != nil && t.rel.Generation == gen {
+			return t
+		}
+	}
+	return nil
+}
+
+// kept are the releases the views keep of the config (any may be nil;
+// the newest may also be the active one).
+func (cv *configView) kept() [3]*tracked { return [3]*tracked{cv.newest, cv.active, cv.superseded} }
 
 // applyLocked applies one event; load is the release the event makes
 // newest or active, when it was not tracked. The caller holds mu.
@@ -270,7 +287,7 @@ func (v *views) applyLocked(ev store.Event, load *tracked) error {
 			v.regs[id] = rec
 		}
 		for _, cv := range v.configs {
-			for _, t := range []*tracked{cv.newest, cv.active} {
+			for _, t := range cv.kept() {
 				if t != nil {
 					t.reregistered(id)
 				}
@@ -329,6 +346,11 @@ func (v *views) applyConfigLocked(ev store.Event, load *tracked) error {
 		if err != nil {
 			return err
 		}
+		if gen != cv.head {
+			// A newer release was cut: the reports of the one the last
+			// promotion superseded are over.
+			cv.superseded = nil
+		}
 		cv.head = gen
 		if t := v.findLocked(config, gen); t != nil {
 			cv.newest = t
@@ -343,10 +365,17 @@ func (v *views) applyConfigLocked(ev store.Event, load *tracked) error {
 		}
 		p.Revision = ev.KV.ModRevision
 		cv.ptr = p
+		left := cv.active
 		if t := v.findLocked(config, p.Generation); t != nil {
 			cv.active = t
 		} else {
 			cv.active = load
+		}
+		switch {
+		case left != nil && left != cv.active && left != cv.newest:
+			cv.superseded = left
+		case cv.superseded == cv.active:
+			cv.superseded = nil // rolled back to it: it is the active one
 		}
 	case "progress", "stops":
 		gen, err := records.ParseGeneration(tail)
