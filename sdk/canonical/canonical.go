@@ -1,18 +1,12 @@
 package canonical
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"math"
-	"sort"
 	"strconv"
 	"strings"
-	"unicode/utf16"
 	"unicode/utf8"
 )
 
@@ -40,16 +34,15 @@ func Form(mediaType string, content []byte) ([]byte, error) {
 	if !utf8.Valid(content) {
 		return nil, fmt.Errorf("%w: not valid UTF-8", ErrInvalidJSON)
 	}
-	dec := json.NewDecoder(bytes.NewReader(content))
-	dec.UseNumber()
-	var buf bytes.Buffer
-	if err := writeValue(&buf, dec); err != nil {
+	p := parser{in: content, out: make([]byte, 0, len(content))}
+	p.space()
+	if err := p.value(); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidJSON, err)
 	}
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, fmt.Errorf("%w: data after the top-level value", ErrInvalidJSON)
+	if p.space(); p.pos < len(p.in) {
+		return nil, fmt.Errorf("%w: data after the top-level value at offset %d", ErrInvalidJSON, p.pos)
 	}
-	return buf.Bytes(), nil
+	return p.out, nil
 }
 
 // Digest returns "sha256:<hex>" of Domain, NUL, the media type (lower-cased,
@@ -69,128 +62,40 @@ func Digest(mediaType string, content []byte) (string, error) {
 	return "sha256:" + hex.EncodeToString(h.Sum(nil)), nil
 }
 
-func writeValue(buf *bytes.Buffer, dec *json.Decoder) error {
-	tok, err := dec.Token()
-	if err != nil {
-		return err
-	}
-	switch t := tok.(type) {
-	case json.Delim:
-		if t == '[' {
-			buf.WriteByte('[')
-			for i := 0; dec.More(); i++ {
-				if i > 0 {
-					buf.WriteByte(',')
-				}
-				if err := writeValue(buf, dec); err != nil {
-					return err
-				}
-			}
-			if _, err := dec.Token(); err != nil {
-				return err
-			}
-			buf.WriteByte(']')
-			return nil
-		}
-		return writeObject(buf, dec)
-	case string:
-		writeString(buf, t)
-	case json.Number:
-		f, err := strconv.ParseFloat(string(t), 64)
-		if err != nil || math.IsInf(f, 0) {
-			return fmt.Errorf("number %s is outside the IEEE 754 double range", t)
-		}
-		buf.WriteString(formatNumber(f))
-	case bool:
-		buf.WriteString(strconv.FormatBool(t))
-	case nil:
-		buf.WriteString("null")
-	}
-	return nil
-}
-
-func writeObject(buf *bytes.Buffer, dec *json.Decoder) error {
-	type member struct {
-		key   string
-		value []byte
-	}
-	var members []member
-	seen := map[string]bool{}
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return err
-		}
-		key := tok.(string)
-		if seen[key] {
-			return fmt.Errorf("duplicate object key %q", key)
-		}
-		seen[key] = true
-		var v bytes.Buffer
-		if err := writeValue(&v, dec); err != nil {
-			return err
-		}
-		members = append(members, member{key, v.Bytes()})
-	}
-	if _, err := dec.Token(); err != nil {
-		return err
-	}
-	// RFC 8785 sorts keys by their UTF-16 code units.
-	sort.Slice(members, func(i, j int) bool { return lessUTF16(members[i].key, members[j].key) })
-	buf.WriteByte('{')
-	for i, m := range members {
-		if i > 0 {
-			buf.WriteByte(',')
-		}
-		writeString(buf, m.key)
-		buf.WriteByte(':')
-		buf.Write(m.value)
-	}
-	buf.WriteByte('}')
-	return nil
-}
-
-func lessUTF16(a, b string) bool {
-	ua, ub := utf16.Encode([]rune(a)), utf16.Encode([]rune(b))
-	for i := 0; i < len(ua) && i < len(ub); i++ {
-		if ua[i] != ub[i] {
-			return ua[i] < ub[i]
-		}
-	}
-	return len(ua) < len(ub)
-}
-
-// writeString escapes as ECMAScript's JSON.stringify: the two-character
-// escapes for \b \t \n \f \r " \, \u00xx (lower-case hex) for the other
-// control characters, everything else as UTF-8.
-func writeString(buf *bytes.Buffer, s string) {
-	buf.WriteByte('"')
-	for _, r := range s {
-		switch r {
+// appendString appends s, unescaped, quoted as ECMAScript's
+// JSON.stringify does: the two-character escapes for \b \t \n \f \r " \,
+// \u00xx (lower-case hex) for the other control characters, everything
+// else as its UTF-8 bytes.
+func appendString(out, s []byte) []byte {
+	out = append(out, '"')
+	for _, c := range s {
+		switch c {
 		case '"':
-			buf.WriteString(`\"`)
+			out = append(out, `\"`...)
 		case '\\':
-			buf.WriteString(`\\`)
+			out = append(out, `\\`...)
 		case '\b':
-			buf.WriteString(`\b`)
+			out = append(out, `\b`...)
 		case '\f':
-			buf.WriteString(`\f`)
+			out = append(out, `\f`...)
 		case '\n':
-			buf.WriteString(`\n`)
+			out = append(out, `\n`...)
 		case '\r':
-			buf.WriteString(`\r`)
+			out = append(out, `\r`...)
 		case '\t':
-			buf.WriteString(`\t`)
+			out = append(out, `\t`...)
 		default:
-			if r < 0x20 {
-				fmt.Fprintf(buf, `\u%04x`, r)
+			if c < 0x20 {
+				out = append(out, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
 			} else {
-				buf.WriteRune(r)
+				out = append(out, c)
 			}
 		}
 	}
-	buf.WriteByte('"')
+	return append(out, '"')
 }
+
+const hexDigits = "0123456789abcdef"
 
 // formatNumber is ECMAScript's Number.prototype.toString for finite
 // doubles, as RFC 8785 requires: the shortest digits that round-trip, in

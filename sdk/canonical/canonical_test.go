@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"unicode/utf8"
 )
 
 var update = flag.Bool("update", false, "rewrite the digests in testdata/vectors.json")
@@ -105,4 +106,94 @@ func FuzzForm(f *testing.F) {
 			t.Fatalf("Form(Form(%q)) = %q, %v; want %q", in, again, err, form)
 		}
 	})
+}
+
+// parityInputs are inputs where a one-pass parser is easy to get wrong:
+// escaped keys (the scratch they are unescaped into is reused), surrogate
+// halves, keys that sort differently by UTF-16 than by code point, and the
+// grammar's edges.
+var parityInputs = []string{
+	`{"\/":1,"a\n":{"\u0062":2,"\u0061":[3,{"\"":4}]},"/":5}`,
+	`{"\ud83d\ude00":1,"\uffff":2,"\ue000":3,"z":4}`,
+	`["\ud800","\udc00x","\ud800\u0041","\ud83d\ude00","\uD83D\uDE00"]`,
+	`{"a":1,"\u0061":2}`, `{"b":{"x":1,"x":2}}`,
+	`[1,]`, `{"a":1,}`, `[,1]`, `{,}`, `{"a" 1}`, `{"a":}`, `{1:2}`, `[1 2]`,
+	`01`, `-`, `-0`, `1.`, `.5`, `1e`, `1e+`, `1E-7`, `-0.0e0`, `1e400`, `1e-400`, `123456789012345678901234567890`,
+	`"\x"`, `"\u12"`, `"\u12G4"`, "\"a\tb\"", `"\b\f\n\r\t\"\\\/"`, `"\u0000\u001f\u007f"`,
+	`tru`, `true `, ` null`, `nulll`, `[true,false,null]`, `{}`, `[]`, `[{}]`, `{"":{}}`, "\ufeff{}",
+	`[[[[[[[[[[]]]]]]]]]]`, `{"a":[{"b":{"c":[1,2,{"d":"e"}]}}]}`, `"`, `[`, `{"a`, `{"a":1`,
+}
+
+// TestFormMatchesTheDecoder: the one-pass parser writes what the first
+// implementation, on encoding/json's Decoder, wrote, and refuses what it
+// refused.
+func TestFormMatchesTheDecoder(t *testing.T) {
+	for _, v := range readVectors(t) {
+		parityInputs = append(parityInputs, v.Content)
+	}
+	for _, in := range parityInputs {
+		checkParity(t, in)
+	}
+}
+
+// FuzzFormMatchesTheDecoder is TestFormMatchesTheDecoder on any input.
+func FuzzFormMatchesTheDecoder(f *testing.F) {
+	for _, v := range readVectors(f) {
+		f.Add(v.Content)
+	}
+	for _, in := range parityInputs {
+		f.Add(in)
+	}
+	f.Fuzz(checkParity)
+}
+
+func checkParity(t *testing.T, in string) {
+	got, err := Form("application/json", []byte(in))
+	want, werr := decoderForm("application/json", []byte(in))
+	switch {
+	case (err == nil) != (werr == nil):
+		t.Fatalf("Form(%q) = %q, %v; the decoder: %q, %v", in, got, err, want, werr)
+	case err != nil && !errors.Is(err, ErrInvalidJSON):
+		t.Fatalf("Form(%q) = %v, want ErrInvalidJSON", in, err)
+	case string(got) != string(want):
+		t.Fatalf("Form(%q) = %q; the decoder: %q", in, got, want)
+	}
+}
+
+// FuzzCompareUTF16 checks the key order against UTF-16 code units, as
+// encoded by unicode/utf16.
+func FuzzCompareUTF16(f *testing.F) {
+	f.Add("a", "b")
+	f.Add("\U0001F600", "\uffff")
+	f.Add("\ue000", "\U00010000")
+	f.Add("ab", "a")
+	f.Fuzz(func(t *testing.T, a, b string) {
+		if !utf8.ValidString(a) || !utf8.ValidString(b) {
+			return
+		}
+		got := compareUTF16([]byte(a), []byte(b)) < 0
+		if want := oracleLessUTF16(a, b); got != want {
+			t.Fatalf("compareUTF16(%q, %q) < 0 = %t, want %t", a, b, got, want)
+		}
+	})
+}
+
+// BenchmarkDigest is the digest of a small routing config, as an SDK
+// instance computes it for each release it applies.
+func BenchmarkDigest(b *testing.B) {
+	content := []byte(`{"upstreams":[{"host":"a.internal","weight":30,"zone":"eu-west-1a"},{"host":"b.internal","weight":70,"zone":"eu-west-1b"}],` +
+		`"retries":{"attempts":3,"backoff_ms":[50,100,200]},"timeout_ms":1500,"description":"routing for the \"checkout\" service\n"}`)
+	for _, impl := range []struct {
+		name string
+		form func(string, []byte) ([]byte, error)
+	}{{"parser", Form}, {"decoder", decoderForm}} {
+		b.Run(impl.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := impl.form("application/json", content); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }
