@@ -3,6 +3,7 @@ package boltstore
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -344,14 +345,7 @@ func firstChange(c *state, conds []store.Unchanged, st store.Status) (*store.Cha
 		}
 		since = min(since, u.Since)
 	}
-	check := func(rev int64, key string) *store.ChangedError {
-		for _, u := range conds {
-			if rev > u.Since && strings.HasPrefix(key, u.Prefix) {
-				return &store.ChangedError{Prefix: u.Prefix, Since: u.Since, Key: key, Revision: rev}
-			}
-		}
-		return nil
-	}
+	check := newChangeCheck(conds)
 	cur := c.tx.Bucket(bucketLog).Cursor()
 	for k, v := cur.Seek(revKey(since + 1)); k != nil; k, v = cur.Next() {
 		rev := decodeRev(k)
@@ -359,16 +353,78 @@ func firstChange(c *state, conds []store.Unchanged, st store.Status) (*store.Cha
 		if err != nil {
 			return nil, fmt.Errorf("boltstore: log revision %d: %w", rev, err)
 		}
-		if changed := check(rev, key); changed != nil {
+		if changed := check.broken(rev, key); changed != nil {
 			return changed, nil
 		}
 	}
 	for _, ev := range c.pending.events {
-		if changed := check(ev.Revision(), ev.KV.Key); changed != nil {
+		if changed := check.broken(ev.Revision(), ev.KV.Key); changed != nil {
 			return changed, nil
 		}
 	}
 	return nil, nil
+}
+
+// linearConds is how many unchanged conditions a changed key is tested
+// against one by one; past it, changeCheck looks its prefixes up.
+const linearConds = 8
+
+// changeCheck finds the unchanged condition a change breaks. A batch of
+// ACKs carries a few conditions per ACK, and the log since their
+// revision holds many changes: past linearConds conditions, it looks up
+// each of a changed key's prefixes of the conditions' lengths in a map,
+// instead of testing the key against every condition.
+type changeCheck struct {
+	conds []store.Unchanged
+	// byPrefix is, by prefix, the index in conds of its condition with
+	// the lowest Since (the first any change breaks); nil: test each.
+	byPrefix map[string]int
+	// lengths are the prefixes' lengths, each once, shortest first.
+	lengths []int
+}
+
+func newChangeCheck(conds []store.Unchanged) changeCheck {
+	c := changeCheck{conds: conds}
+	if len(conds) <= linearConds {
+		return c
+	}
+	c.byPrefix = make(map[string]int, len(conds))
+	for i, u := range conds {
+		j, ok := c.byPrefix[u.Prefix]
+		switch {
+		case !ok:
+			c.lengths = append(c.lengths, len(u.Prefix))
+			c.byPrefix[u.Prefix] = i
+		case u.Since < conds[j].Since:
+			c.byPrefix[u.Prefix] = i
+		}
+	}
+	slices.Sort(c.lengths)
+	c.lengths = slices.Compact(c.lengths)
+	return c
+}
+
+// broken returns the condition that a change of key at rev breaks, as a
+// ChangedError, or nil.
+func (c *changeCheck) broken(rev int64, key string) *store.ChangedError {
+	if c.byPrefix == nil {
+		for _, u := range c.conds {
+			if rev > u.Since && strings.HasPrefix(key, u.Prefix) {
+				return &store.ChangedError{Prefix: u.Prefix, Since: u.Since, Key: key, Revision: rev}
+			}
+		}
+		return nil
+	}
+	for _, n := range c.lengths {
+		if n > len(key) {
+			break
+		}
+		if i, ok := c.byPrefix[key[:n]]; ok && rev > c.conds[i].Since {
+			u := c.conds[i]
+			return &store.ChangedError{Prefix: u.Prefix, Since: u.Since, Key: key, Revision: rev}
+		}
+	}
+	return nil
 }
 
 func currentRecord(kvb *bolt.Bucket, key string) (*store.KeyValue, error) {
