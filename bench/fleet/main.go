@@ -226,6 +226,8 @@ func runMode(ctx context.Context, o options, mode string, grid *benchkit.Grid) e
 	}
 	report.Add("pawld after a GC: resident, Go heap in use, stacks, goroutines", fmt.Sprintf("%d MiB, %d MiB, %d MiB, %d",
 		mem.RSS>>20, mem.HeapInuse>>20, mem.StackInuse>>20, mem.Goroutines))
+	report.Add("pawld after a GC: resident anonymous, resident file-backed (bbolt's map, the binary)", fmt.Sprintf("%d MiB, %d MiB",
+		mem.Resident.Anon>>20, mem.Resident.File>>20))
 	if o.profiles != "" {
 		return benchkit.SaveProfile(ctx, b.pprofURL+"/debug/pprof/heap", filepath.Join(o.profiles, mode+"-idle.heap.pprof"))
 	}

@@ -104,17 +104,48 @@ func CPU(pid int) (time.Duration, error) {
 
 // RSS is a process's resident memory in bytes.
 func RSS(pid int) (int64, error) {
+	r, err := Resident(pid)
+	return r.Total, err
+}
+
+// ResidentSet is a process's resident memory, in bytes, from
+// /proc/PID/status.
+type ResidentSet struct {
+	// Total is VmRSS.
+	Total int64
+	// Anon is RssAnon: the heap, stacks and other private memory.
+	Anon int64
+	// File is RssFile: pages of mapped files held in memory (bbolt's
+	// data file, the binary), which the kernel may drop and read again.
+	File int64
+}
+
+// Resident reads pid's resident set.
+func Resident(pid int) (ResidentSet, error) {
+	var r ResidentSet
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
-		return 0, err
+		return r, err
 	}
+	fields := map[string]*int64{"VmRSS:": &r.Total, "RssAnon:": &r.Anon, "RssFile:": &r.File}
+	found := false
 	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-			return kb << 10, err
+		name, rest, ok := strings.Cut(line, "\t")
+		dst := fields[name]
+		if !ok || dst == nil {
+			continue
 		}
+		kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+		if err != nil {
+			return r, fmt.Errorf("/proc/%d/status %s %w", pid, name, err)
+		}
+		*dst = kb << 10
+		found = found || name == "VmRSS:"
 	}
-	return 0, errors.New("no VmRSS")
+	if !found {
+		return r, errors.New("no VmRSS")
+	}
+	return r, nil
 }
 
 // BuildValidator builds validators/examples/<name> to WebAssembly in dir
@@ -238,6 +269,9 @@ func FreeAddr() (string, error) {
 type Memory struct {
 	// RSS is the resident set (VmRSS), in bytes.
 	RSS int64
+	// Resident is the resident set, with its anonymous and file-backed
+	// parts.
+	Resident ResidentSet
 	// HeapInuse is the Go heap's in-use spans (go_memstats_heap_inuse_bytes)
 	// after a garbage collection, in bytes.
 	HeapInuse int64
@@ -273,7 +307,8 @@ func ReadMemory(ctx context.Context, pid int, apiURL, pprofURL string) (Memory, 
 			*dst = int64(f)
 		}
 	}
-	m.RSS, err = RSS(pid)
+	m.Resident, err = Resident(pid)
+	m.RSS = m.Resident.Total
 	return m, err
 }
 
