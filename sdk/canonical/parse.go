@@ -303,27 +303,17 @@ func (p *parser) escaped(begin int) ([]byte, error) {
 
 // hex4 reads the four hex digits of a \u escape at i.
 func (p *parser) hex4(i int) (rune, error) {
-	var r rune
 	for k := range 4 {
 		if i+k >= len(p.in) {
 			p.pos = len(p.in)
 			return 0, errEnd
 		}
-		c := p.in[i+k]
-		switch {
-		case '0' <= c && c <= '9':
-			c -= '0'
-		case 'a' <= c && c <= 'f':
-			c -= 'a' - 10
-		case 'A' <= c && c <= 'F':
-			c -= 'A' - 10
-		default:
+		if _, ok := hexValue(p.in[i+k]); !ok {
 			p.pos = i + k
 			return 0, p.badChar("in a \\u hexadecimal character escape")
 		}
-		r = r<<4 | rune(c)
 	}
-	return r, nil
+	return hexRune(p.in[i : i+4]), nil
 }
 
 // pairHalf reads a \u escape at i, if one is there, without moving.
@@ -331,21 +321,35 @@ func (p *parser) pairHalf(i int) (rune, bool) {
 	if i+6 > len(p.in) || p.in[i] != '\\' || p.in[i+1] != 'u' {
 		return 0, false
 	}
-	var r rune
 	for _, c := range p.in[i+2 : i+6] {
-		switch {
-		case '0' <= c && c <= '9':
-			c -= '0'
-		case 'a' <= c && c <= 'f':
-			c -= 'a' - 10
-		case 'A' <= c && c <= 'F':
-			c -= 'A' - 10
-		default:
+		if _, ok := hexValue(c); !ok {
 			return 0, false
 		}
-		r = r<<4 | rune(c)
 	}
-	return r, true
+	return hexRune(p.in[i+2 : i+6]), true
+}
+
+// hexRune is the value of hex digits, checked.
+func hexRune(digits []byte) rune {
+	var r rune
+	for _, c := range digits {
+		v, _ := hexValue(c)
+		r = r<<4 | rune(v)
+	}
+	return r
+}
+
+// hexValue is the value of a hex digit (ok false: c is not one).
+func hexValue(c byte) (byte, bool) {
+	switch {
+	case '0' <= c && c <= '9':
+		return c - '0', true
+	case 'a' <= c && c <= 'f':
+		return c - 'a' + 10, true
+	case 'A' <= c && c <= 'F':
+		return c - 'A' + 10, true
+	}
+	return 0, false
 }
 
 // number reads a number (RFC 8259's grammar) and writes it as a double.
