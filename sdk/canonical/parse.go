@@ -103,11 +103,21 @@ func (p *parser) literal(word string) error {
 	return nil
 }
 
+// next skips whitespace and returns the byte after it, at pos.
+func (p *parser) next() (byte, error) {
+	p.space()
+	if p.pos >= len(p.in) {
+		return 0, errEnd
+	}
+	return p.in[p.pos], nil
+}
+
 func (p *parser) array() error {
 	p.pos++ // '['
 	p.out = append(p.out, '[')
-	p.space()
-	if p.pos < len(p.in) && p.in[p.pos] == ']' {
+	if c, err := p.next(); err != nil {
+		return err
+	} else if c == ']' {
 		p.pos++
 		p.out = append(p.out, ']')
 		return nil
@@ -116,20 +126,20 @@ func (p *parser) array() error {
 		if err := p.value(); err != nil {
 			return err
 		}
-		p.space()
-		if p.pos >= len(p.in) {
-			return errEnd
+		c, err := p.next()
+		if err != nil {
+			return err
 		}
-		switch p.in[p.pos] {
+		p.pos++
+		switch c {
 		case ',':
-			p.pos++
 			p.out = append(p.out, ',')
 			p.space()
 		case ']':
-			p.pos++
 			p.out = append(p.out, ']')
 			return nil
 		default:
+			p.pos--
 			return p.badChar("after an array element")
 		}
 	}
@@ -138,8 +148,9 @@ func (p *parser) array() error {
 func (p *parser) object() error {
 	p.pos++ // '{'
 	start := len(p.out)
-	p.space()
-	if p.pos < len(p.in) && p.in[p.pos] == '}' {
+	if c, err := p.next(); err != nil {
+		return err
+	} else if c == '}' {
 		p.pos++
 		p.out = append(p.out, "{}"...)
 		return nil
@@ -148,10 +159,9 @@ func (p *parser) object() error {
 	// the object is then rewritten in key order.
 	var members []member
 	for {
-		if p.pos >= len(p.in) {
-			return errEnd
-		}
-		if p.in[p.pos] != '"' {
+		if c, err := p.next(); err != nil {
+			return err
+		} else if c != '"' {
 			return p.badChar("looking for the beginning of an object key")
 		}
 		key, inScratch, err := p.string()
@@ -161,11 +171,9 @@ func (p *parser) object() error {
 		if inScratch {
 			key = bytes.Clone(key) // later strings reuse the scratch
 		}
-		p.space()
-		if p.pos >= len(p.in) {
-			return errEnd
-		}
-		if p.in[p.pos] != ':' {
+		if c, err := p.next(); err != nil {
+			return err
+		} else if c != ':' {
 			return p.badChar("after an object key")
 		}
 		p.pos++
@@ -176,21 +184,18 @@ func (p *parser) object() error {
 		}
 		m.end = len(p.out)
 		members = append(members, m)
-		p.space()
-		if p.pos >= len(p.in) {
-			return errEnd
+		c, err := p.next()
+		if err != nil {
+			return err
 		}
-		switch p.in[p.pos] {
-		case ',':
+		if c == '}' {
 			p.pos++
-			p.space()
-			continue
-		case '}':
-			p.pos++
-		default:
+			break
+		}
+		if c != ',' {
 			return p.badChar("after an object member")
 		}
-		break
+		p.pos++
 	}
 	// RFC 8785 sorts keys by their UTF-16 code units. A stable sort makes
 	// the first of two equal keys the first in the input.
