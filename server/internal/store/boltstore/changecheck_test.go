@@ -10,10 +10,10 @@ import (
 )
 
 // TestChangeCheckFindsWhatTestingEachConditionFinds: past linearConds
-// conditions, the lookup by prefix finds a broken condition exactly when
-// testing the key against each condition does, and the one it names is
-// broken; nested prefixes ("i1" of "i10"), the empty prefix and one
-// prefix under several revisions are among the conditions.
+// conditions, the lookup by prefix names the condition that testing the
+// key against each condition in order names (the first it breaks, as
+// Store.Txn promises); nested prefixes ("i1" of "i10"), the empty prefix
+// and one prefix under several revisions are among the conditions.
 func TestChangeCheckFindsWhatTestingEachConditionFinds(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	word := func() string {
@@ -29,9 +29,6 @@ func TestChangeCheckFindsWhatTestingEachConditionFinds(t *testing.T) {
 			conds[i] = store.Unchanged{Prefix: word(), Since: int64(rng.IntN(10))}
 		}
 		c := newChangeCheck(conds)
-		if c.byPrefix == nil {
-			t.Fatalf("%d conditions were tested one by one", len(conds))
-		}
 		for range 50 {
 			key, rev := word()+word(), int64(rng.IntN(12))
 			got := c.broken(rev, key)
@@ -45,9 +42,12 @@ func TestChangeCheckFindsWhatTestingEachConditionFinds(t *testing.T) {
 			switch {
 			case (got == nil) != (want == nil):
 				t.Fatalf("round %d: %q at %d against %+v: got %+v, want %+v", round, key, rev, conds, got, want)
-			case got != nil && (!strings.HasPrefix(key, got.Prefix) || rev <= got.Since || got.Key != key || got.Revision != rev):
-				t.Fatalf("round %d: %q at %d: named %+v, which it does not break", round, key, rev, got)
+			case got != nil && (got.Prefix != want.Prefix || got.Since != want.Since || got.Key != key || got.Revision != rev):
+				t.Fatalf("round %d: %q at %d against %+v: named %+v, want the first it breaks, %+v", round, key, rev, conds, got, want)
 			}
+		}
+		if c.byPrefix == nil {
+			t.Fatalf("%d conditions were tested one by one", len(conds))
 		}
 	}
 }
@@ -73,10 +73,13 @@ func BenchmarkChangeCheck(b *testing.B) {
 		b.Run(mode, func(b *testing.B) {
 			for b.Loop() {
 				c := newChangeCheck(conds)
-				if mode == "each" {
-					c.byPrefix = nil
-				}
 				for _, k := range keys {
+					if mode == "each" {
+						if eachBroken(conds, 101, k) {
+							b.Fatal("broken")
+						}
+						continue
+					}
 					if c.broken(101, k) != nil {
 						b.Fatal("broken")
 					}
@@ -84,4 +87,15 @@ func BenchmarkChangeCheck(b *testing.B) {
 			}
 		})
 	}
+}
+
+// eachBroken tests key against each condition, as changeCheck does for a
+// few (and as it did for any number).
+func eachBroken(conds []store.Unchanged, rev int64, key string) bool {
+	for _, u := range conds {
+		if rev > u.Since && strings.HasPrefix(key, u.Prefix) {
+			return true
+		}
+	}
+	return false
 }

@@ -369,62 +369,72 @@ func firstChange(c *state, conds []store.Unchanged, st store.Status) (*store.Cha
 // against one by one; past it, changeCheck looks its prefixes up.
 const linearConds = 8
 
-// changeCheck finds the unchanged condition a change breaks. A batch of
-// ACKs carries a few conditions per ACK, and the log since their
-// revision holds many changes: past linearConds conditions, it looks up
-// each of a changed key's prefixes of the conditions' lengths in a map,
-// instead of testing the key against every condition.
+// changeCheck finds the unchanged condition a change breaks: of those it
+// breaks, the first in the transaction's order. A batch of ACKs carries
+// a few conditions per ACK, and the log since their revision may hold
+// many changes: past linearConds conditions, once a change is to be
+// checked, it looks up each of the changed key's prefixes of the
+// conditions' lengths in a map, instead of testing the key against
+// every condition.
 type changeCheck struct {
 	conds []store.Unchanged
-	// byPrefix is, by prefix, the index in conds of its condition with
-	// the lowest Since (the first any change breaks); nil: test each.
-	byPrefix map[string]int
+	// byPrefix is, by prefix, the indexes in conds of its conditions, in
+	// order (nil: not built yet, or each condition is tested).
+	byPrefix map[string][]int
 	// lengths are the prefixes' lengths, each once, shortest first.
 	lengths []int
 }
 
-func newChangeCheck(conds []store.Unchanged) changeCheck {
-	c := changeCheck{conds: conds}
-	if len(conds) <= linearConds {
-		return c
-	}
-	c.byPrefix = make(map[string]int, len(conds))
-	for i, u := range conds {
-		j, ok := c.byPrefix[u.Prefix]
-		switch {
-		case !ok:
+func newChangeCheck(conds []store.Unchanged) changeCheck { return changeCheck{conds: conds} }
+
+// index builds byPrefix and lengths.
+func (c *changeCheck) index() {
+	c.byPrefix = make(map[string][]int, len(c.conds))
+	for i, u := range c.conds {
+		if _, ok := c.byPrefix[u.Prefix]; !ok {
 			c.lengths = append(c.lengths, len(u.Prefix))
-			c.byPrefix[u.Prefix] = i
-		case u.Since < conds[j].Since:
-			c.byPrefix[u.Prefix] = i
 		}
+		c.byPrefix[u.Prefix] = append(c.byPrefix[u.Prefix], i)
 	}
 	slices.Sort(c.lengths)
 	c.lengths = slices.Compact(c.lengths)
-	return c
 }
 
-// broken returns the condition that a change of key at rev breaks, as a
-// ChangedError, or nil.
+// broken returns the first condition that a change of key at rev
+// breaks, as a ChangedError, or nil.
 func (c *changeCheck) broken(rev int64, key string) *store.ChangedError {
-	if c.byPrefix == nil {
-		for _, u := range c.conds {
+	first := -1
+	if len(c.conds) <= linearConds {
+		for i, u := range c.conds {
 			if rev > u.Since && strings.HasPrefix(key, u.Prefix) {
-				return &store.ChangedError{Prefix: u.Prefix, Since: u.Since, Key: key, Revision: rev}
+				first = i
+				break
 			}
 		}
+	} else {
+		if c.byPrefix == nil {
+			c.index()
+		}
+		for _, n := range c.lengths {
+			if n > len(key) {
+				break
+			}
+			for _, i := range c.byPrefix[key[:n]] {
+				if first >= 0 && i > first {
+					break
+				}
+				if rev > c.conds[i].Since {
+					first = i
+					break
+				}
+			}
+		}
+	}
+	if first < 0 {
 		return nil
 	}
-	for _, n := range c.lengths {
-		if n > len(key) {
-			break
-		}
-		if i, ok := c.byPrefix[key[:n]]; ok && rev > c.conds[i].Since {
-			u := c.conds[i]
-			return &store.ChangedError{Prefix: u.Prefix, Since: u.Since, Key: key, Revision: rev}
-		}
-	}
-	return nil
+	u := c.conds[first]
+	return &store.ChangedError{Prefix: u.Prefix, Since: u.Since, Key: key, Revision: rev}
 }
 
 func currentRecord(kvb *bolt.Bucket, key string) (*store.KeyValue, error) {
