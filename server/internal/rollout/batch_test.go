@@ -568,8 +568,9 @@ func (s *pastReads) List(ctx context.Context, prefix string, rev int64, after st
 // after a promotion every instance reports the release it ran STALE; the
 // views keep that release, so judging those reports (a report sent again
 // among them, but for the stored answer it returns) reads nothing from
-// the store. Once a newer release is cut
-// they no longer keep it, and a report of it is judged from the store.
+// the store. They keep none of its tallies: its status, and a rollback to
+// it, read it whole from the store. Once a newer release is cut they no
+// longer keep it, and a report of it is judged from the store.
 func TestStaleReportsOfTheReleaseAPromotionSupersededAreJudgedOnTheViews(t *testing.T) {
 	st, _ := engines["bolt"](t)
 	reads := &pastReads{Store: st}
@@ -597,10 +598,38 @@ func TestStaleReportsOfTheReleaseAPromotionSupersededAreJudgedOnTheViews(t *test
 	if again := e.ack(t, g1, "i0", "boot-1", g2.Generation, rollout.Stale, withID); !again.ReceivedAt.Equal(first.ReceivedAt) {
 		t.Fatalf("i0's report sent again = %+v; want the stored one, received at %s", again, first.ReceivedAt)
 	}
+	// The views let go of its tallies: its status, and a rollback to it,
+	// read it whole from the store.
+	if kept, counted := e.rollouts.KeptCountedAcks("routing", g1.Generation); !kept || counted != 0 {
+		t.Fatalf("the views keep the superseded release: %t, with %d counted ACKs; want it kept with none", kept, counted)
+	}
+	if st := e.status(t, g1.Generation).Stages[0]; st.States["STALE"] != 6 || st.Evaluation.Healthy != 6 {
+		t.Fatalf("the superseded release's status: states %v, %+v; want its six healthy members, every one STALE", st.States, st.Evaluation)
+	}
+	ctx := context.Background()
+	ptr, err := e.rollouts.Pointer(ctx, "routing")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.rollouts.Rollback(ctx, rollout.Move{ConfigID: "routing", ExpectedGeneration: ptr.Generation, ExpectedEpoch: ptr.Epoch, IdempotencyKey: "rb"}); err != nil {
+		t.Fatal(err)
+	}
+	if st := e.status(t, g1.Generation).Stages[0]; st.Evaluation.Healthy != 6 {
+		t.Fatalf("after the rollback to it: %v, %+v; want its six healthy members", st.States, st.Evaluation)
+	}
+	if a := e.ack(t, g1, "i2", "boot-1", g2.Generation+2, rollout.HealthyAcked); !a.Counted {
+		t.Fatalf("a report of the release rolled back to = %+v; want it counted", a)
+	}
+	e.status(t, g1.Generation) // the views are current
+	if kept, counted := e.rollouts.KeptCountedAcks("routing", g1.Generation); !kept || counted != 7 {
+		t.Fatalf("the views keep the release rolled back to: %t, with %d counted ACKs; want it whole, with 7", kept, counted)
+	}
+	e.promoted(t, 25) // generation 3, superseding generation 1 again
+	g2 = e.status(t, 3).Release
 	e.status(t, e.release(t, 30).Generation)
 	before = reads.n.Load()
 	if a := e.ack(t, g1, "i1", "boot-1", g2.Generation+1, rollout.Stale); a.Counted || !strings.Contains(a.Why, "generation 1 is no longer active") {
-		t.Fatalf("a STALE report of generation 1 after generation 3 was cut = %+v", a)
+		t.Fatalf("a STALE report of generation 1 after generation 4 was cut = %+v", a)
 	}
 	if reads.n.Load() == before {
 		t.Fatal("a report of a release two promotions old was judged without reading it: the views still keep it")

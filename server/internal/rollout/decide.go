@@ -44,7 +44,7 @@ func (r *Rollouts) viewWith(ctx context.Context, config string, gen int64, curre
 	}
 	v := r.views
 	v.mu.RLock()
-	if t := v.findLocked(config, gen); t != nil {
+	if t := v.findTalliedLocked(config, gen); t != nil {
 		cv := v.configs[config]
 		rv := releaseView{snapshot: snapshot{rev: v.rev, rel: t.rel, latest: max(cv.head, gen), ptr: cv.ptr, stop: t.stop,
 			progress: t.progress, retired: t.retired, now: r.now()}, plan: t.plan}

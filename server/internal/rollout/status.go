@@ -88,7 +88,7 @@ func (r *Rollouts) statusAt(ctx context.Context, config string, gen, rev int64) 
 	}
 	v := r.views
 	v.mu.RLock()
-	if t := v.findLocked(config, gen); t != nil && (rev == 0 || rev == v.rev) {
+	if t := v.findTalliedLocked(config, gen); t != nil && (rev == 0 || rev == v.rev) {
 		cv := v.configs[config]
 		st := statusOf(t, v.rev, cv.ptr, cv.state(), v.applied[config], v.regs, r.now())
 		v.mu.RUnlock()

@@ -56,6 +56,17 @@ type tracked struct {
 	// stored is each identity's stored ACKs of the release, counted or
 	// not, in arrival order: at most MaxAcksPerInstance of them.
 	stored map[string][]storedAck
+	// untallied says the release's rollout is over and the views let go
+	// of its members' counted ACKs and its tallies (letGoOfTallies): a
+	// report of it is late and counts nowhere, and judging one needs only
+	// the plan, the stored ACKs and the arrivals.
+	untallied bool
+}
+
+// letGoOfTallies makes t untallied. The views hold the write lock.
+func (t *tracked) letGoOfTallies() {
+	t.untallied = true
+	t.members, t.tallies = map[string]*memberView{}, nil
 }
 
 // storedAck is what the bound on an instance's stored ACKs needs to know
@@ -199,10 +210,14 @@ func cohortPolicy(p quorum.Policy) quorum.Policy {
 }
 
 // replan lays the stages over the membership less the retired members, and
-// tallies every stage again from the members' states.
+// tallies every stage again from the members' states (an untallied
+// release, none).
 func (t *tracked) replan(retired map[string]Retirement) {
 	t.retired = retired
 	t.plan = newPlan(t.rel, retired)
+	if t.untallied {
+		return
+	}
 	t.tallies = make([]*quorum.Tally, len(t.rel.Stages))
 	for i, st := range t.rel.Stages {
 		t.tallies[i] = quorum.NewTally(cohortPolicy(st.Policy), t.plan.counted(i))
@@ -244,7 +259,7 @@ func (t *tracked) moveFrom(id string, from [2]quorum.State) {
 func (t *tracked) addAck(a Ack, reg registration, registered bool) {
 	t.arrivals[a.WorkloadIdentity] = max(t.arrivals[a.WorkloadIdentity], a.arrival)
 	t.stored[a.WorkloadIdentity] = append(t.stored[a.WorkloadIdentity], storedOf(a))
-	if _, member := t.plan.position(a.WorkloadIdentity); !a.Counted || !member || !registered ||
+	if _, member := t.plan.position(a.WorkloadIdentity); !a.Counted || t.untallied || !member || !registered ||
 		reg.boot != a.BootID || reg.epoch != a.MembershipEpoch {
 		return
 	}

@@ -75,10 +75,10 @@ type configView struct {
 	// superseded is the release the pointer last moved away from, kept
 	// until a newer release is cut (nil: none): after a promotion every
 	// instance reports it STALE, and judging those reports from the views
-	// reads nothing from the store. A config's newest release is the
-	// active one once promoted, so the views then keep two of its
-	// releases, as during a rollout (three only when a release older than
-	// the newest is made active).
+	// reads nothing from the store. Its rollout is over, so every report
+	// of it is late and none counts: it keeps only what judging one needs
+	// (untallied), and a status of it, or a rollback to it, reads it from
+	// the store as for any other release.
 	superseded *tracked
 }
 
@@ -239,29 +239,36 @@ func (v *views) loadFor(ctx context.Context, ev store.Event) (*tracked, error) {
 	return t, nil
 }
 
-// tracks reports whether the views already track generation gen of config.
+// tracks reports whether the views already track generation gen of
+// config, with its tallies.
 func (v *views) tracks(config string, gen int64) bool {
 	v.mu.RLock()
 	defer v.mu.RUnlock()
-	cv := v.configs[config]
-	return cv != nil && cv.find(gen) != nil
+	return v.findTalliedLocked(config, gen) != nil
 }
 
-// findLocked is the tracked release gen of config, or nil. The caller
+// findLocked is the tracked release gen of config, or nil: the newest,
+// the active, or the superseded one, whose tallies the views let go.
+// Events of the release and judging its ACKs need no more. The caller
 // holds mu.
 func (v *views) findLocked(config string, gen int64) *tracked {
 	if cv := v.configs[config]; cv != nil {
-		return cv.find(gen)
+		for _, t := range cv.kept() {
+			if t != nil && t.rel.Generation == gen {
+				return t
+			}
+		}
 	}
 	return nil
 }
 
-// find is the tracked release gen of the config, or nil.
-func (cv *configView) find(gen int64) *tracked {
-	for _, t := range cv.kept() {
-		if t != nil && t.rel.Generation == gen {
-			return t
-		}
+// findTalliedLocked is findLocked of the newest or the active release
+// only, which the views keep whole: a status, a promotion and a release
+// becoming the newest or the active one need its tallies. The caller
+// holds mu.
+func (v *views) findTalliedLocked(config string, gen int64) *tracked {
+	if t := v.findLocked(config, gen); t != nil && !t.untallied {
+		return t
 	}
 	return nil
 }
@@ -352,7 +359,7 @@ func (v *views) applyConfigLocked(ev store.Event, load *tracked) error {
 			cv.superseded = nil
 		}
 		cv.head = gen
-		if t := v.findLocked(config, gen); t != nil {
+		if t := v.findTalliedLocked(config, gen); t != nil {
 			cv.newest = t
 		} else {
 			cv.newest = load
@@ -366,16 +373,17 @@ func (v *views) applyConfigLocked(ev store.Event, load *tracked) error {
 		p.Revision = ev.KV.ModRevision
 		cv.ptr = p
 		left := cv.active
-		if t := v.findLocked(config, p.Generation); t != nil {
+		if t := v.findTalliedLocked(config, p.Generation); t != nil {
 			cv.active = t
 		} else {
 			cv.active = load
 		}
-		switch {
-		case left != nil && left != cv.active && left != cv.newest:
+		if cv.superseded != nil && cv.superseded.rel.Generation == p.Generation {
+			cv.superseded = nil // rolled back to it: read again whole, it is the active one
+		}
+		if left != nil && left != cv.active && left != cv.newest {
+			left.letGoOfTallies()
 			cv.superseded = left
-		case cv.superseded == cv.active:
-			cv.superseded = nil // rolled back to it: it is the active one
 		}
 	case "progress", "stops":
 		gen, err := records.ParseGeneration(tail)
