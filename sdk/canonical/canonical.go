@@ -36,7 +36,7 @@ func Form(mediaType string, content []byte) ([]byte, error) {
 	}
 	p := parser{in: content, out: make([]byte, 0, len(content))}
 	p.space()
-	if err := p.value(); err != nil {
+	if err := p.value(0); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidJSON, err)
 	}
 	if p.space(); p.pos < len(p.in) {

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"unicode/utf8"
 )
@@ -195,5 +196,33 @@ func BenchmarkDigest(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestNestingIsBounded: a value inside MaxDepth arrays or objects is
+// canonicalized, one a level deeper is refused (by the parser and the
+// oracle alike), and so is a document far deeper, without exhausting the
+// stack.
+func TestNestingIsBounded(t *testing.T) {
+	nest := func(open, closing string, n int) string {
+		return strings.Repeat(open, n) + "1" + strings.Repeat(closing, n)
+	}
+	for _, c := range []struct {
+		in string
+		ok bool
+	}{
+		{nest("[", "]", MaxDepth), true},
+		{nest("[", "]", MaxDepth+1), false},
+		{nest(`{"a":`, "}", MaxDepth), true},
+		{nest(`{"a":`, "}", MaxDepth+1), false},
+		{strings.Repeat("[", 8<<20), false},
+	} {
+		_, err := Form("application/json", []byte(c.in))
+		if (err == nil) != c.ok || (err != nil && !errors.Is(err, ErrInvalidJSON)) {
+			t.Errorf("%d bytes of nesting: %v, want ok %t", len(c.in), err, c.ok)
+		}
+		if len(c.in) < 1<<20 {
+			checkParity(t, c.in)
+		}
 	}
 }

@@ -14,7 +14,7 @@ import (
 
 // decoderForm is Form as it was written first, on encoding/json's
 // Decoder: the oracle the parser is checked against. It returns the
-// canonical byte form of content: for JSON media types the
+// canonical byte form of content (with the depth bound added since): for JSON media types the
 // RFC 8785 (JCS) serialization, otherwise the bytes as they are.
 func decoderForm(mediaType string, content []byte) ([]byte, error) {
 	if !IsJSON(mediaType) {
@@ -26,7 +26,7 @@ func decoderForm(mediaType string, content []byte) ([]byte, error) {
 	dec := json.NewDecoder(bytes.NewReader(content))
 	dec.UseNumber()
 	var buf bytes.Buffer
-	if err := oracleValue(&buf, dec); err != nil {
+	if err := oracleValue(&buf, dec, 0); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidJSON, err)
 	}
 	if _, err := dec.Token(); err != io.EOF {
@@ -35,7 +35,10 @@ func decoderForm(mediaType string, content []byte) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-func oracleValue(buf *bytes.Buffer, dec *json.Decoder) error {
+func oracleValue(buf *bytes.Buffer, dec *json.Decoder, depth int) error {
+	if depth > MaxDepth {
+		return fmt.Errorf("nested deeper than %d arrays and objects", MaxDepth)
+	}
 	tok, err := dec.Token()
 	if err != nil {
 		return err
@@ -48,7 +51,7 @@ func oracleValue(buf *bytes.Buffer, dec *json.Decoder) error {
 				if i > 0 {
 					buf.WriteByte(',')
 				}
-				if err := oracleValue(buf, dec); err != nil {
+				if err := oracleValue(buf, dec, depth+1); err != nil {
 					return err
 				}
 			}
@@ -58,7 +61,7 @@ func oracleValue(buf *bytes.Buffer, dec *json.Decoder) error {
 			buf.WriteByte(']')
 			return nil
 		}
-		return oracleObject(buf, dec)
+		return oracleObject(buf, dec, depth)
 	case string:
 		oracleString(buf, t)
 	case json.Number:
@@ -75,7 +78,7 @@ func oracleValue(buf *bytes.Buffer, dec *json.Decoder) error {
 	return nil
 }
 
-func oracleObject(buf *bytes.Buffer, dec *json.Decoder) error {
+func oracleObject(buf *bytes.Buffer, dec *json.Decoder, depth int) error {
 	type member struct {
 		key   string
 		value []byte
@@ -93,7 +96,7 @@ func oracleObject(buf *bytes.Buffer, dec *json.Decoder) error {
 		}
 		seen[key] = true
 		var v bytes.Buffer
-		if err := oracleValue(&v, dec); err != nil {
+		if err := oracleValue(&v, dec, depth+1); err != nil {
 			return err
 		}
 		members = append(members, member{key, v.Bytes()})

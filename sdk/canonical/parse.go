@@ -60,16 +60,25 @@ func (p *parser) space() {
 	}
 }
 
-// value reads one value; whitespace before it is skipped already.
-func (p *parser) value() error {
+// MaxDepth bounds how deeply arrays and objects may nest: a value inside
+// MaxDepth of them is the deepest canonicalized (the TypeScript client's
+// bound, and encoding/json's).
+const MaxDepth = 10000
+
+// value reads one value, inside depth arrays and objects; whitespace
+// before it is skipped already.
+func (p *parser) value(depth int) error {
+	if depth > MaxDepth {
+		return p.errorf("nested deeper than %d arrays and objects", MaxDepth)
+	}
 	if p.pos >= len(p.in) {
 		return errEnd
 	}
 	switch c := p.in[p.pos]; {
 	case c == '{':
-		return p.object()
+		return p.object(depth)
 	case c == '[':
-		return p.array()
+		return p.array(depth)
 	case c == '"':
 		s, _, err := p.string()
 		if err != nil {
@@ -112,7 +121,7 @@ func (p *parser) next() (byte, error) {
 	return p.in[p.pos], nil
 }
 
-func (p *parser) array() error {
+func (p *parser) array(depth int) error {
 	p.pos++ // '['
 	p.out = append(p.out, '[')
 	if c, err := p.next(); err != nil {
@@ -123,7 +132,7 @@ func (p *parser) array() error {
 		return nil
 	}
 	for {
-		if err := p.value(); err != nil {
+		if err := p.value(depth + 1); err != nil {
 			return err
 		}
 		c, err := p.next()
@@ -145,7 +154,7 @@ func (p *parser) array() error {
 	}
 }
 
-func (p *parser) object() error {
+func (p *parser) object(depth int) error {
 	p.pos++ // '{'
 	start := len(p.out)
 	if c, err := p.next(); err != nil {
@@ -179,7 +188,7 @@ func (p *parser) object() error {
 		p.pos++
 		p.space()
 		m := member{key: key, start: len(p.out)}
-		if err := p.value(); err != nil {
+		if err := p.value(depth + 1); err != nil {
 			return err
 		}
 		m.end = len(p.out)
