@@ -16,6 +16,7 @@ import (
 	pawlv1 "github.com/pawlcfg/pawl/gen/pawl/v1"
 	"github.com/pawlcfg/pawl/gen/pawl/v1/pawlv1connect"
 	"github.com/pawlcfg/pawl/internal/testkit/testserver"
+	"github.com/pawlcfg/pawl/sdk/canonical"
 	"github.com/pawlcfg/pawl/server/internal/release"
 )
 
@@ -345,6 +346,12 @@ func TestRolloutBadRequestsChangeNothing(t *testing.T) {
 			_, err := rs.CreateRelease(ctx, connect.NewRequest(&pawlv1.CreateReleaseRequest{Spec: big}))
 			return err
 		}, connect.CodeInvalidArgument, fmt.Sprintf("validator_params is %d bytes; the limit is %d bytes", len(bigParams), release.MaxValidatorParamsBytes)},
+		{"a release nested deeper than the canonical form allows", func() error {
+			deep := proto.Clone(spec).(*pawlv1.ReleaseSpec)
+			deep.Content = []byte(strings.Repeat("[", canonical.MaxDepth+2) + strings.Repeat("]", canonical.MaxDepth+2)) // the innermost array inside MaxDepth+1
+			_, err := rs.CreateRelease(ctx, connect.NewRequest(&pawlv1.CreateReleaseRequest{Spec: deep}))
+			return err
+		}, connect.CodeInvalidArgument, fmt.Sprintf("nested deeper than %d arrays and objects", canonical.MaxDepth)},
 		{"a dry run's params over the limit", func() error {
 			_, err := newValidators(t, srv).Validate(ctx, connect.NewRequest(&pawlv1.ValidateRequest{Digest: digest, Content: spec.GetContent(), Params: bigParams}))
 			return err
