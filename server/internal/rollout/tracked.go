@@ -34,11 +34,10 @@ func registrationOf(rec instance.Record) registration {
 // stage costs time in the number of zones, not of members.
 //
 // The views keep one for the newest and one for the active release of each
-// config, and one for the release the last promotion superseded until a
-// newer one is cut; a status of any other release builds one from the
-// store. A
-// tracked is not safe for concurrent use: the views guard theirs with
-// their lock. Its plan, progress, stop and retired map are replaced, never
+// config, and one, untallied, for the release the last promotion
+// superseded until a newer one is cut; a status of any other release
+// builds one from the store. A tracked is not safe for concurrent use:
+// the views guard theirs with their lock. Its plan, progress, stop and retired map are replaced, never
 // modified, so a reader may keep them after the lock is released.
 type tracked struct {
 	rel      release.Release
