@@ -57,16 +57,62 @@ func (c *Client) newReporter(a *pawlv1.Assignment) *reporter {
 	go func() {
 		defer close(r.done)
 		for q := range r.queue {
-			err := r.send(q.ctx, q.state, q.digest, q.extra)
-			if q.sent != nil {
-				q.sent <- err
-			}
-			if err == nil && q.state == pawlv1.InstanceState_INSTANCE_STATE_APPLIED {
-				r.movedPast(q.ctx, q.digest)
+			batch := r.more(r.linger([]queuedAck{q}))
+			for i, err := range r.sendAll(batch) {
+				q := batch[i]
+				if q.sent != nil {
+					q.sent <- err
+				}
+				if err == nil && q.state == pawlv1.InstanceState_INSTANCE_STATE_APPLIED {
+					r.movedPast(q.ctx, q.digest)
+				}
 			}
 		}
 	}()
 	return r
+}
+
+// discoveredLinger is how long a DISCOVERED waits for the apply's next
+// report (DOWNLOADED: at once when the release came with the assignment
+// or from the cache) to travel with it.
+const discoveredLinger = 50 * time.Millisecond
+
+// linger holds a batch that is a DISCOVERED until the apply's next report
+// is queued, up to discoveredLinger: a release in hand is then reported
+// discovered and downloaded in one message, and a slow download has its
+// DISCOVERED sent while it runs.
+func (r *reporter) linger(batch []queuedAck) []queuedAck {
+	if len(batch) != 1 || batch[0].state != pawlv1.InstanceState_INSTANCE_STATE_DISCOVERED || !r.c.sess.takesBatches() {
+		return batch
+	}
+	t := time.NewTimer(discoveredLinger)
+	defer t.Stop()
+	select {
+	case q, ok := <-r.queue:
+		if ok {
+			batch = append(batch, q)
+		}
+	case <-t.C:
+	}
+	return batch
+}
+
+// more adds to batch the ACKs queued behind its first, up to the first
+// APPLIED (whose answer may send a STALE, which must follow it): what the
+// apply reported while the ACK before was on its way goes in one message.
+func (r *reporter) more(batch []queuedAck) []queuedAck {
+	for batch[len(batch)-1].state != pawlv1.InstanceState_INSTANCE_STATE_APPLIED {
+		select {
+		case q, ok := <-r.queue:
+			if !ok {
+				return batch
+			}
+			batch = append(batch, q)
+		default:
+			return batch
+		}
+	}
+	return batch
 }
 
 // post queues an ACK of state with the trace context of ctx's span.
@@ -120,10 +166,9 @@ type ackExtra struct {
 	violations []*pawlv1.Violation
 }
 
-// send reports state, with the trace context of the span in ctx, retrying
-// until the server takes it or ctx ends. A refusal (a malformed ACK, an
-// unknown release) is returned and not retried.
-func (r *reporter) send(ctx context.Context, state pawlv1.InstanceState, digest string, extra ackExtra) error {
+// report builds the ACK of state, with the trace context of the span in
+// ctx.
+func (r *reporter) report(ctx context.Context, state pawlv1.InstanceState, digest string, extra ackExtra) *pawlv1.Ack {
 	ack := &pawlv1.Ack{
 		ConfigId: r.a.GetConfigId(), Generation: r.a.GetGeneration(), WorkloadIdentity: r.c.cfg.instance.WorkloadIdentity,
 		BootId: r.c.bootID, ContentDigest: digest, ValidatorDigest: r.a.GetValidatorDigest(), AppArtifact: r.c.cfg.appArtifact,
@@ -137,15 +182,65 @@ func (r *reporter) send(ctx context.Context, state pawlv1.InstanceState, digest 
 	if m := extra.health; m != nil && m.Requests > 0 {
 		ack.Health = &pawlv1.HealthMeasurement{ErrorRate: m.ErrorRate, P99Latency: durationpb.New(m.P99)}
 	}
+	return ack
+}
+
+// send reports state, with the trace context of the span in ctx, retrying
+// until the server takes it or ctx ends. A refusal (a malformed ACK, an
+// unknown release) is returned and not retried.
+func (r *reporter) send(ctx context.Context, state pawlv1.InstanceState, digest string, extra ackExtra) error {
+	ack := r.report(ctx, state, digest, extra)
+	ack.ReportId = r.c.reports.Add(1)
+	return r.deliver(ctx, ack, extra)
+}
+
+// sendAll reports batch, in order, and returns each report's outcome as
+// send does. On a session whose server takes several ACKs in a message,
+// the reports go together; from the first that the server neither took
+// nor refused for good (its store was unavailable, the session turned
+// out to be missing, a HEALTHY_ACKED came too early), they are sent again
+// one by one, as send sends them, with their report numbers, so that the
+// server answers those it recorded after it with their records.
+func (r *reporter) sendAll(batch []queuedAck) []error {
+	errs := make([]error, len(batch))
+	if len(batch) == 1 || r.c.sess == nil || r.c.epoch.Load() == 0 {
+		for i, q := range batch {
+			errs[i] = r.send(q.ctx, q.state, q.digest, q.extra)
+		}
+		return errs
+	}
+	acks := make([]*pawlv1.Ack, len(batch))
+	for i, q := range batch {
+		acks[i] = r.report(q.ctx, q.state, q.digest, q.extra)
+		acks[i].ReportId = r.c.reports.Add(1)
+	}
+	answers := r.c.sess.ack(batch[0].ctx, acks...)
+	for i, a := range answers {
+		if (a.err != nil && !permanent(a.err)) || tooEarly(acks[i], a.ack) {
+			for j := i; j < len(batch); j++ {
+				errs[j] = r.deliver(batch[j].ctx, acks[j], batch[j].extra)
+			}
+			break
+		}
+		errs[i] = r.delivered(batch[i].ctx, acks[i], a.err)
+	}
+	return errs
+}
+
+// deliver sends ack, numbered, until the server takes it or ctx ends,
+// and again, as a new report held longer, when it came too early.
+func (r *reporter) deliver(ctx context.Context, ack *pawlv1.Ack, extra ackExtra) error {
 	first := time.Now()
 	var err error
 	for attempt := 0; ; attempt++ {
-		// A new report: the retries below send it again with the same
-		// number, so that the server answers one it recorded (its answer
-		// lost, its session cut) with that record instead of storing it
-		// twice. A report sent again because it came too early is a new
-		// report, judged again.
-		ack.ReportId = r.c.reports.Add(1)
+		// The retries below send it again with the same number, so that
+		// the server answers one it recorded (its answer lost, its
+		// session cut) with that record instead of storing it twice. A
+		// report sent again because it came too early is a new report,
+		// judged again.
+		if attempt > 0 {
+			ack.ReportId = r.c.reports.Add(1)
+		}
 		var judged *pawlv1.Ack
 		err = r.c.retry(ctx, "ack", func(ctx context.Context) error {
 			epoch := r.c.epoch.Load()
@@ -170,12 +265,17 @@ func (r *reporter) send(ctx context.Context, state pawlv1.InstanceState, digest 
 			ack.Held = durationpb.New(extra.held + time.Since(first))
 		}
 	}
-	r.c.metrics.acked(ctx, ack.ConfigId, state, err)
+	return r.delivered(ctx, ack, err)
+}
+
+// delivered records the outcome of ack and returns it as send does.
+func (r *reporter) delivered(ctx context.Context, ack *pawlv1.Ack, err error) error {
+	r.c.metrics.acked(ctx, ack.ConfigId, ack.State, err)
 	if err != nil && ctx.Err() == nil {
-		r.c.cfg.log.Warn("pawl: an ACK was refused", "config", ack.ConfigId, "generation", ack.Generation, "state", state.String(), "error", err)
+		r.c.cfg.log.Warn("pawl: an ACK was refused", "config", ack.ConfigId, "generation", ack.Generation, "state", ack.State.String(), "error", err)
 	}
 	if err != nil {
-		return fmt.Errorf("sdk: ACK %s of %s@%d: %w", state, ack.ConfigId, ack.Generation, err)
+		return fmt.Errorf("sdk: ACK %s of %s@%d: %w", ack.State, ack.ConfigId, ack.Generation, err)
 	}
 	return nil
 }
@@ -185,9 +285,9 @@ func (r *reporter) send(ctx context.Context, state pawlv1.InstanceState, digest 
 // server in use holds none.
 func (c *Client) deliver(ctx context.Context, ack *pawlv1.Ack) (*pawlv1.Ack, error) {
 	if c.sess != nil {
-		judged, err := c.sess.ack(ctx, ack)
-		if !errors.Is(err, errNoSession) {
-			return judged, err
+		a := c.sess.ack(ctx, ack)[0]
+		if !errors.Is(a.err, errNoSession) {
+			return a.ack, a.err
 		}
 	}
 	resp, err := c.rollouts.Ack(ctx, connect.NewRequest(&pawlv1.AckRequest{Ack: ack}))

@@ -67,6 +67,9 @@ type sessionStream struct {
 	// sendMu serializes Send, and the numbering of ACKs with it.
 	sendMu  sync.Mutex
 	nextAck uint64
+	// batches says the server takes several ACKs in one message
+	// (SessionStarted.takes_ack_batches); set before the stream is live.
+	batches bool
 	// sent and watches are guarded by the session's mu: the ACKs sent on
 	// this stream by ack_id, and its open watches by ID.
 	sent    map[uint64]*pendingAck
@@ -265,6 +268,7 @@ func (c *Client) runSession(ctx context.Context, at int64, as *assignmentState, 
 				return connect.NewError(connect.CodeInternal, err)
 			}
 			started = true
+			st.batches = msg.GetStarted().GetTakesAckBatches()
 			timer.Stop()
 			// Sends wait until what was pending is sent again, in its
 			// order; the receive loop goes on meanwhile.
@@ -274,9 +278,7 @@ func (c *Client) runSession(ctx context.Context, at int64, as *assignmentState, 
 			go func() {
 				defer resend.Done()
 				defer st.sendMu.Unlock()
-				for _, p := range again {
-					_ = st.sendAckLocked(s, p) // a failed send is sent again on the next stream
-				}
+				_ = st.sendAcksLocked(s, again) // a failed send is sent again on the next stream
 			}()
 		}
 		if !started {
@@ -333,23 +335,57 @@ func (s *session) end(st *sessionStream, err error) {
 	}
 }
 
-// sendAckLocked sends p on st with the next ack_id and the current
-// membership epoch. The caller holds st.sendMu.
-func (st *sessionStream) sendAckLocked(s *session, p *pendingAck) error {
-	st.nextAck++
-	id := st.nextAck
-	s.mu.Lock()
-	if p.on != st {
-		s.mu.Unlock()
-		return nil // answered, given up, or already given to another stream
+// maxAckBatchBytes bounds the ACKs put together in one message: far
+// below any server's read limit, and enough for every report of several
+// applies.
+const maxAckBatchBytes = 64 << 10
+
+// sendAcksLocked sends ps on st, in order, each with the next ack_id and
+// the current membership epoch: together, in messages of up to
+// maxAckBatchBytes, when the server takes batches, or each in its own
+// message, one after another, when it does not. It stops at the first
+// send that fails (the stream broke: what was not answered is sent again
+// on the next one). The caller holds st.sendMu.
+func (st *sessionStream) sendAcksLocked(s *session, ps []*pendingAck) error {
+	epoch := s.c.epoch.Load()
+	var batch []*pawlv1.SessionAck
+	size := 0
+	flush := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		req := &pawlv1.SessionRequest{Kind: &pawlv1.SessionRequest_Ack{Ack: batch[0]}}
+		if len(batch) > 1 {
+			req = &pawlv1.SessionRequest{Kind: &pawlv1.SessionRequest_Acks{Acks: &pawlv1.SessionAckBatch{Acks: batch}}}
+		}
+		batch, size = nil, 0
+		return st.stream.Send(req)
 	}
-	st.sent[id] = p
-	s.mu.Unlock()
-	// A copy: the ACK may be sent on the next stream while this Send
-	// still reads it.
-	ack := proto.CloneOf(p.ack)
-	ack.MembershipEpoch = s.c.epoch.Load()
-	return st.stream.Send(&pawlv1.SessionRequest{Kind: &pawlv1.SessionRequest_Ack{Ack: &pawlv1.SessionAck{AckId: id, Ack: ack}}})
+	for _, p := range ps {
+		st.nextAck++
+		id := st.nextAck
+		s.mu.Lock()
+		if p.on != st {
+			s.mu.Unlock()
+			continue // answered, given up, or already given to another stream
+		}
+		st.sent[id] = p
+		s.mu.Unlock()
+		// A copy: the ACK may be sent on the next stream while this Send
+		// still reads it.
+		ack := proto.CloneOf(p.ack)
+		ack.MembershipEpoch = epoch
+		m := &pawlv1.SessionAck{AckId: id, Ack: ack}
+		n := proto.Size(m)
+		if !st.batches || size+n > maxAckBatchBytes {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+		batch = append(batch, m)
+		size += n
+	}
+	return flush()
 }
 
 // send sends one request on st.
@@ -359,36 +395,61 @@ func (st *sessionStream) send(req *pawlv1.SessionRequest) error {
 	return st.stream.Send(req)
 }
 
-// ack sends an ACK on the session and waits for the server's record of
-// it: on the live stream, or on the next one when none is live or the
-// live one breaks first. It returns errNoSession when the server turns
-// out to have no session (send it by the unary call), and ctx's error
-// when ctx ends first.
-func (s *session) ack(ctx context.Context, ack *pawlv1.Ack) (*pawlv1.Ack, error) {
-	p := &pendingAck{ack: ack, done: make(chan ackAnswer, 1)}
+// ack sends ACKs on the session, in order, together when the server
+// takes them so, and waits for the server's record of each: on the live
+// stream, or on the next one when none is live or the live one breaks
+// first. An answer's error is errNoSession when the server turns out to
+// have no session (send that ACK and the rest by the unary call), and
+// ctx's error when ctx ends first.
+func (s *session) ack(ctx context.Context, acks ...*pawlv1.Ack) []ackAnswer {
+	out := make([]ackAnswer, len(acks))
+	ps := make([]*pendingAck, len(acks))
 	s.mu.Lock()
 	if s.unaryLocked() {
 		s.mu.Unlock()
-		return nil, errNoSession
+		for i := range out {
+			out[i].err = errNoSession
+		}
+		return out
 	}
-	s.pending = append(s.pending, p)
 	st := s.live
-	p.on = st
+	for i, a := range acks {
+		ps[i] = &pendingAck{ack: a, on: st, done: make(chan ackAnswer, 1)}
+	}
+	s.pending = append(s.pending, ps...)
 	s.mu.Unlock()
 	if st != nil {
 		st.sendMu.Lock()
-		_ = st.sendAckLocked(s, p) // a failed send is sent again on the next stream
+		_ = st.sendAcksLocked(s, ps) // a failed send is sent again on the next stream
 		st.sendMu.Unlock()
 	}
-	select {
-	case a := <-p.done:
-		return a.ack, a.err
-	case <-ctx.Done():
-		s.mu.Lock()
-		s.forgetLocked(p)
-		s.mu.Unlock()
-		return nil, ctx.Err()
+	for i, p := range ps {
+		select {
+		case out[i] = <-p.done:
+		case <-ctx.Done():
+			s.mu.Lock()
+			for _, q := range ps[i:] {
+				s.forgetLocked(q)
+			}
+			s.mu.Unlock()
+			for j := i; j < len(out); j++ {
+				out[j] = ackAnswer{err: ctx.Err()}
+			}
+			return out
+		}
 	}
+	return out
+}
+
+// takesBatches says whether the live stream's server takes several ACKs
+// in one message (false without a session).
+func (s *session) takesBatches() bool {
+	if s == nil {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.live != nil && s.live.batches
 }
 
 // forgetLocked removes p from the pending ACKs. The caller holds mu.

@@ -451,3 +451,59 @@ func TestAResumedSessionIsNotSentTheReleasesItHolds(t *testing.T) {
 		t.Fatalf("%d GetRelease calls", downloads)
 	}
 }
+
+// TestAnApplysReadyReportsTravelTogether: the reports an apply has ready
+// while the one before is on its way go to the server in one message,
+// each still stored once and in order; against a server that does not
+// say it takes ACK batches (an older pawld, played by a man in the
+// middle that clears SessionStarted.takes_ack_batches), every ACK goes in
+// a message of its own.
+func TestAnApplysReadyReportsTravelTogether(t *testing.T) {
+	for _, older := range []bool{false, true} {
+		t.Run(map[bool]string{false: "batches", true: "older server"}[older], func(t *testing.T) {
+			h := newHarness(t)
+			var mu sync.Mutex
+			var perMessage []int // ACKs in each session message that carried some
+			rw := faultproxy.NewRewriter(t, h.srv.URL, func(procedure string, msg proto.Message, request bool) {
+				if procedure != sessionCalls {
+					return
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				switch m := msg.(type) {
+				case *pawlv1.SessionResponse:
+					if older && m.GetStarted() != nil {
+						m.Started.TakesAckBatches = false
+					}
+				case *pawlv1.SessionRequest:
+					if m.GetAck() != nil {
+						perMessage = append(perMessage, 1)
+					} else if m.GetAcks() != nil {
+						perMessage = append(perMessage, len(m.GetAcks().GetAcks()))
+					}
+				}
+			})
+			c := h.clientAt(rw.URL, "i0")
+			h.waitRegistered("i0")
+			h.release(50, nil)
+			if got := strings.Join(h.awaitBootHealthy(1, c.BootID()), ","); got != everyStepOfOneRelease {
+				t.Fatalf("stored %s; want each step once, in order", got)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			sum, most := 0, 0
+			for _, n := range perMessage {
+				sum, most = sum+n, max(most, n)
+			}
+			t.Logf("ACKs per message: %v", perMessage)
+			switch {
+			case sum != len(strings.Split(everyStepOfOneRelease, ",")):
+				t.Fatalf("%d ACKs sent in messages %v", sum, perMessage)
+			case older && most != 1:
+				t.Fatalf("ACKs per message %v to a server that takes one per message", perMessage)
+			case !older && most < 2:
+				t.Fatalf("ACKs per message %v: the reports an apply had ready went one by one", perMessage)
+			}
+		})
+	}
+}

@@ -284,6 +284,88 @@ func TestSessionRegistersWatchesAndAcks(t *testing.T) {
 	}
 }
 
+// TestSessionTakesSeveralACKsInOneMessage: a server says in SessionStarted
+// that it takes ACK batches; a batch is judged, stored and answered as its
+// ACKs sent one after another (each with its own answer, in order, a
+// refusal in the middle refusing that one only, and a state after a later
+// one out of order: they are judged in the batch's order); an empty batch does
+// nothing; and pawl_session_acks_per_message counts the batch as one
+// message of its ACKs.
+func TestSessionTakesSeveralACKsInOneMessage(t *testing.T) {
+	srv := testserver.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	client := testserver.HTTPClient(t)
+	c := newCanaryRollout(t, ctx, srv, connect.WithGRPC())
+	register(t, c.is, "main-1", "b", "zone-a", nil) // the release's "everyone" stage
+	s, first := start(t, ctx, client, srv.URL, "canary-1")
+	if !first.GetStarted().GetTakesAckBatches() {
+		t.Fatalf("the server does not say it takes ACK batches: %v", first.GetStarted())
+	}
+	rec := first.GetStarted().GetRecord()
+	rel := c.create(50)
+	for m := s.recv(); m.GetAssignments() == nil; m = s.recv() {
+	}
+	ack := func(state pawlv1.InstanceState) *pawlv1.Ack {
+		return &pawlv1.Ack{ConfigId: "routing", Generation: rel.GetGeneration(), WorkloadIdentity: "canary-1", BootId: "b", ApplySequence: 1,
+			MembershipEpoch: rec.GetMembershipEpoch(), ContentDigest: rel.GetContentDigest(), ValidatorDigest: c.digest, State: state}
+	}
+	bad := ack(pawlv1.InstanceState_INSTANCE_STATE_VALIDATED)
+	bad.RejectCode = 999
+	batch := func(first uint64, acks ...*pawlv1.Ack) *pawlv1.SessionRequest {
+		b := &pawlv1.SessionAckBatch{}
+		for i, a := range acks {
+			b.Acks = append(b.Acks, &pawlv1.SessionAck{AckId: first + uint64(i), Ack: a})
+		}
+		return &pawlv1.SessionRequest{Kind: &pawlv1.SessionRequest_Acks{Acks: b}}
+	}
+	before := scrapeMetrics(t, srv)
+	s.send(batch(20,
+		ack(pawlv1.InstanceState_INSTANCE_STATE_DOWNLOADED), bad, ack(pawlv1.InstanceState_INSTANCE_STATE_VALIDATED),
+		ack(pawlv1.InstanceState_INSTANCE_STATE_DOWNLOADED)))
+	s.send(batch(0))
+	s.ack(24, ack(pawlv1.InstanceState_INSTANCE_STATE_STAGED))
+	var results []*pawlv1.SessionAckResult
+	for len(results) < 5 {
+		results = append(results, s.recv().GetAcks()...)
+	}
+	var got []string
+	for i, r := range results {
+		if r.GetAckId() != uint64(20+i) {
+			t.Fatalf("answers out of order: %v", results)
+		}
+		switch {
+		case r.GetError() != nil:
+			got = append(got, "refused "+r.GetError().GetCode())
+		case r.GetAck().GetCounted():
+			got = append(got, r.GetAck().GetState().String()+" counted")
+		default:
+			got = append(got, r.GetAck().GetState().String()+" "+strings.SplitN(r.GetAck().GetNotCountedReason(), ":", 2)[0])
+		}
+	}
+	want := "INSTANCE_STATE_DOWNLOADED counted; refused invalid_argument; INSTANCE_STATE_VALIDATED counted; INSTANCE_STATE_DOWNLOADED out of order; INSTANCE_STATE_STAGED counted"
+	if strings.Join(got, "; ") != want {
+		t.Fatalf("answers:\n got %s\nwant %s", strings.Join(got, "; "), want)
+	}
+	ro := pawlv1connect.NewRolloutServiceClient(client, srv.URL)
+	status, err := ro.GetRolloutStatus(ctx, connect.NewRequest(&pawlv1.GetRolloutStatusRequest{ConfigId: "routing", Generation: rel.GetGeneration()}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stored []string
+	for _, a := range status.Msg.GetAcks() {
+		stored = append(stored, a.GetState().String())
+	}
+	slices.Sort(stored)
+	if strings.Join(stored, ",") != "INSTANCE_STATE_DOWNLOADED,INSTANCE_STATE_DOWNLOADED,INSTANCE_STATE_STAGED,INSTANCE_STATE_VALIDATED" {
+		t.Fatalf("stored: %v", stored)
+	}
+	moved(t, before, scrapeMetrics(t, srv), map[string]float64{
+		series("pawl_session_acks_per_message_count"): 2,
+		series("pawl_session_acks_per_message_sum"):   5,
+	})
+}
+
 // TestSessionRefusesWhatIsNotAHello: the first message must be a hello;
 // a hello resuming a registration that is not current is refused with
 // FailedPrecondition.

@@ -33,6 +33,7 @@ type SessionRequest struct {
 	//	*SessionRequest_WatchCreate
 	//	*SessionRequest_WatchCancel
 	//	*SessionRequest_ProgressRequest
+	//	*SessionRequest_Acks
 	Kind          isSessionRequest_Kind `protobuf_oneof:"kind"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -120,6 +121,15 @@ func (x *SessionRequest) GetProgressRequest() *SessionProgressRequest {
 	return nil
 }
 
+func (x *SessionRequest) GetAcks() *SessionAckBatch {
+	if x != nil {
+		if x, ok := x.Kind.(*SessionRequest_Acks); ok {
+			return x.Acks
+		}
+	}
+	return nil
+}
+
 type isSessionRequest_Kind interface {
 	isSessionRequest_Kind()
 }
@@ -150,6 +160,13 @@ type SessionRequest_ProgressRequest struct {
 	ProgressRequest *SessionProgressRequest `protobuf:"bytes,5,opt,name=progress_request,json=progressRequest,proto3,oneof"`
 }
 
+type SessionRequest_Acks struct {
+	// Several reports, in order. Send it only to a server whose
+	// SessionStarted set takes_ack_batches: one that predates it ends the
+	// session with INVALID_ARGUMENT.
+	Acks *SessionAckBatch `protobuf:"bytes,6,opt,name=acks,proto3,oneof"`
+}
+
 func (*SessionRequest_Hello) isSessionRequest_Kind() {}
 
 func (*SessionRequest_Ack) isSessionRequest_Kind() {}
@@ -159,6 +176,8 @@ func (*SessionRequest_WatchCreate) isSessionRequest_Kind() {}
 func (*SessionRequest_WatchCancel) isSessionRequest_Kind() {}
 
 func (*SessionRequest_ProgressRequest) isSessionRequest_Kind() {}
+
+func (*SessionRequest_Acks) isSessionRequest_Kind() {}
 
 // SessionHello registers the instance, or resumes its registration, and
 // says where its assignments resume.
@@ -403,6 +422,58 @@ func (x *SessionAck) GetAck() *Ack {
 	return nil
 }
 
+// SessionAckBatch carries several ACKs in one message: the server takes
+// them exactly as that many ack messages sent one after another, in this
+// order. Each is numbered, judged, stored and answered on its own (one
+// SessionAckResult each, in order); the batch only spares the messages.
+// An instance whose apply has several reports ready at once (discovered,
+// downloaded, validated, staged, applied) sends them together. An empty
+// batch is allowed and does nothing.
+type SessionAckBatch struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The ACKs, in the order they are to be judged.
+	Acks          []*SessionAck `protobuf:"bytes,1,rep,name=acks,proto3" json:"acks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionAckBatch) Reset() {
+	*x = SessionAckBatch{}
+	mi := &file_pawl_v1_session_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionAckBatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionAckBatch) ProtoMessage() {}
+
+func (x *SessionAckBatch) ProtoReflect() protoreflect.Message {
+	mi := &file_pawl_v1_session_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionAckBatch.ProtoReflect.Descriptor instead.
+func (*SessionAckBatch) Descriptor() ([]byte, []int) {
+	return file_pawl_v1_session_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *SessionAckBatch) GetAcks() []*SessionAck {
+	if x != nil {
+		return x.Acks
+	}
+	return nil
+}
+
 // SessionWatchCreate opens a watch on the session.
 type SessionWatchCreate struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -418,7 +489,7 @@ type SessionWatchCreate struct {
 
 func (x *SessionWatchCreate) Reset() {
 	*x = SessionWatchCreate{}
-	mi := &file_pawl_v1_session_proto_msgTypes[4]
+	mi := &file_pawl_v1_session_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -430,7 +501,7 @@ func (x *SessionWatchCreate) String() string {
 func (*SessionWatchCreate) ProtoMessage() {}
 
 func (x *SessionWatchCreate) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_session_proto_msgTypes[4]
+	mi := &file_pawl_v1_session_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -443,7 +514,7 @@ func (x *SessionWatchCreate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionWatchCreate.ProtoReflect.Descriptor instead.
 func (*SessionWatchCreate) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_session_proto_rawDescGZIP(), []int{4}
+	return file_pawl_v1_session_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *SessionWatchCreate) GetWatchId() int64 {
@@ -471,7 +542,7 @@ type SessionWatchCancel struct {
 
 func (x *SessionWatchCancel) Reset() {
 	*x = SessionWatchCancel{}
-	mi := &file_pawl_v1_session_proto_msgTypes[5]
+	mi := &file_pawl_v1_session_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -483,7 +554,7 @@ func (x *SessionWatchCancel) String() string {
 func (*SessionWatchCancel) ProtoMessage() {}
 
 func (x *SessionWatchCancel) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_session_proto_msgTypes[5]
+	mi := &file_pawl_v1_session_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -496,7 +567,7 @@ func (x *SessionWatchCancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionWatchCancel.ProtoReflect.Descriptor instead.
 func (*SessionWatchCancel) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_session_proto_rawDescGZIP(), []int{5}
+	return file_pawl_v1_session_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *SessionWatchCancel) GetWatchId() int64 {
@@ -515,7 +586,7 @@ type SessionProgressRequest struct {
 
 func (x *SessionProgressRequest) Reset() {
 	*x = SessionProgressRequest{}
-	mi := &file_pawl_v1_session_proto_msgTypes[6]
+	mi := &file_pawl_v1_session_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -527,7 +598,7 @@ func (x *SessionProgressRequest) String() string {
 func (*SessionProgressRequest) ProtoMessage() {}
 
 func (x *SessionProgressRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_session_proto_msgTypes[6]
+	mi := &file_pawl_v1_session_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -540,7 +611,7 @@ func (x *SessionProgressRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionProgressRequest.ProtoReflect.Descriptor instead.
 func (*SessionProgressRequest) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_session_proto_rawDescGZIP(), []int{6}
+	return file_pawl_v1_session_proto_rawDescGZIP(), []int{7}
 }
 
 // SessionResponse is one message from the server: any of its parts may be
@@ -573,7 +644,7 @@ type SessionResponse struct {
 
 func (x *SessionResponse) Reset() {
 	*x = SessionResponse{}
-	mi := &file_pawl_v1_session_proto_msgTypes[7]
+	mi := &file_pawl_v1_session_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -585,7 +656,7 @@ func (x *SessionResponse) String() string {
 func (*SessionResponse) ProtoMessage() {}
 
 func (x *SessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_session_proto_msgTypes[7]
+	mi := &file_pawl_v1_session_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -598,7 +669,7 @@ func (x *SessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionResponse.ProtoReflect.Descriptor instead.
 func (*SessionResponse) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_session_proto_rawDescGZIP(), []int{7}
+	return file_pawl_v1_session_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *SessionResponse) GetStarted() *SessionStarted {
@@ -641,14 +712,17 @@ type SessionStarted struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The registration, with its membership epoch: send it in every ACK,
 	// and in SessionHello.membership_epoch to resume.
-	Record        *InstanceRecord `protobuf:"bytes,1,opt,name=record,proto3" json:"record,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Record *InstanceRecord `protobuf:"bytes,1,opt,name=record,proto3" json:"record,omitempty"`
+	// The server takes SessionRequest.acks (several ACKs in one message).
+	// Unset: a server that predates it; send each ACK in its own message.
+	TakesAckBatches bool `protobuf:"varint,2,opt,name=takes_ack_batches,json=takesAckBatches,proto3" json:"takes_ack_batches,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *SessionStarted) Reset() {
 	*x = SessionStarted{}
-	mi := &file_pawl_v1_session_proto_msgTypes[8]
+	mi := &file_pawl_v1_session_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -660,7 +734,7 @@ func (x *SessionStarted) String() string {
 func (*SessionStarted) ProtoMessage() {}
 
 func (x *SessionStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_session_proto_msgTypes[8]
+	mi := &file_pawl_v1_session_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -673,7 +747,7 @@ func (x *SessionStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionStarted.ProtoReflect.Descriptor instead.
 func (*SessionStarted) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_session_proto_rawDescGZIP(), []int{8}
+	return file_pawl_v1_session_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *SessionStarted) GetRecord() *InstanceRecord {
@@ -681,6 +755,13 @@ func (x *SessionStarted) GetRecord() *InstanceRecord {
 		return x.Record
 	}
 	return nil
+}
+
+func (x *SessionStarted) GetTakesAckBatches() bool {
+	if x != nil {
+		return x.TakesAckBatches
+	}
+	return false
 }
 
 // SessionAckResult answers one ACK.
@@ -700,7 +781,7 @@ type SessionAckResult struct {
 
 func (x *SessionAckResult) Reset() {
 	*x = SessionAckResult{}
-	mi := &file_pawl_v1_session_proto_msgTypes[9]
+	mi := &file_pawl_v1_session_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -712,7 +793,7 @@ func (x *SessionAckResult) String() string {
 func (*SessionAckResult) ProtoMessage() {}
 
 func (x *SessionAckResult) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_session_proto_msgTypes[9]
+	mi := &file_pawl_v1_session_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -725,7 +806,7 @@ func (x *SessionAckResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionAckResult.ProtoReflect.Descriptor instead.
 func (*SessionAckResult) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_session_proto_rawDescGZIP(), []int{9}
+	return file_pawl_v1_session_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *SessionAckResult) GetAckId() uint64 {
@@ -777,7 +858,7 @@ type SessionWatchMessage struct {
 
 func (x *SessionWatchMessage) Reset() {
 	*x = SessionWatchMessage{}
-	mi := &file_pawl_v1_session_proto_msgTypes[10]
+	mi := &file_pawl_v1_session_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -789,7 +870,7 @@ func (x *SessionWatchMessage) String() string {
 func (*SessionWatchMessage) ProtoMessage() {}
 
 func (x *SessionWatchMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_session_proto_msgTypes[10]
+	mi := &file_pawl_v1_session_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -802,7 +883,7 @@ func (x *SessionWatchMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionWatchMessage.ProtoReflect.Descriptor instead.
 func (*SessionWatchMessage) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_session_proto_rawDescGZIP(), []int{10}
+	return file_pawl_v1_session_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *SessionWatchMessage) GetWatchId() int64 {
@@ -855,7 +936,7 @@ type SessionError struct {
 
 func (x *SessionError) Reset() {
 	*x = SessionError{}
-	mi := &file_pawl_v1_session_proto_msgTypes[11]
+	mi := &file_pawl_v1_session_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -867,7 +948,7 @@ func (x *SessionError) String() string {
 func (*SessionError) ProtoMessage() {}
 
 func (x *SessionError) ProtoReflect() protoreflect.Message {
-	mi := &file_pawl_v1_session_proto_msgTypes[11]
+	mi := &file_pawl_v1_session_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -880,7 +961,7 @@ func (x *SessionError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionError.ProtoReflect.Descriptor instead.
 func (*SessionError) Descriptor() ([]byte, []int) {
-	return file_pawl_v1_session_proto_rawDescGZIP(), []int{11}
+	return file_pawl_v1_session_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *SessionError) GetCode() string {
@@ -901,13 +982,14 @@ var File_pawl_v1_session_proto protoreflect.FileDescriptor
 
 const file_pawl_v1_session_proto_rawDesc = "" +
 	"\n" +
-	"\x15pawl/v1/session.proto\x12\apawl.v1\x1a\x16pawl/v1/instance.proto\x1a\x10pawl/v1/kv.proto\x1a\x15pawl/v1/release.proto\x1a\x15pawl/v1/rollout.proto\"\xc2\x02\n" +
+	"\x15pawl/v1/session.proto\x12\apawl.v1\x1a\x16pawl/v1/instance.proto\x1a\x10pawl/v1/kv.proto\x1a\x15pawl/v1/release.proto\x1a\x15pawl/v1/rollout.proto\"\xf2\x02\n" +
 	"\x0eSessionRequest\x12-\n" +
 	"\x05hello\x18\x01 \x01(\v2\x15.pawl.v1.SessionHelloH\x00R\x05hello\x12'\n" +
 	"\x03ack\x18\x02 \x01(\v2\x13.pawl.v1.SessionAckH\x00R\x03ack\x12@\n" +
 	"\fwatch_create\x18\x03 \x01(\v2\x1b.pawl.v1.SessionWatchCreateH\x00R\vwatchCreate\x12@\n" +
 	"\fwatch_cancel\x18\x04 \x01(\v2\x1b.pawl.v1.SessionWatchCancelH\x00R\vwatchCancel\x12L\n" +
-	"\x10progress_request\x18\x05 \x01(\v2\x1f.pawl.v1.SessionProgressRequestH\x00R\x0fprogressRequestB\x06\n" +
+	"\x10progress_request\x18\x05 \x01(\v2\x1f.pawl.v1.SessionProgressRequestH\x00R\x0fprogressRequest\x12.\n" +
+	"\x04acks\x18\x06 \x01(\v2\x18.pawl.v1.SessionAckBatchH\x00R\x04acksB\x06\n" +
 	"\x04kind\"\xaf\x02\n" +
 	"\fSessionHello\x12-\n" +
 	"\binstance\x18\x01 \x01(\v2\x11.pawl.v1.InstanceR\binstance\x12)\n" +
@@ -925,7 +1007,9 @@ const file_pawl_v1_session_proto_rawDesc = "" +
 	"\n" +
 	"SessionAck\x12\x15\n" +
 	"\x06ack_id\x18\x01 \x01(\x04R\x05ackId\x12\x1e\n" +
-	"\x03ack\x18\x02 \x01(\v2\f.pawl.v1.AckR\x03ack\"\\\n" +
+	"\x03ack\x18\x02 \x01(\v2\f.pawl.v1.AckR\x03ack\":\n" +
+	"\x0fSessionAckBatch\x12'\n" +
+	"\x04acks\x18\x01 \x03(\v2\x13.pawl.v1.SessionAckR\x04acks\"\\\n" +
 	"\x12SessionWatchCreate\x12\x19\n" +
 	"\bwatch_id\x18\x01 \x01(\x03R\awatchId\x12+\n" +
 	"\x05watch\x18\x02 \x01(\v2\x15.pawl.v1.WatchRequestR\x05watch\"/\n" +
@@ -937,9 +1021,10 @@ const file_pawl_v1_session_proto_rawDesc = "" +
 	"\vassignments\x18\x02 \x01(\v2!.pawl.v1.WatchAssignmentsResponseR\vassignments\x12-\n" +
 	"\x04acks\x18\x03 \x03(\v2\x19.pawl.v1.SessionAckResultR\x04acks\x126\n" +
 	"\awatches\x18\x04 \x03(\v2\x1c.pawl.v1.SessionWatchMessageR\awatches\x12,\n" +
-	"\breleases\x18\x05 \x03(\v2\x10.pawl.v1.ReleaseR\breleases\"A\n" +
+	"\breleases\x18\x05 \x03(\v2\x10.pawl.v1.ReleaseR\breleases\"m\n" +
 	"\x0eSessionStarted\x12/\n" +
-	"\x06record\x18\x01 \x01(\v2\x17.pawl.v1.InstanceRecordR\x06record\"v\n" +
+	"\x06record\x18\x01 \x01(\v2\x17.pawl.v1.InstanceRecordR\x06record\x12*\n" +
+	"\x11takes_ack_batches\x18\x02 \x01(\bR\x0ftakesAckBatches\"v\n" +
 	"\x10SessionAckResult\x12\x15\n" +
 	"\x06ack_id\x18\x01 \x01(\x04R\x05ackId\x12\x1e\n" +
 	"\x03ack\x18\x02 \x01(\v2\f.pawl.v1.AckR\x03ack\x12+\n" +
@@ -969,55 +1054,58 @@ func file_pawl_v1_session_proto_rawDescGZIP() []byte {
 	return file_pawl_v1_session_proto_rawDescData
 }
 
-var file_pawl_v1_session_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_pawl_v1_session_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_pawl_v1_session_proto_goTypes = []any{
 	(*SessionRequest)(nil),           // 0: pawl.v1.SessionRequest
 	(*SessionHello)(nil),             // 1: pawl.v1.SessionHello
 	(*HeldRelease)(nil),              // 2: pawl.v1.HeldRelease
 	(*SessionAck)(nil),               // 3: pawl.v1.SessionAck
-	(*SessionWatchCreate)(nil),       // 4: pawl.v1.SessionWatchCreate
-	(*SessionWatchCancel)(nil),       // 5: pawl.v1.SessionWatchCancel
-	(*SessionProgressRequest)(nil),   // 6: pawl.v1.SessionProgressRequest
-	(*SessionResponse)(nil),          // 7: pawl.v1.SessionResponse
-	(*SessionStarted)(nil),           // 8: pawl.v1.SessionStarted
-	(*SessionAckResult)(nil),         // 9: pawl.v1.SessionAckResult
-	(*SessionWatchMessage)(nil),      // 10: pawl.v1.SessionWatchMessage
-	(*SessionError)(nil),             // 11: pawl.v1.SessionError
-	(*Instance)(nil),                 // 12: pawl.v1.Instance
-	(*Ack)(nil),                      // 13: pawl.v1.Ack
-	(*WatchRequest)(nil),             // 14: pawl.v1.WatchRequest
-	(*WatchAssignmentsResponse)(nil), // 15: pawl.v1.WatchAssignmentsResponse
-	(*Release)(nil),                  // 16: pawl.v1.Release
-	(*InstanceRecord)(nil),           // 17: pawl.v1.InstanceRecord
-	(*WatchResponse)(nil),            // 18: pawl.v1.WatchResponse
+	(*SessionAckBatch)(nil),          // 4: pawl.v1.SessionAckBatch
+	(*SessionWatchCreate)(nil),       // 5: pawl.v1.SessionWatchCreate
+	(*SessionWatchCancel)(nil),       // 6: pawl.v1.SessionWatchCancel
+	(*SessionProgressRequest)(nil),   // 7: pawl.v1.SessionProgressRequest
+	(*SessionResponse)(nil),          // 8: pawl.v1.SessionResponse
+	(*SessionStarted)(nil),           // 9: pawl.v1.SessionStarted
+	(*SessionAckResult)(nil),         // 10: pawl.v1.SessionAckResult
+	(*SessionWatchMessage)(nil),      // 11: pawl.v1.SessionWatchMessage
+	(*SessionError)(nil),             // 12: pawl.v1.SessionError
+	(*Instance)(nil),                 // 13: pawl.v1.Instance
+	(*Ack)(nil),                      // 14: pawl.v1.Ack
+	(*WatchRequest)(nil),             // 15: pawl.v1.WatchRequest
+	(*WatchAssignmentsResponse)(nil), // 16: pawl.v1.WatchAssignmentsResponse
+	(*Release)(nil),                  // 17: pawl.v1.Release
+	(*InstanceRecord)(nil),           // 18: pawl.v1.InstanceRecord
+	(*WatchResponse)(nil),            // 19: pawl.v1.WatchResponse
 }
 var file_pawl_v1_session_proto_depIdxs = []int32{
 	1,  // 0: pawl.v1.SessionRequest.hello:type_name -> pawl.v1.SessionHello
 	3,  // 1: pawl.v1.SessionRequest.ack:type_name -> pawl.v1.SessionAck
-	4,  // 2: pawl.v1.SessionRequest.watch_create:type_name -> pawl.v1.SessionWatchCreate
-	5,  // 3: pawl.v1.SessionRequest.watch_cancel:type_name -> pawl.v1.SessionWatchCancel
-	6,  // 4: pawl.v1.SessionRequest.progress_request:type_name -> pawl.v1.SessionProgressRequest
-	12, // 5: pawl.v1.SessionHello.instance:type_name -> pawl.v1.Instance
-	2,  // 6: pawl.v1.SessionHello.held_releases:type_name -> pawl.v1.HeldRelease
-	13, // 7: pawl.v1.SessionAck.ack:type_name -> pawl.v1.Ack
-	14, // 8: pawl.v1.SessionWatchCreate.watch:type_name -> pawl.v1.WatchRequest
-	8,  // 9: pawl.v1.SessionResponse.started:type_name -> pawl.v1.SessionStarted
-	15, // 10: pawl.v1.SessionResponse.assignments:type_name -> pawl.v1.WatchAssignmentsResponse
-	9,  // 11: pawl.v1.SessionResponse.acks:type_name -> pawl.v1.SessionAckResult
-	10, // 12: pawl.v1.SessionResponse.watches:type_name -> pawl.v1.SessionWatchMessage
-	16, // 13: pawl.v1.SessionResponse.releases:type_name -> pawl.v1.Release
-	17, // 14: pawl.v1.SessionStarted.record:type_name -> pawl.v1.InstanceRecord
-	13, // 15: pawl.v1.SessionAckResult.ack:type_name -> pawl.v1.Ack
-	11, // 16: pawl.v1.SessionAckResult.error:type_name -> pawl.v1.SessionError
-	18, // 17: pawl.v1.SessionWatchMessage.response:type_name -> pawl.v1.WatchResponse
-	11, // 18: pawl.v1.SessionWatchMessage.error:type_name -> pawl.v1.SessionError
-	0,  // 19: pawl.v1.SessionService.Session:input_type -> pawl.v1.SessionRequest
-	7,  // 20: pawl.v1.SessionService.Session:output_type -> pawl.v1.SessionResponse
-	20, // [20:21] is the sub-list for method output_type
-	19, // [19:20] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	5,  // 2: pawl.v1.SessionRequest.watch_create:type_name -> pawl.v1.SessionWatchCreate
+	6,  // 3: pawl.v1.SessionRequest.watch_cancel:type_name -> pawl.v1.SessionWatchCancel
+	7,  // 4: pawl.v1.SessionRequest.progress_request:type_name -> pawl.v1.SessionProgressRequest
+	4,  // 5: pawl.v1.SessionRequest.acks:type_name -> pawl.v1.SessionAckBatch
+	13, // 6: pawl.v1.SessionHello.instance:type_name -> pawl.v1.Instance
+	2,  // 7: pawl.v1.SessionHello.held_releases:type_name -> pawl.v1.HeldRelease
+	14, // 8: pawl.v1.SessionAck.ack:type_name -> pawl.v1.Ack
+	3,  // 9: pawl.v1.SessionAckBatch.acks:type_name -> pawl.v1.SessionAck
+	15, // 10: pawl.v1.SessionWatchCreate.watch:type_name -> pawl.v1.WatchRequest
+	9,  // 11: pawl.v1.SessionResponse.started:type_name -> pawl.v1.SessionStarted
+	16, // 12: pawl.v1.SessionResponse.assignments:type_name -> pawl.v1.WatchAssignmentsResponse
+	10, // 13: pawl.v1.SessionResponse.acks:type_name -> pawl.v1.SessionAckResult
+	11, // 14: pawl.v1.SessionResponse.watches:type_name -> pawl.v1.SessionWatchMessage
+	17, // 15: pawl.v1.SessionResponse.releases:type_name -> pawl.v1.Release
+	18, // 16: pawl.v1.SessionStarted.record:type_name -> pawl.v1.InstanceRecord
+	14, // 17: pawl.v1.SessionAckResult.ack:type_name -> pawl.v1.Ack
+	12, // 18: pawl.v1.SessionAckResult.error:type_name -> pawl.v1.SessionError
+	19, // 19: pawl.v1.SessionWatchMessage.response:type_name -> pawl.v1.WatchResponse
+	12, // 20: pawl.v1.SessionWatchMessage.error:type_name -> pawl.v1.SessionError
+	0,  // 21: pawl.v1.SessionService.Session:input_type -> pawl.v1.SessionRequest
+	8,  // 22: pawl.v1.SessionService.Session:output_type -> pawl.v1.SessionResponse
+	22, // [22:23] is the sub-list for method output_type
+	21, // [21:22] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_pawl_v1_session_proto_init() }
@@ -1035,6 +1123,7 @@ func file_pawl_v1_session_proto_init() {
 		(*SessionRequest_WatchCreate)(nil),
 		(*SessionRequest_WatchCancel)(nil),
 		(*SessionRequest_ProgressRequest)(nil),
+		(*SessionRequest_Acks)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1042,7 +1131,7 @@ func file_pawl_v1_session_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pawl_v1_session_proto_rawDesc), len(file_pawl_v1_session_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   12,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -44,7 +44,9 @@ import (
 // the release records and its key-space watches) form one watch.Group,
 // whose wake-up is that kick: the hub wakes the session once for all of
 // them, and the writer drains every ready watcher with Poll; a session
-// has no goroutine per watch. When the hello asks for shared events, the events
+// has no goroutine per watch. A message may carry several ACKs
+// (SessionAckBatch, which SessionStarted advertises): they are taken as
+// that many ack messages, one after another. When the hello asks for shared events, the events
 // that several of the session's watches get go once in a message, with
 // the IDs of all of them (eventShare). ACKs are submitted, in the order they came, to
 // the rollout domain's batches (rollout.Rollouts.SubmitAckFunc), which
@@ -423,8 +425,19 @@ func (s *session) receive(stream *connect.BidiStream[pawlv1.SessionRequest, pawl
 		case *pawlv1.SessionRequest_Hello:
 			return InvalidArgument("a session has one hello, its first message: open another session to register again")
 		case *pawlv1.SessionRequest_Ack:
+			s.lag.SessionAckMessage(1)
 			if err := s.ack(k.Ack); err != nil {
 				return err
+			}
+		case *pawlv1.SessionRequest_Acks:
+			// As that many ack messages, one after another.
+			if n := len(k.Acks.GetAcks()); n > 0 {
+				s.lag.SessionAckMessage(n)
+			}
+			for _, m := range k.Acks.GetAcks() {
+				if err := s.ack(m); err != nil {
+					return err
+				}
 			}
 		case *pawlv1.SessionRequest_WatchCreate, *pawlv1.SessionRequest_WatchCancel, *pawlv1.SessionRequest_ProgressRequest:
 			select {
@@ -434,7 +447,7 @@ func (s *session) receive(stream *connect.BidiStream[pawlv1.SessionRequest, pawl
 				return s.ctx.Err()
 			}
 		default:
-			return InvalidArgument("the message sets none of hello, ack, watch_create, watch_cancel or progress_request")
+			return InvalidArgument("the message sets none of hello, ack, acks, watch_create, watch_cancel or progress_request")
 		}
 	}
 }
@@ -673,7 +686,7 @@ func (s *session) stopWriting() error {
 // start sends the started message and the first assignments, with the
 // releases they name that the client does not hold, when it asked.
 func (s *session) start(started *pawlv1.InstanceRecord, after int64, held map[inlineKey]bool) error {
-	msg := &pawlv1.SessionResponse{Started: &pawlv1.SessionStarted{Record: started}}
+	msg := &pawlv1.SessionResponse{Started: &pawlv1.SessionStarted{Record: started, TakesAckBatches: true}}
 	if err := s.startAssignments(msg, after); err != nil {
 		return err
 	}

@@ -47,6 +47,7 @@ type Metrics struct {
 
 	acks     *prometheus.CounterVec
 	ackBatch prometheus.Histogram
+	ackMsg   prometheus.Histogram
 	refusals *prometheus.CounterVec
 }
 
@@ -79,11 +80,13 @@ func New() *Metrics {
 			Help: "ACKs received, by instance state and outcome (counted, not_counted, refused)."}, []string{"state", "outcome"}),
 		ackBatch: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: namespace, Name: "ack_batch_size",
 			Help: "ACKs recorded per store transaction (ACKs are judged and committed in batches).", Buckets: prometheus.ExponentialBuckets(1, 2, 10)}),
+		ackMsg: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: namespace, Name: "session_acks_per_message",
+			Help: "ACKs per session message that carries ACKs (a client puts what it has ready together).", Buckets: prometheus.LinearBuckets(1, 1, 8)}),
 		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "limit_refusals_total",
 			Help: "Requests and connections refused for a limit, by the limit's flag (docs/LIMITS.md)."}, []string{"limit"}),
 	}
 	m.reg.MustRegister(m.rpcStarted, m.rpcHandled, m.rpcDuration, m.streamsOpen, m.fanoutLag, m.storeCommit,
-		m.compiles, m.runs, m.acks, m.ackBatch, m.refusals,
+		m.compiles, m.runs, m.acks, m.ackBatch, m.ackMsg, m.refusals,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -190,6 +193,14 @@ func (m *Metrics) AckBatch(acks int) {
 		return
 	}
 	m.ackBatch.Observe(float64(acks))
+}
+
+// SessionAckMessage observes one session message that carried acks ACKs.
+func (m *Metrics) SessionAckMessage(acks int) {
+	if m == nil {
+		return
+	}
+	m.ackMsg.Observe(float64(acks))
 }
 
 // Refused counts a refusal by a limit, named by its flag without dashes

@@ -17,7 +17,7 @@ from pawl.v1 import release_pb2 as pawl_dot_v1_dot_release__pb2
 from pawl.v1 import rollout_pb2 as pawl_dot_v1_dot_rollout__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15pawl/v1/session.proto\x12\x07pawl.v1\x1a\x16pawl/v1/instance.proto\x1a\x10pawl/v1/kv.proto\x1a\x15pawl/v1/release.proto\x1a\x15pawl/v1/rollout.proto\"\xc2\x02\n\x0eSessionRequest\x12-\n\x05hello\x18\x01 \x01(\x0b\x32\x15.pawl.v1.SessionHelloH\x00R\x05hello\x12\'\n\x03\x61\x63k\x18\x02 \x01(\x0b\x32\x13.pawl.v1.SessionAckH\x00R\x03\x61\x63k\x12@\n\x0cwatch_create\x18\x03 \x01(\x0b\x32\x1b.pawl.v1.SessionWatchCreateH\x00R\x0bwatchCreate\x12@\n\x0cwatch_cancel\x18\x04 \x01(\x0b\x32\x1b.pawl.v1.SessionWatchCancelH\x00R\x0bwatchCancel\x12L\n\x10progress_request\x18\x05 \x01(\x0b\x32\x1f.pawl.v1.SessionProgressRequestH\x00R\x0fprogressRequestB\x06\n\x04kind\"\xaf\x02\n\x0cSessionHello\x12-\n\x08instance\x18\x01 \x01(\x0b\x32\x11.pawl.v1.InstanceR\x08instance\x12)\n\x10membership_epoch\x18\x02 \x01(\x03R\x0fmembershipEpoch\x12<\n\x1a\x61ssignments_after_revision\x18\x03 \x01(\x03R\x18\x61ssignmentsAfterRevision\x12#\n\rshared_events\x18\x04 \x01(\x08R\x0csharedEvents\x12\'\n\x0finline_releases\x18\x05 \x01(\x08R\x0einlineReleases\x12\x39\n\rheld_releases\x18\x06 \x03(\x0b\x32\x14.pawl.v1.HeldReleaseR\x0cheldReleases\"q\n\x0bHeldRelease\x12\x1b\n\tconfig_id\x18\x01 \x01(\tR\x08\x63onfigId\x12\x1e\n\ngeneration\x18\x02 \x01(\x03R\ngeneration\x12%\n\x0e\x63ontent_digest\x18\x03 \x01(\tR\rcontentDigest\"C\n\nSessionAck\x12\x15\n\x06\x61\x63k_id\x18\x01 \x01(\x04R\x05\x61\x63kId\x12\x1e\n\x03\x61\x63k\x18\x02 \x01(\x0b\x32\x0c.pawl.v1.AckR\x03\x61\x63k\"\\\n\x12SessionWatchCreate\x12\x19\n\x08watch_id\x18\x01 \x01(\x03R\x07watchId\x12+\n\x05watch\x18\x02 \x01(\x0b\x32\x15.pawl.v1.WatchRequestR\x05watch\"/\n\x12SessionWatchCancel\x12\x19\n\x08watch_id\x18\x01 \x01(\x03R\x07watchId\"\x18\n\x16SessionProgressRequest\"\x9e\x02\n\x0fSessionResponse\x12\x31\n\x07started\x18\x01 \x01(\x0b\x32\x17.pawl.v1.SessionStartedR\x07started\x12\x43\n\x0b\x61ssignments\x18\x02 \x01(\x0b\x32!.pawl.v1.WatchAssignmentsResponseR\x0b\x61ssignments\x12-\n\x04\x61\x63ks\x18\x03 \x03(\x0b\x32\x19.pawl.v1.SessionAckResultR\x04\x61\x63ks\x12\x36\n\x07watches\x18\x04 \x03(\x0b\x32\x1c.pawl.v1.SessionWatchMessageR\x07watches\x12,\n\x08releases\x18\x05 \x03(\x0b\x32\x10.pawl.v1.ReleaseR\x08releases\"A\n\x0eSessionStarted\x12/\n\x06record\x18\x01 \x01(\x0b\x32\x17.pawl.v1.InstanceRecordR\x06record\"v\n\x10SessionAckResult\x12\x15\n\x06\x61\x63k_id\x18\x01 \x01(\x04R\x05\x61\x63kId\x12\x1e\n\x03\x61\x63k\x18\x02 \x01(\x0b\x32\x0c.pawl.v1.AckR\x03\x61\x63k\x12+\n\x05\x65rror\x18\x03 \x01(\x0b\x32\x15.pawl.v1.SessionErrorR\x05\x65rror\"\xce\x01\n\x13SessionWatchMessage\x12\x19\n\x08watch_id\x18\x01 \x01(\x03R\x07watchId\x12\x32\n\x08response\x18\x02 \x01(\x0b\x32\x16.pawl.v1.WatchResponseR\x08response\x12+\n\x05\x65rror\x18\x03 \x01(\x0b\x32\x15.pawl.v1.SessionErrorR\x05\x65rror\x12\x1a\n\x08\x63\x61nceled\x18\x04 \x01(\x08R\x08\x63\x61nceled\x12\x1f\n\x0bshared_with\x18\x05 \x03(\x03R\nsharedWith\"<\n\x0cSessionError\x12\x12\n\x04\x63ode\x18\x01 \x01(\tR\x04\x63ode\x12\x18\n\x07message\x18\x02 \x01(\tR\x07message2T\n\x0eSessionService\x12\x42\n\x07Session\x12\x17.pawl.v1.SessionRequest\x1a\x18.pawl.v1.SessionResponse\"\x00(\x01\x30\x01\x42,Z*github.com/pawlcfg/pawl/gen/pawl/v1;pawlv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15pawl/v1/session.proto\x12\x07pawl.v1\x1a\x16pawl/v1/instance.proto\x1a\x10pawl/v1/kv.proto\x1a\x15pawl/v1/release.proto\x1a\x15pawl/v1/rollout.proto\"\xf2\x02\n\x0eSessionRequest\x12-\n\x05hello\x18\x01 \x01(\x0b\x32\x15.pawl.v1.SessionHelloH\x00R\x05hello\x12\'\n\x03\x61\x63k\x18\x02 \x01(\x0b\x32\x13.pawl.v1.SessionAckH\x00R\x03\x61\x63k\x12@\n\x0cwatch_create\x18\x03 \x01(\x0b\x32\x1b.pawl.v1.SessionWatchCreateH\x00R\x0bwatchCreate\x12@\n\x0cwatch_cancel\x18\x04 \x01(\x0b\x32\x1b.pawl.v1.SessionWatchCancelH\x00R\x0bwatchCancel\x12L\n\x10progress_request\x18\x05 \x01(\x0b\x32\x1f.pawl.v1.SessionProgressRequestH\x00R\x0fprogressRequest\x12.\n\x04\x61\x63ks\x18\x06 \x01(\x0b\x32\x18.pawl.v1.SessionAckBatchH\x00R\x04\x61\x63ksB\x06\n\x04kind\"\xaf\x02\n\x0cSessionHello\x12-\n\x08instance\x18\x01 \x01(\x0b\x32\x11.pawl.v1.InstanceR\x08instance\x12)\n\x10membership_epoch\x18\x02 \x01(\x03R\x0fmembershipEpoch\x12<\n\x1a\x61ssignments_after_revision\x18\x03 \x01(\x03R\x18\x61ssignmentsAfterRevision\x12#\n\rshared_events\x18\x04 \x01(\x08R\x0csharedEvents\x12\'\n\x0finline_releases\x18\x05 \x01(\x08R\x0einlineReleases\x12\x39\n\rheld_releases\x18\x06 \x03(\x0b\x32\x14.pawl.v1.HeldReleaseR\x0cheldReleases\"q\n\x0bHeldRelease\x12\x1b\n\tconfig_id\x18\x01 \x01(\tR\x08\x63onfigId\x12\x1e\n\ngeneration\x18\x02 \x01(\x03R\ngeneration\x12%\n\x0e\x63ontent_digest\x18\x03 \x01(\tR\rcontentDigest\"C\n\nSessionAck\x12\x15\n\x06\x61\x63k_id\x18\x01 \x01(\x04R\x05\x61\x63kId\x12\x1e\n\x03\x61\x63k\x18\x02 \x01(\x0b\x32\x0c.pawl.v1.AckR\x03\x61\x63k\":\n\x0fSessionAckBatch\x12\'\n\x04\x61\x63ks\x18\x01 \x03(\x0b\x32\x13.pawl.v1.SessionAckR\x04\x61\x63ks\"\\\n\x12SessionWatchCreate\x12\x19\n\x08watch_id\x18\x01 \x01(\x03R\x07watchId\x12+\n\x05watch\x18\x02 \x01(\x0b\x32\x15.pawl.v1.WatchRequestR\x05watch\"/\n\x12SessionWatchCancel\x12\x19\n\x08watch_id\x18\x01 \x01(\x03R\x07watchId\"\x18\n\x16SessionProgressRequest\"\x9e\x02\n\x0fSessionResponse\x12\x31\n\x07started\x18\x01 \x01(\x0b\x32\x17.pawl.v1.SessionStartedR\x07started\x12\x43\n\x0b\x61ssignments\x18\x02 \x01(\x0b\x32!.pawl.v1.WatchAssignmentsResponseR\x0b\x61ssignments\x12-\n\x04\x61\x63ks\x18\x03 \x03(\x0b\x32\x19.pawl.v1.SessionAckResultR\x04\x61\x63ks\x12\x36\n\x07watches\x18\x04 \x03(\x0b\x32\x1c.pawl.v1.SessionWatchMessageR\x07watches\x12,\n\x08releases\x18\x05 \x03(\x0b\x32\x10.pawl.v1.ReleaseR\x08releases\"m\n\x0eSessionStarted\x12/\n\x06record\x18\x01 \x01(\x0b\x32\x17.pawl.v1.InstanceRecordR\x06record\x12*\n\x11takes_ack_batches\x18\x02 \x01(\x08R\x0ftakesAckBatches\"v\n\x10SessionAckResult\x12\x15\n\x06\x61\x63k_id\x18\x01 \x01(\x04R\x05\x61\x63kId\x12\x1e\n\x03\x61\x63k\x18\x02 \x01(\x0b\x32\x0c.pawl.v1.AckR\x03\x61\x63k\x12+\n\x05\x65rror\x18\x03 \x01(\x0b\x32\x15.pawl.v1.SessionErrorR\x05\x65rror\"\xce\x01\n\x13SessionWatchMessage\x12\x19\n\x08watch_id\x18\x01 \x01(\x03R\x07watchId\x12\x32\n\x08response\x18\x02 \x01(\x0b\x32\x16.pawl.v1.WatchResponseR\x08response\x12+\n\x05\x65rror\x18\x03 \x01(\x0b\x32\x15.pawl.v1.SessionErrorR\x05\x65rror\x12\x1a\n\x08\x63\x61nceled\x18\x04 \x01(\x08R\x08\x63\x61nceled\x12\x1f\n\x0bshared_with\x18\x05 \x03(\x03R\nsharedWith\"<\n\x0cSessionError\x12\x12\n\x04\x63ode\x18\x01 \x01(\tR\x04\x63ode\x12\x18\n\x07message\x18\x02 \x01(\tR\x07message2T\n\x0eSessionService\x12\x42\n\x07Session\x12\x17.pawl.v1.SessionRequest\x1a\x18.pawl.v1.SessionResponse\"\x00(\x01\x30\x01\x42,Z*github.com/pawlcfg/pawl/gen/pawl/v1;pawlv1b\x06proto3')
 
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'pawl.v1.session_pb2', globals())
@@ -26,29 +26,31 @@ if _descriptor._USE_C_DESCRIPTORS == False:
   DESCRIPTOR._options = None
   DESCRIPTOR._serialized_options = b'Z*github.com/pawlcfg/pawl/gen/pawl/v1;pawlv1'
   _SESSIONREQUEST._serialized_start=123
-  _SESSIONREQUEST._serialized_end=445
-  _SESSIONHELLO._serialized_start=448
-  _SESSIONHELLO._serialized_end=751
-  _HELDRELEASE._serialized_start=753
-  _HELDRELEASE._serialized_end=866
-  _SESSIONACK._serialized_start=868
-  _SESSIONACK._serialized_end=935
-  _SESSIONWATCHCREATE._serialized_start=937
-  _SESSIONWATCHCREATE._serialized_end=1029
-  _SESSIONWATCHCANCEL._serialized_start=1031
-  _SESSIONWATCHCANCEL._serialized_end=1078
-  _SESSIONPROGRESSREQUEST._serialized_start=1080
-  _SESSIONPROGRESSREQUEST._serialized_end=1104
-  _SESSIONRESPONSE._serialized_start=1107
-  _SESSIONRESPONSE._serialized_end=1393
-  _SESSIONSTARTED._serialized_start=1395
-  _SESSIONSTARTED._serialized_end=1460
-  _SESSIONACKRESULT._serialized_start=1462
-  _SESSIONACKRESULT._serialized_end=1580
-  _SESSIONWATCHMESSAGE._serialized_start=1583
-  _SESSIONWATCHMESSAGE._serialized_end=1789
-  _SESSIONERROR._serialized_start=1791
-  _SESSIONERROR._serialized_end=1851
-  _SESSIONSERVICE._serialized_start=1853
-  _SESSIONSERVICE._serialized_end=1937
+  _SESSIONREQUEST._serialized_end=493
+  _SESSIONHELLO._serialized_start=496
+  _SESSIONHELLO._serialized_end=799
+  _HELDRELEASE._serialized_start=801
+  _HELDRELEASE._serialized_end=914
+  _SESSIONACK._serialized_start=916
+  _SESSIONACK._serialized_end=983
+  _SESSIONACKBATCH._serialized_start=985
+  _SESSIONACKBATCH._serialized_end=1043
+  _SESSIONWATCHCREATE._serialized_start=1045
+  _SESSIONWATCHCREATE._serialized_end=1137
+  _SESSIONWATCHCANCEL._serialized_start=1139
+  _SESSIONWATCHCANCEL._serialized_end=1186
+  _SESSIONPROGRESSREQUEST._serialized_start=1188
+  _SESSIONPROGRESSREQUEST._serialized_end=1212
+  _SESSIONRESPONSE._serialized_start=1215
+  _SESSIONRESPONSE._serialized_end=1501
+  _SESSIONSTARTED._serialized_start=1503
+  _SESSIONSTARTED._serialized_end=1612
+  _SESSIONACKRESULT._serialized_start=1614
+  _SESSIONACKRESULT._serialized_end=1732
+  _SESSIONWATCHMESSAGE._serialized_start=1735
+  _SESSIONWATCHMESSAGE._serialized_end=1941
+  _SESSIONERROR._serialized_start=1943
+  _SESSIONERROR._serialized_end=2003
+  _SESSIONSERVICE._serialized_start=2005
+  _SESSIONSERVICE._serialized_end=2089
 # @@protoc_insertion_point(module_scope)

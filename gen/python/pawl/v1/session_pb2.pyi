@@ -27,6 +27,12 @@ class SessionAck(_message.Message):
     ack_id: int
     def __init__(self, ack_id: _Optional[int] = ..., ack: _Optional[_Union[_rollout_pb2.Ack, _Mapping]] = ...) -> None: ...
 
+class SessionAckBatch(_message.Message):
+    __slots__ = ["acks"]
+    ACKS_FIELD_NUMBER: _ClassVar[int]
+    acks: _containers.RepeatedCompositeFieldContainer[SessionAck]
+    def __init__(self, acks: _Optional[_Iterable[_Union[SessionAck, _Mapping]]] = ...) -> None: ...
+
 class SessionAckResult(_message.Message):
     __slots__ = ["ack", "ack_id", "error"]
     ACK_FIELD_NUMBER: _ClassVar[int]
@@ -66,18 +72,20 @@ class SessionProgressRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class SessionRequest(_message.Message):
-    __slots__ = ["ack", "hello", "progress_request", "watch_cancel", "watch_create"]
+    __slots__ = ["ack", "acks", "hello", "progress_request", "watch_cancel", "watch_create"]
+    ACKS_FIELD_NUMBER: _ClassVar[int]
     ACK_FIELD_NUMBER: _ClassVar[int]
     HELLO_FIELD_NUMBER: _ClassVar[int]
     PROGRESS_REQUEST_FIELD_NUMBER: _ClassVar[int]
     WATCH_CANCEL_FIELD_NUMBER: _ClassVar[int]
     WATCH_CREATE_FIELD_NUMBER: _ClassVar[int]
     ack: SessionAck
+    acks: SessionAckBatch
     hello: SessionHello
     progress_request: SessionProgressRequest
     watch_cancel: SessionWatchCancel
     watch_create: SessionWatchCreate
-    def __init__(self, hello: _Optional[_Union[SessionHello, _Mapping]] = ..., ack: _Optional[_Union[SessionAck, _Mapping]] = ..., watch_create: _Optional[_Union[SessionWatchCreate, _Mapping]] = ..., watch_cancel: _Optional[_Union[SessionWatchCancel, _Mapping]] = ..., progress_request: _Optional[_Union[SessionProgressRequest, _Mapping]] = ...) -> None: ...
+    def __init__(self, hello: _Optional[_Union[SessionHello, _Mapping]] = ..., ack: _Optional[_Union[SessionAck, _Mapping]] = ..., watch_create: _Optional[_Union[SessionWatchCreate, _Mapping]] = ..., watch_cancel: _Optional[_Union[SessionWatchCancel, _Mapping]] = ..., progress_request: _Optional[_Union[SessionProgressRequest, _Mapping]] = ..., acks: _Optional[_Union[SessionAckBatch, _Mapping]] = ...) -> None: ...
 
 class SessionResponse(_message.Message):
     __slots__ = ["acks", "assignments", "releases", "started", "watches"]
@@ -94,10 +102,12 @@ class SessionResponse(_message.Message):
     def __init__(self, started: _Optional[_Union[SessionStarted, _Mapping]] = ..., assignments: _Optional[_Union[_instance_pb2.WatchAssignmentsResponse, _Mapping]] = ..., acks: _Optional[_Iterable[_Union[SessionAckResult, _Mapping]]] = ..., watches: _Optional[_Iterable[_Union[SessionWatchMessage, _Mapping]]] = ..., releases: _Optional[_Iterable[_Union[_release_pb2.Release, _Mapping]]] = ...) -> None: ...
 
 class SessionStarted(_message.Message):
-    __slots__ = ["record"]
+    __slots__ = ["record", "takes_ack_batches"]
     RECORD_FIELD_NUMBER: _ClassVar[int]
+    TAKES_ACK_BATCHES_FIELD_NUMBER: _ClassVar[int]
     record: _instance_pb2.InstanceRecord
-    def __init__(self, record: _Optional[_Union[_instance_pb2.InstanceRecord, _Mapping]] = ...) -> None: ...
+    takes_ack_batches: bool
+    def __init__(self, record: _Optional[_Union[_instance_pb2.InstanceRecord, _Mapping]] = ..., takes_ack_batches: bool = ...) -> None: ...
 
 class SessionWatchCancel(_message.Message):
     __slots__ = ["watch_id"]

@@ -18,7 +18,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file pawl/v1/session.proto.
  */
 export const file_pawl_v1_session: GenFile = /*@__PURE__*/
-  fileDesc("ChVwYXdsL3YxL3Nlc3Npb24ucHJvdG8SB3Bhd2wudjEiiwIKDlNlc3Npb25SZXF1ZXN0EiYKBWhlbGxvGAEgASgLMhUucGF3bC52MS5TZXNzaW9uSGVsbG9IABIiCgNhY2sYAiABKAsyEy5wYXdsLnYxLlNlc3Npb25BY2tIABIzCgx3YXRjaF9jcmVhdGUYAyABKAsyGy5wYXdsLnYxLlNlc3Npb25XYXRjaENyZWF0ZUgAEjMKDHdhdGNoX2NhbmNlbBgEIAEoCzIbLnBhd2wudjEuU2Vzc2lvbldhdGNoQ2FuY2VsSAASOwoQcHJvZ3Jlc3NfcmVxdWVzdBgFIAEoCzIfLnBhd2wudjEuU2Vzc2lvblByb2dyZXNzUmVxdWVzdEgAQgYKBGtpbmQizgEKDFNlc3Npb25IZWxsbxIjCghpbnN0YW5jZRgBIAEoCzIRLnBhd2wudjEuSW5zdGFuY2USGAoQbWVtYmVyc2hpcF9lcG9jaBgCIAEoAxIiChphc3NpZ25tZW50c19hZnRlcl9yZXZpc2lvbhgDIAEoAxIVCg1zaGFyZWRfZXZlbnRzGAQgASgIEhcKD2lubGluZV9yZWxlYXNlcxgFIAEoCBIrCg1oZWxkX3JlbGVhc2VzGAYgAygLMhQucGF3bC52MS5IZWxkUmVsZWFzZSJMCgtIZWxkUmVsZWFzZRIRCgljb25maWdfaWQYASABKAkSEgoKZ2VuZXJhdGlvbhgCIAEoAxIWCg5jb250ZW50X2RpZ2VzdBgDIAEoCSI3CgpTZXNzaW9uQWNrEg4KBmFja19pZBgBIAEoBBIZCgNhY2sYAiABKAsyDC5wYXdsLnYxLkFjayJMChJTZXNzaW9uV2F0Y2hDcmVhdGUSEAoId2F0Y2hfaWQYASABKAMSJAoFd2F0Y2gYAiABKAsyFS5wYXdsLnYxLldhdGNoUmVxdWVzdCImChJTZXNzaW9uV2F0Y2hDYW5jZWwSEAoId2F0Y2hfaWQYASABKAMiGAoWU2Vzc2lvblByb2dyZXNzUmVxdWVzdCLvAQoPU2Vzc2lvblJlc3BvbnNlEigKB3N0YXJ0ZWQYASABKAsyFy5wYXdsLnYxLlNlc3Npb25TdGFydGVkEjYKC2Fzc2lnbm1lbnRzGAIgASgLMiEucGF3bC52MS5XYXRjaEFzc2lnbm1lbnRzUmVzcG9uc2USJwoEYWNrcxgDIAMoCzIZLnBhd2wudjEuU2Vzc2lvbkFja1Jlc3VsdBItCgd3YXRjaGVzGAQgAygLMhwucGF3bC52MS5TZXNzaW9uV2F0Y2hNZXNzYWdlEiIKCHJlbGVhc2VzGAUgAygLMhAucGF3bC52MS5SZWxlYXNlIjkKDlNlc3Npb25TdGFydGVkEicKBnJlY29yZBgBIAEoCzIXLnBhd2wudjEuSW5zdGFuY2VSZWNvcmQiYwoQU2Vzc2lvbkFja1Jlc3VsdBIOCgZhY2tfaWQYASABKAQSGQoDYWNrGAIgASgLMgwucGF3bC52MS5BY2sSJAoFZXJyb3IYAyABKAsyFS5wYXdsLnYxLlNlc3Npb25FcnJvciKeAQoTU2Vzc2lvbldhdGNoTWVzc2FnZRIQCgh3YXRjaF9pZBgBIAEoAxIoCghyZXNwb25zZRgCIAEoCzIWLnBhd2wudjEuV2F0Y2hSZXNwb25zZRIkCgVlcnJvchgDIAEoCzIVLnBhd2wudjEuU2Vzc2lvbkVycm9yEhAKCGNhbmNlbGVkGAQgASgIEhMKC3NoYXJlZF93aXRoGAUgAygDIi0KDFNlc3Npb25FcnJvchIMCgRjb2RlGAEgASgJEg8KB21lc3NhZ2UYAiABKAkyVAoOU2Vzc2lvblNlcnZpY2USQgoHU2Vzc2lvbhIXLnBhd2wudjEuU2Vzc2lvblJlcXVlc3QaGC5wYXdsLnYxLlNlc3Npb25SZXNwb25zZSIAKAEwAUIsWipnaXRodWIuY29tL3Bhd2xjZmcvcGF3bC9nZW4vcGF3bC92MTtwYXdsdjFiBnByb3RvMw", [file_pawl_v1_instance, file_pawl_v1_kv, file_pawl_v1_release, file_pawl_v1_rollout]);
+  fileDesc("ChVwYXdsL3YxL3Nlc3Npb24ucHJvdG8SB3Bhd2wudjEitQIKDlNlc3Npb25SZXF1ZXN0EiYKBWhlbGxvGAEgASgLMhUucGF3bC52MS5TZXNzaW9uSGVsbG9IABIiCgNhY2sYAiABKAsyEy5wYXdsLnYxLlNlc3Npb25BY2tIABIzCgx3YXRjaF9jcmVhdGUYAyABKAsyGy5wYXdsLnYxLlNlc3Npb25XYXRjaENyZWF0ZUgAEjMKDHdhdGNoX2NhbmNlbBgEIAEoCzIbLnBhd2wudjEuU2Vzc2lvbldhdGNoQ2FuY2VsSAASOwoQcHJvZ3Jlc3NfcmVxdWVzdBgFIAEoCzIfLnBhd2wudjEuU2Vzc2lvblByb2dyZXNzUmVxdWVzdEgAEigKBGFja3MYBiABKAsyGC5wYXdsLnYxLlNlc3Npb25BY2tCYXRjaEgAQgYKBGtpbmQizgEKDFNlc3Npb25IZWxsbxIjCghpbnN0YW5jZRgBIAEoCzIRLnBhd2wudjEuSW5zdGFuY2USGAoQbWVtYmVyc2hpcF9lcG9jaBgCIAEoAxIiChphc3NpZ25tZW50c19hZnRlcl9yZXZpc2lvbhgDIAEoAxIVCg1zaGFyZWRfZXZlbnRzGAQgASgIEhcKD2lubGluZV9yZWxlYXNlcxgFIAEoCBIrCg1oZWxkX3JlbGVhc2VzGAYgAygLMhQucGF3bC52MS5IZWxkUmVsZWFzZSJMCgtIZWxkUmVsZWFzZRIRCgljb25maWdfaWQYASABKAkSEgoKZ2VuZXJhdGlvbhgCIAEoAxIWCg5jb250ZW50X2RpZ2VzdBgDIAEoCSI3CgpTZXNzaW9uQWNrEg4KBmFja19pZBgBIAEoBBIZCgNhY2sYAiABKAsyDC5wYXdsLnYxLkFjayI0Cg9TZXNzaW9uQWNrQmF0Y2gSIQoEYWNrcxgBIAMoCzITLnBhd2wudjEuU2Vzc2lvbkFjayJMChJTZXNzaW9uV2F0Y2hDcmVhdGUSEAoId2F0Y2hfaWQYASABKAMSJAoFd2F0Y2gYAiABKAsyFS5wYXdsLnYxLldhdGNoUmVxdWVzdCImChJTZXNzaW9uV2F0Y2hDYW5jZWwSEAoId2F0Y2hfaWQYASABKAMiGAoWU2Vzc2lvblByb2dyZXNzUmVxdWVzdCLvAQoPU2Vzc2lvblJlc3BvbnNlEigKB3N0YXJ0ZWQYASABKAsyFy5wYXdsLnYxLlNlc3Npb25TdGFydGVkEjYKC2Fzc2lnbm1lbnRzGAIgASgLMiEucGF3bC52MS5XYXRjaEFzc2lnbm1lbnRzUmVzcG9uc2USJwoEYWNrcxgDIAMoCzIZLnBhd2wudjEuU2Vzc2lvbkFja1Jlc3VsdBItCgd3YXRjaGVzGAQgAygLMhwucGF3bC52MS5TZXNzaW9uV2F0Y2hNZXNzYWdlEiIKCHJlbGVhc2VzGAUgAygLMhAucGF3bC52MS5SZWxlYXNlIlQKDlNlc3Npb25TdGFydGVkEicKBnJlY29yZBgBIAEoCzIXLnBhd2wudjEuSW5zdGFuY2VSZWNvcmQSGQoRdGFrZXNfYWNrX2JhdGNoZXMYAiABKAgiYwoQU2Vzc2lvbkFja1Jlc3VsdBIOCgZhY2tfaWQYASABKAQSGQoDYWNrGAIgASgLMgwucGF3bC52MS5BY2sSJAoFZXJyb3IYAyABKAsyFS5wYXdsLnYxLlNlc3Npb25FcnJvciKeAQoTU2Vzc2lvbldhdGNoTWVzc2FnZRIQCgh3YXRjaF9pZBgBIAEoAxIoCghyZXNwb25zZRgCIAEoCzIWLnBhd2wudjEuV2F0Y2hSZXNwb25zZRIkCgVlcnJvchgDIAEoCzIVLnBhd2wudjEuU2Vzc2lvbkVycm9yEhAKCGNhbmNlbGVkGAQgASgIEhMKC3NoYXJlZF93aXRoGAUgAygDIi0KDFNlc3Npb25FcnJvchIMCgRjb2RlGAEgASgJEg8KB21lc3NhZ2UYAiABKAkyVAoOU2Vzc2lvblNlcnZpY2USQgoHU2Vzc2lvbhIXLnBhd2wudjEuU2Vzc2lvblJlcXVlc3QaGC5wYXdsLnYxLlNlc3Npb25SZXNwb25zZSIAKAEwAUIsWipnaXRodWIuY29tL3Bhd2xjZmcvcGF3bC9nZW4vcGF3bC92MTtwYXdsdjFiBnByb3RvMw", [file_pawl_v1_instance, file_pawl_v1_kv, file_pawl_v1_release, file_pawl_v1_rollout]);
 
 /**
  * SessionRequest is one message from the instance.
@@ -72,6 +72,16 @@ export type SessionRequest = Message<"pawl.v1.SessionRequest"> & {
      */
     value: SessionProgressRequest;
     case: "progressRequest";
+  } | {
+    /**
+     * Several reports, in order. Send it only to a server whose
+     * SessionStarted set takes_ack_batches: one that predates it ends the
+     * session with INVALID_ARGUMENT.
+     *
+     * @generated from field: pawl.v1.SessionAckBatch acks = 6;
+     */
+    value: SessionAckBatch;
+    case: "acks";
   } | { case: undefined; value?: undefined };
 };
 
@@ -235,6 +245,33 @@ export const SessionAckSchema: GenMessage<SessionAck> = /*@__PURE__*/
   messageDesc(file_pawl_v1_session, 3);
 
 /**
+ * SessionAckBatch carries several ACKs in one message: the server takes
+ * them exactly as that many ack messages sent one after another, in this
+ * order. Each is numbered, judged, stored and answered on its own (one
+ * SessionAckResult each, in order); the batch only spares the messages.
+ * An instance whose apply has several reports ready at once (discovered,
+ * downloaded, validated, staged, applied) sends them together. An empty
+ * batch is allowed and does nothing.
+ *
+ * @generated from message pawl.v1.SessionAckBatch
+ */
+export type SessionAckBatch = Message<"pawl.v1.SessionAckBatch"> & {
+  /**
+   * The ACKs, in the order they are to be judged.
+   *
+   * @generated from field: repeated pawl.v1.SessionAck acks = 1;
+   */
+  acks: SessionAck[];
+};
+
+/**
+ * Describes the message pawl.v1.SessionAckBatch.
+ * Use `create(SessionAckBatchSchema)` to create a new message.
+ */
+export const SessionAckBatchSchema: GenMessage<SessionAckBatch> = /*@__PURE__*/
+  messageDesc(file_pawl_v1_session, 4);
+
+/**
  * SessionWatchCreate opens a watch on the session.
  *
  * @generated from message pawl.v1.SessionWatchCreate
@@ -262,7 +299,7 @@ export type SessionWatchCreate = Message<"pawl.v1.SessionWatchCreate"> & {
  * Use `create(SessionWatchCreateSchema)` to create a new message.
  */
 export const SessionWatchCreateSchema: GenMessage<SessionWatchCreate> = /*@__PURE__*/
-  messageDesc(file_pawl_v1_session, 4);
+  messageDesc(file_pawl_v1_session, 5);
 
 /**
  * SessionWatchCancel ends a watch.
@@ -283,7 +320,7 @@ export type SessionWatchCancel = Message<"pawl.v1.SessionWatchCancel"> & {
  * Use `create(SessionWatchCancelSchema)` to create a new message.
  */
 export const SessionWatchCancelSchema: GenMessage<SessionWatchCancel> = /*@__PURE__*/
-  messageDesc(file_pawl_v1_session, 5);
+  messageDesc(file_pawl_v1_session, 6);
 
 /**
  * SessionProgressRequest asks the session's watches for progress.
@@ -298,7 +335,7 @@ export type SessionProgressRequest = Message<"pawl.v1.SessionProgressRequest"> &
  * Use `create(SessionProgressRequestSchema)` to create a new message.
  */
 export const SessionProgressRequestSchema: GenMessage<SessionProgressRequest> = /*@__PURE__*/
-  messageDesc(file_pawl_v1_session, 6);
+  messageDesc(file_pawl_v1_session, 7);
 
 /**
  * SessionResponse is one message from the server: any of its parts may be
@@ -358,7 +395,7 @@ export type SessionResponse = Message<"pawl.v1.SessionResponse"> & {
  * Use `create(SessionResponseSchema)` to create a new message.
  */
 export const SessionResponseSchema: GenMessage<SessionResponse> = /*@__PURE__*/
-  messageDesc(file_pawl_v1_session, 7);
+  messageDesc(file_pawl_v1_session, 8);
 
 /**
  * SessionStarted says the session holds the instance's registration.
@@ -373,6 +410,14 @@ export type SessionStarted = Message<"pawl.v1.SessionStarted"> & {
    * @generated from field: pawl.v1.InstanceRecord record = 1;
    */
   record?: InstanceRecord | undefined;
+
+  /**
+   * The server takes SessionRequest.acks (several ACKs in one message).
+   * Unset: a server that predates it; send each ACK in its own message.
+   *
+   * @generated from field: bool takes_ack_batches = 2;
+   */
+  takesAckBatches: boolean;
 };
 
 /**
@@ -380,7 +425,7 @@ export type SessionStarted = Message<"pawl.v1.SessionStarted"> & {
  * Use `create(SessionStartedSchema)` to create a new message.
  */
 export const SessionStartedSchema: GenMessage<SessionStarted> = /*@__PURE__*/
-  messageDesc(file_pawl_v1_session, 8);
+  messageDesc(file_pawl_v1_session, 9);
 
 /**
  * SessionAckResult answers one ACK.
@@ -417,7 +462,7 @@ export type SessionAckResult = Message<"pawl.v1.SessionAckResult"> & {
  * Use `create(SessionAckResultSchema)` to create a new message.
  */
 export const SessionAckResultSchema: GenMessage<SessionAckResult> = /*@__PURE__*/
-  messageDesc(file_pawl_v1_session, 9);
+  messageDesc(file_pawl_v1_session, 10);
 
 /**
  * SessionWatchMessage is one message of one watch on the session.
@@ -475,7 +520,7 @@ export type SessionWatchMessage = Message<"pawl.v1.SessionWatchMessage"> & {
  * Use `create(SessionWatchMessageSchema)` to create a new message.
  */
 export const SessionWatchMessageSchema: GenMessage<SessionWatchMessage> = /*@__PURE__*/
-  messageDesc(file_pawl_v1_session, 10);
+  messageDesc(file_pawl_v1_session, 11);
 
 /**
  * SessionError is a refusal of one request within a session, which goes
@@ -505,7 +550,7 @@ export type SessionError = Message<"pawl.v1.SessionError"> & {
  * Use `create(SessionErrorSchema)` to create a new message.
  */
 export const SessionErrorSchema: GenMessage<SessionError> = /*@__PURE__*/
-  messageDesc(file_pawl_v1_session, 11);
+  messageDesc(file_pawl_v1_session, 12);
 
 /**
  * SessionService carries everything one instance says and hears on one
