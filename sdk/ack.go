@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"connectrpc.com/connect"
@@ -35,8 +37,16 @@ type reporter struct {
 	// goroutine touches it.
 	appliedAt time.Time
 
-	queue chan queuedAck
-	done  chan struct{}
+	// mu guards the queue: what was reported and not yet taken, in
+	// order; held keeps the sender from taking it (see let); closed ends
+	// the sender once the queue is empty. wake has a value when either
+	// changed.
+	mu     sync.Mutex
+	queue  []queuedAck
+	held   bool
+	closed bool
+	wake   chan struct{}
+	done   chan struct{}
 }
 
 type queuedAck struct {
@@ -47,17 +57,22 @@ type queuedAck struct {
 	sent   chan error // nil: nobody waits
 }
 
-// maxAcksPerApply bounds the ACKs of one apply: every state once, and a
-// rejection.
-const maxAcksPerApply = 8
+// maxAcksPerMessage is the most ACKs the client puts in one session
+// message, the bound servers keep (SessionAckBatch).
+const maxAcksPerMessage = 64
 
+// newReporter returns the reporter of an apply of a, holding what is
+// posted until let is called (or a report is waited for).
 func (c *Client) newReporter(a *pawlv1.Assignment) *reporter {
-	r := &reporter{c: c, a: a, seq: c.seq.Add(1), digest: a.GetContentDigest(),
-		queue: make(chan queuedAck, maxAcksPerApply), done: make(chan struct{})}
+	r := &reporter{c: c, a: a, seq: c.seq.Add(1), digest: a.GetContentDigest(), held: true,
+		wake: make(chan struct{}, 1), done: make(chan struct{})}
 	go func() {
 		defer close(r.done)
-		for q := range r.queue {
-			batch := r.more(r.linger([]queuedAck{q}))
+		for {
+			batch, ok := r.take()
+			if !ok {
+				return
+			}
 			for i, err := range r.sendAll(batch) {
 				q := batch[i]
 				if q.sent != nil {
@@ -72,59 +87,79 @@ func (c *Client) newReporter(a *pawlv1.Assignment) *reporter {
 	return r
 }
 
-// discoveredLinger is how long a DISCOVERED waits for the apply's next
-// report (DOWNLOADED: at once when the release came with the assignment
-// or from the cache) to travel with it.
-const discoveredLinger = 50 * time.Millisecond
-
-// linger holds a batch that is a DISCOVERED until the apply's next report
-// is queued, up to discoveredLinger: a release in hand is then reported
-// discovered and downloaded in one message, and a slow download has its
-// DISCOVERED sent while it runs.
-func (r *reporter) linger(batch []queuedAck) []queuedAck {
-	if len(batch) != 1 || batch[0].state != pawlv1.InstanceState_INSTANCE_STATE_DISCOVERED || !r.c.sess.takesBatches() {
-		return batch
-	}
-	t := time.NewTimer(discoveredLinger)
-	defer t.Stop()
-	select {
-	case q, ok := <-r.queue:
-		if ok {
-			batch = append(batch, q)
+// take waits for reports and takes every one queued, up to the first
+// APPLIED (whose answer may send a STALE, which must follow it): what the
+// apply reported while the report before was on its way goes in one
+// message. It returns false once the reporter is closed and nothing is
+// left.
+func (r *reporter) take() ([]queuedAck, bool) {
+	for {
+		batch, closed := r.tryTake()
+		switch {
+		case batch != nil:
+			return batch, true
+		case closed:
+			return nil, false
 		}
-	case <-t.C:
+		<-r.wake
 	}
-	return batch
 }
 
-// more adds to batch the ACKs queued behind its first, up to the first
-// APPLIED (whose answer may send a STALE, which must follow it): what the
-// apply reported while the ACK before was on its way goes in one message.
-func (r *reporter) more(batch []queuedAck) []queuedAck {
-	for batch[len(batch)-1].state != pawlv1.InstanceState_INSTANCE_STATE_APPLIED {
-		select {
-		case q, ok := <-r.queue:
-			if !ok {
-				return batch
-			}
-			batch = append(batch, q)
-		default:
-			return batch
-		}
+// tryTake takes what take would without waiting: nil when nothing may be
+// taken, and then whether the reporter is closed.
+func (r *reporter) tryTake() (batch []queuedAck, closed bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.queue) == 0 || (r.held && !r.closed) {
+		return nil, r.closed
 	}
-	return batch
+	n := 1 + slices.IndexFunc(r.queue, func(q queuedAck) bool { return q.state == pawlv1.InstanceState_INSTANCE_STATE_APPLIED })
+	if n == 0 {
+		n = len(r.queue)
+	}
+	batch = slices.Clone(r.queue[:n])
+	r.queue = slices.Delete(r.queue, 0, n)
+	return batch, false
+}
+
+// signal wakes the sender.
+func (r *reporter) signal() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// let lets the sender take what is held: the apply holds its DISCOVERED
+// until it knows whether the release and its validator are in hand, so
+// that DISCOVERED and DOWNLOADED go in one message when no download was
+// needed, and DISCOVERED at once when one is.
+func (r *reporter) let() {
+	r.mu.Lock()
+	r.held = false
+	r.mu.Unlock()
+	r.signal()
+}
+
+// enqueue queues q.
+func (r *reporter) enqueue(q queuedAck) {
+	r.mu.Lock()
+	r.queue = append(r.queue, q)
+	r.mu.Unlock()
+	r.signal()
 }
 
 // post queues an ACK of state with the trace context of ctx's span.
 func (r *reporter) post(ctx context.Context, state pawlv1.InstanceState, extra ackExtra) {
-	r.queue <- queuedAck{ctx: ctx, state: state, extra: r.stamp(state, extra), digest: r.digest}
+	r.enqueue(queuedAck{ctx: ctx, state: state, extra: r.stamp(state, extra), digest: r.digest})
 }
 
 // wait queues an ACK and waits until it and every ACK before it were
 // sent. It fails when the server refused it or ctx ended.
 func (r *reporter) wait(ctx context.Context, state pawlv1.InstanceState, extra ackExtra) error {
 	sent := make(chan error, 1)
-	r.queue <- queuedAck{ctx: ctx, state: state, extra: r.stamp(state, extra), digest: r.digest, sent: sent}
+	r.enqueue(queuedAck{ctx: ctx, state: state, extra: r.stamp(state, extra), digest: r.digest, sent: sent})
+	r.let()
 	select {
 	case err := <-sent:
 		return err
@@ -149,7 +184,10 @@ func (r *reporter) stamp(state pawlv1.InstanceState, extra ackExtra) ackExtra {
 // close stops the sender after what is queued (an ended context cuts its
 // retries short).
 func (r *reporter) close() {
-	close(r.queue)
+	r.mu.Lock()
+	r.closed = true
+	r.mu.Unlock()
+	r.signal()
 	<-r.done
 }
 
@@ -196,14 +234,20 @@ func (r *reporter) send(ctx context.Context, state pawlv1.InstanceState, digest 
 
 // sendAll reports batch, in order, and returns each report's outcome as
 // send does. On a session whose server takes several ACKs in a message,
-// the reports go together; from the first that the server neither took
-// nor refused for good (its store was unavailable, the session turned
-// out to be missing, a HEALTHY_ACKED came too early), they are sent again
-// one by one, as send sends them, with their report numbers, so that the
-// server answers those it recorded after it with their records.
+// the reports go together; the server judges one only once the one before
+// it was recorded, and answers the later ones ABORTED, not judged, when
+// one was not. From the first answer that is neither a record nor a
+// refusal for good (its store was unavailable, the session turned out to
+// be missing, a HEALTHY_ACKED came too early, one before it was not
+// recorded), they are sent again one by one, as send sends them, with
+// their report numbers: in order, and one the server did record after all
+// (its answer lost) is answered with its record.
 func (r *reporter) sendAll(batch []queuedAck) []error {
 	errs := make([]error, len(batch))
-	if len(batch) == 1 || r.c.sess == nil || r.c.epoch.Load() == 0 {
+	// A server that does not take batches gets each report once the one
+	// before was answered, as it always did: pipelined, a later state
+	// could be judged before an earlier one that must be sent again.
+	if len(batch) == 1 || !r.c.sess.takesBatches() || r.c.epoch.Load() == 0 {
 		for i, q := range batch {
 			errs[i] = r.send(q.ctx, q.state, q.digest, q.extra)
 		}

@@ -342,7 +342,7 @@ const maxAckBatchBytes = 64 << 10
 
 // sendAcksLocked sends ps on st, in order, each with the next ack_id and
 // the current membership epoch: together, in messages of up to
-// maxAckBatchBytes, when the server takes batches, or each in its own
+// maxAckBatchBytes and maxAcksPerMessage, when the server takes batches, or each in its own
 // message, one after another, when it does not. It stops at the first
 // send that fails (the stream broke: what was not answered is sent again
 // on the next one). The caller holds st.sendMu.
@@ -377,7 +377,7 @@ func (st *sessionStream) sendAcksLocked(s *session, ps []*pendingAck) error {
 		ack.MembershipEpoch = epoch
 		m := &pawlv1.SessionAck{AckId: id, Ack: ack}
 		n := proto.Size(m)
-		if !st.batches || size+n > maxAckBatchBytes {
+		if !st.batches || size+n > maxAckBatchBytes || len(batch) == maxAcksPerMessage {
 			if err := flush(); err != nil {
 				return err
 			}

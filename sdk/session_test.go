@@ -2,6 +2,7 @@ package sdk_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -454,16 +455,19 @@ func TestAResumedSessionIsNotSentTheReleasesItHolds(t *testing.T) {
 
 // TestAnApplysReadyReportsTravelTogether: the reports an apply has ready
 // while the one before is on its way go to the server in one message,
-// each still stored once and in order; against a server that does not
-// say it takes ACK batches (an older pawld, played by a man in the
-// middle that clears SessionStarted.takes_ack_batches), every ACK goes in
-// a message of its own.
+// each still stored once and in order; with the release and its
+// validator in hand (a second release: the validator is loaded, the
+// release comes with its assignment), DISCOVERED and DOWNLOADED go in one.
+// Against a server that does not say it takes ACK batches (an older
+// pawld, played by a man in the middle that clears
+// SessionStarted.takes_ack_batches), every ACK goes in a message of its
+// own.
 func TestAnApplysReadyReportsTravelTogether(t *testing.T) {
 	for _, older := range []bool{false, true} {
 		t.Run(map[bool]string{false: "batches", true: "older server"}[older], func(t *testing.T) {
 			h := newHarness(t)
 			var mu sync.Mutex
-			var perMessage []int // ACKs in each session message that carried some
+			var messages [][]string // the ACKs ("generation:STATE") of each session message that carried some
 			rw := faultproxy.NewRewriter(t, h.srv.URL, func(procedure string, msg proto.Message, request bool) {
 				if procedure != sessionCalls {
 					return
@@ -476,33 +480,48 @@ func TestAnApplysReadyReportsTravelTogether(t *testing.T) {
 						m.Started.TakesAckBatches = false
 					}
 				case *pawlv1.SessionRequest:
+					acks := m.GetAcks().GetAcks()
 					if m.GetAck() != nil {
-						perMessage = append(perMessage, 1)
-					} else if m.GetAcks() != nil {
-						perMessage = append(perMessage, len(m.GetAcks().GetAcks()))
+						acks = []*pawlv1.SessionAck{m.GetAck()}
+					}
+					var in []string
+					for _, a := range acks {
+						in = append(in, fmt.Sprintf("%d:%s", a.GetAck().GetGeneration(), strings.TrimPrefix(a.GetAck().GetState().String(), "INSTANCE_STATE_")))
+					}
+					if len(in) > 0 {
+						messages = append(messages, in)
 					}
 				}
 			})
 			c := h.clientAt(rw.URL, "i0")
 			h.waitRegistered("i0")
-			h.release(50, nil)
-			if got := strings.Join(h.awaitBootHealthy(1, c.BootID()), ","); got != everyStepOfOneRelease {
-				t.Fatalf("stored %s; want each step once, in order", got)
+			for gen := int64(1); gen <= 2; gen++ {
+				h.release(50+int(gen), nil)
+				if got := strings.Join(h.awaitBootHealthy(gen, c.BootID()), ","); got != everyStepOfOneRelease {
+					t.Fatalf("generation %d: stored %s; want each step once, in order", gen, got)
+				}
 			}
 			mu.Lock()
 			defer mu.Unlock()
-			sum, most := 0, 0
-			for _, n := range perMessage {
-				sum, most = sum+n, max(most, n)
+			t.Logf("ACKs per message: %v", messages)
+			sent, most := 0, 0
+			var second []string // the first message of generation 2's ACKs
+			for _, m := range messages {
+				sent, most = sent+len(m), max(most, len(m))
+				if second == nil && strings.HasPrefix(m[0], "2:") {
+					second = m
+				}
 			}
-			t.Logf("ACKs per message: %v", perMessage)
+			// Each generation's six steps, and the STALE of generation 1
+			// once 2 is applied.
+			if want := 2*len(strings.Split(everyStepOfOneRelease, ",")) + 1; sent != want {
+				t.Fatalf("%d ACKs sent, want %d: %v", sent, want, messages)
+			}
 			switch {
-			case sum != len(strings.Split(everyStepOfOneRelease, ",")):
-				t.Fatalf("%d ACKs sent in messages %v", sum, perMessage)
 			case older && most != 1:
-				t.Fatalf("ACKs per message %v to a server that takes one per message", perMessage)
-			case !older && most < 2:
-				t.Fatalf("ACKs per message %v: the reports an apply had ready went one by one", perMessage)
+				t.Fatalf("ACKs per message %v to a server that takes one per message", messages)
+			case !older && (len(second) < 2 || second[0] != "2:DISCOVERED" || second[1] != "2:DOWNLOADED"):
+				t.Fatalf("generation 2's first message %v: DISCOVERED and DOWNLOADED did not travel together (all: %v)", second, messages)
 			}
 		})
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/pawlcfg/pawl/internal/testkit/testserver"
 	"github.com/pawlcfg/pawl/sdk/auditchain"
 	"github.com/pawlcfg/pawl/server"
+	"github.com/pawlcfg/pawl/server/internal/api"
 	"github.com/pawlcfg/pawl/server/internal/audit"
 )
 
@@ -287,10 +288,12 @@ func TestSessionRegistersWatchesAndAcks(t *testing.T) {
 // TestSessionTakesSeveralACKsInOneMessage: a server says in SessionStarted
 // that it takes ACK batches; a batch is judged, stored and answered as its
 // ACKs sent one after another (each with its own answer, in order, a
-// refusal in the middle refusing that one only, and a state after a later
-// one out of order: they are judged in the batch's order); an empty batch does
-// nothing; and pawl_session_acks_per_message counts the batch as one
-// message of its ACKs.
+// state after a later one out of order: they are judged in the batch's
+// order); an empty batch does nothing; an ACK that was not recorded
+// (refused by the session's checks, or by the rollout) leaves the later
+// ones of its config in the message unjudged (ABORTED); a message over
+// the bound ends the session; and pawl_session_acks_per_message counts a
+// batch as one message of its ACKs.
 func TestSessionTakesSeveralACKsInOneMessage(t *testing.T) {
 	srv := testserver.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -321,12 +324,22 @@ func TestSessionTakesSeveralACKsInOneMessage(t *testing.T) {
 	}
 	before := scrapeMetrics(t, srv)
 	s.send(batch(20,
-		ack(pawlv1.InstanceState_INSTANCE_STATE_DOWNLOADED), bad, ack(pawlv1.InstanceState_INSTANCE_STATE_VALIDATED),
-		ack(pawlv1.InstanceState_INSTANCE_STATE_DOWNLOADED)))
+		ack(pawlv1.InstanceState_INSTANCE_STATE_DOWNLOADED), ack(pawlv1.InstanceState_INSTANCE_STATE_VALIDATED),
+		ack(pawlv1.InstanceState_INSTANCE_STATE_DOWNLOADED), bad))
 	s.send(batch(0))
 	s.ack(24, ack(pawlv1.InstanceState_INSTANCE_STATE_STAGED))
+	// A report that is not recorded (its release does not exist) leaves
+	// the later one of its config in the message unjudged, and nothing of
+	// it stored, so that the instance sends both again in order; another
+	// config's is judged.
+	unknown, otherConfig := ack(pawlv1.InstanceState_INSTANCE_STATE_APPLIED), ack(pawlv1.InstanceState_INSTANCE_STATE_APPLIED)
+	unknown.Generation, otherConfig.ConfigId = 99, "no-such-config"
+	s.send(batch(25, unknown, ack(pawlv1.InstanceState_INSTANCE_STATE_APPLIED), otherConfig))
+	s.ack(28, ack(pawlv1.InstanceState_INSTANCE_STATE_APPLIED))
+	// So does one the session refuses before judging it.
+	s.send(batch(29, bad, ack(pawlv1.InstanceState_INSTANCE_STATE_HEALTHY_ACKED)))
 	var results []*pawlv1.SessionAckResult
-	for len(results) < 5 {
+	for len(results) < 11 {
 		results = append(results, s.recv().GetAcks()...)
 	}
 	var got []string
@@ -343,7 +356,8 @@ func TestSessionTakesSeveralACKsInOneMessage(t *testing.T) {
 			got = append(got, r.GetAck().GetState().String()+" "+strings.SplitN(r.GetAck().GetNotCountedReason(), ":", 2)[0])
 		}
 	}
-	want := "INSTANCE_STATE_DOWNLOADED counted; refused invalid_argument; INSTANCE_STATE_VALIDATED counted; INSTANCE_STATE_DOWNLOADED out of order; INSTANCE_STATE_STAGED counted"
+	want := "INSTANCE_STATE_DOWNLOADED counted; INSTANCE_STATE_VALIDATED counted; INSTANCE_STATE_DOWNLOADED out of order; refused invalid_argument; INSTANCE_STATE_STAGED counted; " +
+		"refused not_found; refused aborted; refused not_found; INSTANCE_STATE_APPLIED counted; refused invalid_argument; refused aborted"
 	if strings.Join(got, "; ") != want {
 		t.Fatalf("answers:\n got %s\nwant %s", strings.Join(got, "; "), want)
 	}
@@ -357,13 +371,22 @@ func TestSessionTakesSeveralACKsInOneMessage(t *testing.T) {
 		stored = append(stored, a.GetState().String())
 	}
 	slices.Sort(stored)
-	if strings.Join(stored, ",") != "INSTANCE_STATE_DOWNLOADED,INSTANCE_STATE_DOWNLOADED,INSTANCE_STATE_STAGED,INSTANCE_STATE_VALIDATED" {
+	if strings.Join(stored, ",") != "INSTANCE_STATE_APPLIED,INSTANCE_STATE_DOWNLOADED,INSTANCE_STATE_DOWNLOADED,INSTANCE_STATE_STAGED,INSTANCE_STATE_VALIDATED" {
 		t.Fatalf("stored: %v", stored)
 	}
 	moved(t, before, scrapeMetrics(t, srv), map[string]float64{
-		series("pawl_session_acks_per_message_count"): 2,
-		series("pawl_session_acks_per_message_sum"):   5,
+		series("pawl_session_acks_per_message_count"): 5,
+		series("pawl_session_acks_per_message_sum"):   11,
 	})
+	over := make([]*pawlv1.Ack, api.MaxAcksPerMessage+1)
+	for i := range over {
+		over[i] = ack(pawlv1.InstanceState_INSTANCE_STATE_HEALTHY_ACKED)
+	}
+	s.send(batch(100, over...))
+	if code := s.endsWith(); code != connect.CodeInvalidArgument {
+		t.Fatalf("a message of %d ACKs ended the session with %v, want invalid_argument", len(over), code)
+	}
+	moved(t, before, scrapeMetrics(t, srv), map[string]float64{series("pawl_acks_total", "state=HEALTHY_ACKED", "outcome=counted"): 0})
 }
 
 // TestSessionRefusesWhatIsNotAHello: the first message must be a hello;

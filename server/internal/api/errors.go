@@ -103,7 +103,7 @@ func Error(log *slog.Logger, spec connect.Spec, err error) error {
 		return connect.NewError(connect.CodeNotFound, err)
 	case errors.Is(err, rollout.ErrKeyReused), errors.Is(err, rollout.ErrAlreadyRetired), errors.Is(err, rollout.ErrAlreadyRevoked):
 		return connect.NewError(connect.CodeAlreadyExists, err)
-	case errors.Is(err, rollout.ErrContended):
+	case errors.Is(err, rollout.ErrContended), errors.Is(err, rollout.ErrEarlierNotRecorded):
 		return connect.NewError(connect.CodeAborted, err)
 	case errors.As(err, &busy):
 		return LimitExceeded(AcksWaitingLimit, uint64(busy.Waiting), uint64(busy.Limit), "acks", "%v", busy)

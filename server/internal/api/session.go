@@ -131,6 +131,9 @@ func (h *Sessions) ackSpan(ctx context.Context, traceparent string) trace.Span {
 }
 
 const (
+	// MaxAcksPerMessage bounds the ACKs of one SessionAckBatch: a message
+	// over it ends the session with INVALID_ARGUMENT.
+	MaxAcksPerMessage = 64
 	// maxAcksInFlight bounds the ACKs of one session received and not yet
 	// answered: enough to keep a batching store busy from one instance,
 	// small enough that a session holds little while its client does not
@@ -426,16 +429,24 @@ func (s *session) receive(stream *connect.BidiStream[pawlv1.SessionRequest, pawl
 			return InvalidArgument("a session has one hello, its first message: open another session to register again")
 		case *pawlv1.SessionRequest_Ack:
 			s.lag.SessionAckMessage(1)
-			if err := s.ack(k.Ack); err != nil {
+			if err := s.ack(k.Ack, nil); err != nil {
 				return err
 			}
 		case *pawlv1.SessionRequest_Acks:
-			// As that many ack messages, one after another.
-			if n := len(k.Acks.GetAcks()); n > 0 {
-				s.lag.SessionAckMessage(n)
+			// As that many ack messages, one after another, except that
+			// each is judged only once the one of its config before it
+			// was recorded (rollout.AckChain).
+			acks := k.Acks.GetAcks()
+			if len(acks) > MaxAcksPerMessage {
+				return InvalidArgument("the message carries %d ACKs; a session message carries at most %d: send the rest in another", len(acks), MaxAcksPerMessage)
 			}
-			for _, m := range k.Acks.GetAcks() {
-				if err := s.ack(m); err != nil {
+			if len(acks) == 0 {
+				continue
+			}
+			s.lag.SessionAckMessage(len(acks))
+			chain := s.h.instances.rollouts.NewAckChain()
+			for _, m := range acks {
+				if err := s.ack(m, chain); err != nil {
 					return err
 				}
 			}
@@ -453,8 +464,10 @@ func (s *session) receive(stream *connect.BidiStream[pawlv1.SessionRequest, pawl
 }
 
 // ack takes one ACK: it is answered in its turn, after it is recorded
-// or refused. It waits while maxAcksInFlight ACKs are unanswered.
-func (s *session) ack(m *pawlv1.SessionAck) error {
+// or refused. It waits while maxAcksInFlight ACKs are unanswered. chain,
+// for an ACK of a batch, links it to the one of its config before it in
+// the batch (nil: an ACK of its own message).
+func (s *session) ack(m *pawlv1.SessionAck, chain *rollout.AckChain) error {
 	select {
 	case s.slots <- struct{}{}:
 	case <-s.ctx.Done():
@@ -473,27 +486,35 @@ func (s *session) ack(m *pawlv1.SessionAck) error {
 	// left to do when the outcome is known, on the batches' goroutine,
 	// is little.
 	a.record = s.guards.beginRecord(s.ctx, pawlv1connect.RolloutServiceAckProcedure, req)
+	refuse := func(err error) error {
+		if chain != nil {
+			chain.Refused(m.GetAck().GetConfigId())
+		}
+		s.answer(a, req, nil, err)
+		return nil
+	}
 	switch got := m.GetAck(); {
 	case got == nil:
-		s.answer(a, req, nil, InvalidArgument("ack %d carries no ack", m.GetAckId()))
-		return nil
+		return refuse(InvalidArgument("ack %d carries no ack", m.GetAckId()))
 	case got.GetWorkloadIdentity() != s.identity || got.GetBootId() != s.boot:
-		s.answer(a, req, nil, newError(connect.CodePermissionDenied,
+		return refuse(newError(connect.CodePermissionDenied,
 			"the ACK is for %s boot %s; this session speaks for %s boot %s only: send it on that instance's session",
 			got.GetWorkloadIdentity(), got.GetBootId(), s.identity, s.boot))
-		return nil
 	}
 	ack, err := s.checkAck(req)
 	if err != nil {
-		s.answer(a, req, nil, err)
-		return nil
+		return refuse(err)
+	}
+	submit := s.h.submitAck
+	if chain != nil {
+		submit = chain.SubmitFunc
 	}
 	// Submitted here, in the order received: the batches judge one
 	// instance's ACKs in that order. Nothing waits for the answer: the
 	// batches call back once the record is durable, the audit log once
 	// the answer's record is, and the next ACK meanwhile joins the same
 	// batch.
-	s.h.submitAck(s.ctx, ack, func(r rollout.AckResult) {
+	submit(s.ctx, ack, func(r rollout.AckResult) {
 		if r.Err != nil {
 			s.answer(a, req, nil, Error(s.h.log, s.spec, r.Err))
 			return

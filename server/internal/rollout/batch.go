@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -90,15 +91,70 @@ func (r *Rollouts) SubmitAck(ctx context.Context, ack Ack) <-chan AckResult {
 // not block: the next batch waits for it (hand slow work, such as a
 // durable audit record, to something that calls back in turn).
 func (r *Rollouts) SubmitAckFunc(ctx context.Context, ack Ack, done func(AckResult)) {
+	r.submit(ctx, ack, nil, done)
+}
+
+// submit queues ack, judged only once after (when set) was recorded.
+func (r *Rollouts) submit(ctx context.Context, ack Ack, after *pendingAck, done func(AckResult)) *pendingAck {
+	p := &pendingAck{after: after}
+	p.done = func(res AckResult) {
+		if res.Err != nil {
+			p.failed.Store(true)
+		}
+		done(res)
+	}
 	if err := ack.prepare(); err != nil {
-		done(AckResult{Err: err})
-		return
+		p.answer(Ack{}, err)
+		return p
 	}
+	p.ack, p.size = ack, ackSize(ack)
 	if err := ctx.Err(); err != nil {
-		done(AckResult{Err: err})
-		return
+		p.answer(Ack{}, err)
+		return p
 	}
-	r.acks.enqueue(ctx, &pendingAck{ack: ack, size: ackSize(ack), done: done})
+	r.acks.enqueue(ctx, p)
+	return p
+}
+
+// ErrEarlierNotRecorded answers an ACK of an AckChain that was not judged
+// because the ACK of the same config before it in the chain was not
+// recorded: the reporter sends both again, in order.
+var ErrEarlierNotRecorded = errors.New("rollout: not judged: the report of the same config before it in the message was not recorded; send both again, in order")
+
+// AckChain links the ACKs of one message: each is judged only once the
+// ACK of the same config before it in the chain was recorded; when that
+// one was not (refused, here or by its submitter (Refused), the store
+// unavailable, the queue full), the later ones are not judged either, and
+// are answered ErrEarlierNotRecorded. An
+// instance that sends several reports at once, without waiting for each
+// answer, then never has a later state judged before an earlier one that
+// it must send again, as if it had waited. A chain is used by one
+// goroutine.
+type AckChain struct {
+	r    *Rollouts
+	last map[string]*pendingAck // by config
+}
+
+// NewAckChain returns an empty chain.
+func (r *Rollouts) NewAckChain() *AckChain { return &AckChain{r: r} }
+
+// Refused notes that the chain's next ACK, of config, was refused before
+// it could be submitted: the later ones of config are not judged.
+func (c *AckChain) Refused(config string) {
+	if c.last == nil {
+		c.last = map[string]*pendingAck{}
+	}
+	refused := &pendingAck{}
+	refused.failed.Store(true)
+	c.last[config] = refused
+}
+
+// SubmitFunc is SubmitAckFunc for the chain's next ACK.
+func (c *AckChain) SubmitFunc(ctx context.Context, ack Ack, done func(AckResult)) {
+	if c.last == nil {
+		c.last = map[string]*pendingAck{}
+	}
+	c.last[ack.ConfigID] = c.r.submit(ctx, ack, c.last[ack.ConfigID], done)
 }
 
 // ackSize estimates what an ACK adds to a batch's transaction: its
@@ -128,6 +184,12 @@ type pendingAck struct {
 	state atomic.Int32
 	// release stops watching the submitter's context.
 	release func() bool
+	// after, when set, is the ACK of the same instance and config before
+	// it in its AckChain: answered before this one is taken (a batch
+	// holds one ACK per groupKey, in the queue's order). failed says this
+	// one was answered with an error.
+	after  *pendingAck
+	failed atomic.Bool
 }
 
 // answer delivers the result; each pendingAck is answered once.
@@ -243,6 +305,14 @@ func (b *ackBatcher) stop() {
 // per groupKey, up to maxAcks and maxBytes (one ACK at least). What it
 // leaves stays queued in order; cancelled ACKs are dropped.
 func (b *ackBatcher) take() []*pendingAck {
+	var unjudged []*pendingAck
+	defer func() {
+		// Answered outside the lock, in order: each one's failure is
+		// seen by the next of its chain.
+		for _, p := range unjudged {
+			p.answer(Ack{}, fmt.Errorf("%w (%s %s)", ErrEarlierNotRecorded, p.ack.ConfigID, p.ack.State))
+		}
+	}()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	var (
@@ -259,6 +329,15 @@ func (b *ackBatcher) take() []*pendingAck {
 			continue
 		case full || in[k]:
 			rest = append(rest, p)
+			continue
+		case p.after != nil && (p.after.failed.Load() || p.after.state.Load() == ackCancelled || slices.Contains(unjudged, p.after)):
+			// The one before it in its chain, answered before this one
+			// was reached (a batch holds one of its groupKey), was not
+			// recorded.
+			if p.state.CompareAndSwap(ackQueued, ackTaken) {
+				p.release()
+				unjudged = append(unjudged, p)
+			}
 			continue
 		case len(batch) > 0 && (len(batch) == b.maxAcks || bytes+p.size > b.maxBytes):
 			full = true

@@ -246,12 +246,18 @@ export const SessionAckSchema: GenMessage<SessionAck> = /*@__PURE__*/
 
 /**
  * SessionAckBatch carries several ACKs in one message: the server takes
- * them exactly as that many ack messages sent one after another, in this
- * order. Each is numbered, judged, stored and answered on its own (one
- * SessionAckResult each, in order); the batch only spares the messages.
- * An instance whose apply has several reports ready at once (discovered,
- * downloaded, validated, staged, applied) sends them together. An empty
- * batch is allowed and does nothing.
+ * them as that many ack messages sent one after another, in this order.
+ * Each is numbered, checked, judged, stored and answered on its own (one
+ * SessionAckResult each, in order), with one difference: an ACK is
+ * judged only once the ACK of the same config before it in the batch was
+ * recorded. When that one was not (refused, or the store did not record
+ * it), the later ones of its config are answered ABORTED, not judged and
+ * not stored, so that a later state is never judged before an earlier
+ * one the instance must send again: send them again, in order. An
+ * instance whose apply has several reports ready at once (discovered,
+ * downloaded, validated, staged, applied) sends them together. At most
+ * 64 ACKs: a larger batch ends the session with INVALID_ARGUMENT. An
+ * empty batch is allowed and does nothing.
  *
  * @generated from message pawl.v1.SessionAckBatch
  */
