@@ -526,3 +526,61 @@ func TestAnApplysReadyReportsTravelTogether(t *testing.T) {
 		})
 	}
 }
+
+// TestABatchWhoseFirstReportFailsIsSentAgainInOrder: the server does not
+// record the first report of a message (a man in the middle gives the
+// DISCOVERED another identity, which the session refuses, and turns the
+// refusal into UNAVAILABLE, a failure worth retrying); the server leaves
+// the DOWNLOADED after it unjudged (ABORTED), and the client sends both
+// again, one by one, in order: each step is stored once, counted, and
+// none is judged out of order.
+func TestABatchWhoseFirstReportFailsIsSentAgainInOrder(t *testing.T) {
+	h := newHarness(t)
+	var mu sync.Mutex
+	var broken uint64 // the ack_id of the DISCOVERED refused
+	var answers []string
+	rw := faultproxy.NewRewriter(t, h.srv.URL, func(procedure string, msg proto.Message, request bool) {
+		if procedure != sessionCalls {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		switch m := msg.(type) {
+		case *pawlv1.SessionRequest:
+			for _, a := range m.GetAcks().GetAcks() {
+				if broken == 0 && a.GetAck().GetGeneration() == 2 && a.GetAck().GetState() == pawlv1.InstanceState_INSTANCE_STATE_DISCOVERED {
+					broken = a.GetAckId()
+					a.Ack.WorkloadIdentity = "someone-else"
+				}
+			}
+		case *pawlv1.SessionResponse:
+			for _, r := range m.GetAcks() {
+				if broken != 0 && r.GetAckId() == broken && r.GetError() != nil {
+					r.Error.Code = connect.CodeUnavailable.String()
+				}
+				if broken != 0 && r.GetAckId() >= broken {
+					answers = append(answers, r.GetError().GetCode())
+				}
+			}
+		}
+	})
+	c := h.clientAt(rw.URL, "i0")
+	h.waitRegistered("i0")
+	for gen := int64(1); gen <= 2; gen++ {
+		h.release(50+int(gen), nil)
+		if got := strings.Join(h.awaitBootHealthy(gen, c.BootID()), ","); got != everyStepOfOneRelease {
+			t.Fatalf("generation %d: stored %s; want each step once, in order", gen, got)
+		}
+	}
+	_, acks := h.acks(2)
+	for _, a := range acks {
+		if !a.GetCounted() {
+			t.Errorf("%s not counted: %s", a.GetState(), a.GetNotCountedReason())
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if broken == 0 || len(answers) < 2 || answers[0] != "unavailable" || answers[1] != "aborted" {
+		t.Fatalf("the answers from the refused DISCOVERED on: %v; want unavailable, then aborted for the DOWNLOADED", answers)
+	}
+}
