@@ -464,7 +464,8 @@ func (s *session) receive(stream *connect.BidiStream[pawlv1.SessionRequest, pawl
 }
 
 // ack takes one ACK: it is answered in its turn, after it is recorded
-// or refused. It waits while maxAcksInFlight ACKs are unanswered. chain,
+// or refused. It waits while maxAcksInFlight ACKs are unanswered, and
+// while the rollout domain's queue of ACKs to record is full. chain,
 // for an ACK of a batch, links it to the one of its config before it in
 // the batch (nil: an ACK of its own message).
 func (s *session) ack(m *pawlv1.SessionAck, chain *rollout.AckChain) error {
@@ -472,6 +473,13 @@ func (s *session) ack(m *pawlv1.SessionAck, chain *rollout.AckChain) error {
 	case s.slots <- struct{}{}:
 	case <-s.ctx.Done():
 		return s.ctx.Err()
+	}
+	// A full queue of ACKs to record holds the session's reading (and,
+	// by HTTP/2's flow control, its client's sending) rather than refuse
+	// the ACK: a fleet's burst of reports waits instead of coming back.
+	if err := s.h.instances.rollouts.AwaitAckRoom(s.ctx); err != nil {
+		<-s.slots
+		return err
 	}
 	a := &ackAnswer{id: m.GetAckId(), span: s.h.ackSpan(s.ctx, m.GetAck().GetTraceparent())}
 	s.mu.Lock()

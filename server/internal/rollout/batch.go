@@ -225,6 +225,9 @@ type ackBatcher struct {
 	queue   []*pendingAck
 	stopped error // set when run returned: SubmitAck answers it
 	wake    chan struct{}
+	// room, when set, is closed once the queue has room again
+	// (AwaitAckRoom waits for it).
+	room chan struct{}
 
 	// lastRev is the revision of the last batch's commit (run only): the
 	// next batch is judged on views at least there, so that it sees its
@@ -292,6 +295,10 @@ func (b *ackBatcher) stop() {
 	b.stopped = fmt.Errorf("rollout: ACKs are no longer recorded: %w", store.ErrClosed)
 	queue := b.queue
 	b.queue = nil
+	if b.room != nil {
+		close(b.room)
+		b.room = nil
+	}
 	b.mu.Unlock()
 	for _, p := range queue {
 		if p.state.CompareAndSwap(ackQueued, ackTaken) {
@@ -353,7 +360,38 @@ func (b *ackBatcher) take() []*pendingAck {
 	}
 	clear(b.queue[len(rest):])
 	b.queue = rest
+	if b.room != nil && len(b.queue) < b.maxQueue {
+		close(b.room)
+		b.room = nil
+	}
 	return batch
+}
+
+// AwaitAckRoom waits until the queue of ACKs to record has room (or the
+// batches stopped, when SubmitAckFunc answers at once), or ctx ends: a
+// submitter that can wait, such as a session, which then stops reading
+// its stream, waits there rather than have its ACKs refused with ErrBusy
+// and sent again. Another submitter may take the room first: an ACK
+// submitted after it returns can still be refused.
+func (r *Rollouts) AwaitAckRoom(ctx context.Context) error {
+	b := r.acks
+	for {
+		b.mu.Lock()
+		if b.stopped != nil || len(b.queue) < b.maxQueue {
+			b.mu.Unlock()
+			return nil
+		}
+		if b.room == nil {
+			b.room = make(chan struct{})
+		}
+		room := b.room
+		b.mu.Unlock()
+		select {
+		case <-room:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }
 
 // judged is one ACK of a batch, judged.

@@ -267,7 +267,7 @@ func TestAConflictInABatchDelaysNoOther(t *testing.T) {
 // TestAWaitingAckEndsWithItsContext: an ACK whose submitter's context
 // ends while it waits is answered at once with the context's error and
 // never recorded; the ACKs queued beside it are. A full queue refuses
-// at once with ErrBusy.
+// at once with ErrBusy, and AwaitAckRoom waits until a batch is taken.
 func TestAWaitingAckEndsWithItsContext(t *testing.T) {
 	st, _ := engines["bolt"](t)
 	bs := newBatchStore(st)
@@ -286,11 +286,24 @@ func TestAWaitingAckEndsWithItsContext(t *testing.T) {
 	if !errors.Is(busy.Err, rollout.ErrBusy) {
 		t.Errorf("a fourth ACK waiting behind a queue of 3 = %+v, %v; want ErrBusy", busy.Ack, busy.Err)
 	}
+	// A submitter that can wait for room waits until a batch is taken.
+	ended, end := context.WithCancel(context.Background())
+	end()
+	if err := e.rollouts.AwaitAckRoom(ended); !errors.Is(err, context.Canceled) {
+		t.Errorf("AwaitAckRoom with the queue full = %v; want it to wait until its context ended", err)
+	}
+	roomCtx, stopWaiting := context.WithTimeout(context.Background(), 30*time.Second)
+	defer stopWaiting()
+	roomed := make(chan error, 1)
+	go func() { roomed <- e.rollouts.AwaitAckRoom(roomCtx) }()
 	cancel()
 	if res := <-cancelled; !errors.Is(res.Err, context.Canceled) {
 		t.Errorf("the cancelled ACK = %+v, %v", res.Ack, res.Err)
 	}
 	release()
+	if err := <-roomed; err != nil {
+		t.Errorf("AwaitAckRoom once the held batch committed = %v; want room", err)
+	}
 	for _, ch := range others {
 		if res := <-ch; res.Err != nil || !res.Ack.Counted {
 			t.Errorf("ACK of %s = %+v, %v", res.Ack.WorkloadIdentity, res.Ack, res.Err)
