@@ -338,12 +338,15 @@ func (h *Sessions) open(ctx context.Context, spec connect.Spec, peer string, hel
 }
 
 // submitAck queues one ACK of a session for the rollout domain's next
-// batch, without waiting: done gets its result once its record is
-// durable (or it was refused), and must not block
-// (rollout.Rollouts.SubmitAckFunc). The one place where a session's ACKs
-// meet the rollout domain.
+// batch: done gets its result once its record is durable (or it was
+// refused), and must not block. When the queue of ACKs to record is
+// full, it waits for room (rollout.Rollouts.SubmitAckWaitFunc): the
+// session then reads no more of its stream, and HTTP/2's flow control
+// holds its client, rather than the ACK being refused and sent again (a
+// fleet's burst of reports, five an apply, overflowed it). A batch's ACKs
+// go through a rollout.AckChain, which waits alike.
 func (h *Sessions) submitAck(ctx context.Context, ack rollout.Ack, done func(rollout.AckResult)) {
-	h.instances.rollouts.SubmitAckFunc(ctx, ack, done)
+	h.instances.rollouts.SubmitAckWaitFunc(ctx, ack, done)
 }
 
 // session is one open session.
@@ -465,7 +468,7 @@ func (s *session) receive(stream *connect.BidiStream[pawlv1.SessionRequest, pawl
 
 // ack takes one ACK: it is answered in its turn, after it is recorded
 // or refused. It waits while maxAcksInFlight ACKs are unanswered, and
-// while the rollout domain's queue of ACKs to record is full. chain,
+// while the rollout domain's queue of ACKs to record is full (submitAck). chain,
 // for an ACK of a batch, links it to the one of its config before it in
 // the batch (nil: an ACK of its own message).
 func (s *session) ack(m *pawlv1.SessionAck, chain *rollout.AckChain) error {
@@ -473,13 +476,6 @@ func (s *session) ack(m *pawlv1.SessionAck, chain *rollout.AckChain) error {
 	case s.slots <- struct{}{}:
 	case <-s.ctx.Done():
 		return s.ctx.Err()
-	}
-	// A full queue of ACKs to record holds the session's reading (and,
-	// by HTTP/2's flow control, its client's sending) rather than refuse
-	// the ACK: a fleet's burst of reports waits instead of coming back.
-	if err := s.h.instances.rollouts.AwaitAckRoom(s.ctx); err != nil {
-		<-s.slots
-		return err
 	}
 	a := &ackAnswer{id: m.GetAckId(), span: s.h.ackSpan(s.ctx, m.GetAck().GetTraceparent())}
 	s.mu.Lock()

@@ -91,11 +91,21 @@ func (r *Rollouts) SubmitAck(ctx context.Context, ack Ack) <-chan AckResult {
 // not block: the next batch waits for it (hand slow work, such as a
 // durable audit record, to something that calls back in turn).
 func (r *Rollouts) SubmitAckFunc(ctx context.Context, ack Ack, done func(AckResult)) {
-	r.submit(ctx, ack, nil, done)
+	r.submit(ctx, ack, nil, false, done)
 }
 
-// submit queues ack, judged only once after (when set) was recorded.
-func (r *Rollouts) submit(ctx context.Context, ack Ack, after *pendingAck, done func(AckResult)) *pendingAck {
+// SubmitAckWaitFunc is SubmitAckFunc for a submitter that can wait, such
+// as a session (which then reads no more of its stream): when the queue
+// is full it waits, behind the others that wait, until the batches made
+// room for the ACK, instead of having it refused with ErrBusy and sent
+// again; when ctx ends first, the ACK is answered with ctx's error.
+func (r *Rollouts) SubmitAckWaitFunc(ctx context.Context, ack Ack, done func(AckResult)) {
+	r.submit(ctx, ack, nil, true, done)
+}
+
+// submit queues ack, judged only once after (when set) was recorded;
+// wait says whether to wait for room.
+func (r *Rollouts) submit(ctx context.Context, ack Ack, after *pendingAck, wait bool, done func(AckResult)) *pendingAck {
 	p := &pendingAck{after: after}
 	p.done = func(res AckResult) {
 		if res.Err != nil {
@@ -112,7 +122,7 @@ func (r *Rollouts) submit(ctx context.Context, ack Ack, after *pendingAck, done 
 		p.answer(Ack{}, err)
 		return p
 	}
-	r.acks.enqueue(ctx, p)
+	r.acks.enqueue(ctx, p, wait)
 	return p
 }
 
@@ -149,12 +159,12 @@ func (c *AckChain) Refused(config string) {
 	c.last[config] = refused
 }
 
-// SubmitFunc is SubmitAckFunc for the chain's next ACK.
+// SubmitFunc is SubmitAckWaitFunc for the chain's next ACK.
 func (c *AckChain) SubmitFunc(ctx context.Context, ack Ack, done func(AckResult)) {
 	if c.last == nil {
 		c.last = map[string]*pendingAck{}
 	}
-	c.last[ack.ConfigID] = c.r.submit(ctx, ack, c.last[ack.ConfigID], done)
+	c.last[ack.ConfigID] = c.r.submit(ctx, ack, c.last[ack.ConfigID], true, done)
 }
 
 // ackSize estimates what an ACK adds to a batch's transaction: its
@@ -225,9 +235,10 @@ type ackBatcher struct {
 	queue   []*pendingAck
 	stopped error // set when run returned: SubmitAck answers it
 	wake    chan struct{}
-	// room, when set, is closed once the queue has room again
-	// (AwaitAckRoom waits for it).
-	room chan struct{}
+	// waiting are the ACKs of submitters that wait for room (sessions),
+	// in the order they came: take moves them into the queue as it
+	// empties, and wakes their submitters.
+	waiting []ackWaiter
 
 	// lastRev is the revision of the last batch's commit (run only): the
 	// next batch is judged on views at least there, so that it sees its
@@ -242,16 +253,19 @@ func newAckBatcher(r *Rollouts) *ackBatcher {
 	return &ackBatcher{r: r, maxAcks: DefaultAckBatch, maxBytes: DefaultAckBatchBytes, maxQueue: DefaultAcksWaiting, wake: make(chan struct{}, 1)}
 }
 
-// enqueue queues p, or answers it at once when the queue is full or the
-// batcher stopped.
-func (b *ackBatcher) enqueue(ctx context.Context, p *pendingAck) {
+// enqueue queues p, or answers it at once when the batcher stopped, or
+// when the queue is full and the submitter does not wait. One that waits
+// (wait) is queued behind the others that wait, and enqueue returns once
+// take moved it into the queue, or ctx ended (which answers it).
+func (b *ackBatcher) enqueue(ctx context.Context, p *pendingAck, wait bool) {
 	b.mu.Lock()
+	full := len(b.queue) >= b.maxQueue
 	switch {
 	case b.stopped != nil:
 		b.mu.Unlock()
 		p.answer(Ack{}, b.stopped)
 		return
-	case len(b.queue) >= b.maxQueue:
+	case full && !wait:
 		b.mu.Unlock()
 		p.answer(Ack{}, &BusyError{Waiting: len(b.queue), Limit: b.maxQueue})
 		return
@@ -261,12 +275,29 @@ func (b *ackBatcher) enqueue(ctx context.Context, p *pendingAck) {
 			p.answer(Ack{}, ctx.Err())
 		}
 	})
+	if wait && (full || len(b.waiting) > 0) {
+		w := ackWaiter{p: p, admitted: make(chan struct{})}
+		b.waiting = append(b.waiting, w)
+		b.mu.Unlock()
+		select {
+		case <-w.admitted:
+		case <-ctx.Done(): // answered by the AfterFunc; take drops it
+		}
+		return
+	}
 	b.queue = append(b.queue, p)
 	b.mu.Unlock()
 	select {
 	case b.wake <- struct{}{}:
 	default: // a wake-up is pending already
 	}
+}
+
+// ackWaiter is an ACK waiting for room in the queue; admitted is closed
+// once it is in (or the batcher stopped).
+type ackWaiter struct {
+	p        *pendingAck
+	admitted chan struct{}
 }
 
 // run records batches until ctx ends, its only exit; it then answers
@@ -295,11 +326,13 @@ func (b *ackBatcher) stop() {
 	b.stopped = fmt.Errorf("rollout: ACKs are no longer recorded: %w", store.ErrClosed)
 	queue := b.queue
 	b.queue = nil
-	if b.room != nil {
-		close(b.room)
-		b.room = nil
-	}
+	waiting := b.waiting
+	b.waiting = nil
 	b.mu.Unlock()
+	for _, w := range waiting {
+		queue = append(queue, w.p)
+		close(w.admitted)
+	}
 	for _, p := range queue {
 		if p.state.CompareAndSwap(ackQueued, ackTaken) {
 			p.release()
@@ -360,38 +393,24 @@ func (b *ackBatcher) take() []*pendingAck {
 	}
 	clear(b.queue[len(rest):])
 	b.queue = rest
-	if b.room != nil && len(b.queue) < b.maxQueue {
-		close(b.room)
-		b.room = nil
+	// Room made: the waiting ACKs come in, in their order.
+	n := 0
+	for n < len(b.waiting) && len(b.queue) < b.maxQueue {
+		w := b.waiting[n]
+		if w.p.state.Load() != ackCancelled {
+			b.queue = append(b.queue, w.p)
+		}
+		close(w.admitted)
+		n++
+	}
+	b.waiting = slices.Delete(b.waiting, 0, n)
+	if n > 0 {
+		select {
+		case b.wake <- struct{}{}: // what came in is taken even if this batch is empty
+		default:
+		}
 	}
 	return batch
-}
-
-// AwaitAckRoom waits until the queue of ACKs to record has room (or the
-// batches stopped, when SubmitAckFunc answers at once), or ctx ends: a
-// submitter that can wait, such as a session, which then stops reading
-// its stream, waits there rather than have its ACKs refused with ErrBusy
-// and sent again. Another submitter may take the room first: an ACK
-// submitted after it returns can still be refused.
-func (r *Rollouts) AwaitAckRoom(ctx context.Context) error {
-	b := r.acks
-	for {
-		b.mu.Lock()
-		if b.stopped != nil || len(b.queue) < b.maxQueue {
-			b.mu.Unlock()
-			return nil
-		}
-		if b.room == nil {
-			b.room = make(chan struct{})
-		}
-		room := b.room
-		b.mu.Unlock()
-		select {
-		case <-room:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
 }
 
 // judged is one ACK of a batch, judged.

@@ -267,7 +267,8 @@ func TestAConflictInABatchDelaysNoOther(t *testing.T) {
 // TestAWaitingAckEndsWithItsContext: an ACK whose submitter's context
 // ends while it waits is answered at once with the context's error and
 // never recorded; the ACKs queued beside it are. A full queue refuses
-// at once with ErrBusy, and AwaitAckRoom waits until a batch is taken.
+// at once with ErrBusy; a submitter that waits for room is admitted once
+// a batch is taken, or answered when its context ends first.
 func TestAWaitingAckEndsWithItsContext(t *testing.T) {
 	st, _ := engines["bolt"](t)
 	bs := newBatchStore(st)
@@ -286,24 +287,29 @@ func TestAWaitingAckEndsWithItsContext(t *testing.T) {
 	if !errors.Is(busy.Err, rollout.ErrBusy) {
 		t.Errorf("a fourth ACK waiting behind a queue of 3 = %+v, %v; want ErrBusy", busy.Ack, busy.Err)
 	}
-	// A submitter that can wait for room waits until a batch is taken.
+	// A submitter that waits for room is not refused: its ACK comes in,
+	// and the call returns, once the held batch committed; one whose
+	// context ends while it waits is answered with the context's error.
 	ended, end := context.WithCancel(context.Background())
+	gaveUp := make(chan rollout.AckResult, 1)
+	go e.rollouts.SubmitAckWaitFunc(ended, e.ackOf(t, rel, "i4", "boot-1", 1, rollout.Applied), func(r rollout.AckResult) { gaveUp <- r })
 	end()
-	if err := e.rollouts.AwaitAckRoom(ended); !errors.Is(err, context.Canceled) {
-		t.Errorf("AwaitAckRoom with the queue full = %v; want it to wait until its context ended", err)
+	if res := <-gaveUp; !errors.Is(res.Err, context.Canceled) {
+		t.Errorf("a waiting ACK whose context ended = %+v, %v", res.Ack, res.Err)
 	}
-	roomCtx, stopWaiting := context.WithTimeout(context.Background(), 30*time.Second)
-	defer stopWaiting()
-	roomed := make(chan error, 1)
-	go func() { roomed <- e.rollouts.AwaitAckRoom(roomCtx) }()
+	waited := make(chan rollout.AckResult, 1)
+	admitted := make(chan struct{})
+	go func() {
+		defer close(admitted)
+		e.rollouts.SubmitAckWaitFunc(context.Background(), e.ackOf(t, rel, "i3", "boot-1", 1, rollout.Applied), func(r rollout.AckResult) { waited <- r })
+	}()
 	cancel()
 	if res := <-cancelled; !errors.Is(res.Err, context.Canceled) {
 		t.Errorf("the cancelled ACK = %+v, %v", res.Ack, res.Err)
 	}
 	release()
-	if err := <-roomed; err != nil {
-		t.Errorf("AwaitAckRoom once the held batch committed = %v; want room", err)
-	}
+	<-admitted
+	others = append(others, waited)
 	for _, ch := range others {
 		if res := <-ch; res.Err != nil || !res.Ack.Counted {
 			t.Errorf("ACK of %s = %+v, %v", res.Ack.WorkloadIdentity, res.Ack, res.Err)
@@ -314,12 +320,12 @@ func TestAWaitingAckEndsWithItsContext(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, a := range acks {
-		if a.WorkloadIdentity == "i0" || a.WorkloadIdentity == "i3" {
+		if a.WorkloadIdentity == "i0" || a.WorkloadIdentity == "i4" {
 			t.Errorf("%s's ACK was recorded: %+v", a.WorkloadIdentity, a)
 		}
 	}
-	if len(acks) != 3 {
-		t.Errorf("%d ACKs recorded; want 3", len(acks))
+	if len(acks) != 4 {
+		t.Errorf("%d ACKs recorded; want 4", len(acks))
 	}
 }
 
