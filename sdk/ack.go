@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"connectrpc.com/connect"
@@ -37,16 +35,8 @@ type reporter struct {
 	// goroutine touches it.
 	appliedAt time.Time
 
-	// mu guards the queue: what was reported and not yet taken, in
-	// order; held keeps the sender from taking it (see let); closed ends
-	// the sender once the queue is empty. wake has a value when either
-	// changed.
-	mu     sync.Mutex
-	queue  []queuedAck
-	held   bool
-	closed bool
-	wake   chan struct{}
-	done   chan struct{}
+	queue chan queuedAck
+	done  chan struct{}
 }
 
 type queuedAck struct {
@@ -57,109 +47,38 @@ type queuedAck struct {
 	sent   chan error // nil: nobody waits
 }
 
-// maxAcksPerMessage is the most ACKs the client puts in one session
-// message, the bound servers keep (SessionAckBatch).
-const maxAcksPerMessage = 64
+// maxAcksPerApply bounds the ACKs of one apply: every state once, and a
+// rejection.
+const maxAcksPerApply = 8
 
-// newReporter returns the reporter of an apply of a, holding what is
-// posted until let is called (or a report is waited for).
 func (c *Client) newReporter(a *pawlv1.Assignment) *reporter {
-	r := &reporter{c: c, a: a, seq: c.seq.Add(1), digest: a.GetContentDigest(), held: true,
-		wake: make(chan struct{}, 1), done: make(chan struct{})}
+	r := &reporter{c: c, a: a, seq: c.seq.Add(1), digest: a.GetContentDigest(),
+		queue: make(chan queuedAck, maxAcksPerApply), done: make(chan struct{})}
 	go func() {
 		defer close(r.done)
-		for {
-			batch, ok := r.take()
-			if !ok {
-				return
+		for q := range r.queue {
+			err := r.send(q.ctx, q.state, q.digest, q.extra)
+			if q.sent != nil {
+				q.sent <- err
 			}
-			for i, err := range r.sendAll(batch) {
-				q := batch[i]
-				if q.sent != nil {
-					q.sent <- err
-				}
-				if err == nil && q.state == pawlv1.InstanceState_INSTANCE_STATE_APPLIED {
-					r.movedPast(q.ctx, q.digest)
-				}
+			if err == nil && q.state == pawlv1.InstanceState_INSTANCE_STATE_APPLIED {
+				r.movedPast(q.ctx, q.digest)
 			}
 		}
 	}()
 	return r
 }
 
-// take waits for reports and takes every one queued, up to the first
-// APPLIED (whose answer may send a STALE, which must follow it): what the
-// apply reported while the report before was on its way goes in one
-// message. It returns false once the reporter is closed and nothing is
-// left.
-func (r *reporter) take() ([]queuedAck, bool) {
-	for {
-		batch, closed := r.tryTake()
-		switch {
-		case batch != nil:
-			return batch, true
-		case closed:
-			return nil, false
-		}
-		<-r.wake
-	}
-}
-
-// tryTake takes what take would without waiting: nil when nothing may be
-// taken, and then whether the reporter is closed.
-func (r *reporter) tryTake() (batch []queuedAck, closed bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if len(r.queue) == 0 || (r.held && !r.closed) {
-		return nil, r.closed
-	}
-	n := 1 + slices.IndexFunc(r.queue, func(q queuedAck) bool { return q.state == pawlv1.InstanceState_INSTANCE_STATE_APPLIED })
-	if n == 0 {
-		n = len(r.queue)
-	}
-	batch = slices.Clone(r.queue[:n])
-	r.queue = slices.Delete(r.queue, 0, n)
-	return batch, false
-}
-
-// signal wakes the sender.
-func (r *reporter) signal() {
-	select {
-	case r.wake <- struct{}{}:
-	default:
-	}
-}
-
-// let lets the sender take what is held: the apply holds its DISCOVERED
-// until it knows whether the release and its validator are in hand, so
-// that DISCOVERED and DOWNLOADED go in one message when no download was
-// needed, and DISCOVERED at once when one is.
-func (r *reporter) let() {
-	r.mu.Lock()
-	r.held = false
-	r.mu.Unlock()
-	r.signal()
-}
-
-// enqueue queues q.
-func (r *reporter) enqueue(q queuedAck) {
-	r.mu.Lock()
-	r.queue = append(r.queue, q)
-	r.mu.Unlock()
-	r.signal()
-}
-
 // post queues an ACK of state with the trace context of ctx's span.
 func (r *reporter) post(ctx context.Context, state pawlv1.InstanceState, extra ackExtra) {
-	r.enqueue(queuedAck{ctx: ctx, state: state, extra: r.stamp(state, extra), digest: r.digest})
+	r.queue <- queuedAck{ctx: ctx, state: state, extra: r.stamp(state, extra), digest: r.digest}
 }
 
 // wait queues an ACK and waits until it and every ACK before it were
 // sent. It fails when the server refused it or ctx ended.
 func (r *reporter) wait(ctx context.Context, state pawlv1.InstanceState, extra ackExtra) error {
 	sent := make(chan error, 1)
-	r.enqueue(queuedAck{ctx: ctx, state: state, extra: r.stamp(state, extra), digest: r.digest, sent: sent})
-	r.let()
+	r.queue <- queuedAck{ctx: ctx, state: state, extra: r.stamp(state, extra), digest: r.digest, sent: sent}
 	select {
 	case err := <-sent:
 		return err
@@ -184,10 +103,7 @@ func (r *reporter) stamp(state pawlv1.InstanceState, extra ackExtra) ackExtra {
 // close stops the sender after what is queued (an ended context cuts its
 // retries short).
 func (r *reporter) close() {
-	r.mu.Lock()
-	r.closed = true
-	r.mu.Unlock()
-	r.signal()
+	close(r.queue)
 	<-r.done
 }
 
@@ -204,9 +120,10 @@ type ackExtra struct {
 	violations []*pawlv1.Violation
 }
 
-// report builds the ACK of state, with the trace context of the span in
-// ctx.
-func (r *reporter) report(ctx context.Context, state pawlv1.InstanceState, digest string, extra ackExtra) *pawlv1.Ack {
+// send reports state, with the trace context of the span in ctx, retrying
+// until the server takes it or ctx ends. A refusal (a malformed ACK, an
+// unknown release) is returned and not retried.
+func (r *reporter) send(ctx context.Context, state pawlv1.InstanceState, digest string, extra ackExtra) error {
 	ack := &pawlv1.Ack{
 		ConfigId: r.a.GetConfigId(), Generation: r.a.GetGeneration(), WorkloadIdentity: r.c.cfg.instance.WorkloadIdentity,
 		BootId: r.c.bootID, ContentDigest: digest, ValidatorDigest: r.a.GetValidatorDigest(), AppArtifact: r.c.cfg.appArtifact,
@@ -220,71 +137,15 @@ func (r *reporter) report(ctx context.Context, state pawlv1.InstanceState, diges
 	if m := extra.health; m != nil && m.Requests > 0 {
 		ack.Health = &pawlv1.HealthMeasurement{ErrorRate: m.ErrorRate, P99Latency: durationpb.New(m.P99)}
 	}
-	return ack
-}
-
-// send reports state, with the trace context of the span in ctx, retrying
-// until the server takes it or ctx ends. A refusal (a malformed ACK, an
-// unknown release) is returned and not retried.
-func (r *reporter) send(ctx context.Context, state pawlv1.InstanceState, digest string, extra ackExtra) error {
-	ack := r.report(ctx, state, digest, extra)
-	ack.ReportId = r.c.reports.Add(1)
-	return r.deliver(ctx, ack, extra)
-}
-
-// sendAll reports batch, in order, and returns each report's outcome as
-// send does. On a session whose server takes several ACKs in a message,
-// the reports go together; the server judges one only once the one before
-// it was recorded, and answers the later ones ABORTED, not judged, when
-// one was not. From the first answer that is neither a record nor a
-// refusal for good (its store was unavailable, the session turned out to
-// be missing, a HEALTHY_ACKED came too early, one before it was not
-// recorded), they are sent again one by one, as send sends them, with
-// their report numbers: in order, and one the server did record after all
-// (its answer lost) is answered with its record.
-func (r *reporter) sendAll(batch []queuedAck) []error {
-	errs := make([]error, len(batch))
-	// A server that does not take batches gets each report once the one
-	// before was answered, as it always did: pipelined, a later state
-	// could be judged before an earlier one that must be sent again.
-	if len(batch) == 1 || !r.c.sess.takesBatches() || r.c.epoch.Load() == 0 {
-		for i, q := range batch {
-			errs[i] = r.send(q.ctx, q.state, q.digest, q.extra)
-		}
-		return errs
-	}
-	acks := make([]*pawlv1.Ack, len(batch))
-	for i, q := range batch {
-		acks[i] = r.report(q.ctx, q.state, q.digest, q.extra)
-		acks[i].ReportId = r.c.reports.Add(1)
-	}
-	answers := r.c.sess.ack(batch[0].ctx, acks...)
-	for i, a := range answers {
-		if (a.err != nil && !permanent(a.err)) || tooEarly(acks[i], a.ack) {
-			for j := i; j < len(batch); j++ {
-				errs[j] = r.deliver(batch[j].ctx, acks[j], batch[j].extra)
-			}
-			break
-		}
-		errs[i] = r.delivered(batch[i].ctx, acks[i], a.err)
-	}
-	return errs
-}
-
-// deliver sends ack, numbered, until the server takes it or ctx ends,
-// and again, as a new report held longer, when it came too early.
-func (r *reporter) deliver(ctx context.Context, ack *pawlv1.Ack, extra ackExtra) error {
 	first := time.Now()
 	var err error
 	for attempt := 0; ; attempt++ {
-		// The retries below send it again with the same number, so that
-		// the server answers one it recorded (its answer lost, its
-		// session cut) with that record instead of storing it twice. A
-		// report sent again because it came too early is a new report,
-		// judged again.
-		if attempt > 0 {
-			ack.ReportId = r.c.reports.Add(1)
-		}
+		// A new report: the retries below send it again with the same
+		// number, so that the server answers one it recorded (its answer
+		// lost, its session cut) with that record instead of storing it
+		// twice. A report sent again because it came too early is a new
+		// report, judged again.
+		ack.ReportId = r.c.reports.Add(1)
 		var judged *pawlv1.Ack
 		err = r.c.retry(ctx, "ack", func(ctx context.Context) error {
 			epoch := r.c.epoch.Load()
@@ -309,17 +170,12 @@ func (r *reporter) deliver(ctx context.Context, ack *pawlv1.Ack, extra ackExtra)
 			ack.Held = durationpb.New(extra.held + time.Since(first))
 		}
 	}
-	return r.delivered(ctx, ack, err)
-}
-
-// delivered records the outcome of ack and returns it as send does.
-func (r *reporter) delivered(ctx context.Context, ack *pawlv1.Ack, err error) error {
-	r.c.metrics.acked(ctx, ack.ConfigId, ack.State, err)
+	r.c.metrics.acked(ctx, ack.ConfigId, state, err)
 	if err != nil && ctx.Err() == nil {
-		r.c.cfg.log.Warn("pawl: an ACK was refused", "config", ack.ConfigId, "generation", ack.Generation, "state", ack.State.String(), "error", err)
+		r.c.cfg.log.Warn("pawl: an ACK was refused", "config", ack.ConfigId, "generation", ack.Generation, "state", state.String(), "error", err)
 	}
 	if err != nil {
-		return fmt.Errorf("sdk: ACK %s of %s@%d: %w", ack.State, ack.ConfigId, ack.Generation, err)
+		return fmt.Errorf("sdk: ACK %s of %s@%d: %w", state, ack.ConfigId, ack.Generation, err)
 	}
 	return nil
 }

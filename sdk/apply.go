@@ -213,8 +213,6 @@ func (c *Client) apply(ctx context.Context, a *pawlv1.Assignment, shadow bool, s
 	defer root.End()
 	rep := c.newReporter(a)
 	defer rep.close()
-	// Held until the download says whether it needs the network: with the
-	// release and its validator in hand, DISCOVERED goes with DOWNLOADED.
 	rep.post(ctx, pawlv1.InstanceState_INSTANCE_STATE_DISCOVERED, ackExtra{})
 
 	// step runs fn in a span named name; an error rejects the release
@@ -242,14 +240,13 @@ func (c *Client) apply(ctx context.Context, a *pawlv1.Assignment, shadow bool, s
 	var f fetched
 	defer func() { f.let() }()
 	sctx, ok := step("pawl.download", func(ctx context.Context) (err error) {
-		f, err = c.download(ctx, a, false, rep.let)
+		f, err = c.download(ctx, a, false)
 		return err
 	})
 	if !ok {
 		return rejected
 	}
 	rep.post(sctx, pawlv1.InstanceState_INSTANCE_STATE_DOWNLOADED, ackExtra{})
-	rep.let()
 	if _, ok := step("pawl.verify", func(ctx context.Context) error {
 		// A download that does not match the assignment may be a
 		// transient corruption: download again, with backoff, up to the
@@ -279,7 +276,7 @@ func (c *Client) apply(ctx context.Context, a *pawlv1.Assignment, shadow bool, s
 				return ctx.Err()
 			}
 			var derr error
-			if f, derr = c.download(ctx, a, true, nil); derr != nil {
+			if f, derr = c.download(ctx, a, true); derr != nil {
 				return derr
 			}
 		}
@@ -379,12 +376,8 @@ func (c *Client) apply(ctx context.Context, a *pawlv1.Assignment, shadow bool, s
 // from what the session sent with the assignment (both unless fresh),
 // retrying transient failures until ctx ends. A cached release whose
 // digests are not the assignment's was rewritten on disk (the cache is
-// not its own authority): it is dropped and downloaded again. fetching,
-// when set, is called before the first request to the server.
-func (c *Client) download(ctx context.Context, a *pawlv1.Assignment, fresh bool, fetching func()) (fetched, error) {
-	if fetching == nil {
-		fetching = func() {}
-	}
+// not its own authority): it is dropped and downloaded again.
+func (c *Client) download(ctx context.Context, a *pawlv1.Assignment, fresh bool) (fetched, error) {
 	var f fetched
 	if c.cache != nil && !fresh {
 		if r, ok := c.cache.release(a.GetConfigId(), a.GetGeneration()); ok {
@@ -405,7 +398,6 @@ func (c *Client) download(ctx context.Context, a *pawlv1.Assignment, fresh bool,
 		}
 	}
 	if f.release.Config == "" {
-		fetching()
 		err := c.retry(ctx, "download release", func(ctx context.Context) error {
 			resp, err := c.releases.GetRelease(ctx, connect.NewRequest(&pawlv1.GetReleaseRequest{
 				ConfigId: a.GetConfigId(), Generation: a.GetGeneration(), OmitMembership: true,
@@ -434,7 +426,6 @@ func (c *Client) download(ctx context.Context, a *pawlv1.Assignment, fresh bool,
 		f.module = c.cache.module(digest)
 	}
 	if f.module == nil {
-		fetching()
 		err := c.retry(ctx, "download validator", func(ctx context.Context) (err error) {
 			f.module, err = c.downloadModule(ctx, digest)
 			return err

@@ -340,6 +340,10 @@ func (s *session) end(st *sessionStream, err error) {
 // applies.
 const maxAckBatchBytes = 64 << 10
 
+// maxAcksPerMessage is the most ACKs put in one session message, the
+// bound servers keep (SessionAckBatch).
+const maxAcksPerMessage = 64
+
 // sendAcksLocked sends ps on st, in order, each with the next ack_id and
 // the current membership epoch: together, in messages of up to
 // maxAckBatchBytes and maxAcksPerMessage, when the server takes batches, or each in its own

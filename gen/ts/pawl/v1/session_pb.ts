@@ -253,9 +253,9 @@ export const SessionAckSchema: GenMessage<SessionAck> = /*@__PURE__*/
  * recorded. When that one was not (refused, or the store did not record
  * it), the later ones of its config are answered ABORTED, not judged and
  * not stored, so that a later state is never judged before an earlier
- * one the instance must send again: send them again, in order. An
- * instance whose apply has several reports ready at once (discovered,
- * downloaded, validated, staged, applied) sends them together. At most
+ * one the instance must send again: send them again, in order. A client
+ * with several ACKs to send at once (the Go SDK: those a broken session
+ * left unanswered, sent again on the next) may send them together. At most
  * 64 ACKs: a larger batch ends the session with INVALID_ARGUMENT. An
  * empty batch is allowed and does nothing.
  *
