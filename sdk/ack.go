@@ -185,9 +185,9 @@ func (r *reporter) send(ctx context.Context, state pawlv1.InstanceState, digest 
 // server in use holds none.
 func (c *Client) deliver(ctx context.Context, ack *pawlv1.Ack) (*pawlv1.Ack, error) {
 	if c.sess != nil {
-		a := c.sess.ack(ctx, ack)[0]
-		if !errors.Is(a.err, errNoSession) {
-			return a.ack, a.err
+		judged, err := c.sess.ack(ctx, ack)
+		if !errors.Is(err, errNoSession) {
+			return judged, err
 		}
 	}
 	resp, err := c.rollouts.Ack(ctx, connect.NewRequest(&pawlv1.AckRequest{Ack: ack}))

@@ -335,9 +335,9 @@ func (s *session) end(st *sessionStream, err error) {
 	}
 }
 
-// maxAckBatchBytes bounds the ACKs put together in one message: far
-// below any server's read limit, and enough for every report of several
-// applies.
+// maxAckBatchBytes bounds the ACKs put together in one message (those
+// a broken session left unanswered, sent again on the next): far below
+// any server's read limit.
 const maxAckBatchBytes = 64 << 10
 
 // maxAcksPerMessage is the most ACKs put in one session message, the
@@ -399,61 +399,36 @@ func (st *sessionStream) send(req *pawlv1.SessionRequest) error {
 	return st.stream.Send(req)
 }
 
-// ack sends ACKs on the session, in order, together when the server
-// takes them so, and waits for the server's record of each: on the live
-// stream, or on the next one when none is live or the live one breaks
-// first. An answer's error is errNoSession when the server turns out to
-// have no session (send that ACK and the rest by the unary call), and
-// ctx's error when ctx ends first.
-func (s *session) ack(ctx context.Context, acks ...*pawlv1.Ack) []ackAnswer {
-	out := make([]ackAnswer, len(acks))
-	ps := make([]*pendingAck, len(acks))
+// ack sends an ACK on the session and waits for the server's record of
+// it: on the live stream, or on the next one when none is live or the
+// live one breaks first. It returns errNoSession when the server turns
+// out to have no session (send it by the unary call), and ctx's error
+// when ctx ends first.
+func (s *session) ack(ctx context.Context, ack *pawlv1.Ack) (*pawlv1.Ack, error) {
+	p := &pendingAck{ack: ack, done: make(chan ackAnswer, 1)}
 	s.mu.Lock()
 	if s.unaryLocked() {
 		s.mu.Unlock()
-		for i := range out {
-			out[i].err = errNoSession
-		}
-		return out
+		return nil, errNoSession
 	}
+	s.pending = append(s.pending, p)
 	st := s.live
-	for i, a := range acks {
-		ps[i] = &pendingAck{ack: a, on: st, done: make(chan ackAnswer, 1)}
-	}
-	s.pending = append(s.pending, ps...)
+	p.on = st
 	s.mu.Unlock()
 	if st != nil {
 		st.sendMu.Lock()
-		_ = st.sendAcksLocked(s, ps) // a failed send is sent again on the next stream
+		_ = st.sendAcksLocked(s, []*pendingAck{p}) // a failed send is sent again on the next stream
 		st.sendMu.Unlock()
 	}
-	for i, p := range ps {
-		select {
-		case out[i] = <-p.done:
-		case <-ctx.Done():
-			s.mu.Lock()
-			for _, q := range ps[i:] {
-				s.forgetLocked(q)
-			}
-			s.mu.Unlock()
-			for j := i; j < len(out); j++ {
-				out[j] = ackAnswer{err: ctx.Err()}
-			}
-			return out
-		}
+	select {
+	case a := <-p.done:
+		return a.ack, a.err
+	case <-ctx.Done():
+		s.mu.Lock()
+		s.forgetLocked(p)
+		s.mu.Unlock()
+		return nil, ctx.Err()
 	}
-	return out
-}
-
-// takesBatches says whether the live stream's server takes several ACKs
-// in one message (false without a session).
-func (s *session) takesBatches() bool {
-	if s == nil {
-		return false
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.live != nil && s.live.batches
 }
 
 // forgetLocked removes p from the pending ACKs. The caller holds mu.

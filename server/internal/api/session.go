@@ -46,15 +46,18 @@ import (
 // them, and the writer drains every ready watcher with Poll; a session
 // has no goroutine per watch. A message may carry several ACKs
 // (SessionAckBatch, which SessionStarted advertises): they are taken as
-// that many ack messages, one after another. When the hello asks for shared events, the events
-// that several of the session's watches get go once in a message, with
-// the IDs of all of them (eventShare). ACKs are submitted, in the order they came, to
-// the rollout domain's batches (rollout.Rollouts.SubmitAckFunc), which
-// judge one instance's ACKs in that order and commit many sessions' ACKs
-// in one store transaction; each is answered, in that order too, once
-// its record and its audit record are durable (at most maxAcksInFlight
-// unanswered per session; the receiver waits past that). Nothing waits
-// for an ACK by parking a goroutine: the batches call back when the
+// that many ack messages, one after another, except that each is judged
+// only once the one of its config before it was recorded. When the hello
+// asks for shared events, the events that several of the session's
+// watches get go once in a message, with the IDs of all of them
+// (eventShare). ACKs are submitted, in the order they came, to the
+// rollout domain's batches (rollout.Rollouts.SubmitAckWaitFunc, or a
+// batch message's rollout.AckChain), which judge one instance's ACKs in
+// that order and commit many sessions' ACKs in one store transaction;
+// each is answered, in that order too, once its record and its audit
+// record are durable (at most maxAcksInFlight unanswered per session;
+// the receiver waits past that, and while the batches' queue is full).
+// Nothing waits for an ACK's outcome by parking a goroutine: the batches call back when the
 // record is durable, which queues the audit record
 // (audit.Log.AppendAsync), whose writer calls back when that is durable,
 // which sets the answer and wakes the session's writer. A fleet's ACKs
@@ -342,9 +345,8 @@ func (h *Sessions) open(ctx context.Context, spec connect.Spec, peer string, hel
 // refused), and must not block. When the queue of ACKs to record is
 // full, it waits for room (rollout.Rollouts.SubmitAckWaitFunc): the
 // session then reads no more of its stream, and HTTP/2's flow control
-// holds its client, rather than the ACK being refused and sent again (a
-// fleet's burst of reports, five an apply, overflowed it). A batch's ACKs
-// go through a rollout.AckChain, which waits alike.
+// holds its client, rather than the ACK being refused and sent again.
+// A batch's ACKs go through a rollout.AckChain, which waits alike.
 func (h *Sessions) submitAck(ctx context.Context, ack rollout.Ack, done func(rollout.AckResult)) {
 	h.instances.rollouts.SubmitAckWaitFunc(ctx, ack, done)
 }
@@ -517,7 +519,7 @@ func (s *session) ack(m *pawlv1.SessionAck, chain *rollout.AckChain) error {
 	// instance's ACKs in that order. Nothing waits for the answer: the
 	// batches call back once the record is durable, the audit log once
 	// the answer's record is, and the next ACK meanwhile joins the same
-	// batch.
+	// batch (unless the queue is full: then the submit waits for room).
 	submit(s.ctx, ack, func(r rollout.AckResult) {
 		if r.Err != nil {
 			s.answer(a, req, nil, Error(s.h.log, s.spec, r.Err))

@@ -81,7 +81,7 @@ func New() *Metrics {
 		ackBatch: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: namespace, Name: "ack_batch_size",
 			Help: "ACKs recorded per store transaction (ACKs are judged and committed in batches).", Buckets: prometheus.ExponentialBuckets(1, 2, 10)}),
 		ackMsg: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: namespace, Name: "session_acks_per_message",
-			Help: "ACKs per session message that carries ACKs (a client puts what it has ready together).", Buckets: prometheus.LinearBuckets(1, 1, 8)}),
+			Help: "ACKs per session message that carries ACKs (a batch carries up to 64).", Buckets: prometheus.ExponentialBuckets(1, 2, 7)}),
 		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "limit_refusals_total",
 			Help: "Requests and connections refused for a limit, by the limit's flag (docs/LIMITS.md)."}, []string{"limit"}),
 	}

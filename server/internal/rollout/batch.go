@@ -56,8 +56,8 @@ type AckResult struct {
 	// after it failed.
 	Ack Ack
 	// Err is why the ACK was not recorded (a malformed ACK, an unknown
-	// release, a store failure, ErrBusy, the submitter's context), or
-	// that settling after it failed.
+	// release, a store failure, ErrBusy, the submitter's context,
+	// ErrEarlierNotRecorded), or that settling after it failed.
 	Err error
 }
 
@@ -86,7 +86,8 @@ func (r *Rollouts) SubmitAck(ctx context.Context, ack Ack) <-chan AckResult {
 // submitter that should not hold a goroutine per ACK to wait: done is
 // called exactly once, with what SubmitAck's channel would receive. It
 // runs on the goroutine that answers: the batches' (after the commit and
-// the settling), SubmitAckFunc's caller's (a malformed ACK, a full queue,
+// the settling; for an ACK of an AckChain left unjudged, when it is
+// reached), SubmitAckFunc's caller's (a malformed ACK, a full queue,
 // a stopped Rollouts, an ended ctx), or the one that ends ctx. done must
 // not block: the next batch waits for it (hand slow work, such as a
 // durable audit record, to something that calls back in turn).
@@ -108,7 +109,9 @@ func (r *Rollouts) SubmitAckWaitFunc(ctx context.Context, ack Ack, done func(Ack
 func (r *Rollouts) submit(ctx context.Context, ack Ack, after *pendingAck, wait bool, done func(AckResult)) *pendingAck {
 	p := &pendingAck{after: after}
 	p.done = func(res AckResult) {
-		if res.Err != nil {
+		// Not recorded: an error without the ACK (one stored whose
+		// settling failed is answered with both, and was recorded).
+		if res.Err != nil && res.Ack.ConfigID == "" {
 			p.failed.Store(true)
 		}
 		done(res)
@@ -134,8 +137,9 @@ var ErrEarlierNotRecorded = errors.New("rollout: not judged: the report of the s
 // AckChain links the ACKs of one message: each is judged only once the
 // ACK of the same config before it in the chain was recorded; when that
 // one was not (refused, here or by its submitter (Refused), the store
-// unavailable, the queue full), the later ones are not judged either, and
-// are answered ErrEarlierNotRecorded. An
+// unavailable, its context ended), the later ones are not judged either,
+// and are answered ErrEarlierNotRecorded. The chain's ACKs wait for room
+// in the queue, as SubmitAckWaitFunc's. An
 // instance that sends several reports at once, without waiting for each
 // answer, then never has a later state judged before an earlier one that
 // it must send again, as if it had waited. A chain is used by one
@@ -256,7 +260,8 @@ func newAckBatcher(r *Rollouts) *ackBatcher {
 // enqueue queues p, or answers it at once when the batcher stopped, or
 // when the queue is full and the submitter does not wait. One that waits
 // (wait) is queued behind the others that wait, and enqueue returns once
-// take moved it into the queue, or ctx ended (which answers it).
+// take moved it into the queue, ctx ended (which answers it), or the
+// batcher stopped (which answers it).
 func (b *ackBatcher) enqueue(ctx context.Context, p *pendingAck, wait bool) {
 	b.mu.Lock()
 	full := len(b.queue) >= b.maxQueue
@@ -281,7 +286,12 @@ func (b *ackBatcher) enqueue(ctx context.Context, p *pendingAck, wait bool) {
 		b.mu.Unlock()
 		select {
 		case <-w.admitted:
-		case <-ctx.Done(): // answered by the AfterFunc; take drops it
+		case <-ctx.Done():
+			// Answered by the AfterFunc; not left waiting (its answer
+			// holds its submitter's state) until the queue has room.
+			b.mu.Lock()
+			b.waiting = slices.DeleteFunc(b.waiting, func(o ackWaiter) bool { return o.p == p })
+			b.mu.Unlock()
 		}
 		return
 	}
@@ -370,12 +380,15 @@ func (b *ackBatcher) take() []*pendingAck {
 		case full || in[k]:
 			rest = append(rest, p)
 			continue
-		case p.after != nil && (p.after.failed.Load() || p.after.state.Load() == ackCancelled || slices.Contains(unjudged, p.after)):
+		case p.after != nil && (p.after.failed.Load() || p.after.state.Load() == ackCancelled):
 			// The one before it in its chain, answered before this one
 			// was reached (a batch holds one of its groupKey), was not
-			// recorded.
+			// recorded. Marked failed here, so that its own follower,
+			// later in this pass, is not judged either.
 			if p.state.CompareAndSwap(ackQueued, ackTaken) {
 				p.release()
+				p.failed.Store(true)
+				p.after = nil
 				unjudged = append(unjudged, p)
 			}
 			continue
@@ -387,6 +400,7 @@ func (b *ackBatcher) take() []*pendingAck {
 			continue // cancelled just now: answered
 		}
 		p.release()
+		p.after = nil // answered: it need not be held
 		in[k] = true
 		bytes += p.size
 		batch = append(batch, p)

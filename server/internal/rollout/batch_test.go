@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -642,5 +643,80 @@ func TestStaleReportsOfTheReleaseAPromotionSupersededAreJudgedOnTheViews(t *test
 	}
 	if reads.n.Load() == before {
 		t.Fatal("a report of a release two promotions old was judged without reading it: the views still keep it")
+	}
+}
+
+// TestAChainJudgesNothingAfterAReportNotRecorded: the ACKs of one message
+// (an AckChain) are judged only while each one before them of the same
+// config was recorded: after one the rollout refuses (its release does
+// not exist), the next two, queued behind it, are answered
+// ErrEarlierNotRecorded unjudged and not stored, the second within the
+// same pass as the first; after one its submitter refused (Refused), the
+// next is too; sent again alone, in order, they count. An ACK that waits
+// for room and whose context ends leaves the waiting list.
+func TestAChainJudgesNothingAfterAReportNotRecorded(t *testing.T) {
+	st, _ := engines["bolt"](t)
+	bs := newBatchStore(st)
+	e := newEnvOn(t, st, bs, 6, rollout.WithAckBatching(0, 0, 2))
+	rel := e.release(t, 50)
+	ctx := context.Background()
+	held, release := bs.holdFirst()
+	first := e.rollouts.SubmitAck(ctx, e.ackOf(t, rel, "i5", "boot-1", 1, rollout.Applied))
+	<-held
+	answers := make([]chan rollout.AckResult, 4)
+	submit := func(c *rollout.AckChain, i int, a rollout.Ack) {
+		answers[i] = make(chan rollout.AckResult, 1)
+		c.SubmitFunc(ctx, a, func(r rollout.AckResult) { answers[i] <- r })
+	}
+	chain := e.rollouts.NewAckChain()
+	unknown := e.ackOf(t, rel, "i0", "boot-1", 1, rollout.Discovered)
+	unknown.Generation = 99
+	submit(chain, 0, unknown)
+	submit(chain, 1, e.ackOf(t, rel, "i0", "boot-1", 1, rollout.Downloaded))
+	// The queue holds 2: the third waits for room, and its context
+	// ends there.
+	gone, end := context.WithCancel(ctx)
+	cancelled := make(chan rollout.AckResult, 1)
+	go e.rollouts.SubmitAckWaitFunc(gone, e.ackOf(t, rel, "i4", "boot-1", 1, rollout.Applied), func(r rollout.AckResult) { cancelled <- r })
+	for e.rollouts.WaitingAcks() == 0 {
+		runtime.Gosched() // the submitter parks at once: nothing else to await
+	}
+	end()
+	if res := <-cancelled; !errors.Is(res.Err, context.Canceled) {
+		t.Fatalf("a waiting ACK whose context ended = %+v, %v", res.Ack, res.Err)
+	}
+	for e.rollouts.WaitingAcks() != 0 {
+		runtime.Gosched() // it leaves the list right after its answer
+	}
+	// A third of the chain waits for room behind the two queued.
+	go submit(chain, 2, e.ackOf(t, rel, "i0", "boot-1", 1, rollout.Validated))
+	for e.rollouts.WaitingAcks() == 0 {
+		runtime.Gosched()
+	}
+	release()
+	if res := <-first; res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	if res := <-answers[0]; res.Err == nil || errors.Is(res.Err, rollout.ErrEarlierNotRecorded) {
+		t.Fatalf("the ACK of a release that does not exist = %+v, %v", res.Ack, res.Err)
+	}
+	for i := 1; i <= 2; i++ {
+		if res := <-answers[i]; !errors.Is(res.Err, rollout.ErrEarlierNotRecorded) {
+			t.Fatalf("chained ACK %d after one not recorded = %+v, %v; want ErrEarlierNotRecorded", i, res.Ack, res.Err)
+		}
+	}
+	refused := e.rollouts.NewAckChain()
+	refused.Refused("routing")
+	submit(refused, 3, e.ackOf(t, rel, "i0", "boot-1", 1, rollout.Discovered))
+	if res := <-answers[3]; !errors.Is(res.Err, rollout.ErrEarlierNotRecorded) {
+		t.Fatalf("a chained ACK after one its submitter refused = %+v, %v", res.Ack, res.Err)
+	}
+	if acks, err := e.rollouts.Acks(ctx, "routing", rel.Generation); err != nil || len(acks) != 1 {
+		t.Fatalf("stored %+v, %v; want i5's only", acks, err)
+	}
+	for _, s := range []rollout.AckState{rollout.Discovered, rollout.Downloaded, rollout.Validated} {
+		if res := <-e.rollouts.SubmitAck(ctx, e.ackOf(t, rel, "i0", "boot-1", 1, s)); res.Err != nil || !res.Ack.Counted {
+			t.Fatalf("%s sent again alone = %+v, %v", s, res.Ack, res.Err)
+		}
 	}
 }

@@ -22,3 +22,10 @@ func (r *Rollouts) KeptCountedAcks(config string, gen int64) (kept bool, counted
 	}
 	return true, counted
 }
+
+// WaitingAcks is how many submitted ACKs wait for room in the queue.
+func (r *Rollouts) WaitingAcks() int {
+	r.acks.mu.Lock()
+	defer r.acks.mu.Unlock()
+	return len(r.acks.waiting)
+}
