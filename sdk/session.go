@@ -380,8 +380,17 @@ func (st *sessionStream) sendAcksLocked(s *session, ps []*pendingAck) error {
 		ack := proto.CloneOf(p.ack)
 		ack.MembershipEpoch = epoch
 		m := &pawlv1.SessionAck{AckId: id, Ack: ack}
+		if !st.batches || len(ps) == 1 {
+			// One ACK a message: no size to weigh (an apply's every
+			// report comes this way).
+			if err := flush(); err != nil {
+				return err
+			}
+			batch = append(batch, m)
+			continue
+		}
 		n := proto.Size(m)
-		if !st.batches || size+n > maxAckBatchBytes || len(batch) == maxAcksPerMessage {
+		if size+n > maxAckBatchBytes || len(batch) == maxAcksPerMessage {
 			if err := flush(); err != nil {
 				return err
 			}

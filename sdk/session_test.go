@@ -91,6 +91,23 @@ func awaitReconnect(t *testing.T, h *harness, c *sdk.Client, cut func()) {
 	}
 }
 
+// awaitUp waits until c's link to the server is up: on a session, the
+// server has started it (registered the instance and taken hold of its
+// lease) before it says so.
+func awaitUp(t *testing.T, h *harness, c *sdk.Client) {
+	t.Helper()
+	links := make(chan sdk.Connection, 16)
+	stop := c.OnConnection(func(l sdk.Connection) { links <- l })
+	defer stop()
+	for l := c.Connection(); !l.Up; {
+		select {
+		case l = <-links:
+		case <-h.ctx.Done():
+			t.Fatal("the client's link did not come up")
+		}
+	}
+}
+
 // TestAClientFollowsTheServerOnOneSession: a client registers, follows
 // its assignments, takes the release of its assignment from the session
 // (sent inline), reports every ACK of a rollout (each with the W3C trace
@@ -257,6 +274,9 @@ func TestASessionHoldsTheLease(t *testing.T) {
 	h := newHarness(t, server.WithClock(clock.Now), server.WithInstanceLease(30*time.Second))
 	counter := faultproxy.NewHider(t, h.srv.URL)
 	c := h.clientAt(counter.URL, "i0")
+	// Registered, the instance is live; its session holds the lease only
+	// once started, a step later.
+	awaitUp(t, h, c)
 	h.waitRegistered("i0")
 	live := func() bool {
 		t.Helper()
