@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"time"
+	"unicode/utf8"
 
 	"github.com/pawlcfg/pawl/server/internal/instance"
 	"github.com/pawlcfg/pawl/server/internal/records"
@@ -126,8 +127,29 @@ func (a Ack) check() error {
 		return bad("violations and reject_code belong to a REJECTED ACK, not %s", a.State)
 	case len(a.Violations) > MaxAckViolations:
 		return bad("violations has %d entries; the limit is %d: send the first %d", len(a.Violations), MaxAckViolations, MaxAckViolations)
+	case !a.validUTF8():
+		return bad("an ACK's text must be valid UTF-8")
 	}
 	return nil
+}
+
+// validUTF8 reports whether every text of a is valid UTF-8, as every
+// ACK decoded from the wire is: its stored record then reads back as it
+// was judged (JSON would replace an invalid byte), so that the views may
+// take a batch's ACKs as written (writtenRecords).
+func (a Ack) validUTF8() bool {
+	for _, s := range []string{a.ConfigID, a.WorkloadIdentity, a.BootID, a.ContentDigest, a.ValidatorDigest, a.AppArtifact,
+		string(a.State), a.Reason, a.TraceParent, a.AppVersion, a.RejectCode} {
+		if !utf8.ValidString(s) {
+			return false
+		}
+	}
+	for _, v := range a.Violations {
+		if !utf8.ValidString(v.Path) || !utf8.ValidString(v.Message) || !utf8.ValidString(string(v.Severity)) {
+			return false
+		}
+	}
+	return true
 }
 
 // RecordAck judges ack, stores it, counted or with the reason it does not
@@ -253,7 +275,10 @@ type ackWrite struct {
 	rev int64
 	// The write: stored only if nothing the judgement read changed since
 	// rev (unchanged, compares).
-	puts      []store.Put
+	puts []store.Put
+	// readBack are, decoded, the first puts' records that the views read
+	// back (the ACK's record, and its applied record when it writes one).
+	readBack  []writtenRecord
 	deletes   []string
 	unchanged []store.Unchanged
 	compares  []store.Compare
@@ -292,12 +317,14 @@ func (r *Rollouts) decideAck(ctx context.Context, ack Ack, av ackView) (ackWrite
 	}
 	w := ackWrite{ack: ack, rev: av.rev}
 	w.puts = []store.Put{{Key: records.Ack(ack.ConfigID, ack.Generation, ack.WorkloadIdentity, ack.arrival), Value: b}}
+	w.readBack = []writtenRecord{{ack: &ack}} // ack is not changed after this
 	if rec, ok := newApplied(ack, av.reg, av.registered, av.applied); ok {
 		ab, err := records.Encode(rec)
 		if err != nil {
 			return ackWrite{}, err
 		}
 		w.puts = append(w.puts, store.Put{Key: records.Applied(ack.ConfigID, ack.WorkloadIdentity), Value: ab})
+		w.readBack = append(w.readBack, writtenRecord{applied: &rec})
 	}
 	if ev, ok, err := evidencePut(av.prior, ack); err != nil {
 		return ackWrite{}, err

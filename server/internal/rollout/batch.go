@@ -464,7 +464,11 @@ func (b *ackBatcher) judge(ctx context.Context, batch []*pendingAck) []*judged {
 		js[i] = &judged{p: p}
 	}
 	// The last batch's commit is an event under /_pawl/: the feed brings it.
-	if err := b.r.views.waitUntil(ctx, b.lastRev, false); err != nil {
+	err := b.r.views.waitUntil(ctx, b.lastRev, false)
+	// The views passed the last batch's commit (or it failed): what they
+	// did not take of its records, they never will.
+	b.r.written.clear()
+	if err != nil {
 		for _, j := range js {
 			j.err = err
 		}
@@ -516,6 +520,11 @@ func (b *ackBatcher) commit(ctx context.Context, writes []*judged) {
 	var t store.Txn
 	seen := map[string]int{} // prefix -> index in t.Unchanged
 	for _, j := range writes {
+		// Noted before the transaction: the store may hand its events to
+		// the views before it returns.
+		for i, rec := range j.w.readBack {
+			b.r.written.add(j.w.puts[i], rec)
+		}
 		t.Puts = append(t.Puts, j.w.puts...)
 		t.Deletes = append(t.Deletes, j.w.deletes...)
 		t.Compares = append(t.Compares, j.w.compares...) // one instance's of one config each

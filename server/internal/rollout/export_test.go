@@ -29,3 +29,32 @@ func (r *Rollouts) WaitingAcks() int {
 	defer r.acks.mu.Unlock()
 	return len(r.acks.waiting)
 }
+
+// ViewedAcks are the counted ACKs the views hold of generation gen of
+// config, by member, in arrival order (nil: the views do not keep it),
+// and the applied records they hold of config, by member.
+func (r *Rollouts) ViewedAcks(config string, gen int64) (map[string][]Ack, map[string]AppliedRecord) {
+	r.views.mu.RLock()
+	defer r.views.mu.RUnlock()
+	t := r.views.findLocked(config, gen)
+	if t == nil {
+		return nil, nil
+	}
+	acks := map[string][]Ack{}
+	for id, mv := range t.members {
+		acks[id] = append([]Ack(nil), mv.acks...)
+	}
+	applied := map[string]AppliedRecord{}
+	for id, info := range r.views.applied[config] {
+		applied[id] = AppliedRecord{Generation: info.gen, ContentDigest: info.contentDigest, BootID: info.boot,
+			MembershipEpoch: info.epoch, ApplySequence: info.seq}
+	}
+	return acks, applied
+}
+
+// NotedRecords is how many records of batches the views have not taken.
+func (r *Rollouts) NotedRecords() int {
+	r.written.mu.Lock()
+	defer r.written.mu.Unlock()
+	return len(r.written.byKey)
+}

@@ -215,6 +215,9 @@ type Rollouts struct {
 	log      *slog.Logger
 	views    *views
 	acks     *ackBatcher
+	// written holds the records a batch of ACKs is committing, for the
+	// views to take without decoding them.
+	written writtenRecords
 }
 
 // New returns Rollouts over st. The caller runs Run.

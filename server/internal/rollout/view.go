@@ -309,7 +309,7 @@ func (v *views) applyLocked(ev store.Event, load *tracked) error {
 			t.removeAck(id, arrival)
 		}
 	case strings.HasPrefix(key, records.AcksPrefix):
-		a, err := decodeAck(ev.KV)
+		a, err := v.r.written.ackOf(ev.KV)
 		if err != nil {
 			return err
 		}
@@ -318,8 +318,8 @@ func (v *views) applyLocked(ev store.Event, load *tracked) error {
 			t.addAck(a, reg, ok)
 		}
 	case strings.HasPrefix(key, records.AppliedPrefix):
-		var rec AppliedRecord
-		if err := records.Decode(ev.KV, &rec); err != nil {
+		rec, err := v.r.written.appliedOf(ev.KV)
+		if err != nil {
 			return err
 		}
 		byID := v.applied[rec.ConfigID]

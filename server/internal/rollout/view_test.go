@@ -3,8 +3,10 @@ package rollout_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -129,5 +131,90 @@ func TestViewsThatFallBehindACompactionReadASnapshot(t *testing.T) {
 	}
 	if late := e.ack(t, g1, "i1", "boot-1", 5, rollout.HealthyAcked); !late.Counted {
 		t.Fatalf("an ACK of the active release after the snapshot = %+v", late)
+	}
+}
+
+// TestViewsHoldABatchsACKsAsTheStoreDoes: the views take the ACKs and
+// applied records a batch wrote as the batch judged them, without
+// decoding them (writtenRecords); they must hold exactly what views that
+// read the same records from the store hold. The ACKs carry what JSON
+// writes otherwise than as read (<, &, U+2028, a health measure,
+// violations), and are recorded concurrently, so that
+// they share batches.
+func TestViewsHoldABatchsACKsAsTheStoreDoes(t *testing.T) {
+	st, err := boltstore.Open(context.Background(), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	e := newEnvOn(t, st, st, 6)
+	ctx := context.Background()
+	rel := e.release(t, 50)
+	var wg sync.WaitGroup
+	for i := range 6 {
+		id := fmt.Sprintf("i%d", i)
+		wg.Go(func() {
+			steps := []rollout.Ack{
+				e.ackOf(t, rel, id, "boot-1", 1, rollout.Discovered, func(a *rollout.Ack) { a.Reason = "a <b> & c\u2028 d ☃" }),
+				e.ackOf(t, rel, id, "boot-1", 1, rollout.Applied, func(a *rollout.Ack) { a.AppVersion = "1.2.3"; a.ReportID = 9 }),
+				e.ackOf(t, rel, id, "boot-1", 1, rollout.HealthyAcked, func(a *rollout.Ack) {
+					a.Health = &rollout.Health{ErrorRate: 0.1 + 0.2, P99: 1234567 * time.Nanosecond}
+				}),
+			}
+			for _, a := range steps {
+				if _, err := e.rollouts.RecordAck(ctx, a); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	// Last, after every other report (a counted rejection stops the rollout).
+	e.ack(t, rel, "i0", "boot-1", 2, rollout.Rejected, func(a *rollout.Ack) {
+		a.HealthOK, a.RejectCode = false, "INVALID_CONTENT"
+		a.Violations = []host.Violation{{Path: "/upstreams/0", Message: "weight < 0 & \"x\"", Severity: "error"}}
+	})
+	fresh := run(t, rollout.New(st, e.releases, e.registry, rollout.WithClock(e.clock.Now)))
+	for _, r := range []*rollout.Rollouts{e.rollouts, fresh} {
+		if _, err := r.Status(ctx, rel.ConfigID, rel.Generation); err != nil { // the views at the store's head
+			t.Fatal(err)
+		}
+	}
+	took, tookApplied := e.rollouts.ViewedAcks(rel.ConfigID, rel.Generation)
+	read, readApplied := fresh.ViewedAcks(rel.ConfigID, rel.Generation)
+	if len(read) != 6 || len(read["i0"]) != 4 || len(read["i1"]) != 3 {
+		t.Fatalf("the views read from the store hold %d members, i0 and i1 with %d and %d counted ACKs; want 6, 4, 3", len(read), len(read["i0"]), len(read["i1"]))
+	}
+	if !reflect.DeepEqual(took, read) || !reflect.DeepEqual(tookApplied, readApplied) {
+		t.Fatalf("the views that took the batches' records hold\n%+v\n%+v\nthe views that read them from the store\n%+v\n%+v", took, tookApplied, read, readApplied)
+	}
+	if got := read["i0"][0].Reason; got != "a <b> & c\u2028 d ☃" {
+		t.Fatalf("the stored reason is %q; want it as sent", got)
+	}
+	if n := e.rollouts.NotedRecords(); n != 0 {
+		t.Fatalf("%d records of the batches are still noted after the views passed them", n)
+	}
+}
+
+// TestAnACKWithInvalidUTF8IsRefused: every ACK from the wire is valid
+// UTF-8 (protobuf refuses the rest); one handed in otherwise is refused,
+// and nothing is stored, rather than stored as JSON would rewrite it.
+func TestAnACKWithInvalidUTF8IsRefused(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	rel := e.release(t, 50)
+	for name, edit := range map[string]func(*rollout.Ack){
+		"reason": func(a *rollout.Ack) { a.Reason = "bad \xff byte" },
+		"violation": func(a *rollout.Ack) {
+			a.State, a.Violations = rollout.Rejected, []host.Violation{{Path: "/a", Message: "\xc3", Severity: "error"}}
+		},
+	} {
+		if got, err := e.rollouts.RecordAck(ctx, e.ackOf(t, rel, "i0", "boot-1", 1, rollout.Applied, edit)); !errors.Is(err, rollout.ErrInvalid) {
+			t.Fatalf("%s: RecordAck = %+v, %v; want ErrInvalid", name, got, err)
+		}
+	}
+	if acks, err := e.rollouts.Acks(ctx, rel.ConfigID, rel.Generation); err != nil || len(acks) != 0 {
+		t.Fatalf("stored %v, %v; want nothing", acks, err)
 	}
 }
