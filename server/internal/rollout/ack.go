@@ -277,7 +277,9 @@ type ackWrite struct {
 	// rev (unchanged, compares).
 	puts []store.Put
 	// readBack are, decoded, the first puts' records that the views read
-	// back (the ACK's record, and its applied record when it writes one).
+	// back (the ACK's record, and its applied record when it writes one);
+	// none when the record would not read back as judged (text that
+	// redaction left invalid UTF-8).
 	readBack  []writtenRecord
 	deletes   []string
 	unchanged []store.Unchanged
@@ -317,14 +319,23 @@ func (r *Rollouts) decideAck(ctx context.Context, ack Ack, av ackView) (ackWrite
 	}
 	w := ackWrite{ack: ack, rev: av.rev}
 	w.puts = []store.Put{{Key: records.Ack(ack.ConfigID, ack.Generation, ack.WorkloadIdentity, ack.arrival), Value: b}}
-	w.readBack = []writtenRecord{{ack: &ack}} // ack is not changed after this
+	if ack.validUTF8() { // redaction may cut a character: JSON then stores U+FFFD, and the views decode the record
+		held := ack
+		if held.Health != nil { // the views' own, not the submitter's
+			h := *held.Health
+			held.Health = &h
+		}
+		w.readBack = []writtenRecord{{ack: &held}}
+	}
 	if rec, ok := newApplied(ack, av.reg, av.registered, av.applied); ok {
 		ab, err := records.Encode(rec)
 		if err != nil {
 			return ackWrite{}, err
 		}
 		w.puts = append(w.puts, store.Put{Key: records.Applied(ack.ConfigID, ack.WorkloadIdentity), Value: ab})
-		w.readBack = append(w.readBack, writtenRecord{applied: &rec})
+		if len(w.readBack) == 1 {
+			w.readBack = append(w.readBack, writtenRecord{applied: &rec})
+		}
 	}
 	if ev, ok, err := evidencePut(av.prior, ack); err != nil {
 		return ackWrite{}, err

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/pawlcfg/pawl/internal/testkit/testclock"
 	"github.com/pawlcfg/pawl/internal/testkit/wasmbuild"
@@ -216,5 +217,39 @@ func TestAnACKWithInvalidUTF8IsRefused(t *testing.T) {
 	}
 	if acks, err := e.rollouts.Acks(ctx, rel.ConfigID, rel.Generation); err != nil || len(acks) != 0 {
 		t.Fatalf("stored %v, %v; want nothing", acks, err)
+	}
+}
+
+// TestViewsHoldARedactedReasonAsStored: redaction may cut a secret in
+// the middle of a character and leave invalid UTF-8, which JSON stores as
+// U+FFFD; the views must hold the reason as stored, not as redacted.
+func TestViewsHoldARedactedReasonAsStored(t *testing.T) {
+	st, err := boltstore.Open(context.Background(), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	e := newEnvOn(t, st, st, 6)
+	ctx := context.Background()
+	rel := e.releaseWith(t, 50, func(s *release.Spec) {
+		// The validator marks every token secret.
+		s.Content = []byte(`{"upstreams":[{"host":"a","weight":50,"token":"パスワードパスワード"},{"host":"b","weight":50}]}`)
+	})
+	// The secret's first 13 bytes, then another character: the redacted
+	// reason keeps the last two bytes of a cut character.
+	got := e.ack(t, rel, "i0", "boot-1", 1, rollout.Discovered, func(a *rollout.Ack) { a.Reason = "x パスワーク y" })
+	if !got.Counted || utf8.ValidString(got.Reason) {
+		t.Fatalf("judged %+v; want it counted, its redacted reason cut inside a character", got)
+	}
+	fresh := run(t, rollout.New(st, e.releases, e.registry, rollout.WithClock(e.clock.Now)))
+	for _, r := range []*rollout.Rollouts{e.rollouts, fresh} {
+		if _, err := r.Status(ctx, rel.ConfigID, rel.Generation); err != nil {
+			t.Fatal(err)
+		}
+	}
+	took, _ := e.rollouts.ViewedAcks(rel.ConfigID, rel.Generation)
+	read, _ := fresh.ViewedAcks(rel.ConfigID, rel.Generation)
+	if len(read["i0"]) != 1 || !utf8.ValidString(read["i0"][0].Reason) || !reflect.DeepEqual(took, read) {
+		t.Fatalf("the views hold %+v; views that read the store %+v", took, read)
 	}
 }
