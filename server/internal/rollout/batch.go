@@ -234,6 +234,9 @@ type ackBatcher struct {
 	maxAcks, maxBytes, maxQueue int
 	// observe, if set, hears how many ACKs each transaction recorded.
 	observe func(acks int)
+	// waitingMoved, if set (tests), is called, holding mu, whenever the
+	// list of ACKs waiting for room changes.
+	waitingMoved func()
 
 	mu      sync.Mutex
 	queue   []*pendingAck
@@ -283,6 +286,7 @@ func (b *ackBatcher) enqueue(ctx context.Context, p *pendingAck, wait bool) {
 	if wait && (full || len(b.waiting) > 0) {
 		w := ackWaiter{p: p, admitted: make(chan struct{})}
 		b.waiting = append(b.waiting, w)
+		b.movedWaitingLocked()
 		b.mu.Unlock()
 		select {
 		case <-w.admitted:
@@ -291,6 +295,7 @@ func (b *ackBatcher) enqueue(ctx context.Context, p *pendingAck, wait bool) {
 			// holds its submitter's state) until the queue has room.
 			b.mu.Lock()
 			b.waiting = slices.DeleteFunc(b.waiting, func(o ackWaiter) bool { return o.p == p })
+			b.movedWaitingLocked()
 			b.mu.Unlock()
 		}
 		return
@@ -300,6 +305,14 @@ func (b *ackBatcher) enqueue(ctx context.Context, p *pendingAck, wait bool) {
 	select {
 	case b.wake <- struct{}{}:
 	default: // a wake-up is pending already
+	}
+}
+
+// movedWaitingLocked tells the test hook that the waiting list changed.
+// The caller holds mu.
+func (b *ackBatcher) movedWaitingLocked() {
+	if b.waitingMoved != nil {
+		b.waitingMoved()
 	}
 }
 
@@ -419,6 +432,7 @@ func (b *ackBatcher) take() []*pendingAck {
 	}
 	b.waiting = slices.Delete(b.waiting, 0, n)
 	if n > 0 {
+		b.movedWaitingLocked()
 		select {
 		case b.wake <- struct{}{}: // what came in is taken even if this batch is empty
 		default:

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -678,21 +677,15 @@ func TestAChainJudgesNothingAfterAReportNotRecorded(t *testing.T) {
 	gone, end := context.WithCancel(ctx)
 	cancelled := make(chan rollout.AckResult, 1)
 	go e.rollouts.SubmitAckWaitFunc(gone, e.ackOf(t, rel, "i4", "boot-1", 1, rollout.Applied), func(r rollout.AckResult) { cancelled <- r })
-	for e.rollouts.WaitingAcks() == 0 {
-		runtime.Gosched() // the submitter parks at once: nothing else to await
-	}
+	awaitWaiting(t, e, 1)
 	end()
 	if res := <-cancelled; !errors.Is(res.Err, context.Canceled) {
 		t.Fatalf("a waiting ACK whose context ended = %+v, %v", res.Ack, res.Err)
 	}
-	for e.rollouts.WaitingAcks() != 0 {
-		runtime.Gosched() // it leaves the list right after its answer
-	}
+	awaitWaiting(t, e, 0) // it leaves the list right after its answer
 	// A third of the chain waits for room behind the two queued.
 	go submit(chain, 2, e.ackOf(t, rel, "i0", "boot-1", 1, rollout.Validated))
-	for e.rollouts.WaitingAcks() == 0 {
-		runtime.Gosched()
-	}
+	awaitWaiting(t, e, 1)
 	release()
 	if res := <-first; res.Err != nil {
 		t.Fatal(res.Err)
@@ -718,5 +711,15 @@ func TestAChainJudgesNothingAfterAReportNotRecorded(t *testing.T) {
 		if res := <-e.rollouts.SubmitAck(ctx, e.ackOf(t, rel, "i0", "boot-1", 1, s)); res.Err != nil || !res.Ack.Counted {
 			t.Fatalf("%s sent again alone = %+v, %v", s, res.Ack, res.Err)
 		}
+	}
+}
+
+// awaitWaiting waits until n ACKs wait for room in e's queue.
+func awaitWaiting(t *testing.T, e *env, n int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if !e.rollouts.AwaitWaitingAcks(ctx, n) {
+		t.Fatalf("%d ACKs never waited for room", n)
 	}
 }

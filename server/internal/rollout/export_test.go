@@ -23,11 +23,36 @@ func (r *Rollouts) KeptCountedAcks(config string, gen int64) (kept bool, counted
 	return true, counted
 }
 
-// WaitingAcks is how many submitted ACKs wait for room in the queue.
-func (r *Rollouts) WaitingAcks() int {
+// AwaitWaitingAcks waits until n submitted ACKs wait for room in the
+// queue, or ctx ends (false).
+func (r *Rollouts) AwaitWaitingAcks(ctx context.Context, n int) bool {
+	moved := make(chan struct{}, 1)
 	r.acks.mu.Lock()
-	defer r.acks.mu.Unlock()
-	return len(r.acks.waiting)
+	r.acks.waitingMoved = func() {
+		select {
+		case moved <- struct{}{}:
+		default:
+		}
+	}
+	r.acks.mu.Unlock()
+	defer func() {
+		r.acks.mu.Lock()
+		r.acks.waitingMoved = nil
+		r.acks.mu.Unlock()
+	}()
+	for {
+		r.acks.mu.Lock()
+		waiting := len(r.acks.waiting)
+		r.acks.mu.Unlock()
+		if waiting == n {
+			return true
+		}
+		select {
+		case <-moved:
+		case <-ctx.Done():
+			return false
+		}
+	}
 }
 
 // ViewedAcks are the counted ACKs the views hold of generation gen of
