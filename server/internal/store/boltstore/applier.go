@@ -118,6 +118,7 @@ func (s *Store) compact(to int64) error {
 // change log and its index, and the revision.
 func writeEvents(tx *bolt.Tx, events []store.Event) error {
 	kvb := tx.Bucket(bucketKV)
+	log, idx := logBuckets(tx)
 	for _, ev := range events {
 		var err error
 		if ev.Type == store.EventDelete {
@@ -128,7 +129,7 @@ func writeEvents(tx *bolt.Tx, events []store.Event) error {
 		if err != nil {
 			return err
 		}
-		if err := appendLog(tx, ev); err != nil {
+		if err := appendLogTo(log, idx, ev); err != nil {
 			return err
 		}
 	}

@@ -463,10 +463,23 @@ func checkExpected(key string, expect *int64, prev *store.KeyValue) error {
 	return nil
 }
 
-func appendLog(tx *bolt.Tx, ev store.Event) error {
+// logBuckets are a transaction's change log and key index. The log is
+// written in revision order, always at its end: its pages are filled
+// before they split (bbolt's default splits them half full, for keys
+// that land anywhere), which halves the pages the log takes and each
+// transaction writes. Such a *bolt.Bucket is the transaction's: get it
+// once per transaction, not per event.
+func logBuckets(tx *bolt.Tx) (log, idx *bolt.Bucket) {
+	log = tx.Bucket(bucketLog)
+	log.FillPercent = 1.0
+	return log, tx.Bucket(bucketIdx)
+}
+
+// appendLogTo writes ev into the change log and the key index.
+func appendLogTo(log, idx *bolt.Bucket, ev store.Event) error {
 	rev := ev.Revision()
-	if err := tx.Bucket(bucketLog).Put(revKey(rev), encodeEvent(ev)); err != nil {
+	if err := log.Put(revKey(rev), encodeEvent(ev)); err != nil {
 		return err
 	}
-	return tx.Bucket(bucketIdx).Put(idxKey(ev.KV.Key, rev), nil)
+	return idx.Put(idxKey(ev.KV.Key, rev), nil)
 }
