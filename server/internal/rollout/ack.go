@@ -276,10 +276,10 @@ type ackWrite struct {
 	// The write: stored only if nothing the judgement read changed since
 	// rev (unchanged, compares).
 	puts []store.Put
-	// readBack are, decoded, the first puts' records that the views read
-	// back (the ACK's record, and its applied record when it writes one);
-	// none when the record would not read back as judged (text that
-	// redaction left invalid UTF-8).
+	// readBack are, decoded, the records of puts that the views read
+	// back: the ACK's record (unless it would not read back as judged:
+	// text that redaction left invalid UTF-8), and its applied record
+	// when it writes one.
 	readBack  []writtenRecord
 	deletes   []string
 	unchanged []store.Unchanged
@@ -325,17 +325,16 @@ func (r *Rollouts) decideAck(ctx context.Context, ack Ack, av ackView) (ackWrite
 			h := *held.Health
 			held.Health = &h
 		}
-		w.readBack = []writtenRecord{{ack: &held}}
+		w.readBack = append(w.readBack, writtenRecord{key: w.puts[0].Key, value: b, ack: &held})
 	}
 	if rec, ok := newApplied(ack, av.reg, av.registered, av.applied); ok {
 		ab, err := records.Encode(rec)
 		if err != nil {
 			return ackWrite{}, err
 		}
-		w.puts = append(w.puts, store.Put{Key: records.Applied(ack.ConfigID, ack.WorkloadIdentity), Value: ab})
-		if len(w.readBack) == 1 {
-			w.readBack = append(w.readBack, writtenRecord{applied: &rec})
-		}
+		put := store.Put{Key: records.Applied(ack.ConfigID, ack.WorkloadIdentity), Value: ab}
+		w.puts = append(w.puts, put)
+		w.readBack = append(w.readBack, writtenRecord{key: put.Key, value: ab, applied: &rec})
 	}
 	if ev, ok, err := evidencePut(av.prior, ack); err != nil {
 		return ackWrite{}, err

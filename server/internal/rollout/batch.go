@@ -536,8 +536,8 @@ func (b *ackBatcher) commit(ctx context.Context, writes []*judged) {
 	for _, j := range writes {
 		// Noted before the transaction: the store may hand its events to
 		// the views before it returns.
-		for i, rec := range j.w.readBack {
-			b.r.written.add(j.w.puts[i], rec)
+		for _, rec := range j.w.readBack {
+			b.r.written.add(rec)
 		}
 		t.Puts = append(t.Puts, j.w.puts...)
 		t.Deletes = append(t.Deletes, j.w.deletes...)

@@ -143,12 +143,7 @@ func TestViewsThatFallBehindACompactionReadASnapshot(t *testing.T) {
 // violations), and are recorded concurrently, so that
 // they share batches.
 func TestViewsHoldABatchsACKsAsTheStoreDoes(t *testing.T) {
-	st, err := boltstore.Open(context.Background(), t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
-	e := newEnvOn(t, st, st, 6)
+	e := newEnv(t)
 	ctx := context.Background()
 	rel := e.release(t, 50)
 	var wg sync.WaitGroup
@@ -176,14 +171,7 @@ func TestViewsHoldABatchsACKsAsTheStoreDoes(t *testing.T) {
 		a.HealthOK, a.RejectCode = false, "INVALID_CONTENT"
 		a.Violations = []host.Violation{{Path: "/upstreams/0", Message: "weight < 0 & \"x\"", Severity: "error"}}
 	})
-	fresh := run(t, rollout.New(st, e.releases, e.registry, rollout.WithClock(e.clock.Now)))
-	for _, r := range []*rollout.Rollouts{e.rollouts, fresh} {
-		if _, err := r.Status(ctx, rel.ConfigID, rel.Generation); err != nil { // the views at the store's head
-			t.Fatal(err)
-		}
-	}
-	took, tookApplied := e.rollouts.ViewedAcks(rel.ConfigID, rel.Generation)
-	read, readApplied := fresh.ViewedAcks(rel.ConfigID, rel.Generation)
+	took, tookApplied, read, readApplied := viewedAndRead(t, e, rel)
 	if len(read) != 6 || len(read["i0"]) != 4 || len(read["i1"]) != 3 {
 		t.Fatalf("the views read from the store hold %d members, i0 and i1 with %d and %d counted ACKs; want 6, 4, 3", len(read), len(read["i0"]), len(read["i1"]))
 	}
@@ -224,13 +212,7 @@ func TestAnACKWithInvalidUTF8IsRefused(t *testing.T) {
 // the middle of a character and leave invalid UTF-8, which JSON stores as
 // U+FFFD; the views must hold the reason as stored, not as redacted.
 func TestViewsHoldARedactedReasonAsStored(t *testing.T) {
-	st, err := boltstore.Open(context.Background(), t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
-	e := newEnvOn(t, st, st, 6)
-	ctx := context.Background()
+	e := newEnv(t)
 	rel := e.releaseWith(t, 50, func(s *release.Spec) {
 		// The validator marks every token secret.
 		s.Content = []byte(`{"upstreams":[{"host":"a","weight":50,"token":"パスワードパスワード"},{"host":"b","weight":50}]}`)
@@ -241,15 +223,25 @@ func TestViewsHoldARedactedReasonAsStored(t *testing.T) {
 	if !got.Counted || utf8.ValidString(got.Reason) {
 		t.Fatalf("judged %+v; want it counted, its redacted reason cut inside a character", got)
 	}
-	fresh := run(t, rollout.New(st, e.releases, e.registry, rollout.WithClock(e.clock.Now)))
-	for _, r := range []*rollout.Rollouts{e.rollouts, fresh} {
-		if _, err := r.Status(ctx, rel.ConfigID, rel.Generation); err != nil {
-			t.Fatal(err)
-		}
-	}
-	took, _ := e.rollouts.ViewedAcks(rel.ConfigID, rel.Generation)
-	read, _ := fresh.ViewedAcks(rel.ConfigID, rel.Generation)
+	took, _, read, _ := viewedAndRead(t, e, rel)
 	if len(read["i0"]) != 1 || !utf8.ValidString(read["i0"][0].Reason) || !reflect.DeepEqual(took, read) {
 		t.Fatalf("the views hold %+v; views that read the store %+v", took, read)
 	}
+}
+
+// viewedAndRead are the counted ACKs and applied records of rel that e's
+// views hold, and those that fresh views, reading them from e's store,
+// hold; both at the store's head.
+func viewedAndRead(t *testing.T, e *env, rel release.Release) (took map[string][]rollout.Ack, tookApplied map[string]rollout.AppliedRecord,
+	read map[string][]rollout.Ack, readApplied map[string]rollout.AppliedRecord) {
+	t.Helper()
+	fresh := run(t, rollout.New(e.store, e.releases, e.registry, rollout.WithClock(e.clock.Now)))
+	for _, r := range []*rollout.Rollouts{e.rollouts, fresh} {
+		if _, err := r.Status(context.Background(), rel.ConfigID, rel.Generation); err != nil { // the views at the store's head
+			t.Fatal(err)
+		}
+	}
+	took, tookApplied = e.rollouts.ViewedAcks(rel.ConfigID, rel.Generation)
+	read, readApplied = fresh.ViewedAcks(rel.ConfigID, rel.Generation)
+	return took, tookApplied, read, readApplied
 }

@@ -26,23 +26,23 @@ type writtenRecords struct {
 	byKey map[string]writtenRecord
 }
 
-// writtenRecord is one record a batch writes: value as stored, and one of
-// ack or applied as decoded.
+// writtenRecord is one record a batch writes: its key and value as
+// stored, and one of ack or applied as decoded.
 type writtenRecord struct {
+	key     string
 	value   []byte
 	ack     *Ack
 	applied *AppliedRecord
 }
 
-// add notes the record put writes, decoded as rec.
-func (w *writtenRecords) add(put store.Put, rec writtenRecord) {
-	rec.value = put.Value
+// add notes rec.
+func (w *writtenRecords) add(rec writtenRecord) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.byKey == nil {
 		w.byKey = map[string]writtenRecord{}
 	}
-	w.byKey[put.Key] = rec
+	w.byKey[rec.key] = rec
 }
 
 // take returns, and lets go of, the record kv holds when a batch wrote

@@ -19,7 +19,7 @@ func TestWrittenRecordsAreTakenOnlyAsWritten(t *testing.T) {
 	}
 	key := records.Ack("routing", 1, "i0", 7)
 	var w writtenRecords
-	w.add(store.Put{Key: key, Value: value}, writtenRecord{ack: &Ack{Reason: "as noted"}})
+	w.add(writtenRecord{key: key, value: value, ack: &Ack{Reason: "as noted"}})
 
 	other := Ack{ConfigID: "routing", Generation: 1, WorkloadIdentity: "i0", BootID: "b", State: Applied, Why: "another writer's", arrival: 7}
 	otherValue, err := records.Encode(other)
@@ -36,7 +36,7 @@ func TestWrittenRecordsAreTakenOnlyAsWritten(t *testing.T) {
 	if got, err := w.ackOf(store.KeyValue{Key: key, Value: value}); err != nil || got.Reason != "" || !got.Counted {
 		t.Fatalf("read again, it is %+v, %v; want it decoded (taken once)", got, err)
 	}
-	w.add(store.Put{Key: key, Value: value}, writtenRecord{ack: &judged})
+	w.add(writtenRecord{key: key, value: value, ack: &judged})
 	w.clear()
 	if _, ok := w.take(store.KeyValue{Key: key, Value: value}); ok {
 		t.Fatal("a record was taken after clear")
