@@ -350,7 +350,9 @@ func TestAssignmentDeltasAndResume(t *testing.T) {
 	if d := receive(); d.GetFull() || render(d) != "routing@2:canary " || len(d.GetRemovedConfigIds()) != 0 {
 		t.Fatalf("delta after routing@2 = %q (full %v, removed %v)", render(d), d.GetFull(), d.GetRemovedConfigIds())
 	}
-	_ = rel2
+	// The canary ACKs it: routing is computed again, and its assignments
+	// have not changed, so nothing travels (the next message is the stop's).
+	c.ack(rel2, "canary-1")
 	// The limits rollout stops: its only assignment is gone.
 	if _, err := c.ro.StopRollout(ctx, connect.NewRequest(&pawlv1.StopRolloutRequest{ConfigId: "limits", Generation: 1, Reason: "bad"})); err != nil {
 		t.Fatal(err)

@@ -73,7 +73,7 @@ func (h *Instances) WatchAssignments(ctx context.Context, req *connect.Request[p
 		}
 		defer release() // before the watcher closes: a stream counted open still holds
 	}
-	as := &assignmentStream{send: stream.Send, identity: identity, deltas: m.GetDeltas(), held: map[string]uint64{}, rollouts: h.rollouts}
+	as := &assignmentStream{send: stream.Send, identity: identity, deltas: m.GetDeltas(), rollouts: h.rollouts}
 	for {
 		if w == nil {
 			var err error
@@ -165,16 +165,17 @@ type assignmentStream struct {
 	send     func(*pawlv1.WatchAssignmentsResponse) error
 	identity string
 	deltas   bool
-	held     map[string]uint64 // config -> key of its assignments as sent
+	held     heldKeys // per config, the key of its assignments as sent
 	rollouts *rollout.Rollouts
 }
 
 // sendFull sends every config's assignments and makes them what is held.
 func (s *assignmentStream) sendFull(byConfig map[string][]rollout.Assignment, rev int64) error {
-	clear(s.held)
-	for config, as := range byConfig {
-		s.held[config] = assignmentsKey(as)
+	all := make([]heldEntry, 0, len(byConfig))
+	for _, config := range slices.Sorted(maps.Keys(byConfig)) {
+		all = append(all, heldEntry{config: config, key: assignmentsKey(byConfig[config])})
 	}
+	s.held = heldKeys{}.withChanges(all)
 	return s.send(&pawlv1.WatchAssignmentsResponse{Assignments: flatten(byConfig), Revision: rev, Full: true})
 }
 
@@ -182,26 +183,34 @@ func (s *assignmentStream) sendFull(byConfig map[string][]rollout.Assignment, re
 // with deltas only those configs, else the whole set again.
 func (s *assignmentStream) sendChanges(ctx context.Context, byConfig map[string][]rollout.Assignment, rev int64) error {
 	delta := &pawlv1.WatchAssignmentsResponse{Revision: rev}
-	changed := false
+	var changes []heldEntry
+	held := s.held.cursor()
+	e, ok := held.next()
 	for _, config := range slices.Sorted(maps.Keys(byConfig)) {
+		for ok && e.config < config {
+			e, ok = held.next()
+		}
+		var heldKey uint64
+		if ok && e.config == config {
+			heldKey = e.key
+		}
 		as := byConfig[config]
 		key := assignmentsKey(as)
-		if key == s.held[config] {
+		if key == heldKey {
 			continue
 		}
-		changed = true
+		changes = append(changes, heldEntry{config: config, key: key})
 		if len(as) == 0 {
-			delete(s.held, config)
 			delta.RemovedConfigIds = append(delta.RemovedConfigIds, config)
 			continue
 		}
-		s.held[config] = key
 		delta.Assignments = append(delta.Assignments, toProtoAssignments(as)...)
 	}
 	switch {
-	case !changed:
+	case len(changes) == 0:
 		return nil
 	case s.deltas:
+		s.held = s.held.withChanges(changes)
 		return s.send(delta)
 	}
 	all, at, err := s.rollouts.AssignmentsAt(ctx, s.identity, rev, nil)

@@ -192,7 +192,7 @@ func (h *Sessions) Session(ctx context.Context, stream *connect.BidiStream[pawlv
 	}
 	s.ctx, s.cancel = context.WithCancel(ctx)
 	s.guards = guardsFrom(ctx)
-	s.assign = &assignmentStream{identity: s.identity, deltas: true, held: map[string]uint64{}, rollouts: h.instances.rollouts}
+	s.assign = &assignmentStream{identity: s.identity, deltas: true, rollouts: h.instances.rollouts}
 	// The handler writes first (the started message and the first
 	// assignments), holding the writer's role; kicks meanwhile are
 	// seen when it lets go.
