@@ -24,7 +24,7 @@ func TestATxnReachesEveryWatcherAsOneMessage(t *testing.T) {
 	defer cancel()
 	put(t, kv, "/cfg/retired", "x")
 	var streams []*connect.ServerStreamForClient[pawlv1.WatchResponse]
-	for range 3 {
+	for range 6 {
 		s, err := kv.Watch(ctx, connect.NewRequest(&pawlv1.WatchRequest{Prefix: "/cfg/"}))
 		if err != nil {
 			t.Fatal(err)
@@ -65,9 +65,11 @@ func TestATxnReachesEveryWatcherAsOneMessage(t *testing.T) {
 		}
 	}
 	// Each stream got the same 100 KiB message, gzipped (the clients
-	// accept it): it was compressed once.
-	if n := srv.Server.WatchStats().Compressions; n != 1 {
-		t.Fatalf("the batch was compressed %d times for 3 streams, want once", n)
+	// accept it): it was compressed once, or twice when no stream asked
+	// for it while the first compressed it (the cache keeps a message
+	// the second time it comes), not once per stream.
+	if n := srv.Server.WatchStats().Compressions; n < 1 || n > 2 {
+		t.Fatalf("the batch was compressed %d times for %d streams, want once or twice", n, len(streams))
 	}
 	// The compare on /cfg/index (now present) fails: nothing changes.
 	_, err = kv.Txn(ctx, connect.NewRequest(req))

@@ -25,7 +25,16 @@ type Cache struct {
 	order    []uint64 // oldest first
 	bytes    int
 	inflight map[uint64]*flight
-	pool     sync.Pool // of *gzip.Writer
+	// seen are the keys of messages compressed and not kept (no other
+	// stream asked for them meanwhile), oldest first in seenOrder: a
+	// message is kept when it comes again.
+	seen      map[uint64]struct{}
+	seenOrder []uint64
+	pool      sync.Pool // of *gzip.Writer
+
+	// Test hooks, nil but in tests: compressing runs before a message is
+	// compressed, waiting when a stream waits for another's compression.
+	compressing, waiting func()
 
 	compressed atomic.Int64 // messages compressed (not answered from the cache)
 }
@@ -42,12 +51,18 @@ type flight struct {
 	in   []byte
 	done chan struct{}
 	out  []byte
+	// shared is set (under Cache.mu) when another stream waits for out.
+	shared bool
 }
 
 // NewCache returns a cache of up to maxEntries messages and maxBytes of
-// messages and output together.
+// messages and output together. It keeps a message that several streams
+// send: one that another stream asked for while it was compressed, or
+// one that comes again while the cache remembers its key (the last
+// 4*maxEntries it did not keep). A message sent once, such as the answer
+// to a unary call, is compressed and not kept.
 func NewCache(maxEntries, maxBytes int) *Cache {
-	return &Cache{maxEntries: maxEntries, maxBytes: maxBytes, entries: map[uint64]*entry{}, inflight: map[uint64]*flight{}}
+	return &Cache{maxEntries: maxEntries, maxBytes: maxBytes, entries: map[uint64]*entry{}, inflight: map[uint64]*flight{}, seen: map[uint64]struct{}{}}
 }
 
 // Compressor returns a compressor that compresses through the cache:
@@ -64,7 +79,11 @@ func (c *Cache) compress(in []byte) ([]byte, error) {
 		return e.out, nil
 	}
 	if f, ok := c.inflight[key]; ok && bytes.Equal(f.in, in) {
+		f.shared = true
 		c.mu.Unlock()
+		if c.waiting != nil {
+			c.waiting()
+		}
 		<-f.done
 		if f.out != nil {
 			return f.out, nil
@@ -75,12 +94,20 @@ func (c *Cache) compress(in []byte) ([]byte, error) {
 	c.inflight[key] = f
 	c.mu.Unlock()
 
+	if c.compressing != nil {
+		c.compressing()
+	}
 	out, err := c.gzip(in)
 	c.mu.Lock()
 	delete(c.inflight, key)
 	if err == nil {
 		f.out = out
-		c.addLocked(key, &entry{in: f.in, out: out})
+		if _, again := c.seen[key]; again || f.shared {
+			delete(c.seen, key)
+			c.addLocked(key, &entry{in: f.in, out: out})
+		} else {
+			c.noteLocked(key)
+		}
 	}
 	c.mu.Unlock()
 	close(f.done)
@@ -107,6 +134,20 @@ func (c *Cache) addLocked(key uint64, e *entry) {
 			c.bytes -= len(old.in) + len(old.out)
 			delete(c.entries, oldest)
 		}
+	}
+}
+
+// noteLocked remembers the key of a message compressed and not kept,
+// forgetting the oldest past 4*maxEntries.
+func (c *Cache) noteLocked(key uint64) {
+	if _, ok := c.seen[key]; ok {
+		return
+	}
+	c.seen[key] = struct{}{}
+	c.seenOrder = append(c.seenOrder, key)
+	for len(c.seenOrder) > 4*c.maxEntries {
+		delete(c.seen, c.seenOrder[0])
+		c.seenOrder = c.seenOrder[1:]
 	}
 }
 

@@ -36,9 +36,10 @@ func compressWith(t *testing.T, c *Cache, in []byte) []byte {
 	return dst.Bytes()
 }
 
-// TestOneMessageIsCompressedOnce: two hundred streams sending the same
-// message at once compress it once, and each gets the standard gzip of
-// it; a different message is compressed on its own.
+// TestOneMessageIsCompressedOnce: a message sent once is compressed and
+// not kept; sent again by two hundred streams at once, it is compressed
+// once more, and kept: each stream gets the standard gzip of it; a
+// different message is compressed on its own.
 func TestOneMessageIsCompressedOnce(t *testing.T) {
 	c := NewCache(8, 1<<20)
 	msg := bytes.Repeat([]byte("a watch event batch "), 500)
@@ -46,6 +47,12 @@ func TestOneMessageIsCompressedOnce(t *testing.T) {
 	w := gzip.NewWriter(&std)
 	_, _ = w.Write(msg)
 	_ = w.Close()
+	if out := compressWith(t, c, msg); !bytes.Equal(out, std.Bytes()) {
+		t.Fatal("a message sent once does not get the standard gzip")
+	}
+	if len(c.entries) != 0 || c.bytes != 0 {
+		t.Fatalf("a message sent once is kept: %d entries, %d bytes", len(c.entries), c.bytes)
+	}
 	var wg sync.WaitGroup
 	outs := make([][]byte, 200)
 	for i := range outs {
@@ -61,15 +68,47 @@ func TestOneMessageIsCompressedOnce(t *testing.T) {
 			t.Fatalf("stream %d got %d bytes that are not the standard gzip", i, len(out))
 		}
 	}
-	if n := c.Compressed(); n != 1 {
-		t.Fatalf("compressed %d times, want once", n)
+	if n := c.Compressed(); n != 2 {
+		t.Fatalf("compressed %d times, want twice (once sent once, once when it came again)", n)
 	}
 	other := append(bytes.Clone(msg), '!')
 	if got := gunzip(t, compressWith(t, c, other)); !bytes.Equal(got, other) {
 		t.Fatal("the second message does not round-trip")
 	}
-	if n := c.Compressed(); n != 2 {
-		t.Fatalf("compressed %d times after a second message, want 2", n)
+	if n := c.Compressed(); n != 3 {
+		t.Fatalf("compressed %d times after a second message, want 3", n)
+	}
+}
+
+// TestAMessageAnotherStreamWaitedForIsKept: a stream that asks for a
+// message while another compresses it waits for that compression, and
+// the message is kept on its first sending: a third stream is answered
+// from the cache.
+func TestAMessageAnotherStreamWaitedForIsKept(t *testing.T) {
+	c := NewCache(8, 1<<20)
+	msg := bytes.Repeat([]byte("an assignment for every instance "), 100)
+	underway, release, waiting := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	c.compressing = func() { close(underway); <-release }
+	c.waiting = func() { close(waiting) }
+	first := make(chan []byte)
+	go func() { first <- compressWith(t, c, msg) }()
+	second := make(chan []byte)
+	go func() {
+		<-underway
+		second <- compressWith(t, c, msg)
+	}()
+	<-waiting
+	close(release)
+	a, b := <-first, <-second
+	if !bytes.Equal(a, b) || !bytes.Equal(gunzip(t, a), msg) {
+		t.Fatal("the two streams got different output, or not the message's gzip")
+	}
+	if len(c.entries) != 1 {
+		t.Fatalf("%d entries after a shared compression, want 1", len(c.entries))
+	}
+	compressWith(t, c, msg)
+	if n := c.Compressed(); n != 1 {
+		t.Fatalf("compressed %d times, want once", n)
 	}
 }
 
@@ -78,6 +117,8 @@ func TestOneMessageIsCompressedOnce(t *testing.T) {
 func TestTheCacheStaysBounded(t *testing.T) {
 	c := NewCache(4, 1<<20)
 	for i := range 10 {
+		// Twice each: a message is kept when it comes again.
+		compressWith(t, c, []byte(fmt.Sprintf("message %d %s", i, bytes.Repeat([]byte("x"), 1000))))
 		compressWith(t, c, []byte(fmt.Sprintf("message %d %s", i, bytes.Repeat([]byte("x"), 1000))))
 	}
 	if len(c.entries) != 4 || len(c.order) != 4 {
@@ -91,6 +132,10 @@ func TestTheCacheStaysBounded(t *testing.T) {
 	small := NewCache(100, 3000)
 	for i := range 10 {
 		compressWith(t, small, bytes.Repeat([]byte{byte(i)}, 1000))
+		compressWith(t, small, bytes.Repeat([]byte{byte(i)}, 1000))
+	}
+	if len(small.entries) == 0 {
+		t.Fatal("the small cache keeps nothing")
 	}
 	if small.bytes > 3000 {
 		t.Fatalf("the cache holds %d bytes, over its 3000", small.bytes)
