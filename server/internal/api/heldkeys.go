@@ -2,6 +2,7 @@ package api
 
 import (
 	"encoding/binary"
+	"sync"
 	"unique"
 )
 
@@ -48,7 +49,10 @@ func (c *heldCursor) next() (heldEntry, bool) {
 // withChanges is h with each config of changes set to its key, or
 // dropped for key 0. changes must be in config order, each config once.
 func (h heldKeys) withChanges(changes []heldEntry) heldKeys {
-	var enc []byte
+	buf := heldEncodings.Get().(*[]byte)
+	defer heldEncodings.Put(buf)
+	enc := (*buf)[:0]
+	defer func() { *buf = enc[:0] }()
 	old := h.cursor()
 	i := 0
 	for e, ok := old.next(); ok; e, ok = old.next() {
@@ -69,6 +73,11 @@ func (h heldKeys) withChanges(changes []heldEntry) heldKeys {
 	}
 	return heldKeys{unique.Make(string(enc))}
 }
+
+// heldEncodings are buffers for withChanges' encoding, which it copies
+// into the string it makes (10,000 streams make one each when a
+// promotion reaches them).
+var heldEncodings = sync.Pool{New: func() any { return new([]byte) }}
 
 // appendHeldEntry appends e's encoding (its config's length, the config,
 // the key), or nothing for key 0.

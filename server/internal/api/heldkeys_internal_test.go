@@ -1,11 +1,16 @@
 package api
 
 import (
+	"context"
+	"fmt"
 	"maps"
 	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
+
+	pawlv1 "github.com/pawlcfg/pawl/gen/pawl/v1"
+	"github.com/pawlcfg/pawl/server/internal/rollout"
 )
 
 // entriesOf reads h back as a map.
@@ -74,5 +79,43 @@ func TestStreamsHoldingTheSameKeysShareThem(t *testing.T) {
 	}
 	if none := one.withChanges([]heldEntry{{"a", 0}, {"b", 0}, {"c", 0}}); none != (heldKeys{}) {
 		t.Fatalf("dropping every config leaves %v", entriesOf(none))
+	}
+}
+
+// TestADeltaCarriesOnlyTheConfigsThatChanged: a stream holding configs
+// a to d, given b unchanged, d at a new generation, e new and a with no
+// assignment left (c not computed), sends d and e and removes a; then it
+// holds b, c, d and e, and the same computation again sends nothing.
+func TestADeltaCarriesOnlyTheConfigsThatChanged(t *testing.T) {
+	at := func(config string, gen int64) []rollout.Assignment {
+		return []rollout.Assignment{{ConfigID: config, Generation: gen}}
+	}
+	var sent []*pawlv1.WatchAssignmentsResponse
+	s := &assignmentStream{deltas: true, send: func(m *pawlv1.WatchAssignmentsResponse) error {
+		sent = append(sent, m)
+		return nil
+	}}
+	if err := s.sendFull(map[string][]rollout.Assignment{"a": at("a", 1), "b": at("b", 1), "c": at("c", 1), "d": at("d", 1)}, 1); err != nil {
+		t.Fatal(err)
+	}
+	computed := map[string][]rollout.Assignment{"a": nil, "b": at("b", 1), "d": at("d", 2), "e": at("e", 1)}
+	for range 2 {
+		if err := s.sendChanges(context.Background(), computed, 2); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(sent) != 2 {
+		t.Fatalf("%d messages, want the full set and one delta", len(sent))
+	}
+	var got []string
+	for _, a := range sent[1].GetAssignments() {
+		got = append(got, fmt.Sprintf("%s@%d", a.GetConfigId(), a.GetGeneration()))
+	}
+	if fmt.Sprint(got) != "[d@2 e@1]" || fmt.Sprint(sent[1].GetRemovedConfigIds()) != "[a]" {
+		t.Fatalf("delta %v, removed %v; want [d@2 e@1], removed [a]", got, sent[1].GetRemovedConfigIds())
+	}
+	want := map[string]uint64{"b": assignmentsKey(at("b", 1)), "c": assignmentsKey(at("c", 1)), "d": assignmentsKey(at("d", 2)), "e": assignmentsKey(at("e", 1))}
+	if held := entriesOf(s.held); !maps.Equal(held, want) {
+		t.Fatalf("held %v, want %v", held, want)
 	}
 }

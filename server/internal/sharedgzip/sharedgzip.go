@@ -26,10 +26,13 @@ type Cache struct {
 	bytes    int
 	inflight map[uint64]*flight
 	// seen are the keys of messages compressed and not kept (no other
-	// stream asked for them meanwhile), oldest first in seenOrder: a
-	// message is kept when it comes again.
-	seen      map[uint64]struct{}
-	seenOrder []uint64
+	// stream asked for them meanwhile), each with the number of its
+	// noting; seenOrder has them oldest first, a key that was kept since
+	// with a number seen no longer has. A message is kept when it comes
+	// again.
+	seen      map[uint64]uint64
+	seenOrder []seenKey
+	notes     uint64
 	pool      sync.Pool // of *gzip.Writer
 
 	// Test hooks, nil but in tests: compressing runs before a message is
@@ -47,6 +50,8 @@ type entry struct {
 	in, out []byte
 }
 
+type seenKey struct{ key, note uint64 }
+
 type flight struct {
 	in   []byte
 	done chan struct{}
@@ -62,7 +67,7 @@ type flight struct {
 // 4*maxEntries it did not keep). A message sent once, such as the answer
 // to a unary call, is compressed and not kept.
 func NewCache(maxEntries, maxBytes int) *Cache {
-	return &Cache{maxEntries: maxEntries, maxBytes: maxBytes, entries: map[uint64]*entry{}, inflight: map[uint64]*flight{}, seen: map[uint64]struct{}{}}
+	return &Cache{maxEntries: maxEntries, maxBytes: maxBytes, entries: map[uint64]*entry{}, inflight: map[uint64]*flight{}, seen: map[uint64]uint64{}}
 }
 
 // Compressor returns a compressor that compresses through the cache:
@@ -72,7 +77,7 @@ func (c *Cache) Compressor() connect.Compressor { return &compressor{cache: c} }
 
 // compress returns the gzip of in, from the cache when it has it.
 func (c *Cache) compress(in []byte) ([]byte, error) {
-	key := xxhash.Sum64(in) ^ uint64(len(in))
+	key := keyOf(in)
 	c.mu.Lock()
 	if e, ok := c.entries[key]; ok && bytes.Equal(e.in, in) {
 		c.mu.Unlock()
@@ -114,6 +119,10 @@ func (c *Cache) compress(in []byte) ([]byte, error) {
 	return out, err
 }
 
+// keyOf is a message's key in the cache (messages with the same key are
+// compared byte for byte).
+func keyOf(in []byte) uint64 { return xxhash.Sum64(in) ^ uint64(len(in)) }
+
 // addLocked keeps e, dropping the oldest entries past the bounds.
 func (c *Cache) addLocked(key uint64, e *entry) {
 	size := len(e.in) + len(e.out)
@@ -143,11 +152,15 @@ func (c *Cache) noteLocked(key uint64) {
 	if _, ok := c.seen[key]; ok {
 		return
 	}
-	c.seen[key] = struct{}{}
-	c.seenOrder = append(c.seenOrder, key)
+	c.notes++
+	c.seen[key] = c.notes
+	c.seenOrder = append(c.seenOrder, seenKey{key: key, note: c.notes})
 	for len(c.seenOrder) > 4*c.maxEntries {
-		delete(c.seen, c.seenOrder[0])
+		oldest := c.seenOrder[0]
 		c.seenOrder = c.seenOrder[1:]
+		if c.seen[oldest.key] == oldest.note {
+			delete(c.seen, oldest.key)
+		}
 	}
 }
 

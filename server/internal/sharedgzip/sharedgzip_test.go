@@ -7,6 +7,7 @@ import (
 	"io"
 	"sync"
 	"testing"
+	"time"
 )
 
 func gunzip(t *testing.T, b []byte) []byte {
@@ -90,14 +91,30 @@ func TestAMessageAnotherStreamWaitedForIsKept(t *testing.T) {
 	underway, release, waiting := make(chan struct{}), make(chan struct{}), make(chan struct{})
 	c.compressing = func() { close(underway); <-release }
 	c.waiting = func() { close(waiting) }
-	first := make(chan []byte)
-	go func() { first <- compressWith(t, c, msg) }()
-	second := make(chan []byte)
+	// compress is compressWith for another goroutine: it sends nil on
+	// an error rather than ending its goroutine.
+	compress := func(out chan<- []byte) {
+		var dst bytes.Buffer
+		z := &compressor{cache: c}
+		z.Reset(&dst)
+		_, _ = z.Write(msg)
+		if z.Close() != nil {
+			out <- nil
+			return
+		}
+		out <- dst.Bytes()
+	}
+	first, second := make(chan []byte, 1), make(chan []byte, 1)
+	go compress(first)
 	go func() {
 		<-underway
-		second <- compressWith(t, c, msg)
+		compress(second)
 	}()
-	<-waiting
+	select {
+	case <-waiting:
+	case <-time.After(time.Minute):
+		t.Fatal("the second stream did not wait for the first one's compression")
+	}
 	close(release)
 	a, b := <-first, <-second
 	if !bytes.Equal(a, b) || !bytes.Equal(gunzip(t, a), msg) {
@@ -139,5 +156,25 @@ func TestTheCacheStaysBounded(t *testing.T) {
 	}
 	if small.bytes > 3000 {
 		t.Fatalf("the cache holds %d bytes, over its 3000", small.bytes)
+	}
+}
+
+// TestAKeyNotedAgainIsRemembered: a message kept and then dropped (the
+// cache holds one) is noted again when it comes back; older notes
+// falling out of the window of remembered keys do not forget the new
+// one, and it is kept on its next sending.
+func TestAKeyNotedAgainIsRemembered(t *testing.T) {
+	c := NewCache(1, 1<<20) // remembers 4 keys
+	msg := func(name string) []byte { return []byte(name + " " + string(bytes.Repeat([]byte("x"), 500))) }
+	compressWith(t, c, msg("a"))
+	compressWith(t, c, msg("a")) // kept
+	compressWith(t, c, msg("c"))
+	compressWith(t, c, msg("c")) // kept, "a" dropped
+	compressWith(t, c, msg("a")) // noted again
+	compressWith(t, c, msg("d"))
+	compressWith(t, c, msg("e")) // the first note of "a" falls out of the window
+	compressWith(t, c, msg("a"))
+	if len(c.entries) != 1 || c.entries[keyOf(msg("a"))] == nil {
+		t.Fatal(`"a", noted again and sent again, is not kept`)
 	}
 }
