@@ -83,3 +83,10 @@ func (r *Rollouts) NotedRecords() int {
 	defer r.written.mu.Unlock()
 	return len(r.written.byKey)
 }
+
+// ViewsRevision is the revision the views hold every change up to.
+func (r *Rollouts) ViewsRevision() int64 {
+	r.views.mu.RLock()
+	defer r.views.mu.RUnlock()
+	return r.views.rev
+}

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/pawlcfg/pawl/server/internal/records"
 	"github.com/pawlcfg/pawl/server/internal/store"
@@ -100,13 +101,28 @@ func newViews(r *Rollouts) *views {
 
 // run keeps the views current until ctx ends: a snapshot, then the feed
 // from hub, and a fresh snapshot whenever the feed fails. Its exit is ctx.
+// A snapshot or a feed that fails again at once (a record that cannot be
+// read) is tried again after a pause that doubles up to maxFollowPause,
+// not in a loop that takes a core.
 func (v *views) run(ctx context.Context, hub *watch.Hub) {
+	pause := minFollowPause
 	for ctx.Err() == nil {
+		started := time.Now()
 		err := v.follow(ctx, hub)
 		if ctx.Err() != nil {
 			break
 		}
-		v.r.log.Warn("rollout views read again from a snapshot", "error", err)
+		v.r.log.Warn("rollout views read again from a snapshot", "error", err, "after", pause)
+		if time.Since(started) > time.Minute {
+			pause = minFollowPause // it followed the feed for a while
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+		}
+		pause = min(2*pause, maxFollowPause)
 	}
 	v.mu.Lock()
 	v.failed = errors.Join(ctx.Err(), errors.New("rollout: the rollout views stopped"))
@@ -170,6 +186,13 @@ func (v *views) follow(ctx context.Context, hub *watch.Hub) error {
 	}
 }
 
+// minFollowPause and maxFollowPause bound the pause before the views
+// read a snapshot again after their feed or snapshot failed.
+const (
+	minFollowPause = 10 * time.Millisecond
+	maxFollowPause = time.Second
+)
+
 func (v *views) advanceLocked(rev int64) {
 	v.rev = rev
 	close(v.advanced)
@@ -181,7 +204,9 @@ func (v *views) advanceLocked(rev int64) {
 // one) is read before the lock, at the event's revision. The events
 // between two such are applied under one lock, and rev moves once for
 // them: a batch of ACKs' hundreds of records wake a waiter once, not once
-// each.
+// each. An event that cannot be applied ends it, rev past the last one
+// applied: a reader waiting for that event's revision must not be told
+// the views hold it.
 func (v *views) apply(ctx context.Context, events []store.Event) error {
 	for i := 0; i < len(events); {
 		load, err := v.loadFor(ctx, events[i])
@@ -189,11 +214,16 @@ func (v *views) apply(ctx context.Context, events []store.Event) error {
 			return err
 		}
 		v.mu.Lock()
-		err = v.applyLocked(events[i], load)
-		for i++; err == nil && i < len(events) && !movesRelease(events[i]); i++ {
-			err = v.applyLocked(events[i], nil)
+		applied := 0
+		for err = v.applyLocked(events[i], load); err == nil; err = v.applyLocked(events[i], nil) {
+			applied++
+			if i++; i == len(events) || movesRelease(events[i]) {
+				break
+			}
 		}
-		v.advanceLocked(events[i-1].Revision())
+		if applied > 0 {
+			v.advanceLocked(events[i-1].Revision())
+		}
 		v.mu.Unlock()
 		if err != nil {
 			return err

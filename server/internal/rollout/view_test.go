@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -16,6 +17,7 @@ import (
 	"github.com/pawlcfg/pawl/internal/testkit/testclock"
 	"github.com/pawlcfg/pawl/internal/testkit/wasmbuild"
 	"github.com/pawlcfg/pawl/server/internal/instance"
+	"github.com/pawlcfg/pawl/server/internal/records"
 	"github.com/pawlcfg/pawl/server/internal/release"
 	"github.com/pawlcfg/pawl/server/internal/retention"
 	"github.com/pawlcfg/pawl/server/internal/rollout"
@@ -244,4 +246,64 @@ func viewedAndRead(t *testing.T, e *env, rel release.Release) (took map[string][
 	took, tookApplied = e.rollouts.ViewedAcks(rel.ConfigID, rel.Generation)
 	read, readApplied = fresh.ViewedAcks(rel.ConfigID, rel.Generation)
 	return took, tookApplied, read, readApplied
+}
+
+// warnings is a slog handler that sends each warning's message, and
+// counts them.
+type warnings struct {
+	ch chan string
+	n  atomic.Int64
+}
+
+func (w *warnings) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+func (w *warnings) WithAttrs([]slog.Attr) slog.Handler           { return w }
+func (w *warnings) WithGroup(string) slog.Handler                { return w }
+func (w *warnings) Handle(_ context.Context, r slog.Record) error {
+	w.n.Add(1)
+	select {
+	case w.ch <- r.Message:
+	default:
+	}
+	return nil
+}
+
+// TestAnEventTheViewsCannotApplyIsNotHeldApplied: one transaction puts a
+// record the views pass over (evidence) and an applied record that
+// cannot be decoded. The views apply the first and fail on the second:
+// their revision stays at the first, so a reader waiting for the second
+// is not told the views hold it. A snapshot, which cannot read that
+// record either, is tried again after pauses, not in a loop.
+func TestAnEventTheViewsCannotApplyIsNotHeldApplied(t *testing.T) {
+	ctx := context.Background()
+	st, err := boltstore.Open(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	warned := &warnings{ch: make(chan string, 1)}
+	e := newEnvOn(t, st, st, 1, rollout.WithLogger(slog.New(warned)))
+	before := e.rollouts.ViewsRevision()
+	res, err := st.Txn(ctx, store.Txn{Puts: []store.Put{
+		{Key: records.EvidenceOf("routing", 1) + "i0", Value: []byte(`{}`)},
+		{Key: records.Applied("routing", "i0"), Value: []byte(`not a record`)},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if msg := <-warned.ch; msg != "rollout views read again from a snapshot" {
+		t.Fatalf("warning %q", msg)
+	}
+	if got, want := e.rollouts.ViewsRevision(), res.Revision-1; got != want {
+		t.Fatalf("the views hold revision %d after failing on %d (they held %d before); want %d, the last event they applied",
+			got, res.Revision, before, want)
+	}
+	// Snapshots keep failing: ten retries take at least 10+20+...+1000 ms
+	// of pauses; in a loop they would be thousands.
+	start := time.Now()
+	for warned.n.Load() < 4 {
+		<-warned.ch
+	}
+	if took := time.Since(start); took < 70*time.Millisecond {
+		t.Fatalf("three more snapshots failed within %s: no pause between them", took)
+	}
 }
