@@ -101,21 +101,21 @@ func newViews(r *Rollouts) *views {
 
 // run keeps the views current until ctx ends: a snapshot, then the feed
 // from hub, and a fresh snapshot whenever the feed fails. Its exit is ctx.
-// A snapshot or a feed that fails again at once (a record that cannot be
-// read) is tried again after a pause that doubles up to maxFollowPause,
-// not in a loop that takes a core.
+// A snapshot that fails (a record that cannot be read) is tried again
+// after a pause that doubles up to maxFollowPause, not in a loop that
+// takes a core; after a feed that failed past a good snapshot (it fell
+// behind a compaction) the pause is minFollowPause.
 func (v *views) run(ctx context.Context, hub *watch.Hub) {
 	pause := minFollowPause
 	for ctx.Err() == nil {
-		started := time.Now()
-		err := v.follow(ctx, hub)
+		snapshotted, err := v.follow(ctx, hub)
 		if ctx.Err() != nil {
 			break
 		}
-		v.r.log.Warn("rollout views read again from a snapshot", "error", err, "after", pause)
-		if time.Since(started) > time.Minute {
-			pause = minFollowPause // it followed the feed for a while
+		if snapshotted {
+			pause = minFollowPause
 		}
+		v.r.log.Warn("rollout views read again from a snapshot", "error", err, "after", pause)
 		t := time.NewTimer(pause)
 		select {
 		case <-t.C:
@@ -131,19 +131,20 @@ func (v *views) run(ctx context.Context, hub *watch.Hub) {
 	v.mu.Unlock()
 }
 
-// follow reads a snapshot, then applies the feed until it fails.
-func (v *views) follow(ctx context.Context, hub *watch.Hub) error {
+// follow reads a snapshot, then applies the feed until it fails;
+// snapshotted says whether it got past the snapshot.
+func (v *views) follow(ctx context.Context, hub *watch.Hub) (snapshotted bool, err error) {
 	rev, err := v.r.currentRevision(ctx)
 	if err != nil {
-		return err
+		return false, err
 	}
 	snap, err := v.r.readViews(ctx, rev)
 	if err != nil {
-		return err
+		return false, err
 	}
 	w, err := hub.Watch(ctx, store.SystemPrefix, rev+1)
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer func() {
 		v.mu.Lock()
@@ -167,7 +168,7 @@ func (v *views) follow(ctx context.Context, hub *watch.Hub) error {
 	for {
 		batch, err := w.Next(ctx)
 		if err != nil {
-			return err
+			return true, err
 		}
 		if len(batch.Events) == 0 {
 			// A progress notice: every change under /_pawl/ up to it was
@@ -181,7 +182,7 @@ func (v *views) follow(ctx context.Context, hub *watch.Hub) error {
 			continue
 		}
 		if err := v.apply(ctx, batch.Events); err != nil {
-			return err
+			return true, err
 		}
 	}
 }

@@ -7,9 +7,9 @@ import (
 	"fmt"
 	"log/slog"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -248,23 +248,33 @@ func viewedAndRead(t *testing.T, e *env, rel release.Release) (took map[string][
 	return took, tookApplied, read, readApplied
 }
 
-// warnings is a slog handler that sends each warning's message, and
-// counts them.
+// warnings is a slog handler that sends each warning's message and
+// keeps when each was logged.
 type warnings struct {
-	ch chan string
-	n  atomic.Int64
+	ch    chan string
+	mu    sync.Mutex
+	times []time.Time
 }
 
 func (w *warnings) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
 func (w *warnings) WithAttrs([]slog.Attr) slog.Handler           { return w }
 func (w *warnings) WithGroup(string) slog.Handler                { return w }
 func (w *warnings) Handle(_ context.Context, r slog.Record) error {
-	w.n.Add(1)
+	w.mu.Lock()
+	w.times = append(w.times, r.Time)
+	w.mu.Unlock()
 	select {
 	case w.ch <- r.Message:
 	default:
 	}
 	return nil
+}
+
+// logged returns the times of the warnings so far.
+func (w *warnings) logged() []time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.times)
 }
 
 // TestAnEventTheViewsCannotApplyIsNotHeldApplied: one transaction puts a
@@ -282,6 +292,11 @@ func TestAnEventTheViewsCannotApplyIsNotHeldApplied(t *testing.T) {
 	t.Cleanup(func() { _ = st.Close() })
 	warned := &warnings{ch: make(chan string, 1)}
 	e := newEnvOn(t, st, st, 1, rollout.WithLogger(slog.New(warned)))
+	// The views hold the registration before the transaction: their
+	// first snapshot must not be the one that fails.
+	if _, _, err := e.rollouts.Assignments(ctx, "i0"); err != nil {
+		t.Fatal(err)
+	}
 	before := e.rollouts.ViewsRevision()
 	res, err := st.Txn(ctx, store.Txn{Puts: []store.Put{
 		{Key: records.EvidenceOf("routing", 1) + "i0", Value: []byte(`{}`)},
@@ -290,20 +305,29 @@ func TestAnEventTheViewsCannotApplyIsNotHeldApplied(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if msg := <-warned.ch; msg != "rollout views read again from a snapshot" {
+	next := func() string {
+		t.Helper()
+		select {
+		case msg := <-warned.ch:
+			return msg
+		case <-time.After(time.Minute):
+			t.Fatal("the views logged no failure")
+			return ""
+		}
+	}
+	if msg := next(); msg != "rollout views read again from a snapshot" {
 		t.Fatalf("warning %q", msg)
 	}
 	if got, want := e.rollouts.ViewsRevision(), res.Revision-1; got != want {
 		t.Fatalf("the views hold revision %d after failing on %d (they held %d before); want %d, the last event they applied",
 			got, res.Revision, before, want)
 	}
-	// Snapshots keep failing: ten retries take at least 10+20+...+1000 ms
-	// of pauses; in a loop they would be thousands.
-	start := time.Now()
-	for warned.n.Load() < 4 {
-		<-warned.ch
+	// The snapshots keep failing: the fourth failure comes at least
+	// 10+20+40 ms of pauses after the first; in a loop, at once.
+	for len(warned.logged()) < 4 {
+		next()
 	}
-	if took := time.Since(start); took < 70*time.Millisecond {
-		t.Fatalf("three more snapshots failed within %s: no pause between them", took)
+	if times := warned.logged(); times[3].Sub(times[0]) < 70*time.Millisecond {
+		t.Fatalf("three more snapshots failed within %s of the first failure: no pause between them", times[3].Sub(times[0]))
 	}
 }
