@@ -41,14 +41,14 @@ type env struct {
 
 // newEnv wires the real store, registry, releases (validated by the real
 // routing module) and rollouts, with six instances in three zones.
-func newEnv(t *testing.T) *env {
+func newEnv(t *testing.T, opts ...rollout.Option) *env {
 	t.Helper()
 	st, err := boltstore.Open(context.Background(), t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = st.Close() })
-	return newEnvOn(t, st, st, 6)
+	return newEnvOn(t, st, st, 6, opts...)
 }
 
 // newEnvOn is newEnv over st, with n instances, and Rollouts (made with

@@ -285,20 +285,15 @@ func (w *warnings) logged() []time.Time {
 // record either, is tried again after pauses, not in a loop.
 func TestAnEventTheViewsCannotApplyIsNotHeldApplied(t *testing.T) {
 	ctx := context.Background()
-	st, err := boltstore.Open(ctx, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
 	warned := &warnings{ch: make(chan string, 1)}
-	e := newEnvOn(t, st, st, 1, rollout.WithLogger(slog.New(warned)))
+	e := newEnv(t, rollout.WithLogger(slog.New(warned)))
 	// The views hold the registration before the transaction: their
 	// first snapshot must not be the one that fails.
 	if _, _, err := e.rollouts.Assignments(ctx, "i0"); err != nil {
 		t.Fatal(err)
 	}
 	before := e.rollouts.ViewsRevision()
-	res, err := st.Txn(ctx, store.Txn{Puts: []store.Put{
+	res, err := e.store.Txn(ctx, store.Txn{Puts: []store.Put{
 		{Key: records.EvidenceOf("routing", 1) + "i0", Value: []byte(`{}`)},
 		{Key: records.Applied("routing", "i0"), Value: []byte(`not a record`)},
 	}})
