@@ -170,13 +170,17 @@ type assignmentStream struct {
 }
 
 // sendFull sends every config's assignments and makes them what is held.
+// Both the held keys and the message's assignments are in config order.
 func (s *assignmentStream) sendFull(byConfig map[string][]rollout.Assignment, rev int64) error {
-	all := make([]heldEntry, 0, len(byConfig))
+	held := make([]heldEntry, 0, len(byConfig))
+	var assignments []*pawlv1.Assignment
 	for _, config := range slices.Sorted(maps.Keys(byConfig)) {
-		all = append(all, heldEntry{config: config, key: assignmentsKey(byConfig[config])})
+		as := byConfig[config]
+		held = append(held, heldEntry{config: config, key: assignmentsKey(as)})
+		assignments = append(assignments, toProtoAssignments(as)...)
 	}
-	s.held = heldKeys{}.withChanges(all)
-	return s.send(&pawlv1.WatchAssignmentsResponse{Assignments: flatten(byConfig), Revision: rev, Full: true})
+	s.held = heldKeys{}.withChanges(held)
+	return s.send(&pawlv1.WatchAssignmentsResponse{Assignments: assignments, Revision: rev, Full: true})
 }
 
 // sendChanges sends what changed of the configs computed, if anything did:
@@ -218,15 +222,6 @@ func (s *assignmentStream) sendChanges(ctx context.Context, byConfig map[string]
 		return err
 	}
 	return s.sendFull(all, at)
-}
-
-// flatten is every config's assignments on the wire, in config order.
-func flatten(byConfig map[string][]rollout.Assignment) []*pawlv1.Assignment {
-	var out []*pawlv1.Assignment
-	for _, config := range slices.Sorted(maps.Keys(byConfig)) {
-		out = append(out, toProtoAssignments(byConfig[config])...)
-	}
-	return out
 }
 
 func toProtoAssignments(as []rollout.Assignment) []*pawlv1.Assignment {
