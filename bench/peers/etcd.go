@@ -12,6 +12,7 @@ import (
 type etcd struct {
 	p       *proc
 	clients []*clientv3.Client
+	url     string // where its clients connect
 	next    int
 	mu      sync.Mutex
 }
@@ -33,7 +34,7 @@ func startEtcd(ctx context.Context, dir string) (system, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &etcd{p: p}
+	s := &etcd{p: p, url: curl}
 	for range 64 {
 		c, err := clientv3.New(clientv3.Config{Endpoints: []string{curl}, DialTimeout: 5 * time.Second})
 		if err != nil {
@@ -44,6 +45,8 @@ func startEtcd(ctx context.Context, dir string) (system, error) {
 	}
 	return s, nil
 }
+
+func (s *etcd) writeTo() (kind, addr string) { return "etcd", s.url }
 
 func (s *etcd) name() string { return "etcd 3.4" }
 

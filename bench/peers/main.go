@@ -14,9 +14,16 @@
 //   - fan-out: N watchers (subscribers) on 64 connections (Redis: one
 //     connection each, as a Redis subscription is per connection), one
 //     writer asking for -rate writes/s, each write waited for (as a
-//     deploy tool does): writes that got through per second, put p50, and
+//     deploy tool does), in a process of its own (this program again,
+//     with -write-to; -writer inline puts it in the watchers' process,
+//     where its answers wait behind the watchers' goroutines for the
+//     CPU): writes that got through per second, put p50, and
 //     the time from sending a write to its last watcher receiving it (p50,
 //     p99);
+//   - for pawld, the fan-out's put p50 as pawld itself timed it, and its
+//     store commit's p50 (from the histograms on its /metrics, so only as
+//     fine as their buckets): what the client's put p50 has beyond them
+//     is the wire and the two processes waiting for the CPU;
 //   - the server's resident memory per watcher: the growth of its VmRSS
 //     from before the fan-out's watchers subscribed to after, divided by
 //     their number (an upper bound for Go servers: it counts heap not yet
@@ -72,6 +79,7 @@ type options struct {
 	rate              int
 	duration, putsFor time.Duration
 	only, profiles    string
+	inlineWriter      bool
 }
 
 func main() {
@@ -84,7 +92,25 @@ func main() {
 	flag.StringVar(&o.only, "systems", "pawl,etcd,redis,nats", "systems to measure, in order")
 	flag.StringVar(&o.profiles, "profiles", "", "write pawld's CPU profile of each fan-out row's writes to this directory")
 	flag.StringVar(&pawldBin, "pawld", "", "pawld binary (default: built from Pawl's module, two directories up)")
+	writer := flag.String("writer", "process", "where the fan-out's writer runs: process (one of its own) or inline (the watchers' process)")
+	writeTo := flag.String("write-to", "", "be the fan-out's writer process for this kind of system (pawl, etcd, redis, nats)")
+	writeAddr := flag.String("write-addr", "", "the address the writer process puts to")
 	flag.Parse()
+	if *writeTo != "" {
+		if err := writeMain(context.Background(), *writeTo, *writeAddr, o.rate, o.duration); err != nil {
+			fmt.Fprintln(os.Stderr, "peers: writer:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	switch *writer {
+	case "process":
+	case "inline":
+		o.inlineWriter = true
+	default:
+		fmt.Fprintf(os.Stderr, "peers: -writer: %q is neither process nor inline\n", *writer)
+		os.Exit(2)
+	}
 	for _, w := range strings.Split(watchers, ",") {
 		n, err := strconv.Atoi(w)
 		if err != nil {
@@ -165,13 +191,20 @@ func run(ctx context.Context, o options) error {
 				if o.profiles != "" {
 					profile = filepath.Join(o.profiles, fmt.Sprintf("%s-%d.cpu.pprof", key, w))
 				}
-				r, err := fanOut(ctx, s, w, o.rate, o.duration, profile)
+				r, err := fanOut(ctx, s, w, o, profile)
 				if err != nil {
 					return err
 				}
-				set(fmt.Sprintf("%d watchers, %d writes/s asked: writes/s through, put p50", w, o.rate), fmt.Sprintf("%.1f, %s", r.rate, ms(r.putP50)))
+				where := "a writer process of its own"
+				if o.inlineWriter {
+					where = "the writer in the watchers' process"
+				}
+				set(fmt.Sprintf("%d watchers, %d writes/s asked (%s): writes/s through, put p50", w, o.rate, where), fmt.Sprintf("%.1f, %s", r.rate, ms(r.putP50)))
 				set(fmt.Sprintf("%d watchers: all-received p50, p99 (missing)", w), fmt.Sprintf("%s, %s (%d)", ms(r.p50), ms(r.p99), r.missing))
 				set(fmt.Sprintf("%d watchers: server resident memory per watcher", w), fmt.Sprintf("%.2f KiB", r.perWatcher/1024))
+				if r.server != "" {
+					set(fmt.Sprintf("%d watchers: the put's p50 in the server, of which the store's commit", w), r.server)
+				}
 				return nil
 			}); err != nil {
 				return fmt.Errorf("%s, %d watchers: %w", key, w, err)
@@ -249,6 +282,18 @@ type fanResult struct {
 	putP50     time.Duration
 	p50, p99   time.Duration
 	missing    int
+	server     string // the put's p50 as the server timed it, and its commit's
+}
+
+// serverTimes is what a server's own histograms held at one moment.
+type serverTimes struct {
+	put, commit benchkit.Histogram
+}
+
+// serverTimer is a system whose server times its puts (pawld's /metrics):
+// the fan-out row then says how much of a put's time the server took.
+type serverTimer interface {
+	serverTimes(ctx context.Context) (serverTimes, error)
 }
 
 // profiler is a system whose server can profile itself (pawld --pprof).
@@ -260,7 +305,8 @@ type profiler interface {
 // fanOut subscribes n watchers and writes at the rate for d, each write
 // waited for; with profile set, and a system that can, it profiles the
 // server over the writes into that file.
-func fanOut(ctx context.Context, s system, n, rate int, d time.Duration, profile string) (fanResult, error) {
+func fanOut(ctx context.Context, s system, n int, o options, profile string) (fanResult, error) {
+	rate, d := o.rate, o.duration
 	total := int(d.Seconds() * float64(rate))
 	sent := make([]atomic.Int64, total)
 	last := make([]atomic.Int64, total)
@@ -290,9 +336,6 @@ func fanOut(ctx context.Context, s system, n, rate int, d time.Duration, profile
 	if err != nil {
 		return fanResult{}, err
 	}
-	value := make([]byte, 1024)
-	tick := time.NewTicker(time.Second / time.Duration(rate))
-	defer tick.Stop()
 	var putTimes []time.Duration
 	profiled := make(chan error, 1)
 	if p, ok := s.(profiler); ok && profile != "" {
@@ -300,19 +343,52 @@ func fanOut(ctx context.Context, s system, n, rate int, d time.Duration, profile
 	} else {
 		profiled <- nil
 	}
-	begin := time.Now()
-	written := 0
-	for i := 0; i < total && time.Since(begin) < d; i++ {
-		<-tick.C
-		t := time.Now()
-		sent[i].Store(t.UnixNano())
-		if err := s.put(ctx, fmt.Sprintf("/fan/%06d", i), value); err != nil {
+	timer, timed := s.(serverTimer)
+	var before serverTimes
+	if timed {
+		if before, err = timer.serverTimes(ctx); err != nil {
 			return fanResult{}, err
 		}
-		putTimes = append(putTimes, time.Since(t))
-		written++
 	}
-	elapsed := time.Since(begin)
+	begin := time.Now()
+	written := 0
+	var elapsed time.Duration
+	if w, ok := s.(writable); ok && !o.inlineWriter {
+		elapsed, err = runWriter(ctx, w, rate, d, func(i int, at int64, took time.Duration) {
+			if i >= 0 && i < total {
+				sent[i].Store(at)
+				putTimes = append(putTimes, took)
+				written = max(written, i+1)
+			}
+		})
+		if err != nil {
+			return fanResult{}, err
+		}
+	} else {
+		value := make([]byte, 1024)
+		tick := time.NewTicker(time.Second / time.Duration(rate))
+		defer tick.Stop()
+		for i := 0; i < total && time.Since(begin) < d; i++ {
+			<-tick.C
+			t := time.Now()
+			sent[i].Store(t.UnixNano())
+			if err := s.put(ctx, fmt.Sprintf("/fan/%06d", i), value); err != nil {
+				return fanResult{}, err
+			}
+			putTimes = append(putTimes, time.Since(t))
+			written++
+		}
+		elapsed = time.Since(begin)
+	}
+	var r fanResult
+	if timed {
+		after, err := timer.serverTimes(ctx)
+		if err != nil {
+			return fanResult{}, err
+		}
+		put, commit := after.put.Since(before.put), after.commit.Since(before.commit)
+		r.server = fmt.Sprintf("%s, %s (%d puts)", ms(put.Quantile(0.5)), ms(commit.Quantile(0.5)), put.Count())
+	}
 	if err := <-profiled; err != nil {
 		return fanResult{}, err
 	}
@@ -330,7 +406,7 @@ func fanOut(ctx context.Context, s system, n, rate int, d time.Duration, profile
 			quiet, seen = time.Now(), got
 		}
 	}
-	r := fanResult{perWatcher: float64(rss1-rss0) / float64(n)}
+	r.perWatcher = float64(rss1-rss0) / float64(n)
 	r.rate = float64(written) / elapsed.Seconds()
 	sort.Slice(putTimes, func(a, b int) bool { return putTimes[a] < putTimes[b] })
 	r.putP50 = putTimes[len(putTimes)/2]

@@ -13,6 +13,7 @@ type natsPeer struct {
 	p     *proc
 	conns []*nats.Conn
 	pub   *nats.Conn
+	addr  string
 }
 
 func startNATS(ctx context.Context, dir string) (system, error) {
@@ -25,7 +26,7 @@ func startNATS(ctx context.Context, dir string) (system, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &natsPeer{p: p}
+	s := &natsPeer{p: p, addr: addr}
 	if s.pub, err = nats.Connect("nats://" + addr); err != nil {
 		s.close()
 		return nil, err
@@ -40,6 +41,8 @@ func startNATS(ctx context.Context, dir string) (system, error) {
 	}
 	return s, nil
 }
+
+func (s *natsPeer) writeTo() (kind, addr string) { return "nats", s.addr }
 
 func (s *natsPeer) name() string { return "NATS 2.9 (core pub/sub: puts are publishes, kept nowhere)" }
 

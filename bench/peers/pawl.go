@@ -144,6 +144,17 @@ func (s *pawl) cpuProfile(ctx context.Context, d time.Duration, file string) err
 	return benchkit.SaveProfile(ctx, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", s.pprof, int(d.Seconds())), file)
 }
 
+func (s *pawl) serverTimes(ctx context.Context) (serverTimes, error) {
+	put, err := benchkit.ReadHistogram(ctx, s.url+"/metrics", "pawl_rpc_duration_seconds", `procedure="/pawl.v1.KVService/Put"`)
+	if err != nil {
+		return serverTimes{}, err
+	}
+	commit, err := benchkit.ReadHistogram(ctx, s.url+"/metrics", "pawl_store_commit_seconds", `outcome="ok"`)
+	return serverTimes{put: put, commit: commit}, err
+}
+
+func (s *pawl) writeTo() (kind, addr string) { return "pawl", s.url }
+
 func (s *pawl) close() {
 	for _, c := range s.clients {
 		_ = c // the transports close with the process

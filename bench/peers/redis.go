@@ -12,6 +12,9 @@ type redisPeer struct {
 	rdb  *redis.Client
 	addr string
 	subs []*redis.PubSub
+	// publish has every put publish its key, as it does once watchers
+	// subscribed (the writer process knows of none).
+	publish bool
 }
 
 func startRedis(ctx context.Context, dir string) (system, error) {
@@ -28,13 +31,15 @@ func startRedis(ctx context.Context, dir string) (system, error) {
 	return &redisPeer{p: p, addr: addr, rdb: redis.NewClient(&redis.Options{Addr: addr, PoolSize: 64})}, nil
 }
 
+func (s *redisPeer) writeTo() (kind, addr string) { return "redis", s.addr }
+
 func (s *redisPeer) name() string { return "Redis 7 (SET, pub/sub)" }
 
 func (s *redisPeer) put(ctx context.Context, key string, value []byte) error {
 	if err := s.rdb.Set(ctx, key, value, 0).Err(); err != nil {
 		return err
 	}
-	if len(s.subs) > 0 {
+	if s.publish || len(s.subs) > 0 {
 		return s.rdb.Publish(ctx, "fan", key).Err()
 	}
 	return nil
