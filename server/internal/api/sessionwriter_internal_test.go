@@ -27,13 +27,10 @@ func writers() int {
 	return strings.Count(b.String(), "api.(*session).run(")
 }
 
-// TestTheSessionsWritersTakeTurns drives a session's writers as the
-// handler, the hub, the ACK path and the receiver do, concurrently, 150
-// times: never two sends at once, the ACK answers sent by the writers
-// alone (a lost wake-up leaves one unsent), in order and each once, the
-// events in order, nothing sent after the handler's end, and no writer
-// left.
-func TestTheSessionsWritersTakeTurns(t *testing.T) {
+// openHub opens a store in a temporary directory and a hub on it, both
+// closed when the test ends.
+func openHub(t *testing.T) (*boltstore.Store, *watch.Hub) {
+	t.Helper()
 	ctx := context.Background()
 	st, err := boltstore.Open(ctx, t.TempDir())
 	if err != nil {
@@ -41,9 +38,49 @@ func TestTheSessionsWritersTakeTurns(t *testing.T) {
 	}
 	hub, err := watch.New(ctx, st, watch.WithProgressInterval(time.Hour))
 	if err != nil {
+		_ = st.Close()
 		t.Fatal(err)
 	}
-	defer func() { hub.Close(); _ = st.Close() }()
+	t.Cleanup(func() { hub.Close(); _ = st.Close() })
+	return st, hub
+}
+
+// bareSession is a session with no handler, stream or hub yet, with room
+// for slots ACKs in flight: the tests give it what they drive.
+func bareSession(slots int) *session {
+	return &session{
+		h: &Sessions{log: slog.Default()}, idle: make(chan struct{}, 1), cmds: make(chan *pawlv1.SessionRequest, sessionCommands),
+		slots: make(chan struct{}, slots), watches: map[int64]*sessionWatch{}, byW: map[*watch.Watcher]*sessionWatch{},
+		msg: &pawlv1.SessionResponse{},
+	}
+}
+
+// openWatch opens watch 1 of prefix on s as the handler does: holding the
+// writer's role, then letting go (a writer starts if the watch has
+// something to say).
+func openWatch(t *testing.T, s *session, prefix string) *watch.Watcher {
+	t.Helper()
+	s.wstate.Store(writerRunning)
+	w, err := s.group.Watch(s.ctx, prefix, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sw := &sessionWatch{id: 1, w: w}
+	s.watches[1], s.byW[w] = sw, sw
+	if !s.yield() {
+		go s.run()
+	}
+	return w
+}
+
+// TestTheSessionsWritersTakeTurns drives a session's writers as the
+// handler, the hub, the ACK path and the receiver do, concurrently, 150
+// times: never two sends at once, the ACK answers sent by the writers
+// alone (a lost wake-up leaves one unsent), in order and each once, the
+// events in order, nothing sent after the handler's end, and no writer
+// left.
+func TestTheSessionsWritersTakeTurns(t *testing.T) {
+	st, hub := openHub(t)
 	for iter := 0; iter < 150; iter++ {
 		takeTurns(t, hub, st, int64(iter))
 	}
@@ -66,11 +103,7 @@ func takeTurns(t *testing.T, hub *watch.Hub, st *boltstore.Store, seed int64) {
 	var ackIDs []uint64
 	var lastRev int64
 	prefix := fmt.Sprintf("/k%d/", seed)
-	s := &session{
-		h: &Sessions{log: slog.Default()}, idle: make(chan struct{}, 1), cmds: make(chan *pawlv1.SessionRequest, sessionCommands),
-		slots: make(chan struct{}, 1<<16), watches: map[int64]*sessionWatch{}, byW: map[*watch.Watcher]*sessionWatch{},
-		msg: &pawlv1.SessionResponse{},
-	}
+	s := bareSession(1 << 16)
 	s.send = func(m *pawlv1.SessionResponse) error {
 		if inSend.Add(1) != 1 {
 			bad.Store("two sends at once")
@@ -98,17 +131,7 @@ func takeTurns(t *testing.T, hub *watch.Hub, st *boltstore.Store, seed int64) {
 	}
 	s.ctx, s.cancel = context.WithCancel(ctx)
 	s.group = hub.NewGroupFunc(s.kick)
-	// The handler: holds the role, opens a watch, lets go.
-	s.wstate.Store(writerRunning)
-	w, err := s.group.Watch(s.ctx, prefix, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sw := &sessionWatch{id: 1, w: w}
-	s.watches[1], s.byW[w] = sw, sw
-	if !s.yield() {
-		go s.run()
-	}
+	openWatch(t, s, prefix)
 	const nAcks = 60
 	var answers []*ackAnswer
 	for i := range nAcks {
@@ -214,15 +237,7 @@ func takeTurns(t *testing.T, hub *watch.Hub, st *boltstore.Store, seed int64) {
 // which shuffles the scheduler's picks, only the first half holds.)
 func TestAWriterTheHubStartsLetsWaitingWorkGoFirst(t *testing.T) {
 	ctx := context.Background()
-	st, err := boltstore.Open(ctx, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	hub, err := watch.New(ctx, st, watch.WithProgressInterval(time.Hour))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { hub.Close(); _ = st.Close() }()
+	st, hub := openHub(t)
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 
 	// first puts a key the session watches and reports whether the
@@ -231,11 +246,7 @@ func TestAWriterTheHubStartsLetsWaitingWorkGoFirst(t *testing.T) {
 		var mu sync.Mutex
 		var order []string
 		sent := make(chan struct{})
-		s := &session{
-			h: &Sessions{log: slog.Default()}, idle: make(chan struct{}, 1), cmds: make(chan *pawlv1.SessionRequest, sessionCommands),
-			slots: make(chan struct{}, 1), watches: map[int64]*sessionWatch{}, byW: map[*watch.Watcher]*sessionWatch{},
-			msg: &pawlv1.SessionResponse{},
-		}
+		s := bareSession(1)
 		s.send = func(m *pawlv1.SessionResponse) error {
 			for _, wm := range m.Watches {
 				if len(wm.GetResponse().GetEvents().GetEvents()) > 0 {
@@ -255,16 +266,7 @@ func TestAWriterTheHubStartsLetsWaitingWorkGoFirst(t *testing.T) {
 			s.group = hub.NewGroupFunc(s.kick)
 		}
 		prefix := fmt.Sprintf("/first/%d/%t/", round, asTheHandlerJoins)
-		s.wstate.Store(writerRunning) // as the handler holds it while it opens the watch
-		w, err := s.group.Watch(s.ctx, prefix, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sw := &sessionWatch{id: 1, w: w}
-		s.watches[1], s.byW[w] = sw, sw
-		if !s.yield() {
-			go s.run() // what the new watch has to say
-		}
+		w := openWatch(t, s, prefix)
 		for s.wstate.Load() != writerIdle {
 			<-s.idle
 		}
