@@ -2,6 +2,7 @@ package boltstore
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"time"
 
@@ -115,21 +116,50 @@ func (s *Store) compact(to int64) error {
 }
 
 // writeEvents writes decided events into bbolt: each key's record, the
-// change log and its index, and the revision.
+// change log and its index, and the revision. The keys and values it
+// puts are cut from one buffer, not allocated one by one (four per event):
+// bbolt keeps them only until the transaction ends.
 func writeEvents(tx *bolt.Tx, events []store.Event) error {
 	kvb := tx.Bucket(bucketKV)
 	log, idx := logBuckets(tx)
+	size := 0
 	for _, ev := range events {
+		size += len(ev.KV.Key) + 8 + eventLen(ev) + len(ev.KV.Key) + 9
+		if ev.Type != store.EventDelete {
+			size += recordLen(ev.KV)
+		}
+	}
+	buf := make([]byte, 0, size)
+	// cut returns what the append since start added, as a slice of its
+	// own (appends after it never reach into it).
+	cut := func(start int) []byte { return buf[start:len(buf):len(buf)] }
+	for _, ev := range events {
+		start := len(buf)
+		buf = append(buf, ev.KV.Key...)
+		key := cut(start)
 		var err error
 		if ev.Type == store.EventDelete {
-			err = kvb.Delete([]byte(ev.KV.Key))
+			err = kvb.Delete(key)
 		} else {
-			err = kvb.Put([]byte(ev.KV.Key), encodeRecord(ev.KV))
+			start = len(buf)
+			buf = appendRecord(buf, ev.KV)
+			err = kvb.Put(key, cut(start))
 		}
 		if err != nil {
 			return err
 		}
-		if err := appendLogTo(log, idx, ev); err != nil {
+		rev := ev.Revision()
+		start = len(buf)
+		buf = binary.BigEndian.AppendUint64(buf, uint64(rev))
+		revk := cut(start)
+		start = len(buf)
+		buf = appendEvent(buf, ev)
+		if err := log.Put(revk, cut(start)); err != nil {
+			return err
+		}
+		start = len(buf)
+		buf = appendIdxKey(buf, ev.KV.Key, rev)
+		if err := idx.Put(cut(start), nil); err != nil {
 			return err
 		}
 	}

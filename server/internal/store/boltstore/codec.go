@@ -22,8 +22,10 @@ func revKey(rev int64) []byte {
 func decodeRev(b []byte) int64 { return int64(binary.BigEndian.Uint64(b)) }
 
 // idxKey is key, NUL, big-endian revision.
-func idxKey(key string, rev int64) []byte {
-	b := make([]byte, 0, len(key)+9)
+func idxKey(key string, rev int64) []byte { return appendIdxKey(make([]byte, 0, len(key)+9), key, rev) }
+
+// appendIdxKey appends idxKey(key, rev) to b.
+func appendIdxKey(b []byte, key string, rev int64) []byte {
 	b = append(b, key...)
 	b = append(b, 0)
 	return binary.BigEndian.AppendUint64(b, uint64(rev))
@@ -37,9 +39,14 @@ func splitIdxKey(k []byte) (string, int64, bool) {
 	return string(k[:len(k)-9]), decodeRev(k[len(k)-8:]), true
 }
 
-// encodeRecord encodes the current record of a key (the kv bucket value).
-func encodeRecord(kv store.KeyValue) []byte {
-	b := make([]byte, 0, 3*binary.MaxVarintLen64+len(kv.Value))
+// recordLen is the length of kv's record (appendRecord).
+func recordLen(kv store.KeyValue) int {
+	return uvarintLen(uint64(kv.CreateRevision)) + uvarintLen(uint64(kv.ModRevision)) + uvarintLen(uint64(kv.Version)) + len(kv.Value)
+}
+
+// appendRecord appends to b the current record of a key (the kv bucket
+// value).
+func appendRecord(b []byte, kv store.KeyValue) []byte {
 	b = binary.AppendUvarint(b, uint64(kv.CreateRevision))
 	b = binary.AppendUvarint(b, uint64(kv.ModRevision))
 	b = binary.AppendUvarint(b, uint64(kv.Version))
@@ -61,7 +68,6 @@ func decodeRecord(key string, b []byte) (store.KeyValue, error) {
 	return kv, nil
 }
 
-// encodeEvent encodes a log entry.
 // moreFlag, in an event's type byte, marks an event that more of its
 // transaction follows (store.Event.More). Entries written before it
 // existed never have it.
@@ -71,8 +77,32 @@ const moreFlag = 0x80
 // b.
 func eventMore(b []byte) bool { return len(b) > 0 && b[0]&moreFlag != 0 }
 
-func encodeEvent(ev store.Event) []byte {
-	b := make([]byte, 0, 1+5*binary.MaxVarintLen64+len(ev.KV.Key)+len(ev.KV.Value))
+// eventLen is the length of ev's log entry (appendEvent).
+func eventLen(ev store.Event) int {
+	return 1 + varintLen(ev.Time.UnixNano()) + uvarintLen(uint64(ev.PrevRevision)) + uvarintLen(uint64(ev.KV.CreateRevision)) +
+		uvarintLen(uint64(ev.KV.Version)) + uvarintLen(uint64(len(ev.KV.Key))) + len(ev.KV.Key) + len(ev.KV.Value)
+}
+
+// uvarintLen is the length of x as binary.AppendUvarint encodes it.
+func uvarintLen(x uint64) int {
+	n := 1
+	for ; x >= 0x80; x >>= 7 {
+		n++
+	}
+	return n
+}
+
+// varintLen is the length of x as binary.AppendVarint encodes it.
+func varintLen(x int64) int {
+	ux := uint64(x) << 1
+	if x < 0 {
+		ux = ^ux
+	}
+	return uvarintLen(ux)
+}
+
+// appendEvent appends ev's log entry to b.
+func appendEvent(b []byte, ev store.Event) []byte {
 	typ := byte(ev.Type)
 	if ev.More {
 		typ |= moreFlag

@@ -685,10 +685,9 @@ func encodeWALRecord(b []byte, events []store.Event) []byte {
 	b = append(b, make([]byte, recordHeaderSize)...)
 	b = binary.AppendUvarint(b, uint64(len(events)))
 	for _, ev := range events {
-		enc := encodeEvent(ev)
 		b = binary.AppendUvarint(b, uint64(ev.Revision()))
-		b = binary.AppendUvarint(b, uint64(len(enc)))
-		b = append(b, enc...)
+		b = binary.AppendUvarint(b, uint64(eventLen(ev)))
+		b = appendEvent(b, ev)
 	}
 	n := len(b) - start - recordHeaderSize
 	b = append(b, make([]byte, recordSize(n)-recordHeaderSize-n)...)

@@ -476,12 +476,3 @@ func logBuckets(tx *bolt.Tx) (log, idx *bolt.Bucket) {
 	log.FillPercent = 1.0
 	return log, tx.Bucket(bucketIdx)
 }
-
-// appendLogTo writes ev into the change log and the key index.
-func appendLogTo(log, idx *bolt.Bucket, ev store.Event) error {
-	rev := ev.Revision()
-	if err := log.Put(revKey(rev), encodeEvent(ev)); err != nil {
-		return err
-	}
-	return idx.Put(idxKey(ev.KV.Key, rev), nil)
-}
