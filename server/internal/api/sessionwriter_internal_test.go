@@ -130,7 +130,7 @@ func takeTurns(t *testing.T, hub *watch.Hub, st *boltstore.Store, seed int64) {
 		return nil
 	}
 	s.ctx, s.cancel = context.WithCancel(ctx)
-	s.group = hub.NewGroupFunc(s.kick)
+	s.joinHub(hub) // as the handler does: the hub's wake-ups start writers that yield first
 	openWatch(t, s, prefix)
 	const nAcks = 60
 	var answers []*ackAnswer
@@ -267,7 +267,10 @@ func TestAWriterTheHubStartsLetsWaitingWorkGoFirst(t *testing.T) {
 		}
 		prefix := fmt.Sprintf("/first/%d/%t/", round, asTheHandlerJoins)
 		w := openWatch(t, s, prefix)
-		for s.wstate.Load() != writerIdle {
+		for st := s.wstate.Load(); st != writerIdle; st = s.wstate.Load() {
+			if st == writerStopped {
+				t.Fatal("the session's writer stopped after opening the watch")
+			}
 			<-s.idle
 		}
 		if _, err := st.Put(ctx, store.Put{Key: prefix + "k", Value: []byte("v")}); err != nil {
