@@ -17,7 +17,8 @@
 //     deploy tool does), in a process of its own (this program again,
 //     with -write-to; -writer inline puts it in the watchers' process,
 //     where its answers wait behind the watchers' goroutines for the
-//     CPU): writes that got through per second, put p50, and
+//     CPU; -writers N runs N such processes, each asking for -rate
+//     writes/s): writes that got through per second, put p50, and
 //     the time from sending a write to its last watcher receiving it (p50,
 //     p99);
 //   - for pawld, the fan-out's put p50 as pawld itself timed it, and its
@@ -31,7 +32,7 @@
 //   - catch-up: a watcher that starts at the first of 10,000 earlier
 //     writes, until it has them all (Pawl and etcd keep history).
 //
-// Pawl is measured twice for the fan-out with -systems pawl,pawl-session:
+// Pawl's fan-out is measured three ways with -systems pawl,pawl-session,pawl-shared:
 // "pawl" opens each watcher as a KVService.Watch stream of its own,
 // "pawl-session" opens them on 64 SessionService sessions (one per
 // connection), each watch with its ID; "pawl-shared" likewise, with the
@@ -41,6 +42,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -80,6 +82,7 @@ type options struct {
 	duration, putsFor time.Duration
 	only, profiles    string
 	inlineWriter      bool
+	writers           int // writer processes in the fan-out rows
 }
 
 func main() {
@@ -95,9 +98,12 @@ func main() {
 	writer := flag.String("writer", "process", "where the fan-out's writer runs: process (one of its own) or inline (the watchers' process)")
 	writeTo := flag.String("write-to", "", "be the fan-out's writer process for this kind of system (pawl, etcd, redis, nats)")
 	writeAddr := flag.String("write-addr", "", "the address the writer process puts to")
+	writeFirst := flag.Int("write-first", 0, "the index of the writer process's first key")
+	writeCount := flag.Int("write-count", 0, "how many keys the writer process may write (0: as many as -rate and -duration allow)")
+	flag.IntVar(&o.writers, "writers", 1, "writer processes in each fan-out row, each asking for -rate writes/s")
 	flag.Parse()
 	if *writeTo != "" {
-		if err := writeMain(context.Background(), *writeTo, *writeAddr, o.rate, o.duration); err != nil {
+		if err := writeMain(context.Background(), *writeTo, *writeAddr, *writeFirst, *writeCount, o.rate, o.duration); err != nil {
 			fmt.Fprintln(os.Stderr, "peers: writer:", err)
 			os.Exit(1)
 		}
@@ -107,6 +113,10 @@ func main() {
 	case "process":
 	case "inline":
 		o.inlineWriter = true
+		if o.writers != 1 {
+			fmt.Fprintln(os.Stderr, "peers: -writer inline has one writer: -writers must be 1")
+			os.Exit(2)
+		}
 	default:
 		fmt.Fprintf(os.Stderr, "peers: -writer: %q is neither process nor inline\n", *writer)
 		os.Exit(2)
@@ -199,7 +209,10 @@ func run(ctx context.Context, o options) error {
 				if o.inlineWriter {
 					where = "the writer in the watchers' process"
 				}
-				set(fmt.Sprintf("%d watchers, %d writes/s asked (%s): writes/s through, put p50", w, o.rate, where), fmt.Sprintf("%.1f, %s", r.rate, ms(r.putP50)))
+				if o.writers > 1 {
+					where = fmt.Sprintf("%d writer processes of their own", o.writers)
+				}
+				set(fmt.Sprintf("%d watchers, %d writes/s asked (%s): writes/s through, put p50", w, o.rate*o.writers, where), fmt.Sprintf("%.1f, %s", r.rate, ms(r.putP50)))
 				set(fmt.Sprintf("%d watchers: all-received p50, p99 (missing)", w), fmt.Sprintf("%s, %s (%d)", ms(r.p50), ms(r.p99), r.missing))
 				set(fmt.Sprintf("%d watchers: server resident memory per watcher", w), fmt.Sprintf("%.2f KiB", r.perWatcher/1024))
 				if r.server != "" {
@@ -307,7 +320,8 @@ type profiler interface {
 // server over the writes into that file.
 func fanOut(ctx context.Context, s system, n int, o options, profile string) (fanResult, error) {
 	rate, d := o.rate, o.duration
-	total := int(d.Seconds() * float64(rate))
+	perWriter := int(d.Seconds() * float64(rate))
+	total := perWriter * o.writers // writer k writes k*perWriter and on
 	sent := make([]atomic.Int64, total)
 	last := make([]atomic.Int64, total)
 	count := make([]atomic.Int32, total)
@@ -354,14 +368,28 @@ func fanOut(ctx context.Context, s system, n int, o options, profile string) (fa
 	written := 0
 	var elapsed time.Duration
 	if w, ok := s.(writable); ok && !o.inlineWriter {
-		elapsed, err = runWriter(ctx, w, rate, d, func(i int, at int64, took time.Duration) {
-			if i >= 0 && i < total {
-				sent[i].Store(at)
-				putTimes = append(putTimes, took)
-				written = max(written, i+1)
-			}
-		})
-		if err != nil {
+		var mu sync.Mutex
+		errs := make([]error, o.writers)
+		var wg sync.WaitGroup
+		for k := range o.writers {
+			wg.Go(func() {
+				took, err := runWriter(ctx, w, k*perWriter, perWriter, rate, d, func(i int, at int64, took time.Duration) {
+					if i >= 0 && i < total {
+						sent[i].Store(at)
+						mu.Lock()
+						putTimes = append(putTimes, took)
+						written++
+						mu.Unlock()
+					}
+				})
+				mu.Lock()
+				elapsed = max(elapsed, took)
+				mu.Unlock()
+				errs[k] = err
+			})
+		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
 			return fanResult{}, err
 		}
 	} else {
@@ -386,7 +414,14 @@ func fanOut(ctx context.Context, s system, n int, o options, profile string) (fa
 		if err != nil {
 			return fanResult{}, err
 		}
-		put, commit := after.put.Since(before.put), after.commit.Since(before.commit)
+		put, err := after.put.Since(before.put)
+		if err != nil {
+			return fanResult{}, err
+		}
+		commit, err := after.commit.Since(before.commit)
+		if err != nil {
+			return fanResult{}, err
+		}
 		r.server = fmt.Sprintf("%s, %s (%d puts)", ms(put.Quantile(0.5)), ms(commit.Quantile(0.5)), put.Count())
 	}
 	if err := <-profiled; err != nil {
@@ -396,8 +431,10 @@ func fanOut(ctx context.Context, s system, n int, o options, profile string) (fa
 	// nothing new for 5 s.
 	for quiet, seen := time.Now(), int64(-1); time.Since(quiet) < 5*time.Second; time.Sleep(50 * time.Millisecond) {
 		var got int64
-		for i := range written {
-			got += int64(count[i].Load())
+		for i := range total {
+			if sent[i].Load() != 0 {
+				got += int64(count[i].Load())
+			}
 		}
 		if got == int64(written*n) {
 			break
@@ -408,10 +445,16 @@ func fanOut(ctx context.Context, s system, n int, o options, profile string) (fa
 	}
 	r.perWatcher = float64(rss1-rss0) / float64(n)
 	r.rate = float64(written) / elapsed.Seconds()
+	if len(putTimes) == 0 {
+		return fanResult{}, errors.New("no write was made")
+	}
 	sort.Slice(putTimes, func(a, b int) bool { return putTimes[a] < putTimes[b] })
 	r.putP50 = putTimes[len(putTimes)/2]
 	var all []time.Duration
-	for i := range written {
+	for i := range total {
+		if sent[i].Load() == 0 {
+			continue // not written
+		}
 		r.missing += n - int(count[i].Load())
 		if count[i].Load() > 0 {
 			all = append(all, time.Duration(last[i].Load()-sent[i].Load()))

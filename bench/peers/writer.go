@@ -51,11 +51,12 @@ var writers = map[string]func(addr string) (system, error){
 	},
 }
 
-// writeMain is the writer process: it puts 1 KiB under /fan/000000,
-// /fan/000001, ... at rate for d, each waited for, and prints a line per
-// put (its index, when it was sent in Unix nanoseconds, and how long
-// its answer took in nanoseconds), then "done" and how long it wrote.
-func writeMain(ctx context.Context, kind, addr string, rate int, d time.Duration) error {
+// writeMain is the writer process: it puts 1 KiB under /fan/ and the
+// index first, first+1, ... (at most count of them, 0: no bound) at rate
+// for d, each waited for, and prints a line per put (its index, when it
+// was sent in Unix nanoseconds, and how long its answer took in
+// nanoseconds), then "done" and how long it wrote.
+func writeMain(ctx context.Context, kind, addr string, first, count, rate int, d time.Duration) error {
 	mk, ok := writers[kind]
 	if !ok {
 		return fmt.Errorf("-write-to: unknown %q", kind)
@@ -69,8 +70,11 @@ func writeMain(ctx context.Context, kind, addr string, rate int, d time.Duration
 	tick := time.NewTicker(time.Second / time.Duration(rate))
 	defer tick.Stop()
 	total := int(d.Seconds() * float64(rate))
+	if count > 0 {
+		total = min(total, count)
+	}
 	begin := time.Now()
-	for i := 0; i < total && time.Since(begin) < d; i++ {
+	for i := first; i < first+total && time.Since(begin) < d; i++ {
 		<-tick.C
 		t := time.Now()
 		if err := s.put(ctx, fmt.Sprintf("/fan/%06d", i), value); err != nil {
@@ -86,15 +90,19 @@ func writeMain(ctx context.Context, kind, addr string, rate int, d time.Duration
 	return out.Flush()
 }
 
-// runWriter runs the writer process for s and calls put for each put it
-// reports; it returns how long the process wrote.
-func runWriter(ctx context.Context, s writable, rate int, d time.Duration, put func(i int, sent int64, took time.Duration)) (time.Duration, error) {
+// runWriter runs a writer process for s, of count keys from first, and
+// calls put for each put it reports; it returns how long the process
+// wrote. The process is killed if runWriter returns early.
+func runWriter(ctx context.Context, s writable, first, count, rate int, d time.Duration, put func(i int, sent int64, took time.Duration)) (time.Duration, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return 0, err
 	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	kind, addr := s.writeTo()
-	cmd := exec.CommandContext(ctx, self, "-write-to", kind, "-write-addr", addr, "-rate", strconv.Itoa(rate), "-duration", d.String())
+	cmd := exec.CommandContext(ctx, self, "-write-to", kind, "-write-addr", addr, "-write-first", strconv.Itoa(first), "-write-count", strconv.Itoa(count),
+		"-rate", strconv.Itoa(rate), "-duration", d.String())
 	cmd.Stderr = os.Stderr
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -103,6 +111,13 @@ func runWriter(ctx context.Context, s writable, rate int, d time.Duration, put f
 	if err := cmd.Start(); err != nil {
 		return 0, fmt.Errorf("writer process: %w", err)
 	}
+	waited := false
+	defer func() {
+		if !waited { // returned early: the deferred cancel kills it
+			cancel()
+			_ = cmd.Wait()
+		}
+	}()
 	var wrote time.Duration
 	lines := bufio.NewScanner(stdout)
 	for lines.Scan() {
@@ -115,17 +130,18 @@ func runWriter(ctx context.Context, s writable, rate int, d time.Duration, put f
 			wrote = time.Duration(n)
 			continue
 		}
+		if len(f) != 3 {
+			return 0, fmt.Errorf("writer process: %q", lines.Text())
+		}
 		var n [3]int64
 		for k := range n {
-			if len(f) != 3 {
-				return 0, fmt.Errorf("writer process: %q", lines.Text())
-			}
 			if n[k], err = strconv.ParseInt(f[k], 10, 64); err != nil {
 				return 0, fmt.Errorf("writer process: %q: %w", lines.Text(), err)
 			}
 		}
 		put(int(n[0]), n[1], time.Duration(n[2]))
 	}
+	waited = true
 	if err := errors.Join(lines.Err(), cmd.Wait()); err != nil {
 		return 0, fmt.Errorf("writer process: %w", err)
 	}

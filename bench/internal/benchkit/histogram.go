@@ -2,6 +2,7 @@ package benchkit
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -60,15 +61,24 @@ func ReadHistogram(ctx context.Context, url, family, match string) (Histogram, e
 }
 
 // Since returns the observations h holds that earlier did not: the
-// histogram of what happened between two reads of the same series.
-func (h Histogram) Since(earlier Histogram) Histogram {
+// histogram of what happened between two reads of the same series (all
+// of h when earlier is empty, the series not there yet). Reads with other
+// buckets, or with fewer observations in a bucket (the server restarted
+// between them), are an error.
+func (h Histogram) Since(earlier Histogram) (Histogram, error) {
 	d := Histogram{Bounds: h.Bounds, Counts: slices.Clone(h.Counts)}
-	if slices.Equal(h.Bounds, earlier.Bounds) {
-		for i := range d.Counts {
-			d.Counts[i] -= earlier.Counts[i]
+	if len(earlier.Bounds) == 0 {
+		return d, nil
+	}
+	if !slices.Equal(h.Bounds, earlier.Bounds) {
+		return Histogram{}, fmt.Errorf("histogram buckets changed between reads: %v, then %v", earlier.Bounds, h.Bounds)
+	}
+	for i := range d.Counts {
+		if d.Counts[i] -= earlier.Counts[i]; d.Counts[i] < 0 {
+			return Histogram{}, errors.New("histogram counts fell between reads: the server restarted")
 		}
 	}
-	return d
+	return d, nil
 }
 
 // Count is the number of observations.
