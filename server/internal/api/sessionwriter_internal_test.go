@@ -20,11 +20,17 @@ import (
 )
 
 // writers counts the goroutines of this process that are a session's
-// writer.
+// writer (run, or runBehind before it).
 func writers() int {
 	var b strings.Builder
 	_ = pprof.Lookup("goroutine").WriteTo(&b, 2)
-	return strings.Count(b.String(), "api.(*session).run(")
+	n := 0
+	for _, g := range strings.Split(b.String(), "\n\n") { // one goroutine each
+		if strings.Contains(g, "api.(*session).run(") || strings.Contains(g, "api.(*session).runBehind(") {
+			n++
+		}
+	}
+	return n
 }
 
 // openHub opens a store in a temporary directory and a hub on it, both

@@ -254,6 +254,10 @@ type ackBatcher struct {
 	// late keeps the releases the views do not keep that batches judged
 	// ACKs of (run only).
 	late lateReleases
+	// views is the room judge reads each ACK's view into, kept for the
+	// next batch (run only): a view is over a kilobyte, and a batch of
+	// hundreds of ACKs made its own.
+	views []ackView
 }
 
 func newAckBatcher(r *Rollouts) *ackBatcher {
@@ -474,8 +478,10 @@ func (b *ackBatcher) record(ctx context.Context, batch []*pendingAck) {
 // views do not keep is judged from the store.
 func (b *ackBatcher) judge(ctx context.Context, batch []*pendingAck) []*judged {
 	js := make([]*judged, len(batch))
+	slab := make([]judged, len(batch))
 	for i, p := range batch {
-		js[i] = &judged{p: p}
+		slab[i].p = p
+		js[i] = &slab[i]
 	}
 	// The last batch's commit is an event under /_pawl/: the feed brings it.
 	err := b.r.views.waitUntil(ctx, b.lastRev, false)
@@ -488,7 +494,11 @@ func (b *ackBatcher) judge(ctx context.Context, batch []*pendingAck) []*judged {
 		}
 		return js
 	}
-	avs := make([]ackView, len(batch))
+	avs := slices.Grow(b.views[:0], len(batch))[:len(batch)]
+	defer func() {
+		clear(avs) // what they point to is the views' and the store's
+		b.views = avs[:0]
+	}()
 	kept := make([]bool, len(batch))
 	// unknown: a release the views have not seen yet (they lag its
 	// creation), judged from the store at its head, not at the views'
