@@ -117,7 +117,8 @@ func (s *Store) compact(to int64) error {
 
 // writeEvents writes decided events into bbolt: each key's record, the
 // change log and its index, and the revision. The keys and values it
-// puts are cut from one buffer, not allocated one by one (four per event):
+// puts are cut from one buffer, not allocated one by one (the key, the
+// record, the log entry, the revision and index keys: five per put):
 // bbolt keeps them only until the transaction ends.
 func writeEvents(tx *bolt.Tx, events []store.Event) error {
 	kvb := tx.Bucket(bucketKV)
