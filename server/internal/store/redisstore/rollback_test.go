@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/pawlcfg/pawl/internal/testkit/faultproxy"
 	"github.com/pawlcfg/pawl/internal/testkit/redistest"
 	"github.com/pawlcfg/pawl/server/internal/store"
 )
@@ -229,31 +230,42 @@ func TestRedisGoingBackInTimeIsNoticed(t *testing.T) {
 // and a replica opened after it writes past what an older replica handed
 // out. The head is no longer below it, but the incarnation changed: the
 // older replica refuses, naming both data sets.
+//
+// The older replica is cut off from Redis (through a proxy) while Redis
+// restarts and the newer one writes: its feed may still have a read to
+// make (a wake-up its own last write left), and a read of the empty data
+// set would record the rollback first, as the head below what it handed
+// out, before the newer replica gave the data set an identity: every
+// replica, the newer one too, would then refuse, and no other data set
+// would be named. (That is right too; it is not what this test is for.)
 func TestAnotherDataSetIsNoticed(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts and restarts a redis-server")
 	}
 	srv := redistest.Start(t)
+	proxy := faultproxy.NewHolder(t, srv.Addr)
 	bg := context.Background()
-	a := open(t, newClient(t, srv.Addr), "other", WithHeadCheck(time.Hour))
+	a := open(t, newClient(t, proxy.Addr), "other", WithHeadCheck(time.Hour))
 	for i := range 5 {
 		if _, err := a.Put(bg, store.Put{Key: fmt.Sprintf("/old/%d", i), Value: []byte("v")}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	before := a.Incarnation()
+	proxy.Partition()
 	srv.Kill(t)
 	srv.Restart(t)
 	c := open(t, newClient(t, srv.Addr), "other", WithHeadCheck(time.Hour), WithNoticeFilter(func(int64) bool { return true }))
 	for i := range 10 {
-		if _, err := c.Put(bg, store.Put{Key: fmt.Sprintf("/new/%d", i), Value: []byte("v")}); err != nil && !errors.Is(err, store.ErrRolledBack) {
-			t.Fatal(err)
+		if _, err := c.Put(bg, store.Put{Key: fmt.Sprintf("/new/%d", i), Value: []byte("v")}); err != nil {
+			t.Fatalf("a write through the newer replica: %v", err)
 		}
 	}
+	proxy.Heal()
 	_, err := a.Put(bg, store.Put{Key: "/old/next", Value: []byte("v")})
 	var rb *store.RolledBackError
-	if !errors.As(err, &rb) || rb.Incarnation != before || rb.Found == before || rb.Found == "" {
-		t.Fatalf("a write through the older replica: %v; want a rollback naming incarnation %s and another", err, before)
+	if !errors.As(err, &rb) || rb.Incarnation != before || rb.Found != c.Incarnation() || rb.Found == before {
+		t.Fatalf("a write through the older replica: %v; want a rollback naming incarnation %s and the newer replica's, %s", err, before, c.Incarnation())
 	}
 	t.Log(err)
 }
