@@ -364,7 +364,6 @@ func fanOut(ctx context.Context, s system, n int, o options, profile string) (fa
 			return fanResult{}, err
 		}
 	}
-	begin := time.Now()
 	written := 0
 	var elapsed time.Duration
 	if w, ok := s.(writable); ok && !o.inlineWriter {
@@ -392,21 +391,12 @@ func fanOut(ctx context.Context, s system, n int, o options, profile string) (fa
 		if err := errors.Join(errs...); err != nil {
 			return fanResult{}, err
 		}
-	} else {
-		value := make([]byte, 1024)
-		tick := time.NewTicker(time.Second / time.Duration(rate))
-		defer tick.Stop()
-		for i := 0; i < total && time.Since(begin) < d; i++ {
-			<-tick.C
-			t := time.Now()
-			sent[i].Store(t.UnixNano())
-			if err := s.put(ctx, fmt.Sprintf("/fan/%06d", i), value); err != nil {
-				return fanResult{}, err
-			}
-			putTimes = append(putTimes, time.Since(t))
-			written++
-		}
-		elapsed = time.Since(begin)
+	} else if elapsed, err = writeFan(ctx, s, 0, total, rate, d, func(i int, at time.Time, took time.Duration) {
+		sent[i].Store(at.UnixNano())
+		putTimes = append(putTimes, took)
+		written++
+	}); err != nil {
+		return fanResult{}, err
 	}
 	var r fanResult
 	if timed {

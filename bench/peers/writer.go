@@ -66,6 +66,22 @@ func writeMain(ctx context.Context, kind, addr string, first, count, rate int, d
 		return err
 	}
 	out := bufio.NewWriter(os.Stdout)
+	wrote, err := writeFan(ctx, s, first, count, rate, d, func(i int, at time.Time, took time.Duration) {
+		fmt.Fprintf(out, "%d %d %d\n", i, at.UnixNano(), took.Nanoseconds())
+		_ = out.Flush() // a failed write shows as the parent's missing lines
+	})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "done %d\n", wrote.Nanoseconds())
+	return out.Flush()
+}
+
+// writeFan is the fan-out's writer, in whichever process it runs: it puts
+// 1 KiB under /fan/ and the index first, first+1, ... (at most count of
+// them, 0: no bound) at rate for d, each waited for, calls put with each
+// one's index, start and time, and returns how long it wrote.
+func writeFan(ctx context.Context, s system, first, count, rate int, d time.Duration, put func(i int, at time.Time, took time.Duration)) (time.Duration, error) {
 	value := make([]byte, 1024)
 	tick := time.NewTicker(time.Second / time.Duration(rate))
 	defer tick.Stop()
@@ -78,16 +94,11 @@ func writeMain(ctx context.Context, kind, addr string, first, count, rate int, d
 		<-tick.C
 		t := time.Now()
 		if err := s.put(ctx, fmt.Sprintf("/fan/%06d", i), value); err != nil {
-			return err
+			return 0, err
 		}
-		took := time.Since(t)
-		fmt.Fprintf(out, "%d %d %d\n", i, t.UnixNano(), took.Nanoseconds())
-		if err := out.Flush(); err != nil {
-			return err
-		}
+		put(i, t, time.Since(t))
 	}
-	fmt.Fprintf(out, "done %d\n", time.Since(begin).Nanoseconds())
-	return out.Flush()
+	return time.Since(begin), nil
 }
 
 // runWriter runs a writer process for s, of count keys from first, and
