@@ -44,8 +44,9 @@ import (
 // before it ends. The watchers of a session (its assignment watcher on
 // the release records and its key-space watches) form one watch.Group,
 // whose wake-up is that kick (kickBehind, which lets the write's own
-// answer go first): the hub wakes the session once for all of them, and the writer drains every ready watcher with Poll; a session
-// has no goroutine per watch. A message may carry several ACKs
+// answer go first): the hub wakes the session once for all of them, and
+// the writer drains every ready watcher with Poll; a session has no
+// goroutine per watch. A message may carry several ACKs
 // (SessionAckBatch, which SessionStarted advertises): they are taken as
 // that many ack messages, one after another, except that each is judged
 // only once the one of its config before it was recorded. When the hello
