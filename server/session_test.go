@@ -10,6 +10,7 @@ import (
 	"runtime/pprof"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -781,7 +782,9 @@ func TestSessionEndsAtOnceWhenItsReplicaLosesRedis(t *testing.T) {
 // to the log or failed.
 type heldLog struct {
 	audit.Log
-	held chan heldAppend
+	held   chan heldAppend
+	mu     sync.Mutex
+	opened bool // open was called: appends are no longer held
 }
 
 type heldAppend struct {
@@ -795,7 +798,49 @@ func (l *heldLog) AppendAsync(ctx context.Context, rec auditchain.Record, done f
 		l.Log.AppendAsync(ctx, rec, done)
 		return
 	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.opened {
+		l.Log.AppendAsync(ctx, rec, done)
+		return
+	}
 	l.held <- heldAppend{ctx, rec, done} // buffered: the batches must not wait
+}
+
+// open writes the appends held so far and every later one: a session
+// the server closes waits for its ACKs' answers.
+func (l *heldLog) open() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.opened = true
+	for {
+		select {
+		case h := <-l.held:
+			l.Log.AppendAsync(h.ctx, h.rec, h.done)
+		default:
+			return
+		}
+	}
+}
+
+// heldAuditSession starts a server whose ACKs' audit records are held
+// (up to capacity at once), and a release of the canary rollout; it
+// returns the held log, the rollout, canary-1's session once it holds its
+// assignment, the release, and canary-1's HEALTHY_ACKED report of it.
+func heldAuditSession(t *testing.T, ctx context.Context, capacity int) (*heldLog, *canaryRollout, *session, *pawlv1.Release, *pawlv1.Ack) {
+	t.Helper()
+	held := &heldLog{held: make(chan heldAppend, capacity)}
+	srv := testserver.Start(t, server.WithAuditWrapper(func(l audit.Log) audit.Log { held.Log = l; return held }))
+	c := newCanaryRollout(t, ctx, srv, connect.WithGRPC())
+	register(t, c.is, "main-1", "b", "zone-a", nil)
+	s, first := start(t, ctx, testserver.HTTPClient(t), srv.URL, "canary-1", connect.WithGRPC())
+	rel := c.create(50)
+	for s.recv().GetAssignments() == nil {
+	}
+	ack := &pawlv1.Ack{ConfigId: "routing", Generation: rel.GetGeneration(), WorkloadIdentity: "canary-1", BootId: "b",
+		ApplySequence: rel.GetGeneration(), MembershipEpoch: first.GetStarted().GetRecord().GetMembershipEpoch(),
+		ContentDigest: rel.GetContentDigest(), ValidatorDigest: c.digest, State: pawlv1.InstanceState_INSTANCE_STATE_HEALTHY_ACKED, HealthOk: true}
+	return held, c, s, rel, ack
 }
 
 // TestSessionAckAnsweredAfterItsAuditRecord: a session's ACK is answered
@@ -805,20 +850,9 @@ func (l *heldLog) AppendAsync(ctx context.Context, rec auditchain.Record, done f
 // record is written, it is. When the record cannot be written, the
 // answer says the ACK went unaudited, as a unary Ack's does.
 func TestSessionAckAnsweredAfterItsAuditRecord(t *testing.T) {
-	held := &heldLog{held: make(chan heldAppend, 16)}
-	srv := testserver.Start(t, server.WithAuditWrapper(func(l audit.Log) audit.Log { held.Log = l; return held }))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	client := testserver.HTTPClient(t)
-	c := newCanaryRollout(t, ctx, srv, connect.WithGRPC())
-	register(t, c.is, "main-1", "b", "zone-a", nil)
-	s, first := start(t, ctx, client, srv.URL, "canary-1", connect.WithGRPC())
-	rel := c.create(50)
-	for s.recv().GetAssignments() == nil {
-	}
-	ack := &pawlv1.Ack{ConfigId: "routing", Generation: rel.GetGeneration(), WorkloadIdentity: "canary-1", BootId: "b",
-		ApplySequence: rel.GetGeneration(), MembershipEpoch: first.GetStarted().GetRecord().GetMembershipEpoch(),
-		ContentDigest: rel.GetContentDigest(), ValidatorDigest: c.digest, State: pawlv1.InstanceState_INSTANCE_STATE_HEALTHY_ACKED, HealthOk: true}
+	held, c, s, rel, ack := heldAuditSession(t, ctx, 16)
 
 	s.ack(1, ack)
 	h := <-held.held // the ACK is recorded: its answer's audit record is under way
@@ -853,6 +887,91 @@ func TestSessionAckAnsweredAfterItsAuditRecord(t *testing.T) {
 		!strings.Contains(e.GetMessage(), "unaudited: the request succeeded") || !strings.Contains(e.GetMessage(), "disk full") {
 		t.Fatalf("the answer when its audit record cannot be written: %v", results)
 	}
+}
+
+// TestASessionHoldsAtMostMaxAcksInFlightUnanswered: a session's ACKs wait
+// for their answers on the server, at most api.MaxAcksInFlight of them;
+// past that the server reads the session's next message only once an
+// answer went out. Every ACK's answer is held here (its audit record is):
+// of 300 ACKs sent at once, 256 are taken, the receiver waits with the
+// 257th, and no 257th is taken; once the records are written, every ACK is
+// answered once, in the order sent.
+func TestASessionHoldsAtMostMaxAcksInFlightUnanswered(t *testing.T) {
+	const sent = api.MaxAcksInFlight + 44
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	held, _, s, _, ack := heldAuditSession(t, ctx, sent)
+	var taken []heldAppend
+	written := false
+	write := func() { // the held records, and every later one at once
+		if !written {
+			written = true
+			for _, h := range taken {
+				held.Log.AppendAsync(h.ctx, h.rec, h.done)
+			}
+			held.open()
+		}
+	}
+	t.Cleanup(write) // before the server closes: it waits for the answers
+	for id := range uint64(sent) {
+		s.ack(id+1, ack) // 300 small messages: within HTTP/2's window, the sends do not wait
+	}
+
+	for len(taken) < api.MaxAcksInFlight {
+		select {
+		case h := <-held.held:
+			taken = append(taken, h)
+		case <-ctx.Done():
+			t.Fatalf("%d ACKs taken; want %d", len(taken), api.MaxAcksInFlight)
+		}
+	}
+	for !receiverWaitsForRoom() {
+		select {
+		case h := <-held.held:
+			taken = append(taken, h) // written at the end all the same
+			t.Fatalf("ACK %d taken while %d were unanswered", len(taken), len(taken)-1)
+		case <-ctx.Done():
+			t.Fatal("the session's receiver never waited for room")
+		case <-time.After(time.Millisecond): // a goroutine's state is not an event: look again
+		}
+	}
+	select {
+	case h := <-held.held:
+		taken = append(taken, h)
+		t.Fatalf("ACK %d taken while %d were unanswered", len(taken), len(taken)-1)
+	default:
+	}
+
+	// The records are written, those held and those of the ACKs taken next.
+	write()
+	var results []*pawlv1.SessionAckResult
+	for len(results) < sent {
+		results = append(results, s.recv().GetAcks()...)
+	}
+	for i, r := range results {
+		if r.GetAckId() != uint64(i+1) || r.GetAck() == nil {
+			t.Fatalf("answer %d of %d: %v (want ACK %d, recorded)", i+1, len(results), r, i+1)
+		}
+	}
+	if !results[0].GetAck().GetCounted() {
+		t.Fatalf("the first report was not counted: %v", results[0])
+	}
+}
+
+// receiverWaitsForRoom reports whether a session's receiver waits, in
+// api's session.ack, for one of its ACKs in flight to be answered: a
+// goroutine in a select whose innermost frame (the profile leaves out the
+// runtime's) is session.ack.
+func receiverWaitsForRoom() bool {
+	var b strings.Builder
+	_ = pprof.Lookup("goroutine").WriteTo(&b, 2)
+	for _, g := range strings.Split(b.String(), "\n\n") {
+		header, frames, _ := strings.Cut(g, "\n")
+		if strings.Contains(header, "[select") && strings.HasPrefix(frames, "github.com/pawlcfg/pawl/server/internal/api.(*session).ack(") {
+			return true
+		}
+	}
+	return false
 }
 
 // sessionWriters counts the goroutines of this process that are a

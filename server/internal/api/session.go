@@ -57,7 +57,7 @@ import (
 // batch message's rollout.AckChain), which judge one instance's ACKs in
 // that order and commit many sessions' ACKs in one store transaction;
 // each is answered, in that order too, once its record and its audit
-// record are durable (at most maxAcksInFlight unanswered per session;
+// record are durable (at most MaxAcksInFlight unanswered per session;
 // the receiver waits past that, and while the batches' queue is full).
 // Nothing waits for an ACK's outcome by parking a goroutine: the batches call back when the
 // record is durable, which queues the audit record
@@ -139,11 +139,12 @@ const (
 	// MaxAcksPerMessage bounds the ACKs of one SessionAckBatch: a message
 	// over it ends the session with INVALID_ARGUMENT.
 	MaxAcksPerMessage = 64
-	// maxAcksInFlight bounds the ACKs of one session received and not yet
+	// MaxAcksInFlight bounds the ACKs of one session received and not yet
 	// answered: enough to keep a batching store busy from one instance,
 	// small enough that a session holds little while its client does not
-	// read.
-	maxAcksInFlight = 256
+	// read. Past it the session reads its next message only once an
+	// answer went out (the client's sends wait on HTTP/2's flow control).
+	MaxAcksInFlight = 256
 	// maxSessionMessageBytes is about the most key and value bytes of
 	// watch events the writer puts in one SessionResponse before it sends
 	// it and goes on in the next, far below the 4 MiB a gRPC client reads
@@ -182,7 +183,7 @@ func (h *Sessions) Session(ctx context.Context, stream *connect.BidiStream[pawlv
 	s := &session{
 		h: h, identity: rec.WorkloadIdentity, boot: rec.BootID,
 		send: stream.Send, idle: make(chan struct{}, 1), cmds: make(chan *pawlv1.SessionRequest, sessionCommands),
-		slots: make(chan struct{}, maxAcksInFlight), watches: map[int64]*sessionWatch{}, byW: map[*watch.Watcher]*sessionWatch{},
+		slots: make(chan struct{}, MaxAcksInFlight), watches: map[int64]*sessionWatch{}, byW: map[*watch.Watcher]*sessionWatch{},
 		spec: stream.Spec(), lag: metrics.FromContext(ctx), msg: &pawlv1.SessionResponse{},
 	}
 	s.joinHub(h.instances.hub)
@@ -471,7 +472,7 @@ func (s *session) receive(stream *connect.BidiStream[pawlv1.SessionRequest, pawl
 }
 
 // ack takes one ACK: it is answered in its turn, after it is recorded
-// or refused. It waits while maxAcksInFlight ACKs are unanswered, and
+// or refused. It waits while MaxAcksInFlight ACKs are unanswered, and
 // while the rollout domain's queue of ACKs to record is full (submitAck). chain,
 // for an ACK of a batch, links it to the one of its config before it in
 // the batch (nil: an ACK of its own message).
