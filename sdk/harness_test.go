@@ -205,18 +205,30 @@ func (h *harness) awaitKV(prefix string, cond func() bool) {
 // status reads the rollout status of routing generation gen, every ACK.
 func (h *harness) status(gen int64) *pawlv1.GetRolloutStatusResponse {
 	h.t.Helper()
-	resp, err := h.ro.GetRolloutStatus(h.ctx, connect.NewRequest(&pawlv1.GetRolloutStatusRequest{ConfigId: "routing", Generation: gen, AckPageSize: 1000}))
+	return h.statusOf("routing", gen)
+}
+
+// statusOf is status of another config.
+func (h *harness) statusOf(config string, gen int64) *pawlv1.GetRolloutStatusResponse {
+	h.t.Helper()
+	resp, err := h.ro.GetRolloutStatus(h.ctx, connect.NewRequest(&pawlv1.GetRolloutStatusRequest{ConfigId: config, Generation: gen, AckPageSize: 1000}))
 	if err != nil {
 		h.t.Fatal(err)
 	}
 	return resp.Msg
 }
 
-// acks returns the states each instance reported for gen, in order, as
-// "id:STATE" strings, and the ACKs themselves.
+// acks returns the states each instance reported for routing generation
+// gen, in order, as "id:STATE" strings, and the ACKs themselves.
 func (h *harness) acks(gen int64) (map[string][]string, []*pawlv1.Ack) {
 	h.t.Helper()
-	st := h.status(gen)
+	return h.acksOf("routing", gen)
+}
+
+// acksOf is acks of another config.
+func (h *harness) acksOf(config string, gen int64) (map[string][]string, []*pawlv1.Ack) {
+	h.t.Helper()
+	st := h.statusOf(config, gen)
 	out := map[string][]string{}
 	for _, a := range st.GetAcks() {
 		out[a.GetWorkloadIdentity()] = append(out[a.GetWorkloadIdentity()], strings.TrimPrefix(a.GetState().String(), "INSTANCE_STATE_"))

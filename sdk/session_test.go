@@ -2,8 +2,10 @@ package sdk_test
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -20,6 +22,7 @@ import (
 	"github.com/pawlcfg/pawl/gen/pawl/v1/pawlv1connect"
 	"github.com/pawlcfg/pawl/internal/testkit/faultproxy"
 	"github.com/pawlcfg/pawl/internal/testkit/testclock"
+	"github.com/pawlcfg/pawl/internal/testkit/testserver"
 	"github.com/pawlcfg/pawl/sdk"
 	"github.com/pawlcfg/pawl/server"
 )
@@ -470,4 +473,115 @@ func TestAResumedSessionIsNotSentTheReleasesItHolds(t *testing.T) {
 	if downloads != 0 {
 		t.Fatalf("%d GetRelease calls", downloads)
 	}
+}
+
+// TestACKsABrokenSessionLeftUnansweredGoTogetherOnTheNext: two configs
+// apply at once; the session breaks after the client sent both APPLIEDs
+// and the server recorded them, before the answers arrived. On the next
+// session the client sends both again in one message (a
+// SessionAckBatch), with their report IDs; the server answers each with
+// the record it stored: each step of each config stored once, both
+// APPLIEDs counted, and both go on to HEALTHY_ACKED.
+func TestACKsABrokenSessionLeftUnansweredGoTogetherOnTheNext(t *testing.T) {
+	h := newHarness(t)
+	proxy := faultproxy.NewHolder(t, h.srv.Addr)
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	// Each config's applier waits before its swap and APPLIED until both
+	// wait there, the client has the answers to both STAGEDs, and what
+	// the server sends is held.
+	configs := []string{"routing", "routing-b"}
+	applying, proceed := make(chan string, len(configs)), make(chan struct{})
+	var mu sync.Mutex
+	held := map[string]bool{}
+	hold := sdk.WithApplier(func(ctx context.Context, s *sdk.Snapshot) error {
+		mu.Lock()
+		first := !held[s.Config]
+		held[s.Config] = true
+		mu.Unlock()
+		if first {
+			applying <- s.Config
+			select {
+			case <-proceed:
+			case <-ctx.Done():
+			}
+		}
+		return nil
+	})
+	h.clientAt("http://"+proxy.Addr, "i0", hold, sdk.WithMeterProvider(mp))
+	h.waitRegistered("i0")
+	for _, config := range configs {
+		h.release(50, func(s *pawlv1.ReleaseSpec) { s.ConfigId = config })
+	}
+	for range configs {
+		<-applying
+	}
+	for _, config := range configs {
+		awaitPoint(t, reader, sdk.MetricAcksSent, "pawl.config="+config+",pawl.state=STAGED", 1)
+	}
+	before := sessionAckMessages(t, h)
+	proxy.Hold()
+	close(proceed)
+	h.awaitKV("/_pawl/acks/", func() bool {
+		for _, config := range configs {
+			if states, _ := h.acksOf(config, 1); !reported(states, "i0", "APPLIED") {
+				return false
+			}
+		}
+		return true
+	})
+	proxy.Partition() // the held answers are lost with the connection
+	proxy.Release()
+	proxy.Heal()
+
+	for _, config := range configs {
+		h.awaitKV("/_pawl/acks/", func() bool {
+			states, _ := h.acksOf(config, 1)
+			return reported(states, "i0", "HEALTHY_ACKED")
+		})
+		states, acks := h.acksOf(config, 1)
+		if got := strings.Join(states["i0"], ","); got != everyStepOfOneRelease {
+			t.Fatalf("%s: stored %s; want each step once", config, got)
+		}
+		for _, a := range acks {
+			if a.GetState() == pawlv1.InstanceState_INSTANCE_STATE_APPLIED && !a.GetCounted() {
+				t.Fatalf("%s: the APPLIED was not counted: %v", config, a)
+			}
+		}
+	}
+	after := sessionAckMessages(t, h)
+	if together := (after.count - after.alone) - (before.count - before.alone); together != 1 {
+		t.Fatalf("messages of several ACKs the server took: %v; want 1 (the two APPLIEDs sent again together)", together)
+	}
+}
+
+// ackMessages are the server's counts of session messages with ACKs: in
+// all, and those with one ACK (pawl_session_acks_per_message).
+type ackMessages struct{ count, alone float64 }
+
+// sessionAckMessages reads the server's /metrics for ackMessages.
+func sessionAckMessages(t *testing.T, h *harness) ackMessages {
+	t.Helper()
+	resp, err := testserver.HTTPClient(t).Get(h.srv.URL + server.MetricsPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m ackMessages
+	for _, line := range strings.Split(string(body), "\n") {
+		name, value, _ := strings.Cut(line, " ")
+		v, _ := strconv.ParseFloat(value, 64)
+		switch name {
+		case "pawl_session_acks_per_message_count":
+			m.count = v
+		case `pawl_session_acks_per_message_bucket{le="1"}`:
+			m.alone = v
+		}
+	}
+	return m
 }
