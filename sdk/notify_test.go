@@ -1,14 +1,13 @@
 package sdk_test
 
 import (
-	"bytes"
 	"context"
-	"runtime/pprof"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/pawlcfg/pawl/internal/testkit/goroutines"
 	"github.com/pawlcfg/pawl/sdk"
 )
 
@@ -156,13 +155,9 @@ func TestWatchAndChangesCloseOnContextStopAndClose(t *testing.T) {
 
 	// Close waited for the goroutines of the watches and of the
 	// callbacks: none is left.
-	var stacks bytes.Buffer
-	if err := pprof.Lookup("goroutine").WriteTo(&stacks, 2); err != nil {
-		t.Fatal(err)
-	}
 	for _, fn := range []string{"sdk.(*Client).watchChannel", "sdk.(*notifier).run"} {
-		if strings.Contains(stacks.String(), fn) {
-			t.Fatalf("a goroutine in %s outlived Close:\n%s", fn, stacks.String())
+		if goroutines.Count(fn) > 0 {
+			t.Fatalf("a goroutine in %s outlived Close:\n%s", fn, strings.Join(goroutines.Stacks(), "\n\n"))
 		}
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -20,6 +19,7 @@ import (
 	pawlv1 "github.com/pawlcfg/pawl/gen/pawl/v1"
 	"github.com/pawlcfg/pawl/gen/pawl/v1/pawlv1connect"
 	"github.com/pawlcfg/pawl/internal/testkit/faultproxy"
+	"github.com/pawlcfg/pawl/internal/testkit/goroutines"
 	"github.com/pawlcfg/pawl/internal/testkit/redistest"
 	"github.com/pawlcfg/pawl/internal/testkit/testclock"
 	"github.com/pawlcfg/pawl/internal/testkit/testserver"
@@ -925,7 +925,7 @@ func TestASessionHoldsAtMostMaxAcksInFlightUnanswered(t *testing.T) {
 			t.Fatalf("%d ACKs taken; want %d", len(taken), api.MaxAcksInFlight)
 		}
 	}
-	for !receiverWaitsForRoom() {
+	for !goroutines.Waiting("select", "github.com/pawlcfg/pawl/server/internal/api.(*session).ack(") { // the receiver waits for room
 		select {
 		case h := <-held.held:
 			taken = append(taken, h) // written at the end all the same
@@ -958,34 +958,10 @@ func TestASessionHoldsAtMostMaxAcksInFlightUnanswered(t *testing.T) {
 	}
 }
 
-// receiverWaitsForRoom reports whether a session's receiver waits, in
-// api's session.ack, for one of its ACKs in flight to be answered: a
-// goroutine in a select whose innermost frame (the profile leaves out the
-// runtime's) is session.ack.
-func receiverWaitsForRoom() bool {
-	var b strings.Builder
-	_ = pprof.Lookup("goroutine").WriteTo(&b, 2)
-	for _, g := range strings.Split(b.String(), "\n\n") {
-		header, frames, _ := strings.Cut(g, "\n")
-		if strings.Contains(header, "[select") && strings.HasPrefix(frames, "github.com/pawlcfg/pawl/server/internal/api.(*session).ack(") {
-			return true
-		}
-	}
-	return false
-}
-
 // sessionWriters counts the goroutines of this process that are a
 // session's writer (api's session.run, or runBehind before it).
 func sessionWriters() int {
-	var b strings.Builder
-	_ = pprof.Lookup("goroutine").WriteTo(&b, 2)
-	n := 0
-	for _, g := range strings.Split(b.String(), "\n\n") { // one goroutine each
-		if strings.Contains(g, "api.(*session).run(") || strings.Contains(g, "api.(*session).runBehind(") {
-			n++
-		}
-	}
-	return n
+	return goroutines.Count("api.(*session).run(", "api.(*session).runBehind(")
 }
 
 // TestAnIdleSessionHoldsNoWriter: a session's writer is a goroutine only

@@ -3,7 +3,8 @@
 // and run as a process (pawldtest), private redis-servers (redistest),
 // proxies that hold back, cut, lose or rewrite traffic (faultproxy), a
 // clock moved by hand (testclock), the example validators built from
-// source (wasmbuild), hand-encoded hostile modules (wasmgen) and a
-// throwaway PKI (testtls). Everything under internal/ outside testkit is
+// source (wasmbuild), hand-encoded hostile modules (wasmgen), a
+// throwaway PKI (testtls) and what this process's goroutines are doing
+// (goroutines). Everything under internal/ outside testkit is
 // code the binaries and the SDK use.
 package testkit

@@ -6,14 +6,13 @@ import (
 	"log/slog"
 	"math/rand"
 	"runtime"
-	"runtime/pprof"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	pawlv1 "github.com/pawlcfg/pawl/gen/pawl/v1"
+	"github.com/pawlcfg/pawl/internal/testkit/goroutines"
 	"github.com/pawlcfg/pawl/server/internal/store"
 	"github.com/pawlcfg/pawl/server/internal/store/boltstore"
 	"github.com/pawlcfg/pawl/server/internal/watch"
@@ -22,15 +21,7 @@ import (
 // writers counts the goroutines of this process that are a session's
 // writer (run, or runBehind before it).
 func writers() int {
-	var b strings.Builder
-	_ = pprof.Lookup("goroutine").WriteTo(&b, 2)
-	n := 0
-	for _, g := range strings.Split(b.String(), "\n\n") { // one goroutine each
-		if strings.Contains(g, "api.(*session).run(") || strings.Contains(g, "api.(*session).runBehind(") {
-			n++
-		}
-	}
-	return n
+	return goroutines.Count("api.(*session).run(", "api.(*session).runBehind(")
 }
 
 // openHub opens a store in a temporary directory and a hub on it, both
