@@ -245,7 +245,11 @@ func TestAnACKCutOffBeforeItsAnswerIsAnsweredOnTheNextSession(t *testing.T) {
 	c := h.clientAt("http://"+proxy.Addr, "i0", hold, sdk.WithMeterProvider(mp))
 	h.waitRegistered("i0")
 	h.release(50, nil)
-	<-applying
+	select {
+	case <-applying:
+	case <-h.ctx.Done():
+		t.Fatal("the client did not apply the release")
+	}
 	awaitPoint(t, reader, sdk.MetricAcksSent, "pawl.config=routing,pawl.state=STAGED", 1)
 	proxy.Hold()
 	close(proceed)
@@ -515,7 +519,11 @@ func TestACKsABrokenSessionLeftUnansweredGoTogetherOnTheNext(t *testing.T) {
 		h.release(50, func(s *pawlv1.ReleaseSpec) { s.ConfigId = config })
 	}
 	for range configs {
-		<-applying
+		select {
+		case <-applying:
+		case <-h.ctx.Done():
+			t.Fatal("the client did not apply both configs")
+		}
 	}
 	for _, config := range configs {
 		awaitPoint(t, reader, sdk.MetricAcksSent, "pawl.config="+config+",pawl.state=STAGED", 1)
@@ -569,19 +577,29 @@ func sessionAckMessages(t *testing.T, h *harness) ackMessages {
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %s, %v: %s", server.MetricsPath, resp.Status, err, body)
 	}
 	var m ackMessages
+	seen := 0
 	for _, line := range strings.Split(string(body), "\n") {
 		name, value, _ := strings.Cut(line, " ")
-		v, _ := strconv.ParseFloat(value, 64)
+		var to *float64
 		switch name {
 		case "pawl_session_acks_per_message_count":
-			m.count = v
+			to = &m.count
 		case `pawl_session_acks_per_message_bucket{le="1"}`:
-			m.alone = v
+			to = &m.alone
+		default:
+			continue
 		}
+		if *to, err = strconv.ParseFloat(value, 64); err != nil {
+			t.Fatalf("%s: %v", line, err)
+		}
+		seen++
+	}
+	if seen != 2 {
+		t.Fatalf("pawl_session_acks_per_message's count or first bucket is missing from %s", server.MetricsPath)
 	}
 	return m
 }

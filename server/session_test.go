@@ -777,20 +777,25 @@ func TestSessionEndsAtOnceWhenItsReplicaLosesRedis(t *testing.T) {
 	proxy.Heal() // the audit record goes in, and the server stops without waiting out the retries
 }
 
-// heldLog is an audit log that holds the records of ACKs carried by
-// sessions (they arrive by AppendAsync) until the test lets each go on,
-// to the log or failed.
+// heldLog holds the audit records of ACKs (RolloutService.Ack, as the
+// sessions' ACKs are audited) until the test writes them, fails them, or
+// opens the log; the rest it writes at once.
 type heldLog struct {
 	audit.Log
-	held   chan heldAppend
-	mu     sync.Mutex
-	opened bool // open was called: appends are no longer held
+	held chan *heldAppend // capacity: the most held at once
+	mu   sync.Mutex       // guards opened and taken
+	// opened: open was called, nothing is held any more; taken: those
+	// the test took and has not settled, written at open.
+	opened bool
+	taken  []*heldAppend
 }
 
+// heldAppend is one held audit record; settled once written or failed.
 type heldAppend struct {
-	ctx  context.Context
-	rec  auditchain.Record
-	done func(auditchain.Record, error)
+	ctx     context.Context
+	rec     auditchain.Record
+	done    func(auditchain.Record, error)
+	settled bool
 }
 
 func (l *heldLog) AppendAsync(ctx context.Context, rec auditchain.Record, done func(auditchain.Record, error)) {
@@ -804,11 +809,59 @@ func (l *heldLog) AppendAsync(ctx context.Context, rec auditchain.Record, done f
 		l.Log.AppendAsync(ctx, rec, done)
 		return
 	}
-	l.held <- heldAppend{ctx, rec, done} // buffered: the batches must not wait
+	select {
+	case l.held <- &heldAppend{ctx: ctx, rec: rec, done: done}: // the batches must not wait
+	default:
+		panic(fmt.Sprintf("heldLog: more than %d audit records held", cap(l.held)))
+	}
 }
 
-// open writes the appends held so far and every later one: a session
-// the server closes waits for its ACKs' answers.
+// next takes the next held record, waiting for it until ctx ends (nil).
+func (l *heldLog) next(ctx context.Context) *heldAppend {
+	select {
+	case h := <-l.held:
+		l.took(h)
+		return h
+	case <-ctx.Done():
+		return nil
+	}
+}
+
+// tryNext takes the next held record if there is one (else nil).
+func (l *heldLog) tryNext() *heldAppend {
+	select {
+	case h := <-l.held:
+		l.took(h)
+		return h
+	default:
+		return nil
+	}
+}
+
+func (l *heldLog) took(h *heldAppend) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.taken = append(l.taken, h)
+}
+
+// write writes h to the log.
+func (l *heldLog) write(h *heldAppend) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	h.settled = true
+	l.Log.AppendAsync(h.ctx, h.rec, h.done)
+}
+
+// fail fails h's append with err.
+func (l *heldLog) fail(h *heldAppend, err error) {
+	l.mu.Lock()
+	h.settled = true
+	l.mu.Unlock()
+	h.done(auditchain.Record{}, err)
+}
+
+// open writes every record held or taken and not settled, and every later
+// one at once: a server that closes waits for its sessions' answers.
 func (l *heldLog) open() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -816,11 +869,19 @@ func (l *heldLog) open() {
 	for {
 		select {
 		case h := <-l.held:
-			l.Log.AppendAsync(h.ctx, h.rec, h.done)
+			l.taken = append(l.taken, h)
+			continue
 		default:
-			return
+		}
+		break
+	}
+	for _, h := range l.taken {
+		if !h.settled {
+			h.settled = true
+			l.Log.AppendAsync(h.ctx, h.rec, h.done)
 		}
 	}
+	l.taken = nil
 }
 
 // heldAuditSession starts a server whose ACKs' audit records are held
@@ -829,8 +890,9 @@ func (l *heldLog) open() {
 // assignment, the release, and canary-1's HEALTHY_ACKED report of it.
 func heldAuditSession(t *testing.T, ctx context.Context, capacity int) (*heldLog, *canaryRollout, *session, *pawlv1.Release, *pawlv1.Ack) {
 	t.Helper()
-	held := &heldLog{held: make(chan heldAppend, capacity)}
+	held := &heldLog{held: make(chan *heldAppend, capacity)}
 	srv := testserver.Start(t, server.WithAuditWrapper(func(l audit.Log) audit.Log { held.Log = l; return held }))
+	t.Cleanup(held.open) // before the server closes: it waits for the answers
 	c := newCanaryRollout(t, ctx, srv, connect.WithGRPC())
 	register(t, c.is, "main-1", "b", "zone-a", nil)
 	s, first := start(t, ctx, testserver.HTTPClient(t), srv.URL, "canary-1", connect.WithGRPC())
@@ -855,7 +917,10 @@ func TestSessionAckAnsweredAfterItsAuditRecord(t *testing.T) {
 	held, c, s, rel, ack := heldAuditSession(t, ctx, 16)
 
 	s.ack(1, ack)
-	h := <-held.held // the ACK is recorded: its answer's audit record is under way
+	h := held.next(ctx) // the ACK is recorded: its answer's audit record is under way
+	if h == nil {
+		t.Fatal("the ACK's audit record never came")
+	}
 	if dup := c.ack(rel, "canary-1"); dup.GetCounted() || !strings.HasPrefix(dup.GetNotCountedReason(), "duplicate:") {
 		t.Fatalf("the report again, while the session's ACK waits for its audit record: %v (want a duplicate: it is recorded)", dup)
 	}
@@ -868,7 +933,7 @@ func TestSessionAckAnsweredAfterItsAuditRecord(t *testing.T) {
 		}
 		log.add(m)
 	}
-	held.Log.AppendAsync(h.ctx, h.rec, h.done)
+	held.write(h)
 	var results []*pawlv1.SessionAckResult
 	for len(results) == 0 {
 		results = s.recv().GetAcks()
@@ -878,8 +943,10 @@ func TestSessionAckAnsweredAfterItsAuditRecord(t *testing.T) {
 	}
 
 	s.ack(2, ack)
-	h = <-held.held
-	h.done(auditchain.Record{}, errors.New("disk full"))
+	if h = held.next(ctx); h == nil {
+		t.Fatal("the second ACK's audit record never came")
+	}
+	held.fail(h, errors.New("disk full"))
 	for results = nil; len(results) == 0; {
 		results = s.recv().GetAcks()
 	}
@@ -891,59 +958,52 @@ func TestSessionAckAnsweredAfterItsAuditRecord(t *testing.T) {
 
 // TestASessionHoldsAtMostMaxAcksInFlightUnanswered: a session's ACKs wait
 // for their answers on the server, at most api.MaxAcksInFlight of them;
-// past that the server reads the session's next message only once an
-// answer went out. Every ACK's answer is held here (its audit record is):
-// of 300 ACKs sent at once, 256 are taken, the receiver waits with the
-// 257th, and no 257th is taken; once the records are written, every ACK is
-// answered once, in the order sent.
+// past that the session's next ACK waits, read and not taken, and the
+// server reads no more of the session until an answer goes out. Every
+// ACK's answer is held here (its audit record is): of 300 ACKs sent at
+// once, exactly 256 are taken by the time the receiver waits for room and
+// the ACK batches have nothing left to record; once the records are
+// written, every ACK is answered once, in the order sent.
 func TestASessionHoldsAtMostMaxAcksInFlightUnanswered(t *testing.T) {
 	const sent = api.MaxAcksInFlight + 44
+	const (
+		receiverWaitsForRoom = "github.com/pawlcfg/pawl/server/internal/api.(*session).ack("
+		batchesWaitForWork   = "github.com/pawlcfg/pawl/server/internal/rollout.(*ackBatcher).run("
+	)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	held, _, s, _, ack := heldAuditSession(t, ctx, sent)
-	var taken []heldAppend
-	written := false
-	write := func() { // the held records, and every later one at once
-		if !written {
-			written = true
-			for _, h := range taken {
-				held.Log.AppendAsync(h.ctx, h.rec, h.done)
-			}
-			held.open()
-		}
-	}
-	t.Cleanup(write) // before the server closes: it waits for the answers
 	for id := range uint64(sent) {
 		s.ack(id+1, ack) // 300 small messages: within HTTP/2's window, the sends do not wait
 	}
-
-	for len(taken) < api.MaxAcksInFlight {
-		select {
-		case h := <-held.held:
-			taken = append(taken, h)
-		case <-ctx.Done():
-			t.Fatalf("%d ACKs taken; want %d", len(taken), api.MaxAcksInFlight)
+	// Once both wait, every ACK taken was recorded and its audit record
+	// held (the batches hold it before they take the next): none is on
+	// its way.
+	taken := 0
+	for {
+		for held.tryNext() != nil {
+			taken++
 		}
-	}
-	for !goroutines.Waiting("select", "github.com/pawlcfg/pawl/server/internal/api.(*session).ack(") { // the receiver waits for room
+		if taken > api.MaxAcksInFlight {
+			t.Fatalf("ACK %d taken while %d were unanswered", taken, taken-1)
+		}
+		if goroutines.Waiting("select", receiverWaitsForRoom, batchesWaitForWork) {
+			break
+		}
 		select {
-		case h := <-held.held:
-			taken = append(taken, h) // written at the end all the same
-			t.Fatalf("ACK %d taken while %d were unanswered", len(taken), len(taken)-1)
 		case <-ctx.Done():
-			t.Fatal("the session's receiver never waited for room")
+			t.Fatalf("%d ACKs taken, and the session's receiver never waited for room", taken)
 		case <-time.After(time.Millisecond): // a goroutine's state is not an event: look again
 		}
 	}
-	select {
-	case h := <-held.held:
-		taken = append(taken, h)
-		t.Fatalf("ACK %d taken while %d were unanswered", len(taken), len(taken)-1)
-	default:
+	for held.tryNext() != nil {
+		taken++
+	}
+	if taken != api.MaxAcksInFlight {
+		t.Fatalf("%d ACKs taken when the receiver waited for room; want %d", taken, api.MaxAcksInFlight)
 	}
 
-	// The records are written, those held and those of the ACKs taken next.
-	write()
+	held.open() // the records held, and those of the ACKs taken next
 	var results []*pawlv1.SessionAckResult
 	for len(results) < sent {
 		results = append(results, s.recv().GetAcks()...)

@@ -1,8 +1,10 @@
 package goroutines_test
 
 import (
+	"context"
 	"runtime"
 	"testing"
+	"time"
 
 	"github.com/pawlcfg/pawl/internal/testkit/goroutines"
 )
@@ -17,37 +19,64 @@ func parkedInSelect(stop <-chan struct{}, other chan int) {
 	}
 }
 
-// TestCountAndWaitingSeeAParkedGoroutine: a goroutine parked in a select
-// of its own function is counted by that function and seen waiting there
-// (and not in another state); once it ended, neither.
-func TestCountAndWaitingSeeAParkedGoroutine(t *testing.T) {
-	const fn = "goroutines_test.parkedInSelect("
-	const innermost = "github.com/pawlcfg/pawl/internal/testkit/goroutines_test.parkedInSelect("
-	stop, done := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(done)
-		parkedInSelect(stop, make(chan int))
-	}()
-	for !goroutines.Waiting("select", innermost) {
+// parkedInOtherSelect is parkedInSelect under another name.
+//
+//go:noinline
+func parkedInOtherSelect(stop <-chan struct{}, other chan int) {
+	select {
+	case <-stop:
+	case <-other:
+	}
+}
+
+// parkedInReceive waits in a channel receive until stop is closed.
+//
+//go:noinline
+func parkedInReceive(stop <-chan struct{}) { <-stop }
+
+const (
+	selectFn      = "github.com/pawlcfg/pawl/internal/testkit/goroutines_test.parkedInSelect("
+	otherSelectFn = "github.com/pawlcfg/pawl/internal/testkit/goroutines_test.parkedInOtherSelect("
+	receiveFn     = "github.com/pawlcfg/pawl/internal/testkit/goroutines_test.parkedInReceive("
+	selectName    = "goroutines_test.parkedInSelect("
+)
+
+// TestCountAndWaitingSeeParkedGoroutines: goroutines parked in a select
+// and in a receive of their own functions are counted by those functions
+// and seen waiting there, together and each in its own state only; once
+// they ended, neither.
+func TestCountAndWaitingSeeParkedGoroutines(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	stop, done := make(chan struct{}), make(chan struct{}, 3)
+	go func() { parkedInSelect(stop, make(chan int)); done <- struct{}{} }()
+	go func() { parkedInOtherSelect(stop, make(chan int)); done <- struct{}{} }()
+	go func() { parkedInReceive(stop); done <- struct{}{} }()
+	for !goroutines.Waiting("select", selectFn, otherSelectFn) || !goroutines.Waiting("chan receive", receiveFn) {
 		select {
-		case <-done:
-			t.Fatal("the goroutine ended before it was seen waiting")
+		case <-ctx.Done():
+			t.Fatal("the goroutines were not seen waiting")
 		default:
-			runtime.Gosched() // not parked yet: let it run
+			runtime.Gosched() // not parked yet: let them run
 		}
 	}
-	if n := goroutines.Count(fn, "no such function("); n != 1 {
+	if n := goroutines.Count(selectName, "no such function("); n != 1 {
 		t.Fatalf("Count = %d, want 1", n)
 	}
-	if goroutines.Waiting("chan receive", innermost) {
-		t.Fatal("seen waiting in a chan receive; it waits in a select")
+	if goroutines.Waiting("chan receive", selectFn) || goroutines.Waiting("select", receiveFn) {
+		t.Fatal("a goroutine seen waiting in the other's state")
+	}
+	if goroutines.Waiting("select", selectFn, receiveFn) {
+		t.Fatal("Waiting of two functions when one waits in another state")
 	}
 	close(stop)
-	<-done
-	if n := goroutines.Count(fn); n != 0 {
+	for range 3 {
+		<-done
+	}
+	if n := goroutines.Count(selectName); n != 0 {
 		t.Fatalf("Count after it ended = %d", n)
 	}
-	if goroutines.Waiting("select", innermost) {
+	if goroutines.Waiting("select", selectFn) {
 		t.Fatal("seen waiting after it ended")
 	}
 }

@@ -142,8 +142,9 @@ const (
 	// MaxAcksInFlight bounds the ACKs of one session received and not yet
 	// answered: enough to keep a batching store busy from one instance,
 	// small enough that a session holds little while its client does not
-	// read. Past it the session reads its next message only once an
-	// answer went out (the client's sends wait on HTTP/2's flow control).
+	// read. Past it the session's next ACK, read, waits to be taken, and
+	// nothing more of the session is read, until an answer is handed to
+	// the writer (the client's sends wait on HTTP/2's flow control).
 	MaxAcksInFlight = 256
 	// maxSessionMessageBytes is about the most key and value bytes of
 	// watch events the writer puts in one SessionResponse before it sends
