@@ -153,7 +153,8 @@ const (
 	// in one message, as on KVService.Watch.)
 	maxSessionMessageBytes = 1 << 20
 	// sessionCommands is how many watch requests the receiver queues for
-	// the writer before it waits for the writer to take them.
+	// the writer before it waits for the writer to take them, and the
+	// most the writer carries out for one message.
 	sessionCommands = 64
 )
 
@@ -811,17 +812,23 @@ func (s *session) ended(err error) error {
 	return err
 }
 
-// fill puts into msg the watch requests queued and what the ready
-// watchers have pending, up to about maxSessionMessageBytes; more says
-// that something is left for the next message.
+// fill puts into msg the watch requests queued (at most sessionCommands:
+// the receiver can queue more as fast as they are taken, and the answers
+// to ACKs must not wait behind them, nor msg grow without bound) and
+// what the ready watchers have pending, up to about
+// maxSessionMessageBytes; more says that something is left for the next
+// message.
 func (s *session) fill(msg *pawlv1.SessionResponse) (more bool, err error) {
 	s.share.reset()
-	for len(s.cmds) > 0 {
+	for taken := 0; taken < sessionCommands && len(s.cmds) > 0; taken++ {
 		if err := s.command(msg, <-s.cmds); err != nil {
 			return false, err
 		}
 	}
-	ready := s.behind // each marked queued
+	// Each marked queued. A watch a request just cancelled is left out:
+	// nothing more of it follows its cancellation (its ID may name a new
+	// watch already).
+	ready := slices.DeleteFunc(s.behind, func(sw *sessionWatch) bool { return sw.closed })
 	s.behind = nil
 	assignments := false
 	for _, w := range s.group.Ready() {
@@ -858,7 +865,7 @@ func (s *session) fill(msg *pawlv1.SessionResponse) (more bool, err error) {
 		}
 	}
 	s.behind = slices.DeleteFunc(s.behind, func(sw *sessionWatch) bool { return sw.closed })
-	return len(s.behind) > 0, nil
+	return len(s.behind) > 0 || len(s.cmds) > 0, nil
 }
 
 // command carries out one watch request.
@@ -882,10 +889,13 @@ func (s *session) command(msg *pawlv1.SessionResponse, req *pawlv1.SessionReques
 	return nil
 }
 
+// close closes sw, and lets go of its ID unless a new watch holds it.
 func (s *session) close(sw *sessionWatch) {
 	sw.w.Close()
 	sw.closed = true
-	delete(s.watches, sw.id)
+	if s.watches[sw.id] == sw {
+		delete(s.watches, sw.id)
+	}
 	delete(s.byW, sw.w)
 }
 
