@@ -866,14 +866,8 @@ func (l *heldLog) open() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.opened = true
-	for {
-		select {
-		case h := <-l.held:
-			l.taken = append(l.taken, h)
-			continue
-		default:
-		}
-		break
+	for len(l.held) > 0 { // the test's goroutine is the only taker: it runs open
+		l.taken = append(l.taken, <-l.held)
 	}
 	for _, h := range l.taken {
 		if !h.settled {

@@ -827,7 +827,8 @@ func (s *session) fill(msg *pawlv1.SessionResponse) (more bool, err error) {
 	}
 	// Each marked queued. A watch a request just cancelled is left out:
 	// nothing more of it follows its cancellation (its ID may name a new
-	// watch already).
+	// watch already). Nothing closes a watch after this but its own
+	// drain, which then counts it drained: what is left behind is open.
 	ready := slices.DeleteFunc(s.behind, func(sw *sessionWatch) bool { return sw.closed })
 	s.behind = nil
 	assignments := false
@@ -864,7 +865,6 @@ func (s *session) fill(msg *pawlv1.SessionResponse) (more bool, err error) {
 			s.behind = append(s.behind, sw)
 		}
 	}
-	s.behind = slices.DeleteFunc(s.behind, func(sw *sessionWatch) bool { return sw.closed })
 	return len(s.behind) > 0 || len(s.cmds) > 0, nil
 }
 
