@@ -82,7 +82,7 @@ func main() {
 	flag.Int64Var(&o.retainRevisions, "retain-revisions", 0, "pawld --retain-revisions (0: pawld's default); the report says whether the ACKs compacted away the history a watcher resumes from")
 	flag.BoolVar(&o.rpcHeartbeats, "rpc-heartbeats", false, "unary mode: keep leases with Heartbeat calls every lease/3 instead of with the assignment streams (boot_id)")
 	flag.StringVar(&o.modes, "modes", unary+","+session, "modes to measure, each on a fresh pawld, in order: unary, session")
-	flag.StringVar(&o.profiles, "profiles", "", "write pawld's CPU profile of the ACK phase and its heap profile at idle to this directory, per mode")
+	flag.StringVar(&o.profiles, "profiles", "", "write pawld's CPU profile of the ACK phase, its allocation profiles before and after it, and its heap profile at idle to this directory, per mode")
 	flag.Parse()
 	if err := run(context.Background(), o); err != nil {
 		fmt.Fprintln(os.Stderr, "fleet:", err)
@@ -593,7 +593,8 @@ func (b *bench) promote(ctx context.Context, validator, config string) ([]time.D
 // release of config "ingest" whose one stage takes everyone: in unary mode
 // from the configured number of callers, in session mode from every
 // instance at once. With profiles set, it writes pawld's CPU profile of
-// the ACKs there.
+// the ACKs there, and its allocation profiles from just before and just
+// after them.
 func (b *bench) ingest(ctx context.Context, validator, profiles string) (int, time.Duration, time.Duration, error) {
 	all := &pawlv1.Stage{Name: "all", Policy: &pawlv1.AckPolicy{Kind: pawlv1.AckPolicyKind_ACK_POLICY_KIND_ALL}}
 	resp, err := b.rs.CreateRelease(ctx, connect.NewRequest(&pawlv1.CreateReleaseRequest{Spec: b.spec("ingest", validator, 50, all)}))
@@ -622,6 +623,11 @@ func (b *bench) ingest(ctx context.Context, validator, profiles string) (int, ti
 	}
 	profiled := make(chan error, 1)
 	if profiles != "" {
+		// The allocations before and after the ACKs: pprof -diff_base
+		// of the two is what the ACKs allocated.
+		if err := benchkit.SaveProfile(ctx, b.pprofURL+"/debug/pprof/allocs?gc=1", filepath.Join(profiles, b.mode+"-acks-before.allocs.pprof")); err != nil {
+			return 0, 0, 0, err
+		}
 		go func() {
 			profiled <- benchkit.SaveProfile(ctx, b.pprofURL+"/debug/pprof/profile?seconds=4", filepath.Join(profiles, b.mode+"-acks.cpu.pprof"))
 		}()
@@ -637,6 +643,11 @@ func (b *bench) ingest(ctx context.Context, validator, profiles string) (int, ti
 	took := time.Since(start)
 	if err := <-profiled; err != nil {
 		return 0, 0, 0, err
+	}
+	if profiles != "" {
+		if err := benchkit.SaveProfile(ctx, b.pprofURL+"/debug/pprof/allocs?gc=1", filepath.Join(profiles, b.mode+"-acks-after.allocs.pprof")); err != nil {
+			return 0, 0, 0, err
+		}
 	}
 	cpu1, err := benchkit.CPU(b.srv.Pid())
 	return 2 * len(b.ids), took, cpu1 - cpu0, err
