@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
+	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -745,6 +747,99 @@ func TestServerShutdownEndsSessionsUnavailable(t *testing.T) {
 		t.Fatalf("a session when the server stops: %v", code)
 	}
 	<-stopped
+}
+
+// TestAServerStopsWhileASessionsClientReadsNothing: a session whose
+// client stops reading (its connection open, answering HTTP/2's pings)
+// holds its writer in a send that flow control does not let through. A
+// server that stops does not wait for it past its shutdown timeout:
+// Serve returns, and Close, with nothing of the session left running
+// (the package's goleak check).
+func TestAServerStopsWhileASessionsClientReadsNothing(t *testing.T) {
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	srv, err := server.New(ctx, server.WithDataDir(t.TempDir()), server.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))),
+		server.WithShutdownTimeout(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ctx, ln) }()
+	closed := false
+	defer func() {
+		if !closed {
+			stop()
+			<-served
+			_ = srv.Close()
+		}
+	}()
+	url := "http://" + ln.Addr().String()
+	clientCtx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	deaf, _ := start(t, clientCtx, testserver.HTTPClient(t), url, "deaf-1", connect.WithGRPC())
+	deaf.watch(1, "/deaf/", 0)
+	log := newWatchLog()
+	deaf.until(log, func() bool { return log.started[1] != nil })
+	// From here the client reads nothing. 16 MiB of changes under the
+	// watch are more than the stream's flow-control window (4 MiB, Go's
+	// HTTP/2 client) and what the session and HTTP/2 buffer: the
+	// session's writer ends up waiting in HTTP/2's write, for good.
+	kv := pawlv1connect.NewKVServiceClient(testserver.HTTPClient(t), url, connect.WithGRPC())
+	value := make([]byte, 256<<10) // random: compression does not shrink it
+	_, _ = rand.Read(value)
+	for i := range 64 {
+		if _, err := kv.Put(clientCtx, connect.NewRequest(&pawlv1.PutRequest{Key: fmt.Sprintf("/deaf/%d", i%8), Value: value})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stuck := func() bool {
+		for _, g := range goroutines.Stacks() {
+			if strings.HasPrefix(g[strings.Index(g, "["):], "[select") && strings.Contains(g, "http2.(*serverConn).writeDataFromHandler(") &&
+				strings.Contains(g, "api.(*session).") {
+				return true
+			}
+		}
+		return false
+	}
+	for !stuck() {
+		select {
+		case <-clientCtx.Done():
+			t.Fatal("the session's writer never waited in HTTP/2's write")
+		case <-time.After(time.Millisecond): // a goroutine's state is not an event: look again
+		}
+	}
+	stop()
+	select {
+	case err := <-served:
+		// Past the timeout the server closes the connections: the stop
+		// is not graceful, and Serve says so.
+		if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Serve: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Serve still waits for the session 30 s after its 1 s shutdown timeout")
+	}
+	closed = true
+	closeErr := make(chan error, 1)
+	go func() { closeErr <- srv.Close() }()
+	select {
+	case err := <-closeErr:
+		if err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Close still waits for the session after 30 s")
+	}
+	if _, err := deaf.Receive(); err == nil {
+		// What the client had buffered may come first; the stream ends.
+		for err == nil {
+			_, err = deaf.Receive()
+		}
+	}
 }
 
 // TestSessionEndsAtOnceWhenItsReplicaLosesRedis: a replica cut off from
