@@ -45,7 +45,11 @@ type session struct {
 func openSession(t *testing.T, ctx context.Context, client *http.Client, url string, hello *pawlv1.SessionHello, opts ...connect.ClientOption) *session {
 	t.Helper()
 	ss := pawlv1connect.NewSessionServiceClient(client, url, opts...).Session(ctx)
-	t.Cleanup(func() { _ = ss.CloseRequest(); _ = ss.CloseResponse() })
+	// Go's HTTP/2 client notices the end of ctx only once the request's
+	// body is done: closing it when ctx ends ends a Receive that waits, so
+	// that a test fails at its deadline rather than at the package's.
+	stop := context.AfterFunc(ctx, func() { _ = ss.CloseRequest() })
+	t.Cleanup(func() { stop(); _ = ss.CloseRequest(); _ = ss.CloseResponse() })
 	if err := ss.Send(&pawlv1.SessionRequest{Kind: &pawlv1.SessionRequest_Hello{Hello: hello}}); err != nil {
 		t.Fatalf("send hello: %v", err)
 	}
@@ -162,6 +166,8 @@ func (l *watchLog) addFor(id int64, wm *pawlv1.SessionWatchMessage) {
 		l.started[id] = r.GetStarted()
 	case r.GetCompacted() != nil:
 		l.other[id] = append(l.other[id], "compacted")
+	case r.GetProgress() != nil:
+		l.other[id] = append(l.other[id], fmt.Sprintf("progress@%d", r.GetProgress().GetRevision()))
 	case r.GetEvents() != nil:
 		var revs []string
 		for _, ev := range r.GetEvents().GetEvents() {
@@ -747,6 +753,42 @@ func TestServerShutdownEndsSessionsUnavailable(t *testing.T) {
 		t.Fatalf("a session when the server stops: %v", code)
 	}
 	<-stopped
+}
+
+// TestSessionProgressRequestReachesEveryWatch: progress requests ask each
+// of the session's watches for a progress notification: after a change
+// none of them follows, every watch says it is current at that change's
+// revision, however many requests came at once (the server carries out
+// the requests one message takes together: each asks every watch).
+func TestSessionProgressRequestReachesEveryWatch(t *testing.T) {
+	srv := testserver.Start(t, server.WithProgressInterval(time.Hour)) // only the requests bring progress
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	kv := newKV(t, srv)
+	s, _ := start(t, ctx, testserver.HTTPClient(t), srv.URL, "pay-1", connect.WithGRPC())
+	for id, prefix := range []string{"/p/a/", "/p/b/", "/p/c/"} {
+		s.watch(int64(id+1), prefix, 0)
+	}
+	log := newWatchLog()
+	s.until(log, func() bool { return len(log.started) == 3 })
+	for id := range int64(3) {
+		if got := log.other[id+1]; len(got) != 0 {
+			t.Fatalf("watch %d before any request: %v", id+1, got)
+		}
+	}
+	elsewhere := put(t, kv, "/elsewhere", "x")
+	for range 100 {
+		s.send(&pawlv1.SessionRequest{Kind: &pawlv1.SessionRequest_ProgressRequest{ProgressRequest: &pawlv1.SessionProgressRequest{}}})
+	}
+	want := fmt.Sprintf("progress@%d", elsewhere)
+	s.until(log, func() bool {
+		for id := range int64(3) {
+			if !slices.Contains(log.other[id+1], want) {
+				return false
+			}
+		}
+		return true
+	})
 }
 
 // TestAServerStopsWhileASessionsClientReadsNothing: a session whose

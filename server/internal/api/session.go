@@ -820,9 +820,22 @@ func (s *session) ended(err error) error {
 // message.
 func (s *session) fill(msg *pawlv1.SessionResponse) (more bool, err error) {
 	s.share.reset()
+	progress := false
 	for taken := 0; taken < sessionCommands && len(s.cmds) > 0; taken++ {
-		if err := s.command(msg, <-s.cmds); err != nil {
+		req := <-s.cmds
+		if req.GetProgressRequest() != nil {
+			// Carried out once below for all of this message's: each
+			// asks every open watch, and asking twice is asking once.
+			progress = true
+			continue
+		}
+		if err := s.command(msg, req); err != nil {
 			return false, err
+		}
+	}
+	if progress {
+		for _, sw := range s.watches {
+			sw.w.RequestProgress()
 		}
 	}
 	// Each marked queued. A watch a request just cancelled is left out:
@@ -868,7 +881,8 @@ func (s *session) fill(msg *pawlv1.SessionResponse) (more bool, err error) {
 	return len(s.behind) > 0 || len(s.cmds) > 0, nil
 }
 
-// command carries out one watch request.
+// command carries out one request to open or cancel a watch (fill
+// carries out the progress requests).
 func (s *session) command(msg *pawlv1.SessionResponse, req *pawlv1.SessionRequest) error {
 	switch k := req.GetKind().(type) {
 	case *pawlv1.SessionRequest_WatchCreate:
@@ -881,10 +895,6 @@ func (s *session) command(msg *pawlv1.SessionResponse, req *pawlv1.SessionReques
 		// A watch that is not open (it ended, or never opened) is
 		// cancelled all the same: nothing more of it follows.
 		s.putWatch(msg, &pawlv1.SessionWatchMessage{WatchId: id, Canceled: true})
-	case *pawlv1.SessionRequest_ProgressRequest:
-		for _, sw := range s.watches {
-			sw.w.RequestProgress()
-		}
 	}
 	return nil
 }

@@ -13,7 +13,7 @@ import (
 
 // filledSession is a bare session on hub whose writer's role the test
 // holds: it calls fill itself, and no writer starts.
-func filledSession(t *testing.T, hub *watch.Hub, commands int) *session {
+func filledSession(t testing.TB, hub *watch.Hub, commands int) *session {
 	t.Helper()
 	s := bareSession(1)
 	s.cmds = make(chan *pawlv1.SessionRequest, commands)
@@ -106,5 +106,37 @@ func TestACancelledWatchSendsNothingAfterItsCancellation(t *testing.T) {
 	}
 	if !cancelled || s.watches[5] != nil || s.byW[w] != nil {
 		t.Fatalf("after the cancellation: cancelled %v, watch 5 open %v", cancelled, s.watches[5] != nil || s.byW[w] != nil)
+	}
+}
+
+// BenchmarkAMessageOfProgressRequests: one message's worth of progress
+// requests (sessionCommands of them, queued at once) on a session with
+// 1,000 watches (as many as LIMITS.md lets one session open). Each
+// request asks every watch; the writer carries them out once per message.
+func BenchmarkAMessageOfProgressRequests(b *testing.B) {
+	_, hub := openHub(b)
+	s := filledSession(b, hub, sessionCommands)
+	for id := range int64(1000) {
+		w, err := s.group.Watch(s.ctx, fmt.Sprintf("/w/%d/", id), 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		sw := &sessionWatch{id: id + 1, w: w}
+		s.watches[sw.id], s.byW[w] = sw, sw
+	}
+	progress := &pawlv1.SessionRequest{Kind: &pawlv1.SessionRequest_ProgressRequest{ProgressRequest: &pawlv1.SessionProgressRequest{}}}
+	msg := &pawlv1.SessionResponse{}
+	b.ReportAllocs()
+	for b.Loop() {
+		for range sessionCommands {
+			s.cmds <- progress
+		}
+		for more := true; more; {
+			msg.Reset()
+			var err error
+			if more, err = s.fill(msg); err != nil {
+				b.Fatal(err)
+			}
+		}
 	}
 }

@@ -26,7 +26,7 @@ func writers() int {
 
 // openHub opens a store in a temporary directory and a hub on it, both
 // closed when the test ends.
-func openHub(t *testing.T) (*boltstore.Store, *watch.Hub) {
+func openHub(t testing.TB) (*boltstore.Store, *watch.Hub) {
 	t.Helper()
 	ctx := context.Background()
 	st, err := boltstore.Open(ctx, t.TempDir())
