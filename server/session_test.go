@@ -622,7 +622,14 @@ func TestSessionWatchResumesExactlyOnce(t *testing.T) {
 			var revs []int64
 			for i := range 40 {
 				revs = append(revs, put(t, kv, fmt.Sprintf("/r/%d", i%5), fmt.Sprint(i)))
-				put(t, kv, "/other/k", "x") // not the watches'
+				if i < 9 {
+					// Not the watches': skipped. From the tenth change
+					// on, the revision after each change is the next
+					// change under /r/: the watches resume (from at
+					// least their tenth) at a revision they follow, so
+					// that starting one late loses an event.
+					put(t, kv, "/other/k", "x")
+				}
 			}
 			s.until(log, func() bool { return len(log.events[7]) >= 10 && len(log.events[8]) >= 10 })
 			cut()
@@ -639,8 +646,16 @@ func TestSessionWatchResumesExactlyOnce(t *testing.T) {
 			}
 			log2 := newWatchLog()
 			wantRevs := append(slices.Clone(revs), rest...)
+			// Until each has the last change (not a count: a watch that
+			// lost one would wait for it until the deadline).
+			last := fmt.Sprintf("@%d", wantRevs[len(wantRevs)-1])
 			r.until(log2, func() bool {
-				return len(got[7])+len(log2.events[7]) >= len(wantRevs) && len(got[8])+len(log2.events[8]) >= len(wantRevs)
+				for _, id := range ids {
+					if n := len(log2.events[id]); n == 0 || !strings.HasSuffix(log2.events[id][n-1], last) {
+						return false
+					}
+				}
+				return true
 			})
 			for _, id := range ids {
 				all := append(got[id], log2.events[id]...)
