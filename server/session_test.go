@@ -598,6 +598,72 @@ func TestSessionWatchesCancelCompactAndLimits(t *testing.T) {
 	}
 }
 
+// TestASessionWatchLeftBehindACompactionEndsCompacted: a watch whose
+// session's client stopped reading falls out of the watch ring, and the
+// change log is compacted past it meanwhile. When the client reads
+// again, the watch's events come in order and without a gap up to where
+// the log still held them, then its compacted notice, and nothing more
+// of it; the session and its other watch go on.
+func TestASessionWatchLeftBehindACompactionEndsCompacted(t *testing.T) {
+	srv := testserver.Start(t, server.WithRetention(5, 0), server.WithWatchRing(8))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	kv := newKV(t, srv)
+	s, _ := start(t, ctx, testserver.HTTPClient(t), srv.URL, "pay-1", connect.WithGRPC())
+	s.watch(1, "/c/", 0)
+	s.watch(2, "/d/", 0)
+	log := newWatchLog()
+	s.until(log, func() bool { return log.started[1] != nil && log.started[2] != nil })
+	// The client reads nothing now: 16 MiB under watch 1 are more than
+	// HTTP/2 lets the server send unread (a 4 MiB window), so the
+	// session's writer waits, with watch 1 behind.
+	value := make([]byte, 256<<10) // random: compression does not shrink it
+	_, _ = rand.Read(value)
+	var revs []int64
+	for i := range 64 {
+		resp, err := kv.Put(ctx, connect.NewRequest(&pawlv1.PutRequest{Key: fmt.Sprintf("/c/%d", i%8), Value: value}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		revs = append(revs, resp.Msg.GetRevision())
+	}
+	for i := range 20 { // past the ring of 8
+		revs = append(revs, put(t, kv, fmt.Sprintf("/c/small/%d", i%4), "x"))
+	}
+	compactedAt, err := srv.Server.ApplyRetention(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if compactedAt <= revs[0] {
+		t.Fatalf("compacted at %d: not past the first change under the watch (%d)", compactedAt, revs[0])
+	}
+	d := put(t, kv, "/d/after", "y")
+	s.until(log, func() bool { return len(log.other[1]) > 0 && len(log.events[2]) > 0 })
+	if got := log.other[1]; len(got) != 1 || got[0] != "compacted" {
+		t.Fatalf("watch 1 after falling behind the compaction: %v; want compacted", got)
+	}
+	got := log.events[1]
+	if len(got) == 0 || len(got) >= len(revs) {
+		t.Fatalf("watch 1 got %d of the %d changes before its compacted notice: the test did not leave it behind the compaction", len(got), len(revs))
+	}
+	for i, ev := range got {
+		if !strings.HasSuffix(ev, fmt.Sprintf("@%d", revs[i])) {
+			t.Fatalf("watch 1: event %d is %s, want revision %d (a gap or a duplicate)", i, ev, revs[i])
+		}
+	}
+	if log.events[2][0] != fmt.Sprintf("/d/after=y@%d", d) {
+		t.Fatalf("watch 2: %v", log.events[2])
+	}
+	// Nothing more of watch 1: a change under /c/ reaches no one, and the
+	// session still answers (a change under /d/ after it comes).
+	put(t, kv, "/c/later", "x")
+	d2 := put(t, kv, "/d/later", "y")
+	s.until(log, func() bool { return len(log.events[2]) > 1 })
+	if len(log.events[1]) != len(got) || len(log.other[1]) != 1 || log.events[2][1] != fmt.Sprintf("/d/later=y@%d", d2) {
+		t.Fatalf("after the compacted notice: watch 1 %d events, %v; watch 2 %v", len(log.events[1])-len(got), log.other[1], log.events[2])
+	}
+}
+
 // TestSessionWatchResumesExactlyOnce: a session cut in the middle of a
 // stream of changes; a new session resuming its two watches of one
 // prefix, each from the revision after the last event it got, sees every
