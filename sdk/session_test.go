@@ -273,6 +273,72 @@ func TestAnACKCutOffBeforeItsAnswerIsAnsweredOnTheNextSession(t *testing.T) {
 	}
 }
 
+// TestAnACKCutOffBeforeTheServerHadItIsSentOnTheNextSession: the session
+// breaks after the client sent its APPLIED and before the server read it
+// (what the client sends is held, then dropped with the connection). The
+// server recorded nothing; the client, which had no answer, sends it again
+// on the next session: one APPLIED, counted, and the rest of the steps.
+func TestAnACKCutOffBeforeTheServerHadItIsSentOnTheNextSession(t *testing.T) {
+	h := newHarness(t)
+	proxy := faultproxy.NewHolder(t, h.srv.Addr)
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	applying, proceed := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	hold := sdk.WithApplier(func(ctx context.Context, _ *sdk.Snapshot) error {
+		once.Do(func() {
+			close(applying)
+			select {
+			case <-proceed:
+			case <-ctx.Done():
+			}
+		})
+		return nil
+	})
+	c := h.clientAt("http://"+proxy.Addr, "i0", hold, sdk.WithMeterProvider(mp))
+	h.waitRegistered("i0")
+	h.release(50, nil)
+	select {
+	case <-applying:
+	case <-h.ctx.Done():
+		t.Fatal("the client did not apply the release")
+	}
+	awaitPoint(t, reader, sdk.MetricAcksSent, "pawl.config=routing,pawl.state=STAGED", 1)
+	proxy.HoldRequests()
+	close(proceed)
+	// The APPLIED (its digests alone are over 128 bytes; HTTP/2's own
+	// frames that a client may send meanwhile are a few dozen) is in the
+	// proxy, and not at the server.
+	for proxy.HeldRequests() < 200 {
+		select {
+		case <-h.ctx.Done():
+			t.Fatalf("the client sent %d bytes after the apply; want its APPLIED", proxy.HeldRequests())
+		case <-time.After(time.Millisecond): // bytes through a proxy are not an event: look again
+		}
+	}
+	if _, acks := h.acks(1); len(acks) == 0 || acks[len(acks)-1].GetState() != pawlv1.InstanceState_INSTANCE_STATE_STAGED {
+		t.Fatalf("the server had %d ACKs before the cut, the last %v; want the STAGED last", len(acks), acks[len(acks)-1:])
+	}
+	proxy.Partition() // the held APPLIED is lost with the connection
+	proxy.ReleaseRequests()
+	proxy.Heal()
+
+	if got := strings.Join(h.awaitBootHealthy(1, c.BootID()), ","); got != everyStepOfOneRelease {
+		t.Fatalf("stored %s; want each step once", got)
+	}
+	_, acks := h.acks(1)
+	for _, a := range acks {
+		if a.GetState() == pawlv1.InstanceState_INSTANCE_STATE_APPLIED && !a.GetCounted() {
+			t.Fatalf("the APPLIED was not counted: %v", a)
+		}
+	}
+	m := awaitPoint(t, reader, sdk.MetricAcksSent, "pawl.config=routing,pawl.state=HEALTHY_ACKED", 1)
+	if got := m[sdk.MetricAcksSent]["pawl.config=routing,pawl.state=APPLIED"]; got != 1 || len(m[sdk.MetricAcksFailed]) != 0 {
+		t.Fatalf("the client counted %v APPLIED sent, failures %v", got, m[sdk.MetricAcksFailed])
+	}
+}
+
 // TestASessionHoldsTheLease: an instance whose session is open stays live
 // with no heartbeat, long past its lease; once its client closes, the
 // lease runs one term.

@@ -1,6 +1,6 @@
 // Package faultproxy puts network faults between a test's clients and a
-// real server: a TCP proxy that holds everything the server sends until
-// released (a delayed stream), or cuts every connection and refuses new
+// real server: a TCP proxy that holds everything the server sends, or
+// everything clients send, until released (a delayed stream), or cuts every connection and refuses new
 // ones until healed (a partition), at once or once a number of bytes went
 // through (a cut in the middle of a transfer), and an HTTP proxy that loses the answers to
 // chosen calls after the server handled them (a lost response), and a
@@ -21,9 +21,10 @@ import (
 	"testing"
 )
 
-// Holder is a TCP proxy whose server-to-client direction can be held: while
-// held, what the server sends is read and kept, in order, and delivered
-// when released. The client-to-server direction always flows.
+// Holder is a TCP proxy whose two directions can be held: while held,
+// what the server sends (Hold), or what clients send (HoldRequests), is
+// read and kept, in order, and delivered when released, or dropped with
+// the connections by a Partition.
 type Holder struct {
 	// Addr is the address clients dial instead of the server's.
 	Addr string
@@ -34,6 +35,10 @@ type Holder struct {
 	held   bool
 	gate   chan struct{} // closed on release
 	kept   int           // bytes read from the server while held
+	// upHeld, upGate and upKept are the same for what clients send.
+	upHeld bool
+	upGate chan struct{}
+	upKept int
 	conns  []net.Conn
 	wg     sync.WaitGroup
 	// down refuses connections (a partition).
@@ -51,8 +56,9 @@ func NewHolder(t testing.TB, target string) *Holder {
 	if err != nil {
 		t.Fatalf("faultproxy: listen: %v", err)
 	}
-	h := &Holder{Addr: ln.Addr().String(), ln: ln, target: target, gate: make(chan struct{})}
+	h := &Holder{Addr: ln.Addr().String(), ln: ln, target: target, gate: make(chan struct{}), upGate: make(chan struct{})}
 	close(h.gate) // not held
+	close(h.upGate)
 	h.wg.Add(1)
 	go h.accept()
 	t.Cleanup(h.close)
@@ -78,6 +84,35 @@ func (h *Holder) Release() int {
 		close(h.gate)
 	}
 	return h.kept
+}
+
+// HoldRequests starts holding what clients send.
+func (h *Holder) HoldRequests() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.upHeld {
+		h.upHeld, h.upGate, h.upKept = true, make(chan struct{}), 0
+	}
+}
+
+// HeldRequests is how many bytes of what clients sent are held now.
+func (h *Holder) HeldRequests() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.upKept
+}
+
+// ReleaseRequests delivers what clients sent while held (what a
+// Partition left of it goes nowhere) and stops holding; it returns how
+// many bytes were held.
+func (h *Holder) ReleaseRequests() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.upHeld {
+		h.upHeld = false
+		close(h.upGate)
+	}
+	return h.upKept
 }
 
 // Partition closes every connection, dropping what is in flight, and
@@ -146,7 +181,7 @@ func (h *Holder) accept() {
 		h.wg.Add(2)
 		go func() {
 			defer h.wg.Done()
-			_, _ = io.Copy(server, client)
+			h.toServer(server, client)
 			_ = server.Close()
 		}()
 		go func() {
@@ -189,9 +224,34 @@ func (h *Holder) toClient(client, server net.Conn) {
 	}
 }
 
+// toServer copies client to server, waiting at the requests' gate
+// before each write.
+func (h *Holder) toServer(server, client net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := client.Read(buf)
+		if n > 0 {
+			h.mu.Lock()
+			gate := h.upGate
+			if h.upHeld {
+				h.upKept += n
+			}
+			h.mu.Unlock()
+			<-gate
+			if _, werr := server.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
 func (h *Holder) close() {
 	_ = h.ln.Close()
 	h.Release()
+	h.ReleaseRequests()
 	h.mu.Lock()
 	for _, c := range h.conns {
 		_ = c.Close()
