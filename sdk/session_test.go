@@ -406,6 +406,61 @@ func TestAClientAsksEachServerItMovesToForASession(t *testing.T) {
 	}
 }
 
+// TestACKsWaitingForASessionGoByTheUnaryCallOnAnOlderServer: the
+// client's server breaks while its APPLIED waits for an answer (the
+// server never read it); the client moves on to an older server, which
+// has no session. What waited is sent by that server's unary Ack: each
+// step stored once, the APPLIED counted.
+func TestACKsWaitingForASessionGoByTheUnaryCallOnAnOlderServer(t *testing.T) {
+	h := newHarness(t)
+	newer := faultproxy.NewHolder(t, h.srv.Addr)
+	older := faultproxy.NewHider(t, h.srv.URL, sessionServicePrefix)
+	applying, proceed := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	hold := sdk.WithApplier(func(ctx context.Context, _ *sdk.Snapshot) error {
+		once.Do(func() {
+			close(applying)
+			select {
+			case <-proceed:
+			case <-ctx.Done():
+			}
+		})
+		return nil
+	})
+	c := h.clientAt("http://"+newer.Addr+","+older.URL, "i0", hold)
+	h.waitRegistered("i0")
+	h.release(50, nil)
+	select {
+	case <-applying:
+	case <-h.ctx.Done():
+		t.Fatal("the client did not apply the release")
+	}
+	h.awaitAcks(1, func(s map[string][]string) bool { return reported(s, "i0", "STAGED") })
+	newer.HoldRequests()
+	close(proceed)
+	for newer.HeldRequests() < 200 { // the APPLIED, as in TestAnACKCutOffBeforeTheServerHadItIsSentOnTheNextSession
+		select {
+		case <-h.ctx.Done():
+			t.Fatalf("the client sent %d bytes after the apply; want its APPLIED", newer.HeldRequests())
+		case <-time.After(time.Millisecond): // bytes through a proxy are not an event: look again
+		}
+	}
+	newer.Partition() // for good: the client moves on
+	newer.ReleaseRequests()
+	if got := strings.Join(h.awaitBootHealthy(1, c.BootID()), ","); got != everyStepOfOneRelease {
+		t.Fatalf("stored %s; want each step once", got)
+	}
+	if c.Server() != older.URL || older.Calls(sessionCalls) == 0 || older.Calls(ackCalls) == 0 {
+		t.Fatalf("on %s: %d sessions asked of the older server, %d unary ACKs there", c.Server(), older.Calls(sessionCalls), older.Calls(ackCalls))
+	}
+	_, acks := h.acks(1)
+	for _, a := range acks {
+		if a.GetState() == pawlv1.InstanceState_INSTANCE_STATE_APPLIED && !a.GetCounted() {
+			t.Fatalf("the APPLIED was not counted: %v", a)
+		}
+	}
+}
+
 // TestAnACKWhoseAnswerWasLostIsNotStoredTwice: by the unary call (an
 // older server's way, forced), the answer to the first ACK is lost after
 // the server stored it; the client sends it again with the same report
