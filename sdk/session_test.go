@@ -215,115 +215,62 @@ func TestAServerUpgradedUnderTheClientGetsItsSession(t *testing.T) {
 	}
 }
 
-// TestAnACKCutOffBeforeItsAnswerIsAnsweredOnTheNextSession: the session
-// breaks after the client sent its APPLIED and the server recorded it,
-// before the answer arrived. The client sends it again, with the same
-// report ID, on the next session; the server answers with the record it
-// stored: one APPLIED, counted, and the client, told so, goes on to its
-// health window and HEALTHY_ACKED.
-func TestAnACKCutOffBeforeItsAnswerIsAnsweredOnTheNextSession(t *testing.T) {
-	h := newHarness(t)
-	proxy := faultproxy.NewHolder(t, h.srv.Addr)
-	reader := sdkmetric.NewManualReader()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
-	// The applier runs just before the swap and the APPLIED: it waits
-	// there until the client has the answer to its STAGED (nothing is in
-	// flight) and what the server sends is held.
-	applying, proceed := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	hold := sdk.WithApplier(func(ctx context.Context, _ *sdk.Snapshot) error {
-		once.Do(func() {
-			close(applying)
+// applyGate holds a client's first apply, just before its swap and its
+// APPLIED, until the test lets it go on.
+type applyGate struct {
+	applying, proceed chan struct{}
+	once              sync.Once
+}
+
+// newApplyGate returns a gate and the option that puts it in a client.
+func newApplyGate() (*applyGate, sdk.Option) {
+	g := &applyGate{applying: make(chan struct{}), proceed: make(chan struct{})}
+	return g, sdk.WithApplier(func(ctx context.Context, _ *sdk.Snapshot) error {
+		g.once.Do(func() {
+			close(g.applying)
 			select {
-			case <-proceed:
+			case <-g.proceed:
 			case <-ctx.Done():
 			}
 		})
 		return nil
 	})
-	c := h.clientAt("http://"+proxy.Addr, "i0", hold, sdk.WithMeterProvider(mp))
-	h.waitRegistered("i0")
-	h.release(50, nil)
+}
+
+// await waits until the client's apply waits at the gate.
+func (g *applyGate) await(t *testing.T, h *harness) {
+	t.Helper()
 	select {
-	case <-applying:
+	case <-g.applying:
 	case <-h.ctx.Done():
 		t.Fatal("the client did not apply the release")
-	}
-	awaitPoint(t, reader, sdk.MetricAcksSent, "pawl.config=routing,pawl.state=STAGED", 1)
-	proxy.Hold()
-	close(proceed)
-	h.awaitAcks(1, func(s map[string][]string) bool { return reported(s, "i0", "APPLIED") })
-	proxy.Partition() // the held answer is lost with the connection
-	proxy.Release()
-	proxy.Heal()
-
-	if got := strings.Join(h.awaitBootHealthy(1, c.BootID()), ","); got != everyStepOfOneRelease {
-		t.Fatalf("stored %s; want each step once", got)
-	}
-	_, acks := h.acks(1)
-	for _, a := range acks {
-		if a.GetState() == pawlv1.InstanceState_INSTANCE_STATE_APPLIED && !a.GetCounted() {
-			t.Fatalf("the APPLIED was not counted: %v", a)
-		}
-	}
-	m := awaitPoint(t, reader, sdk.MetricAcksSent, "pawl.config=routing,pawl.state=HEALTHY_ACKED", 1)
-	if got := m[sdk.MetricAcksSent]["pawl.config=routing,pawl.state=APPLIED"]; got != 1 || len(m[sdk.MetricAcksFailed]) != 0 {
-		t.Fatalf("the client counted %v APPLIED sent, failures %v", got, m[sdk.MetricAcksFailed])
 	}
 }
 
-// TestAnACKCutOffBeforeTheServerHadItIsSentOnTheNextSession: the session
-// breaks after the client sent its APPLIED and before the server read it
-// (what the client sends is held, then dropped with the connection). The
-// server recorded nothing; the client, which had no answer, sends it again
-// on the next session: one APPLIED, counted, and the rest of the steps.
-func TestAnACKCutOffBeforeTheServerHadItIsSentOnTheNextSession(t *testing.T) {
-	h := newHarness(t)
-	proxy := faultproxy.NewHolder(t, h.srv.Addr)
-	reader := sdkmetric.NewManualReader()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
-	applying, proceed := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	hold := sdk.WithApplier(func(ctx context.Context, _ *sdk.Snapshot) error {
-		once.Do(func() {
-			close(applying)
-			select {
-			case <-proceed:
-			case <-ctx.Done():
-			}
-		})
-		return nil
-	})
-	c := h.clientAt("http://"+proxy.Addr, "i0", hold, sdk.WithMeterProvider(mp))
-	h.waitRegistered("i0")
-	h.release(50, nil)
-	select {
-	case <-applying:
-	case <-h.ctx.Done():
-		t.Fatal("the client did not apply the release")
-	}
-	awaitPoint(t, reader, sdk.MetricAcksSent, "pawl.config=routing,pawl.state=STAGED", 1)
+// awaitSentAPPLIED lets the client's apply go on while proxy holds what
+// clients send, and waits until the APPLIED is in the proxy: over 200
+// bytes held (its digests alone are over 128; HTTP/2's own frames that a
+// client may send meanwhile are a few dozen). The server has not read it.
+func awaitSentAPPLIED(t *testing.T, h *harness, proxy *faultproxy.Holder, g *applyGate) {
+	t.Helper()
 	proxy.HoldRequests()
-	close(proceed)
-	// The APPLIED (its digests alone are over 128 bytes; HTTP/2's own
-	// frames that a client may send meanwhile are a few dozen) is in the
-	// proxy, and not at the server.
+	close(g.proceed)
 	for proxy.HeldRequests() < 200 {
 		select {
 		case <-h.ctx.Done():
 			t.Fatalf("the client sent %d bytes after the apply; want its APPLIED", proxy.HeldRequests())
-		case <-time.After(time.Millisecond): // bytes through a proxy are not an event: look again
+		case <-time.After(10 * time.Millisecond): // bytes through a proxy are not an event: look again
 		}
 	}
 	if _, acks := h.acks(1); len(acks) == 0 || acks[len(acks)-1].GetState() != pawlv1.InstanceState_INSTANCE_STATE_STAGED {
-		t.Fatalf("the server had %d ACKs before the cut, the last %v; want the STAGED last", len(acks), acks[len(acks)-1:])
+		t.Fatalf("the server had %v before the cut; want the STAGED last", acks)
 	}
-	proxy.Partition() // the held APPLIED is lost with the connection
-	proxy.ReleaseRequests()
-	proxy.Heal()
+}
 
+// appliedCounted fails the test unless each step of one release of the
+// client was stored once, and the APPLIED counted.
+func appliedCounted(t *testing.T, h *harness, c *sdk.Client) {
+	t.Helper()
 	if got := strings.Join(h.awaitBootHealthy(1, c.BootID()), ","); got != everyStepOfOneRelease {
 		t.Fatalf("stored %s; want each step once", got)
 	}
@@ -333,9 +280,52 @@ func TestAnACKCutOffBeforeTheServerHadItIsSentOnTheNextSession(t *testing.T) {
 			t.Fatalf("the APPLIED was not counted: %v", a)
 		}
 	}
-	m := awaitPoint(t, reader, sdk.MetricAcksSent, "pawl.config=routing,pawl.state=HEALTHY_ACKED", 1)
-	if got := m[sdk.MetricAcksSent]["pawl.config=routing,pawl.state=APPLIED"]; got != 1 || len(m[sdk.MetricAcksFailed]) != 0 {
-		t.Fatalf("the client counted %v APPLIED sent, failures %v", got, m[sdk.MetricAcksFailed])
+}
+
+// TestAnACKCutOffIsAnsweredOnTheNextSession: the session breaks while the
+// client's APPLIED waits for its answer:
+//   - answer: after the server recorded it, before the answer arrived
+//     (what the server sends is held, then dropped with the connection).
+//     The client sends it again, with the same report ID, on the next
+//     session; the server answers with the record it stored.
+//   - request: before the server read it (what the client sends is held,
+//     then dropped). The server recorded nothing; the client, which had
+//     no answer, sends it again on the next session.
+//
+// Either way: one APPLIED, counted, and the client, told so, goes on to
+// its health window and HEALTHY_ACKED.
+func TestAnACKCutOffIsAnsweredOnTheNextSession(t *testing.T) {
+	for _, lost := range []string{"answer", "request"} {
+		t.Run(lost, func(t *testing.T) {
+			h := newHarness(t)
+			proxy := faultproxy.NewHolder(t, h.srv.Addr)
+			reader := sdkmetric.NewManualReader()
+			mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+			t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+			gate, hold := newApplyGate()
+			c := h.clientAt("http://"+proxy.Addr, "i0", hold, sdk.WithMeterProvider(mp))
+			h.waitRegistered("i0")
+			h.release(50, nil)
+			gate.await(t, h)
+			// Nothing is in flight: the client has the answer to its STAGED.
+			awaitPoint(t, reader, sdk.MetricAcksSent, "pawl.config=routing,pawl.state=STAGED", 1)
+			if lost == "answer" {
+				proxy.Hold()
+				close(gate.proceed)
+				h.awaitAcks(1, func(s map[string][]string) bool { return reported(s, "i0", "APPLIED") })
+			} else {
+				awaitSentAPPLIED(t, h, proxy, gate)
+			}
+			proxy.Partition() // what was held is lost with the connection
+			proxy.Release()
+			proxy.ReleaseRequests()
+			proxy.Heal()
+			appliedCounted(t, h, c)
+			m := awaitPoint(t, reader, sdk.MetricAcksSent, "pawl.config=routing,pawl.state=HEALTHY_ACKED", 1)
+			if got := m[sdk.MetricAcksSent]["pawl.config=routing,pawl.state=APPLIED"]; got != 1 || len(m[sdk.MetricAcksFailed]) != 0 {
+				t.Fatalf("the client counted %v APPLIED sent, failures %v", got, m[sdk.MetricAcksFailed])
+			}
+		})
 	}
 }
 
@@ -415,49 +405,18 @@ func TestACKsWaitingForASessionGoByTheUnaryCallOnAnOlderServer(t *testing.T) {
 	h := newHarness(t)
 	newer := faultproxy.NewHolder(t, h.srv.Addr)
 	older := faultproxy.NewHider(t, h.srv.URL, sessionServicePrefix)
-	applying, proceed := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	hold := sdk.WithApplier(func(ctx context.Context, _ *sdk.Snapshot) error {
-		once.Do(func() {
-			close(applying)
-			select {
-			case <-proceed:
-			case <-ctx.Done():
-			}
-		})
-		return nil
-	})
+	gate, hold := newApplyGate()
 	c := h.clientAt("http://"+newer.Addr+","+older.URL, "i0", hold)
 	h.waitRegistered("i0")
 	h.release(50, nil)
-	select {
-	case <-applying:
-	case <-h.ctx.Done():
-		t.Fatal("the client did not apply the release")
-	}
+	gate.await(t, h)
 	h.awaitAcks(1, func(s map[string][]string) bool { return reported(s, "i0", "STAGED") })
-	newer.HoldRequests()
-	close(proceed)
-	for newer.HeldRequests() < 200 { // the APPLIED, as in TestAnACKCutOffBeforeTheServerHadItIsSentOnTheNextSession
-		select {
-		case <-h.ctx.Done():
-			t.Fatalf("the client sent %d bytes after the apply; want its APPLIED", newer.HeldRequests())
-		case <-time.After(time.Millisecond): // bytes through a proxy are not an event: look again
-		}
-	}
+	awaitSentAPPLIED(t, h, newer, gate)
 	newer.Partition() // for good: the client moves on
 	newer.ReleaseRequests()
-	if got := strings.Join(h.awaitBootHealthy(1, c.BootID()), ","); got != everyStepOfOneRelease {
-		t.Fatalf("stored %s; want each step once", got)
-	}
+	appliedCounted(t, h, c)
 	if c.Server() != older.URL || older.Calls(sessionCalls) == 0 || older.Calls(ackCalls) == 0 {
 		t.Fatalf("on %s: %d sessions asked of the older server, %d unary ACKs there", c.Server(), older.Calls(sessionCalls), older.Calls(ackCalls))
-	}
-	_, acks := h.acks(1)
-	for _, a := range acks {
-		if a.GetState() == pawlv1.InstanceState_INSTANCE_STATE_APPLIED && !a.GetCounted() {
-			t.Fatalf("the APPLIED was not counted: %v", a)
-		}
 	}
 }
 

@@ -434,7 +434,8 @@ func WithProgressInterval(d time.Duration) Option { return func(c *config) { c.p
 func WithWatchRing(events int) Option { return func(c *config) { c.watchRingEvents = events } }
 
 // WithShutdownTimeout bounds how long Serve waits for in-flight requests
-// after its context ends (default 10s).
+// after its context ends (default 10s); then it closes the connections
+// left.
 func WithShutdownTimeout(d time.Duration) Option { return func(c *config) { c.shutdownTimeout = d } }
 
 // WithTLS makes Serve use TLS with the PEM certificate and key files.

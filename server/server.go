@@ -528,10 +528,13 @@ func (s *Server) retention() retention.Policy {
 func (s *Server) Handler() http.Handler { return s.handler }
 
 // Serve serves on ln until ctx is done; then it reports NOT_SERVING to
-// health checks, ends every watch stream with Unavailable (clients resume
-// from their last revision elsewhere or after a restart), and waits up to
-// the shutdown timeout for in-flight requests. It returns nil after a
-// graceful stop. The caller still owns Close.
+// health checks, ends every watch stream and session with Unavailable
+// (clients resume from their last revision elsewhere or after a
+// restart), and waits up to the shutdown timeout for in-flight requests.
+// It returns nil after a graceful stop. Past the timeout it closes the
+// connections left (a client that stopped reading its stream holds a
+// send that only this ends) and returns an error wrapping
+// context.DeadlineExceeded. The caller still owns Close.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	var protocols http.Protocols
 	protocols.SetHTTP1(true)

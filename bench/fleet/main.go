@@ -613,18 +613,15 @@ func (b *bench) ingest(ctx context.Context, validator, profiles string) (int, ti
 	if err := b.waitFor("the ingest release assigned", 10*time.Minute, func(s *stream) bool { return s.gens["ingest"] == rel.GetGeneration() }); err != nil {
 		return 0, 0, 0, err
 	}
-	cpu0, err := benchkit.CPU(b.srv.Pid())
-	if err != nil {
-		return 0, 0, 0, err
-	}
 	workers := b.o.workers
 	if b.mode == session {
 		workers = len(b.ids)
 	}
 	profiled := make(chan error, 1)
 	if profiles != "" {
-		// The allocations before and after the ACKs: pprof -diff_base
-		// of the two is what the ACKs allocated.
+		// The allocations before and after the ACKs (each after a
+		// collection, outside the CPU measured): pprof -diff_base of the
+		// two is what the ACKs allocated.
 		if err := benchkit.SaveProfile(ctx, b.pprofURL+"/debug/pprof/allocs?gc=1", filepath.Join(profiles, b.mode+"-acks-before.allocs.pprof")); err != nil {
 			return 0, 0, 0, err
 		}
@@ -634,6 +631,10 @@ func (b *bench) ingest(ctx context.Context, validator, profiles string) (int, ti
 	} else {
 		profiled <- nil
 	}
+	cpu0, err := benchkit.CPU(b.srv.Pid())
+	if err != nil {
+		return 0, 0, 0, err
+	}
 	start := time.Now()
 	for _, state := range []pawlv1.InstanceState{pawlv1.InstanceState_INSTANCE_STATE_APPLIED, pawlv1.InstanceState_INSTANCE_STATE_HEALTHY_ACKED} {
 		if err := benchkit.Parallel(workers, len(b.ids), func(i int) error { return b.ack(ctx, rel, b.ids[i], state, 1) }); err != nil {
@@ -641,7 +642,8 @@ func (b *bench) ingest(ctx context.Context, validator, profiles string) (int, ti
 		}
 	}
 	took := time.Since(start)
-	if err := <-profiled; err != nil {
+	cpu1, err := benchkit.CPU(b.srv.Pid())
+	if err != nil {
 		return 0, 0, 0, err
 	}
 	if profiles != "" {
@@ -649,8 +651,10 @@ func (b *bench) ingest(ctx context.Context, validator, profiles string) (int, ti
 			return 0, 0, 0, err
 		}
 	}
-	cpu1, err := benchkit.CPU(b.srv.Pid())
-	return 2 * len(b.ids), took, cpu1 - cpu0, err
+	if err := <-profiled; err != nil {
+		return 0, 0, 0, err
+	}
+	return 2 * len(b.ids), took, cpu1 - cpu0, nil
 }
 
 // status times GetRolloutStatus of the ingest release.

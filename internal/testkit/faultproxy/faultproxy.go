@@ -1,10 +1,11 @@
 // Package faultproxy puts network faults between a test's clients and a
 // real server: a TCP proxy that holds everything the server sends, or
-// everything clients send, until released (a delayed stream), or cuts every connection and refuses new
-// ones until healed (a partition), at once or once a number of bytes went
-// through (a cut in the middle of a transfer), and an HTTP proxy that loses the answers to
-// chosen calls after the server handled them (a lost response), and a
-// man in the middle that rewrites messages (Rewriter).
+// everything clients send, until released (a delayed stream), or cuts
+// every connection and refuses new ones until healed (a partition), at
+// once or once a number of bytes went through (a cut in the middle of a
+// transfer); an HTTP proxy that loses the answers to chosen calls after
+// the server handled them (a lost response); and a man in the middle
+// that rewrites messages (Rewriter).
 package faultproxy
 
 import (
@@ -95,7 +96,8 @@ func (h *Holder) HoldRequests() {
 	}
 }
 
-// HeldRequests is how many bytes of what clients sent are held now.
+// HeldRequests is how many bytes clients sent since HoldRequests, while
+// held (0 once released).
 func (h *Holder) HeldRequests() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -103,16 +105,17 @@ func (h *Holder) HeldRequests() int {
 }
 
 // ReleaseRequests delivers what clients sent while held (what a
-// Partition left of it goes nowhere) and stops holding; it returns how
-// many bytes were held.
+// Partition cut off goes nowhere) and stops holding; it returns how many
+// bytes were held.
 func (h *Holder) ReleaseRequests() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	kept := h.upKept
 	if h.upHeld {
-		h.upHeld = false
+		h.upHeld, h.upKept = false, 0
 		close(h.upGate)
 	}
-	return h.upKept
+	return kept
 }
 
 // Partition closes every connection, dropping what is in flight, and
@@ -224,11 +227,34 @@ func (h *Holder) toClient(client, server net.Conn) {
 	}
 }
 
-// toServer copies client to server, waiting at the requests' gate
-// before each write.
+// toServer copies client to server. It reads all the client sends, also
+// while held (so that HeldRequests counts every byte sent, however the
+// client's writes fell into reads), and a second goroutine writes each
+// chunk, in order, once past the gate that was in force when it was read.
 func (h *Holder) toServer(server, client net.Conn) {
-	buf := make([]byte, 32<<10)
+	type chunk struct {
+		data []byte
+		gate chan struct{}
+	}
+	chunks := make(chan chunk, 4096)
+	written := make(chan struct{})
+	go func() {
+		defer close(written)
+		for c := range chunks {
+			<-c.gate
+			if _, err := server.Write(c.data); err != nil {
+				for range chunks { // the connection is gone: drop the rest
+				}
+				return
+			}
+		}
+	}()
+	defer func() {
+		close(chunks)
+		<-written
+	}()
 	for {
+		buf := make([]byte, 32<<10)
 		n, err := client.Read(buf)
 		if n > 0 {
 			h.mu.Lock()
@@ -237,10 +263,7 @@ func (h *Holder) toServer(server, client net.Conn) {
 				h.upKept += n
 			}
 			h.mu.Unlock()
-			<-gate
-			if _, werr := server.Write(buf[:n]); werr != nil {
-				return
-			}
+			chunks <- chunk{data: buf[:n], gate: gate}
 		}
 		if err != nil {
 			return
@@ -250,13 +273,15 @@ func (h *Holder) toServer(server, client net.Conn) {
 
 func (h *Holder) close() {
 	_ = h.ln.Close()
-	h.Release()
-	h.ReleaseRequests()
+	// The connections first: what is held when the test ends goes
+	// nowhere.
 	h.mu.Lock()
 	for _, c := range h.conns {
 		_ = c.Close()
 	}
 	h.mu.Unlock()
+	h.Release()
+	h.ReleaseRequests()
 	h.wg.Wait()
 }
 

@@ -826,6 +826,8 @@ func (s *session) fill(msg *pawlv1.SessionResponse) (more bool, err error) {
 		if req.GetProgressRequest() != nil {
 			// Carried out once below for all of this message's: each
 			// asks every open watch, and asking twice is asking once.
+			// A watch this message opens after the request is asked
+			// too (a progress notification may come at any time).
 			progress = true
 			continue
 		}
