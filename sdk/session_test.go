@@ -523,6 +523,39 @@ func TestSpacesOnASharedSessionGetEveryChange(t *testing.T) {
 	}
 }
 
+// TestASpaceWaitingForAWriteElsewhereAsksForProgress: a space waits for
+// the revision of a write under no prefix it follows. On a session it
+// asks the server for progress, and the wait ends without the server's
+// periodic notification (here an hour away).
+func TestASpaceWaitingForAWriteElsewhereAsksForProgress(t *testing.T) {
+	h := newHarness(t, server.WithProgressInterval(time.Hour))
+	c := h.client("i0")
+	h.waitRegistered("i0")
+	s, err := c.Space(h.ctx, "/sp/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	put := func(key string) int64 {
+		t.Helper()
+		resp, err := h.kv.Put(h.ctx, connect.NewRequest(&pawlv1.PutRequest{Key: key, Value: []byte("v")}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Msg.GetRevision()
+	}
+	// The space follows: a change under its prefix reaches it.
+	if err := s.WaitRevision(h.ctx, put("/sp/k")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.WaitRevision(h.ctx, put("/elsewhere/k")); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := s.Get("/elsewhere/k"); ok {
+		t.Fatal("the space holds a key outside its prefix")
+	}
+}
+
 // TestAResumedSessionIsNotSentTheReleasesItHolds: a client that applied
 // a release it got inline names it when its session resumes after a cut
 // (SessionHello.held_releases), and the full set of assignments that

@@ -83,6 +83,25 @@ func (s *session) watch(ctx context.Context, req *pawlv1.WatchRequest) (*session
 	return w, nil
 }
 
+// requestProgress asks every watch of the live session for a progress
+// notification (progress_request): the server sends each one as soon as
+// it is current at a revision newer than the last it reported. Without a
+// session, or a live one, it does nothing (a watch that starts on the
+// next session says where it starts).
+func (s *session) requestProgress() {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	st := s.live
+	s.mu.Unlock()
+	if st != nil {
+		// A failed send: the stream broke, and the next one's watches
+		// start where the store is.
+		_ = st.send(&pawlv1.SessionRequest{Kind: &pawlv1.SessionRequest_ProgressRequest{ProgressRequest: &pawlv1.SessionProgressRequest{}}})
+	}
+}
+
 // watchMessage hands a watch message on st to its watch, and to each
 // watch it is shared with (SessionWatchMessage.shared_with: the same
 // response, for each at this place in its order). A message of a watch

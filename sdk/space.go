@@ -167,14 +167,23 @@ func (s *Space) Entries() ([]Entry, int64) {
 	return out, st.rev
 }
 
-// WaitRevision waits until the copy is at revision rev or later.
+// WaitRevision waits until the copy is at revision rev or later. A
+// revision that no change under the space's prefix brings (a write
+// elsewhere) reaches the copy by a progress notification: on a session,
+// WaitRevision asks the server for one at once; on an older server's
+// watch stream, the server sends one every --progress-interval.
 func (s *Space) WaitRevision(ctx context.Context, rev int64) error {
+	asked := false
 	for {
 		s.mu.Lock()
 		at, advanced := s.state.Load().rev, s.advanced
 		s.mu.Unlock()
 		if at >= rev {
 			return nil
+		}
+		if !asked {
+			asked = true
+			s.c.sess.requestProgress()
 		}
 		select {
 		case <-advanced:
