@@ -526,7 +526,8 @@ func TestSpacesOnASharedSessionGetEveryChange(t *testing.T) {
 // TestASpaceWaitingForAWriteElsewhereAsksForProgress: a space waits for
 // the revision of a write under no prefix it follows. On a session it
 // asks the server for progress, and the wait ends without the server's
-// periodic notification (here an hour away).
+// periodic notification (here an hour away): for a space that follows
+// already, and for one that waits as soon as it is made.
 func TestASpaceWaitingForAWriteElsewhereAsksForProgress(t *testing.T) {
 	h := newHarness(t, server.WithProgressInterval(time.Hour))
 	c := h.client("i0")
@@ -553,6 +554,16 @@ func TestASpaceWaitingForAWriteElsewhereAsksForProgress(t *testing.T) {
 	}
 	if _, ok := s.Get("/elsewhere/k"); ok {
 		t.Fatal("the space holds a key outside its prefix")
+	}
+	// A space that waits as soon as it is made: its watch may not be open
+	// yet when the first request reaches the server; a later one is.
+	fresh, err := c.Space(h.ctx, "/fresh/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(fresh.Close)
+	if err := fresh.WaitRevision(h.ctx, put("/elsewhere/k2")); err != nil {
+		t.Fatal(err)
 	}
 }
 

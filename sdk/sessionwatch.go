@@ -83,11 +83,11 @@ func (s *session) watch(ctx context.Context, req *pawlv1.WatchRequest) (*session
 	return w, nil
 }
 
-// requestProgress asks every watch of the live session for a progress
-// notification (progress_request): the server sends each one as soon as
-// it is current at a revision newer than the last it reported. Without a
-// session, or a live one, it does nothing (a watch that starts on the
-// next session says where it starts).
+// requestProgress asks every watch open on the live session for a
+// progress notification (progress_request): the server sends each one as
+// soon as it is current at a revision newer than the last it reported.
+// Without a session, or a live one, it does nothing (WaitRevision asks
+// again while it waits).
 func (s *session) requestProgress() {
 	if s == nil {
 		return
@@ -96,8 +96,7 @@ func (s *session) requestProgress() {
 	st := s.live
 	s.mu.Unlock()
 	if st != nil {
-		// A failed send: the stream broke, and the next one's watches
-		// start where the store is.
+		// A failed send: the stream broke; WaitRevision asks the next.
 		_ = st.send(&pawlv1.SessionRequest{Kind: &pawlv1.SessionRequest_ProgressRequest{ProgressRequest: &pawlv1.SessionProgressRequest{}}})
 	}
 }

@@ -169,11 +169,15 @@ func (s *Space) Entries() ([]Entry, int64) {
 
 // WaitRevision waits until the copy is at revision rev or later. A
 // revision that no change under the space's prefix brings (a write
-// elsewhere) reaches the copy by a progress notification: on a session,
-// WaitRevision asks the server for one at once; on an older server's
-// watch stream, the server sends one every --progress-interval.
+// elsewhere) reaches the copy by a progress notification. On an instance
+// client's session, WaitRevision asks the server for one at once, and
+// again every progressAskInterval while it waits (the request reaches
+// only the watches open when it arrives: one that a new session opens
+// after it, or a server behind the revision, needs another); otherwise
+// (WithoutSession, WithoutAssignments, an older server) the server sends
+// one every --progress-interval (10 s by default).
 func (s *Space) WaitRevision(ctx context.Context, rev int64) error {
-	asked := false
+	var ask <-chan time.Time
 	for {
 		s.mu.Lock()
 		at, advanced := s.state.Load().rev, s.advanced
@@ -181,17 +185,25 @@ func (s *Space) WaitRevision(ctx context.Context, rev int64) error {
 		if at >= rev {
 			return nil
 		}
-		if !asked {
-			asked = true
+		if ask == nil {
 			s.c.sess.requestProgress()
+			t := time.NewTicker(progressAskInterval)
+			defer t.Stop()
+			ask = t.C
 		}
 		select {
 		case <-advanced:
+		case <-ask:
+			s.c.sess.requestProgress()
 		case <-ctx.Done():
 			return fmt.Errorf("sdk: space %q waiting for revision %d (at %d): %w", s.prefix, rev, at, ctx.Err())
 		}
 	}
 }
+
+// progressAskInterval is how often WaitRevision asks the session for
+// progress again while it waits.
+const progressAskInterval = time.Second
 
 // OnChange calls fn with every change from now on, in revision order, from
 // the goroutine that follows the space: fn must return quickly. The
