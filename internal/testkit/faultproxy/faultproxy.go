@@ -33,17 +33,12 @@ type Holder struct {
 	ln     net.Listener
 	target string
 	mu     sync.Mutex
-	held   bool
-	gate   chan struct{} // closed on release
-	kept   int           // bytes read from the server while held
-	// upHeld, upGate and upKept are the same for what clients send.
-	upHeld bool
-	upGate chan struct{}
-	upKept int
-	conns  []net.Conn
-	wg     sync.WaitGroup
-	// down refuses connections (a partition).
-	down bool
+	// down is what the server sends; up, what clients send.
+	down, up valve
+	conns    []net.Conn
+	wg       sync.WaitGroup
+	// partitioned refuses connections.
+	partitioned bool
 	// cutAt, when positive, partitions once cutSeen (bytes sent to clients
 	// since CutAfter) passes it, and closes cut.
 	cutAt, cutSeen int64
@@ -57,22 +52,54 @@ func NewHolder(t testing.TB, target string) *Holder {
 	if err != nil {
 		t.Fatalf("faultproxy: listen: %v", err)
 	}
-	h := &Holder{Addr: ln.Addr().String(), ln: ln, target: target, gate: make(chan struct{}), upGate: make(chan struct{})}
-	close(h.gate) // not held
-	close(h.upGate)
+	h := &Holder{Addr: ln.Addr().String(), ln: ln, target: target, down: newValve(), up: newValve()}
 	h.wg.Add(1)
 	go h.accept()
 	t.Cleanup(h.close)
 	return h
 }
 
+// valve holds one direction of the proxy's traffic. The Holder's mu
+// guards it.
+type valve struct {
+	held bool
+	gate chan struct{} // closed while not held: a chunk read waits on the gate of its time
+	kept int           // bytes read since the hold began
+}
+
+func newValve() valve {
+	v := valve{gate: make(chan struct{})}
+	close(v.gate)
+	return v
+}
+
+func (v *valve) hold() {
+	if !v.held {
+		v.held, v.gate, v.kept = true, make(chan struct{}), 0
+	}
+}
+
+// read notes n bytes read and returns the gate they wait on.
+func (v *valve) read(n int) chan struct{} {
+	if v.held {
+		v.kept += n
+	}
+	return v.gate
+}
+
+func (v *valve) release() int {
+	if v.held {
+		v.held = false
+		close(v.gate)
+	}
+	return v.kept
+}
+
 // Hold starts holding what the server sends.
 func (h *Holder) Hold() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if !h.held {
-		h.held, h.gate, h.kept = true, make(chan struct{}), 0
-	}
+	h.down.hold()
 }
 
 // Release delivers what was held and stops holding; it returns how many
@@ -80,20 +107,14 @@ func (h *Holder) Hold() {
 func (h *Holder) Release() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.held {
-		h.held = false
-		close(h.gate)
-	}
-	return h.kept
+	return h.down.release()
 }
 
 // HoldRequests starts holding what clients send.
 func (h *Holder) HoldRequests() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if !h.upHeld {
-		h.upHeld, h.upGate, h.upKept = true, make(chan struct{}), 0
-	}
+	h.up.hold()
 }
 
 // HeldRequests is how many bytes clients sent since HoldRequests, while
@@ -101,7 +122,10 @@ func (h *Holder) HoldRequests() {
 func (h *Holder) HeldRequests() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.upKept
+	if !h.up.held {
+		return 0
+	}
+	return h.up.kept
 }
 
 // ReleaseRequests delivers what clients sent while held (what a
@@ -110,12 +134,7 @@ func (h *Holder) HeldRequests() int {
 func (h *Holder) ReleaseRequests() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	kept := h.upKept
-	if h.upHeld {
-		h.upHeld, h.upKept = false, 0
-		close(h.upGate)
-	}
-	return kept
+	return h.up.release()
 }
 
 // Partition closes every connection, dropping what is in flight, and
@@ -127,7 +146,7 @@ func (h *Holder) Partition() {
 }
 
 func (h *Holder) partitionLocked() {
-	h.down = true
+	h.partitioned = true
 	for _, c := range h.conns {
 		_ = c.Close()
 	}
@@ -138,7 +157,7 @@ func (h *Holder) partitionLocked() {
 func (h *Holder) Heal() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.down = false
+	h.partitioned = false
 }
 
 // CutAfter partitions the proxy once more than n bytes went from the
@@ -159,7 +178,7 @@ func (h *Holder) accept() {
 			return
 		}
 		h.mu.Lock()
-		down := h.down
+		down := h.partitioned
 		h.mu.Unlock()
 		if down {
 			_ = client.Close()
@@ -171,7 +190,7 @@ func (h *Holder) accept() {
 			continue
 		}
 		h.mu.Lock()
-		if h.down {
+		if h.partitioned {
 			// Partitioned while this connection was being set up: it
 			// must not slip through.
 			h.mu.Unlock()
@@ -202,10 +221,7 @@ func (h *Holder) toClient(client, server net.Conn) {
 		n, err := server.Read(buf)
 		if n > 0 {
 			h.mu.Lock()
-			gate := h.gate
-			if h.held {
-				h.kept += n
-			}
+			gate := h.down.read(n)
 			if h.cutAt > 0 {
 				if h.cutSeen += int64(n); h.cutSeen > h.cutAt {
 					h.cutAt = 0
@@ -258,10 +274,7 @@ func (h *Holder) toServer(server, client net.Conn) {
 		n, err := client.Read(buf)
 		if n > 0 {
 			h.mu.Lock()
-			gate := h.upGate
-			if h.upHeld {
-				h.upKept += n
-			}
+			gate := h.up.read(n)
 			h.mu.Unlock()
 			chunks <- chunk{data: buf[:n], gate: gate}
 		}
