@@ -601,6 +601,26 @@ func TestSessionWatchesCancelCompactAndLimits(t *testing.T) {
 	}
 }
 
+// overflowUnread puts 16 MiB of changes under prefix (64 of 256 KiB, under
+// eight keys) and returns their revisions: for a session watching prefix
+// whose client reads nothing, more than the stream's flow-control window
+// (4 MiB, Go's HTTP/2 client) and what the session and HTTP/2 buffer, so
+// that its writer ends up waiting in HTTP/2's write.
+func overflowUnread(t *testing.T, ctx context.Context, kv pawlv1connect.KVServiceClient, prefix string) []int64 {
+	t.Helper()
+	value := make([]byte, 256<<10) // random: compression does not shrink it
+	_, _ = rand.Read(value)
+	var revs []int64
+	for i := range 64 {
+		resp, err := kv.Put(ctx, connect.NewRequest(&pawlv1.PutRequest{Key: fmt.Sprintf("%s%d", prefix, i%8), Value: value}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		revs = append(revs, resp.Msg.GetRevision())
+	}
+	return revs
+}
+
 // TestASessionWatchLeftBehindACompactionEndsCompacted: a watch whose
 // session's client stopped reading falls out of the watch ring, and the
 // change log is compacted past it meanwhile. When the client reads
@@ -617,19 +637,9 @@ func TestASessionWatchLeftBehindACompactionEndsCompacted(t *testing.T) {
 	s.watch(2, "/d/", 0)
 	log := newWatchLog()
 	s.until(log, func() bool { return log.started[1] != nil && log.started[2] != nil })
-	// The client reads nothing now: 16 MiB under watch 1 are more than
-	// HTTP/2 lets the server send unread (a 4 MiB window), so the
-	// session's writer waits, with watch 1 behind.
-	value := make([]byte, 256<<10) // random: compression does not shrink it
-	_, _ = rand.Read(value)
-	var revs []int64
-	for i := range 64 {
-		resp, err := kv.Put(ctx, connect.NewRequest(&pawlv1.PutRequest{Key: fmt.Sprintf("/c/%d", i%8), Value: value}))
-		if err != nil {
-			t.Fatal(err)
-		}
-		revs = append(revs, resp.Msg.GetRevision())
-	}
+	// The client reads nothing now: the session's writer waits, with
+	// watch 1 behind.
+	revs := overflowUnread(t, ctx, kv, "/c/")
 	for i := range 20 { // past the ring of 8
 		revs = append(revs, put(t, kv, fmt.Sprintf("/c/small/%d", i%4), "x"))
 	}
@@ -910,18 +920,9 @@ func TestAServerStopsWhileASessionsClientReadsNothing(t *testing.T) {
 	deaf.watch(1, "/deaf/", 0)
 	log := newWatchLog()
 	deaf.until(log, func() bool { return log.started[1] != nil })
-	// From here the client reads nothing. 16 MiB of changes under the
-	// watch are more than the stream's flow-control window (4 MiB, Go's
-	// HTTP/2 client) and what the session and HTTP/2 buffer: the
-	// session's writer ends up waiting in HTTP/2's write, for good.
-	kv := pawlv1connect.NewKVServiceClient(testserver.HTTPClient(t), url, connect.WithGRPC())
-	value := make([]byte, 256<<10) // random: compression does not shrink it
-	_, _ = rand.Read(value)
-	for i := range 64 {
-		if _, err := kv.Put(clientCtx, connect.NewRequest(&pawlv1.PutRequest{Key: fmt.Sprintf("/deaf/%d", i%8), Value: value})); err != nil {
-			t.Fatal(err)
-		}
-	}
+	// From here the client reads nothing: the session's writer ends up
+	// waiting in HTTP/2's write, for good.
+	overflowUnread(t, clientCtx, pawlv1connect.NewKVServiceClient(testserver.HTTPClient(t), url, connect.WithGRPC()), "/deaf/")
 	// The writer waits in x/net's HTTP/2 server (which serves h2c here):
 	// seen there in ten looks in a row, 20 ms apart, it is not passing
 	// through one write, which every frame does.

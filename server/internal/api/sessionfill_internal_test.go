@@ -24,6 +24,19 @@ func filledSession(t testing.TB, hub *watch.Hub, commands int) *session {
 	return s
 }
 
+// watchOn opens watch id of prefix from start on s, as the writer's
+// create does.
+func watchOn(t testing.TB, s *session, id int64, prefix string, start int64) *sessionWatch {
+	t.Helper()
+	w, err := s.group.Watch(s.ctx, prefix, start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sw := &sessionWatch{id: id, w: w}
+	s.watches[id], s.byW[w] = sw, sw
+	return sw
+}
+
 func cancelRequest(id int64) *pawlv1.SessionRequest {
 	return &pawlv1.SessionRequest{Kind: &pawlv1.SessionRequest_WatchCancel{WatchCancel: &pawlv1.SessionWatchCancel{WatchId: id}}}
 }
@@ -68,21 +81,12 @@ func TestACancelledWatchSendsNothingAfterItsCancellation(t *testing.T) {
 		}
 	}
 	s := filledSession(t, hub, sessionCommands)
-	w, err := s.group.Watch(s.ctx, "/a/", 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sw := &sessionWatch{id: 5, w: w}
-	s.watches[5], s.byW[w] = sw, sw
+	sw := watchOn(t, s, 5, "/a/", 1)
+	w := sw.w
 	// Another watch of the prefix, current: the hub goes on tracking the
 	// prefix when watch 5 closes (alone, a closed watcher's prefix is
 	// forgotten, and its polls find nothing).
-	other, err := s.group.Watch(s.ctx, "/a/", 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	osw := &sessionWatch{id: 6, w: other}
-	s.watches[6], s.byW[other] = osw, osw
+	watchOn(t, s, 6, "/a/", 0)
 	first := &pawlv1.SessionResponse{}
 	if more, err := s.fill(first); err != nil || !more || !slices.Contains(s.behind, sw) || len(first.GetWatches()) == 0 {
 		t.Fatalf("first message: %d watch messages, more %v, watch 5 behind %v, %v; want some of /a/ and the rest behind",
@@ -90,6 +94,7 @@ func TestACancelledWatchSendsNothingAfterItsCancellation(t *testing.T) {
 	}
 	s.cmds <- cancelRequest(5)
 	cancelled := false
+	var err error
 	for more := true; more; {
 		msg := &pawlv1.SessionResponse{}
 		if more, err = s.fill(msg); err != nil {
@@ -117,12 +122,7 @@ func BenchmarkAMessageOfProgressRequests(b *testing.B) {
 	_, hub := openHub(b)
 	s := filledSession(b, hub, sessionCommands)
 	for id := range int64(1000) {
-		w, err := s.group.Watch(s.ctx, fmt.Sprintf("/w/%d/", id), 0)
-		if err != nil {
-			b.Fatal(err)
-		}
-		sw := &sessionWatch{id: id + 1, w: w}
-		s.watches[sw.id], s.byW[w] = sw, sw
+		watchOn(b, s, id+1, fmt.Sprintf("/w/%d/", id), 0)
 	}
 	progress := &pawlv1.SessionRequest{Kind: &pawlv1.SessionRequest_ProgressRequest{ProgressRequest: &pawlv1.SessionProgressRequest{}}}
 	msg := &pawlv1.SessionResponse{}

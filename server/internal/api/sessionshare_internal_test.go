@@ -42,13 +42,7 @@ func TestASharedMessageNeverMovesAWatchsEventsAhead(t *testing.T) {
 		id     int64
 		prefix string
 	}{{1, "/p/a/"}, {2, "/p/"}, {3, "/p/a/"}} {
-		hw, err := s.group.Watch(ctx, w.prefix, 1) // ready at once, in this order
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer hw.Close()
-		sw := &sessionWatch{id: w.id, w: hw}
-		s.watches[w.id], s.byW[hw] = sw, sw
+		defer watchOn(t, s, w.id, w.prefix, 1).w.Close() // ready at once, in this order
 	}
 	msg := &pawlv1.SessionResponse{}
 	if _, err := s.fill(msg); err != nil {

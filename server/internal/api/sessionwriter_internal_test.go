@@ -58,12 +58,7 @@ func bareSession(slots int) *session {
 func openWatch(t *testing.T, s *session, prefix string) *watch.Watcher {
 	t.Helper()
 	s.wstate.Store(writerRunning)
-	w, err := s.group.Watch(s.ctx, prefix, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sw := &sessionWatch{id: 1, w: w}
-	s.watches[1], s.byW[w] = sw, sw
+	w := watchOn(t, s, 1, prefix, 0).w
 	if !s.yield() {
 		go s.run()
 	}
